@@ -1,0 +1,30 @@
+"""The one error type railplan raises for bad input.
+
+Every message is a single line that names the offending field and what is allowed, so the CLI can
+print it as is (exit code 2) and the Python API user sees the same text.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class RailplanError(ValueError):
+    """Bad input: the message names the field and the allowed values."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
+
+
+def unknown_name(field: str, name: str, known: Iterable[str]) -> RailplanError:
+    """Error for a name not in a catalog, listing the close matches (or all names if few)."""
+    names = sorted(known)
+    close = difflib.get_close_matches(name, names, n=5, cutoff=0.4)
+    if close:
+        hint = "did you mean " + ", ".join(close) + "?"
+    else:
+        hint = "known: " + ", ".join(names[:30]) + (" …" if len(names) > 30 else "")
+    return RailplanError(field, f"unknown name {name!r}; {hint}")
