@@ -1,0 +1,119 @@
+"""Collective-communication times (alpha-beta), over numpy arrays.
+
+Conventions: `size_bytes` is the collective's total buffer (the all-reduced vector, the gathered
+result); bandwidths are achievable bytes/s per GPU per direction; latencies are seconds per step.
+Group shape: x GPUs per HB domain × y HB domains (x·y members).
+
+Sources: ring/tree/in-network costs as in seed 003 (ring 2(N−1)/N·D bytes per worker in O(N)
+steps, tree the same bytes in O(log N) steps, in-network aggregation D bytes in O(1));
+hierarchical AllGather/ReduceScatter and all-to-all with forwarding from the Rail-only paper
+(SYSTEM.md formulas 2 and 3).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+Num = FloatArray | float | int | npt.NDArray[np.int64]
+
+
+def _f(x: Num) -> FloatArray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def ring_all_gather_s(n: Num, size_bytes: Num, bw: Num, latency_s: Num) -> FloatArray:
+    """Ring all-gather (or reduce-scatter) of a `size_bytes` result over n ranks."""
+    n = _f(n)
+    return (n - 1) / n * _f(size_bytes) / _f(bw) + (n - 1) * _f(latency_s)
+
+
+ring_reduce_scatter_s = ring_all_gather_s
+
+
+def ring_all_reduce_s(n: Num, size_bytes: Num, bw: Num, latency_s: Num) -> FloatArray:
+    """Ring all-reduce = reduce-scatter + all-gather: 2(n−1)/n·D/bw + 2(n−1)·α."""
+    return 2.0 * ring_all_gather_s(n, size_bytes, bw, latency_s)
+
+
+def tree_all_reduce_s(n: Num, size_bytes: Num, bw: Num, latency_s: Num) -> FloatArray:
+    """Pipelined (double binary) tree all-reduce: ~2·D/bw bytes, 2·log2(n) latency steps."""
+    n = _f(n)
+    data = np.where(n > 1, 2.0 * _f(size_bytes) / _f(bw), 0.0)
+    return data + 2.0 * np.ceil(np.log2(np.maximum(n, 1.0))) * _f(latency_s)
+
+
+def in_network_all_reduce_s(n: Num, size_bytes: Num, bw: Num, latency_s: Num) -> FloatArray:
+    """In-network aggregation (SHARP): each GPU sends and receives D once, O(1) steps."""
+    n = _f(n)
+    return np.where(n > 1, _f(size_bytes) / _f(bw) + 2.0 * _f(latency_s), 0.0)
+
+
+def hierarchical_all_gather_s(
+    x: Num, y: Num, size_bytes: Num, hb_bw: Num, nic_bw: Num, hb_lat_s: Num, nic_lat_s: Num
+) -> FloatArray:
+    """Rail phase then HB phase (SYSTEM.md formula 2):
+    (y−1)·D/(x·y·C_S) + (x−1)·D/(x·C_F), plus (y−1)·α_S + (x−1)·α_F."""
+    x, y, d = _f(x), _f(y), _f(size_bytes)
+    rail = (y - 1) * d / (x * y * _f(nic_bw)) + (y - 1) * _f(nic_lat_s)
+    domain = (x - 1) * d / (x * _f(hb_bw)) + (x - 1) * _f(hb_lat_s)
+    return rail + domain
+
+
+hierarchical_reduce_scatter_s = hierarchical_all_gather_s  # the reverse schedule, same cost
+
+
+def hierarchical_all_reduce_s(
+    x: Num, y: Num, size_bytes: Num, hb_bw: Num, nic_bw: Num, hb_lat_s: Num, nic_lat_s: Num
+) -> FloatArray:
+    """AllReduce = ReduceScatter + AllGather, each hierarchical."""
+    return 2.0 * hierarchical_all_gather_s(x, y, size_bytes, hb_bw, nic_bw, hb_lat_s, nic_lat_s)
+
+
+def all_to_all_rail_optimized_s(
+    x: Num, y: Num, pair_bytes: Num, hb_bw: Num, nic_bw: Num, hb_lat_s: Num, nic_lat_s: Num
+) -> FloatArray:
+    """Direct all-to-all on an any-to-any network: max((x−1)·D/C_F, x·(y−1)·D/C_S)."""
+    x, y, d = _f(x), _f(y), _f(pair_bytes)
+    hb = (x - 1) * d / _f(hb_bw) + np.where(x > 1, _f(hb_lat_s), 0.0)
+    nic = x * (y - 1) * d / _f(nic_bw) + np.where(y > 1, _f(nic_lat_s), 0.0)
+    return np.maximum(hb, nic)
+
+
+def all_to_all_rail_only_s(
+    x: Num, y: Num, pair_bytes: Num, hb_bw: Num, nic_bw: Num, hb_lat_s: Num, nic_lat_s: Num
+) -> FloatArray:
+    """Two-step all-to-all with forwarding: in each rail (shards of x·D), then in each HB
+    domain: x·(y−1)·D/C_S + y·(x−1)·D/C_F."""
+    x, y, d = _f(x), _f(y), _f(pair_bytes)
+    rail = x * (y - 1) * d / _f(nic_bw) + np.where(y > 1, _f(nic_lat_s), 0.0)
+    domain = y * (x - 1) * d / _f(hb_bw) + np.where(x > 1, _f(hb_lat_s), 0.0)
+    return rail + domain
+
+
+def group_shape(n: Num, stride: Num, hb_domain: Num) -> tuple[FloatArray, FloatArray]:
+    """(x, y) of a group of n ranks spaced `stride` apart in a rank order that fills HB
+    domains of size K in turn: x = members per domain, y = domains spanned."""
+    n, stride, k = _f(n), _f(stride), _f(hb_domain)
+    x = np.clip(np.floor(k / stride), 1.0, n)
+    return x, np.ceil(n / x)
+
+
+def all_reduce_s(
+    n: Num, stride: Num, size_bytes: Num, hb_domain: Num,
+    hb_bw: Num, nic_bw: Num, hb_lat_s: Num, nic_lat_s: Num,
+) -> FloatArray:
+    """All-reduce of a group: ring inside one HB domain, ring over the NIC domain for one GPU
+    per domain, hierarchical when the group spans both."""
+    x, y = group_shape(n, stride, hb_domain)
+    return hierarchical_all_reduce_s(x, y, size_bytes, hb_bw, nic_bw, hb_lat_s, nic_lat_s)
+
+
+def all_gather_s(
+    n: Num, stride: Num, size_bytes: Num, hb_domain: Num,
+    hb_bw: Num, nic_bw: Num, hb_lat_s: Num, nic_lat_s: Num,
+) -> FloatArray:
+    """All-gather (or reduce-scatter) of a group, as `all_reduce_s` chooses its algorithm."""
+    x, y = group_shape(n, stride, hb_domain)
+    return hierarchical_all_gather_s(x, y, size_bytes, hb_bw, nic_bw, hb_lat_s, nic_lat_s)

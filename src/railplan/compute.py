@@ -1,0 +1,54 @@
+"""Time of the work on one GPU: GEMMs from their shapes, element-wise kernels from bytes moved.
+
+GEMM efficiency is not one constant. A GEMM runs as output tiles spread over the SMs in waves
+(cuBLAS/CUTLASS thread-block tiles); its efficiency is the best, over the usual tile shapes, of
+    matmul_efficiency · wave_fill · padding_fill · min(1, tile_intensity / l2_flops_per_byte)
+bounded by the HBM roofline (operands read once, result written once). `matmul_efficiency` is the
+measured best case for large GEMMs (MAMF); the other factors come from the shape alone:
+- wave_fill: tiles / (waves · SMs): the last wave leaves SMs idle;
+- padding_fill: useful share of the padded output (M, N rounded up to the tile);
+- tile_intensity = mt·nt/(mt+nt) FLOP per byte fetched from L2 per k-step; a tile below the
+  L2 intensity of the GPU is L2-bandwidth bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from railplan.specs import GPU
+from railplan.strategies import FloatArray
+from railplan.workload.gemms import Gemm
+
+# Thread-block tiles (M×N) of the CUTLASS/cuBLAS Ampere/Hopper bf16 kernels.
+TILES: tuple[tuple[int, int], ...] = (
+    (256, 128), (128, 256), (128, 128), (256, 64), (64, 256), (128, 64), (64, 128), (64, 64),
+)
+BYTES_PER_ELEMENT = 2.0  # bf16/fp16 operands
+
+
+def gemm_efficiency(gpu: GPU, g: Gemm) -> FloatArray:
+    """Fraction of peak tensor FLOP/s the GEMM reaches when compute-bound (0..1]."""
+    best = np.zeros(np.broadcast(g.batch, g.m, g.n, g.k).shape)
+    for mt, nt in TILES:
+        rows, cols = np.ceil(g.m / mt), np.ceil(g.n / nt)
+        tiles = g.batch * rows * cols
+        waves = np.ceil(tiles / gpu.sm_count)
+        wave_fill = tiles / (waves * gpu.sm_count)
+        padding_fill = (g.m * g.n) / (rows * mt * cols * nt)
+        l2_fill = min(1.0, (mt * nt / (mt + nt)) / gpu.l2_flops_per_byte)
+        best = np.maximum(best, wave_fill * padding_fill * l2_fill)
+    return gpu.matmul_efficiency * best
+
+
+def gemm_time_s(gpu: GPU, g: Gemm) -> FloatArray:
+    """Time of one GEMM: compute at its shape efficiency, or the HBM roofline, plus overhead."""
+    compute_s = g.flops / (gpu.peak_tflops * 1e12 * gemm_efficiency(gpu, g))
+    moved_bytes = BYTES_PER_ELEMENT * g.batch * (g.m * g.k + g.k * g.n + g.m * g.n)
+    memory_s = moved_bytes / (gpu.memory_tbps * 1e12 * gpu.memory_efficiency)
+    return np.maximum(compute_s, memory_s) + gpu.kernel_overhead_us * 1e-6
+
+
+def memory_time_s(gpu: GPU, moved_bytes: FloatArray | float, kernels: float = 1.0) -> FloatArray:
+    """Time of memory-bound (element-wise) kernels moving `moved_bytes` through HBM."""
+    bw = gpu.memory_tbps * 1e12 * gpu.memory_efficiency
+    return np.asarray(moved_bytes, dtype=np.float64) / bw + kernels * gpu.kernel_overhead_us * 1e-6

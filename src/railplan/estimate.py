@@ -1,0 +1,79 @@
+"""The scalar API: one model, system, network and strategy → one result as plain data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from railplan.iteration import Iteration, iteration
+from railplan.specs import Model, Network, Strategy, System, load_model, load_system
+from railplan.strategies import check, from_strategies
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One strategy's predicted iteration: serializes straight to JSON with `to_dict`."""
+
+    model: Model
+    system: System
+    network: Network
+    strategy: Strategy
+    iteration_s: float
+    mfu: float
+    hfu: float
+    memory_gib_per_gpu: float
+    fits: bool
+    breakdown_s: dict[str, float]
+    memory_breakdown_gib: dict[str, float]
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.name,
+            "system": self.system.name,
+            "network": self.network.model_dump(),
+            "gpus": self.strategy.gpus,
+            "strategy": self.strategy.model_dump(),
+            "iteration_s": self.iteration_s,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
+            "memory_gib_per_gpu": self.memory_gib_per_gpu,
+            "memory_breakdown_gib": self.memory_breakdown_gib,
+            "fits": self.fits,
+            "breakdown_s": self.breakdown_s,
+        }
+
+
+def estimate(
+    model: Model | str,
+    system: System | str,
+    strategy: Strategy,
+    network: Network | None = None,
+    gpus: int | None = None,
+) -> Estimate:
+    """Predict one training iteration. Raises RailplanError (one line) on invalid input."""
+    m, sy, net = load_model(model), load_system(system), network or Network()
+    arrays = from_strategies(strategy)
+    check(m, arrays, gpus)
+    it: Iteration = iteration(m, sy, net, arrays)
+    n = strategy.gpus
+    mem = it.memory
+    gib = float(1 << 30)
+    return Estimate(
+        model=m, system=sy, network=net, strategy=strategy,
+        iteration_s=float(it.iteration_s), mfu=float(it.mfu), hfu=float(it.hfu),
+        memory_gib_per_gpu=float(it.memory_gib_per_gpu), fits=bool(it.fits),
+        breakdown_s={k: float(v) for k, v in it.breakdown_s.items()},
+        memory_breakdown_gib={
+            "weights": float(mem.weights_bytes) / gib,
+            "gradients": float(mem.gradients_bytes) / gib,
+            "optimizer": float(mem.optimizer_bytes) / gib,
+            "activations": float(mem.activations_bytes) / gib,
+            "reserved": float(mem.reserved_bytes) / gib,
+        },
+        model_tflops_per_gpu=float(it.model_flops) / float(it.iteration_s) / n / 1e12,
+        hardware_tflops_per_gpu=float(it.hardware_flops) / float(it.iteration_s) / n / 1e12,
+    )

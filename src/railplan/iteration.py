@@ -1,0 +1,228 @@
+"""Time of one training iteration on the critical path, over arrays of strategies.
+
+The schedule is Megatron-LM's: tensor parallelism inside each layer (communication exposed),
+1F1B or interleaved pipeline (Narayanan et al. 2021), data-parallel gradient reduction at the
+end of the iteration, overlapped with the last micro-batch's backward pass when `overlap_dp`,
+then the optimizer step. Per micro-batch and stage:
+
+    t_stage = layers/pp · (forward + backward + recompute + TP communication) + 2·v·t_p2p
+    t_pipeline = m · (t_stage + t_logits) + (pp − 1)/v · (t_stage + t_logits/pp)
+
+with m micro-batches and v virtual stages; the last stage also runs the vocabulary projection and
+loss (t_logits), so it sets the steady-state pace. Communication that crosses HB domains uses the
+network: `rail-optimized` and `rail-only` carry rail-aligned traffic alike (hierarchical
+collectives keep NIC bytes inside rails; SYSTEM.md claim 2), `rail-only` forwards cross-rail
+bytes through the HB domain, `oversubscribed` divides the NIC bandwidth by its ratio, and
+`ideal` puts every GPU in one HB domain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from railplan import collectives as coll
+from railplan.compute import gemm_time_s, memory_time_s
+from railplan.specs import Model, Network, System
+from railplan.strategies import FULL, SELECTIVE, BoolArray, FloatArray, StrategyArrays
+from railplan.workload.flops import hardware_flops, model_flops
+from railplan.workload.gemms import layer_gemms, logit_gemm
+from railplan.workload.memory import GIB, Memory, memory, stage_params
+
+ACT_BYTES = 2.0  # bf16 activations
+# Adam step per parameter on this GPU: read fp32 grad twice (norm, update), read and write the
+# fp32 master weight, m and v, write the bf16 weight: 4+4+12+12+2 bytes.
+OPTIMIZER_STEP_BYTES = 34.0
+ELEMENTWISE_KERNELS_PER_LAYER = 8.0  # 2 layer norms, 2 bias-dropout-adds, activation,
+# softmax, attention dropout, embedding/misc: Megatron's fused kernels per layer forward
+
+
+@dataclass(frozen=True)
+class Links:
+    """Bandwidths (bytes/s per GPU per direction) and step latencies one network offers."""
+
+    hb_domain: FloatArray
+    hb_bw: float
+    nic_bw: float
+    hb_lat_s: float
+    nic_lat_s: float
+    rail_only: bool
+
+
+def links(system: System, network: Network, gpus: FloatArray) -> Links:
+    """What the network gives collectives: `ideal` makes the HB domain span every GPU."""
+    k = np.asarray(gpus if network.architecture == "ideal" else system.hb_domain, dtype=float)
+    return Links(
+        hb_domain=k,
+        hb_bw=system.hb_bytes_per_s,
+        nic_bw=system.nic_bytes_per_s * network.nic_bandwidth_factor,
+        hb_lat_s=system.hb_latency_us * 1e-6,
+        nic_lat_s=system.nic_latency_us * 1e-6,
+        rail_only=network.architecture == "rail-only",
+    )
+
+
+def cross_rail(n: FloatArray, stride: FloatArray, k: FloatArray) -> BoolArray:
+    """Groups whose members in different HB domains sit on different rails (local ranks):
+    their NIC bytes need a rail-only network to forward them through the HB domain."""
+    x, y = coll.group_shape(n, stride, k)
+    aligned = np.where(stride < k, (k % (stride * x) == 0) | (y == 1), stride % k == 0)
+    return np.asarray(~aligned & (y > 1))
+
+
+def group_all_reduce_s(
+    lk: Links, n: FloatArray, stride: FloatArray, size: FloatArray, gather_only: bool = False
+) -> FloatArray:
+    """All-reduce (or all-gather / reduce-scatter when `gather_only`) of a rank group."""
+    fn = coll.all_gather_s if gather_only else coll.all_reduce_s
+    t = fn(n, stride, size, lk.hb_domain, lk.hb_bw, lk.nic_bw, lk.hb_lat_s, lk.nic_lat_s)
+    if lk.rail_only:
+        # Forwarding: the NIC-phase bytes take one more HB hop to reach the right rail.
+        x, y = coll.group_shape(n, stride, lk.hb_domain)
+        phases = 1.0 if gather_only else 2.0
+        hop = phases * (y - 1) / y * size / x / lk.hb_bw
+        t = t + np.where(cross_rail(n, stride, lk.hb_domain), hop, 0.0)
+    return np.asarray(t)
+
+
+def p2p_s(lk: Links, size: FloatArray, distance: FloatArray) -> FloatArray:
+    """Point-to-point send between ranks `distance` apart (NIC if in different HB domains)."""
+    inside = distance < lk.hb_domain
+    over_nic = size / lk.nic_bw + lk.nic_lat_s
+    if lk.rail_only:
+        over_nic = over_nic + np.where(distance % lk.hb_domain != 0, size / lk.hb_bw, 0.0)
+    return np.asarray(np.where(inside, size / lk.hb_bw + lk.hb_lat_s, over_nic))
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """Arrays over strategies: time, efficiency, memory, and the named time components."""
+
+    iteration_s: FloatArray
+    mfu: FloatArray
+    hfu: FloatArray
+    memory: Memory
+    fits: BoolArray
+    breakdown_s: dict[str, FloatArray]
+    model_flops: FloatArray
+    hardware_flops: FloatArray
+
+    @property
+    def memory_gib_per_gpu(self) -> FloatArray:
+        return np.asarray(self.memory.total_bytes / GIB)
+
+
+def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:
+    """Per layer, per micro-batch, on one GPU: forward, backward and recompute compute time."""
+    gpu = system.gpu
+    b, t = s.micro_batch.astype(float), s.tp.astype(float)
+    gemms = layer_gemms(model, b, t)
+    fwd = sum((gemm_time_s(gpu, g) for g in gemms), np.zeros(()))
+    bwd = sum((gemm_time_s(gpu, h) for g in gemms for h in g.backward()), np.zeros(()))
+    attn_fwd = sum((gemm_time_s(gpu, g) for g in gemms if g.attention), np.zeros(()))
+
+    sp = s.sequence_parallel.astype(bool)
+    sbh = model.seq * b * model.hidden
+    replicated = 22.0 * sbh * np.where(sp, 1.0 / t, 1.0)
+    act_fn = (2.0 * (model.mlp_matrices - 1) + 2.0) * model.ffn_ * model.seq * b / t
+    scores = 9.0 * model.heads * model.seq**2 * b / t
+    ew_fwd = memory_time_s(gpu, replicated + act_fn + scores, ELEMENTWISE_KERNELS_PER_LAYER)
+    ew_bwd = 2.0 * ew_fwd
+    ew_scores = memory_time_s(gpu, scores, 2.0)
+
+    forward = fwd + ew_fwd
+    recompute = np.where(
+        s.recompute == FULL, forward,
+        np.where(s.recompute == SELECTIVE, attn_fwd + ew_scores, 0.0))
+    return {"forward": forward, "backward": bwd + ew_bwd, "recompute": recompute}
+
+
+def logits_time_s(model: Model, system: System, s: StrategyArrays) -> FloatArray:
+    """Vocabulary projection forward + backward and the fp32 cross-entropy on the last stage."""
+    g = logit_gemm(model, s.micro_batch.astype(float), s.tp.astype(float))
+    gemm = gemm_time_s(system.gpu, g) + sum(gemm_time_s(system.gpu, h) for h in g.backward())
+    # softmax cross-entropy: write fp32 logits, read them for max/sum/grad, write the grad.
+    loss_bytes = 16.0 * model.seq * s.micro_batch * model.vocab / s.tp
+    return np.asarray(gemm + memory_time_s(system.gpu, loss_bytes, 4.0))
+
+
+def iteration(model: Model, system: System, network: Network, s: StrategyArrays) -> Iteration:
+    """Critical-path time of one iteration for every strategy in `s` (arrays broadcast)."""
+    gpus = s.gpus.astype(float)
+    lk = links(system, network, gpus)
+    tp, pp, dp = s.tp.astype(float), s.pp.astype(float), s.dp.astype(float)
+    v, m = s.interleave.astype(float), s.micro_batches.astype(float)
+    b = s.micro_batch.astype(float)
+    layers_per_stage = model.layers / pp
+
+    lt = layer_times(model, system, s)
+
+    # Tensor parallelism: 2 all-reduces (or all-gather + reduce-scatter with sequence
+    # parallelism: same bytes) in forward, 2 in backward, 2 more when full recompute reruns
+    # the forward. Group: tp consecutive ranks.
+    act = ACT_BYTES * model.seq * b * model.hidden
+    sp = s.sequence_parallel.astype(bool)
+    one_ar = np.where(
+        sp, 2.0 * group_all_reduce_s(lk, tp, np.ones_like(tp), act, gather_only=True),
+        group_all_reduce_s(lk, tp, np.ones_like(tp), act))
+    one_ar = np.where(tp > 1, one_ar, 0.0)
+    tp_ops = 4.0 + np.where(s.recompute == FULL, 2.0, 0.0)
+    tp_layer = tp_ops * one_ar
+
+    # Pipeline: activations (forward) and their gradients (backward) cross each boundary,
+    # scattered over the tp ranks (Narayanan et al. 2021 §4.1) or already split by SP.
+    p2p = np.where(pp > 1, p2p_s(lk, act / tp, tp * dp), 0.0)
+
+    t_layer = lt["forward"] + lt["backward"] + lt["recompute"] + tp_layer
+    t_stage = layers_per_stage * t_layer + 2.0 * v * p2p
+    t_logits = logits_time_s(model, system, s)
+    steady = m * (t_stage + t_logits)
+    bubble = (pp - 1.0) / v * (t_stage + t_logits / pp)
+
+    # Data parallelism: gradients of this stage over dp ranks tp apart; with a distributed
+    # optimizer (ZeRO >= 1) reduce-scatter gradients, all-gather updated bf16 weights.
+    params = stage_params(model, s)
+    grad_bytes = params * s.grad_reduce_bytes
+    zero = s.zero
+    dp_ar = group_all_reduce_s(lk, dp, tp, grad_bytes)
+    dp_rs_ag = group_all_reduce_s(lk, dp, tp, grad_bytes, gather_only=True) + group_all_reduce_s(
+        lk, dp, tp, params * 2.0, gather_only=True)
+    dp_time = np.where(dp > 1, np.where(zero >= 1, dp_rs_ag, dp_ar), 0.0)
+    # Tied embeddings: first and last stage all-reduce the embedding gradient.
+    embed_bytes = model.vocab * model.hidden / tp * s.grad_reduce_bytes
+    embed_ar = np.where(
+        (pp > 1) & model.tied_embeddings,
+        coll.ring_all_reduce_s(2.0, embed_bytes, np.where((pp - 1) * tp * dp < lk.hb_domain,
+                                                          lk.hb_bw, lk.nic_bw), lk.nic_lat_s),
+        0.0)
+    window = np.where(s.overlap_dp.astype(bool), layers_per_stage * lt["backward"], 0.0)
+    dp_exposed = np.maximum(dp_time - window, 0.0) + embed_ar
+
+    opt_params = params / np.where(zero >= 1, dp, 1.0)
+    optimizer = memory_time_s(system.gpu, opt_params * OPTIMIZER_STEP_BYTES, 4.0)
+
+    total = steady + bubble + dp_exposed + optimizer
+    mem = memory(model, s)
+    mflops = model_flops(model, s.global_batch)
+    hflops = hardware_flops(model, s.global_batch, s.recompute)
+    peak = gpus * system.gpu.peak_tflops * 1e12
+    breakdown = {
+        "compute": m * (layers_per_stage * (lt["forward"] + lt["backward"]) + t_logits),
+        "recompute": m * layers_per_stage * lt["recompute"],
+        "tp_comm": m * layers_per_stage * tp_layer,
+        "pp_comm": m * 2.0 * v * p2p,
+        "pipeline_bubble": bubble,
+        "dp_comm_exposed": dp_exposed,
+        "optimizer": optimizer,
+    }
+    return Iteration(
+        iteration_s=np.asarray(total),
+        mfu=np.asarray(mflops / (total * peak)),
+        hfu=np.asarray(hflops / (total * peak)),
+        memory=mem,
+        fits=np.asarray(mem.fits(system.gpu)),
+        breakdown_s={k: np.asarray(np.broadcast_to(x, np.shape(total))) for k, x in breakdown.items()},
+        model_flops=np.asarray(mflops),
+        hardware_flops=np.asarray(hflops),
+    )

@@ -1,0 +1,21 @@
+"""Specs: immutable, validated descriptions of models, hardware, networks and strategies."""
+
+from railplan.specs.catalog import load_gpu, load_model, load_system, names
+from railplan.specs.hardware import GPU, System
+from railplan.specs.model import Model
+from railplan.specs.network import ARCHITECTURES, Network
+from railplan.specs.strategy import RECOMPUTE_CODES, Strategy
+
+__all__ = [
+    "ARCHITECTURES",
+    "GPU",
+    "RECOMPUTE_CODES",
+    "Model",
+    "Network",
+    "Strategy",
+    "System",
+    "load_gpu",
+    "load_model",
+    "load_system",
+    "names",
+]

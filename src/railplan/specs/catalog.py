@@ -1,0 +1,103 @@
+"""Load specs by catalog name or from a YAML file, with one-line errors."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from railplan.errors import RailplanError, unknown_name
+from railplan.specs.hardware import GPU, System
+from railplan.specs.model import Model
+
+
+def read_yaml(path: Path, field: str) -> Any:
+    """Parse a YAML file; a missing or malformed file is a one-line error."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise RailplanError(field, f"cannot read {str(path)!r}: {err.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or "invalid YAML"
+        raise RailplanError(field, f"malformed YAML in {str(path)!r}{where}: {problem}") from None
+
+
+@cache
+def _catalog(kind: str) -> dict[str, dict[str, Any]]:
+    text = resources.files("railplan.catalog").joinpath(f"{kind}.yaml").read_text()
+    data = yaml.safe_load(text)
+    assert isinstance(data, dict)
+    return data
+
+
+def names(kind: str) -> list[str]:
+    """Catalog names of `kind` ('models', 'gpus', 'systems')."""
+    return sorted(_catalog(kind))
+
+
+def _entry(kind: str, name: str, field: str) -> dict[str, Any]:
+    cat = _catalog(kind)
+    if name not in cat:
+        raise unknown_name(field, name, cat)
+    return dict(cat[name])
+
+
+def _is_file(ref: str) -> bool:
+    return ref.endswith((".yaml", ".yml", ".json")) or "/" in ref
+
+
+def _mapping(data: Any, field: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise RailplanError(field, "expected a mapping of keys to values")
+    return data
+
+
+def load_model(ref: str | Model | dict[str, Any]) -> Model:
+    """A Model from a catalog name, a YAML path, a dict, or a Model."""
+    if isinstance(ref, Model):
+        return ref
+    if isinstance(ref, dict):
+        return Model.parse(ref, "model")
+    if _is_file(ref):
+        return Model.parse(_mapping(read_yaml(Path(ref), "model"), "model"), "model")
+    data = _entry("models", ref, "model")
+    data.setdefault("name", ref)
+    return Model.parse(data, "model")
+
+
+def load_gpu(ref: str | GPU | dict[str, Any]) -> GPU:
+    """A GPU from a catalog name, a YAML path, a dict, or a GPU."""
+    if isinstance(ref, GPU):
+        return ref
+    if isinstance(ref, dict):
+        return GPU.parse(ref, "gpu")
+    if _is_file(ref):
+        return GPU.parse(_mapping(read_yaml(Path(ref), "gpu"), "gpu"), "gpu")
+    data = _entry("gpus", ref, "gpu")
+    data.setdefault("name", ref)
+    return GPU.parse(data, "gpu")
+
+
+def load_system(ref: str | System | dict[str, Any]) -> System:
+    """A System from a catalog name, a YAML path, a dict, or a System. `gpu` may be a name."""
+    if isinstance(ref, System):
+        return ref
+    if isinstance(ref, dict):
+        data = dict(ref)
+    elif _is_file(ref):
+        data = dict(_mapping(read_yaml(Path(ref), "system"), "system"))
+    else:
+        data = _entry("systems", ref, "system")
+        data.setdefault("name", ref)
+    if "gpu" not in data:
+        raise RailplanError("system.gpu", "missing; give a GPU name or mapping")
+    gpu_ref = data["gpu"]
+    data["gpu"] = load_gpu(gpu_ref if isinstance(gpu_ref, str | dict) else str(gpu_ref))
+    return System.parse(data, "system")

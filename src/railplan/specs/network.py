@@ -1,0 +1,32 @@
+"""Network spec: which NIC-domain architecture joins the HB domains."""
+
+from __future__ import annotations
+
+from typing import Literal, Self
+
+from pydantic import Field, model_validator
+
+from railplan.specs.base import Spec
+
+Architecture = Literal["rail-optimized", "rail-only", "ideal", "oversubscribed"]
+ARCHITECTURES: tuple[str, ...] = ("rail-optimized", "rail-only", "ideal", "oversubscribed")
+
+
+class Network(Spec):
+    """rail-optimized: full-bisection any-to-any Clos; rail-only: one Clos per rail, cross-rail
+    traffic forwarded through the HB domain; ideal: all GPUs in one HB domain; oversubscribed:
+    rail-optimized with `oversubscription`:1 less bandwidth above the leaves."""
+
+    architecture: Architecture = "rail-optimized"
+    oversubscription: float = Field(default=1.0, ge=1.0)
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.architecture != "oversubscribed" and self.oversubscription != 1.0:
+            raise ValueError("oversubscription applies only to architecture 'oversubscribed'")
+        return self
+
+    @property
+    def nic_bandwidth_factor(self) -> float:
+        """Share of the NIC line rate left for traffic between HB domains."""
+        return 1.0 / self.oversubscription

@@ -1,0 +1,43 @@
+"""Strategy spec: how one training job is parallelized and scheduled."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveInt
+
+from railplan.specs.base import Spec
+
+Recompute = Literal["none", "selective", "full"]
+RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
+
+
+class Strategy(Spec):
+    """tp·pp·dp GPUs; `interleave` virtual stages per pipeline stage (1 = plain 1F1B).
+
+    `overlap_dp` overlaps the data-parallel gradient reduction with the backward pass (modern
+    Megatron/FSDP); Megatron-LM of 2021-22 reduced after the backward pass (False).
+    `grad_reduce_bytes` is the width of a reduced gradient element (4: fp32, Megatron's default
+    for bf16; 2: bf16/fp16 reduction).
+    """
+
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    dp: PositiveInt = 1
+    interleave: PositiveInt = 1
+    micro_batch: PositiveInt = 1
+    global_batch: PositiveInt
+    recompute: Recompute = "none"
+    sequence_parallel: bool = False
+    zero: int = Field(default=0, ge=0, le=3)
+    overlap_dp: bool = True
+    grad_reduce_bytes: Literal[2, 4] = 4
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per pipeline per iteration."""
+        return self.global_batch // (self.dp * self.micro_batch)

@@ -1,0 +1,104 @@
+"""Predict published Megatron-LM runs and compare: nothing here is fitted to them.
+
+Rows: Korthikanti et al. 2022 Tables 3/5 (iteration time) and Narayanan et al. 2021 Table 1
+(achieved TFLOP/s per GPU), both on DGX A100 80GB (Selene). Software facts of those runs (not
+tuned): the gradient all-reduce ran after the backward pass (Megatron-LM overlapped it only from
+2023, `--overlap-grad-reduce`), no ZeRO; Korthikanti trained in bf16 with fp32 gradient
+reduction, Narayanan in fp16 (`--fp16` in examples/sc21) with fp16 gradient reduction.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import asdict, dataclass
+from importlib import resources
+from typing import Any
+
+from railplan.estimate import estimate
+from railplan.specs import Model, Network, Strategy, load_system
+
+GOAL_MEAN_PCT = 3.0
+GOAL_MAX_PCT = 8.0
+CALCULON_KORTHIKANTI = (3.65, 8.87)  # mean, max % error (Isaev et al. 2023, Calculon)
+
+
+@dataclass(frozen=True)
+class Row:
+    source: str
+    label: str
+    metric: str  # "iteration_s" or "tflops_per_gpu"
+    measured: float
+    predicted: float
+    mfu: float
+    hfu: float
+    paper_mfu: float | None
+    paper_hfu: float | None
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted - self.measured) / self.measured
+
+
+def _rows(name: str) -> list[dict[str, str]]:
+    text = resources.files("railplan.data.validation").joinpath(name).read_text()
+    lines = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+    return list(csv.DictReader(lines))
+
+
+def korthikanti_rows() -> list[Row]:
+    system = load_system("dgx-a100")
+    out = []
+    for r in _rows("korthikanti2022.csv"):
+        model = Model(name=r["model"], hidden=int(r["hidden"]), layers=int(r["layers"]),
+                      heads=int(r["heads"]), seq=int(r["seq"]), vocab=int(r["vocab"]))
+        selective = r["recompute"] == "selective+sp"
+        strat = Strategy(
+            tp=int(r["tp"]), pp=int(r["pp"]), dp=int(r["dp"]), interleave=int(r["interleave"]),
+            micro_batch=int(r["micro_batch"]), global_batch=int(r["global_batch"]),
+            recompute="selective" if selective else "full", sequence_parallel=selective,
+            overlap_dp=False, grad_reduce_bytes=4)
+        e = estimate(model, system, strat, Network(), gpus=int(r["gpus"]))
+        out.append(Row(
+            "korthikanti2022", f"{r['model']} {r['recompute']} {r['gpus']} GPUs", "iteration_s",
+            float(r["iteration_s"]), e.iteration_s, e.mfu, e.hfu,
+            float(r["mfu"]) if r["mfu"] else None, float(r["hfu"]) if r["hfu"] else None))
+    return out
+
+
+def narayanan_rows() -> list[Row]:
+    system = load_system("dgx-a100")
+    out = []
+    for r in _rows("narayanan2021_table1.csv"):
+        layers, pp, tp, gpus = int(r["layers"]), int(r["pp"]), int(r["tp"]), int(r["gpus"])
+        model = Model(name=f"gpt-{r['params_b']}b", hidden=int(r["hidden"]), layers=layers,
+                      heads=int(r["heads"]), seq=int(r["seq"]), vocab=int(r["vocab"]))
+        lps = r["layers_per_virtual_stage"]
+        v = (layers // pp) // int(lps) if lps else 1
+        strat = Strategy(
+            tp=tp, pp=pp, dp=gpus // (tp * pp), interleave=v, micro_batch=int(r["micro_batch"]),
+            global_batch=int(r["global_batch"]), recompute="full", overlap_dp=False,
+            grad_reduce_bytes=2)
+        e = estimate(model, system, strat, Network(), gpus=gpus)
+        out.append(Row(
+            "narayanan2021", f"{r['params_b']}B {gpus} GPUs", "tflops_per_gpu",
+            float(r["achieved_tflops"]), e.hardware_tflops_per_gpu, e.mfu, e.hfu, None, None))
+    return out
+
+
+def validate() -> dict[str, Any]:
+    """Every row with its error, and the summary per source and overall."""
+    rows = korthikanti_rows() + narayanan_rows()
+
+    def summary(sel: list[Row]) -> dict[str, float]:
+        errs = [abs(r.error_pct) for r in sel]
+        return {"mean_abs_pct": sum(errs) / len(errs), "max_abs_pct": max(errs), "rows": len(sel)}
+
+    return {
+        "rows": [asdict(r) | {"error_pct": r.error_pct} for r in rows],
+        "korthikanti2022": summary([r for r in rows if r.source == "korthikanti2022"]),
+        "narayanan2021": summary([r for r in rows if r.source == "narayanan2021"]),
+        "all": summary(rows),
+        "goal": {"mean_abs_pct": GOAL_MEAN_PCT, "max_abs_pct": GOAL_MAX_PCT},
+        "calculon_korthikanti": {"mean_abs_pct": CALCULON_KORTHIKANTI[0],
+                                 "max_abs_pct": CALCULON_KORTHIKANTI[1]},
+    }

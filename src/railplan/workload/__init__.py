@@ -1,0 +1,1 @@
+"""What one training iteration computes and stores (no time here)."""

@@ -1,0 +1,72 @@
+"""FLOPs of one training iteration: exact matmul counts and the published closed forms.
+
+Model FLOPs count forward + backward (3× forward) matmuls once; hardware FLOPs add what
+activation recomputation runs again (full: every layer's forward; selective: the attention
+score/context products, Korthikanti et al. 2022 §5). Element-wise work is not counted, as in
+both papers' MFU/HFU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from railplan.strategies import FULL, SELECTIVE, FloatArray, IntArray
+from railplan.workload.gemms import attention_gemms, layer_gemms, logit_gemm, mlp_gemms
+from railplan.specs import Model
+
+
+def forward_flops_per_sequence(model: Model) -> dict[str, float]:
+    """Forward matmul FLOPs of one sequence, split into layers, attention products and logits."""
+    one = np.float64(1.0)
+    dense_layer = sum(float(g.flops) for g in layer_gemms(model, one, one))
+    attn_products = sum(float(g.flops) for g in attention_gemms(model, one, one) if g.attention)
+    moe_extra = 0.0
+    if model.moe_layers:
+        dense_mlp = sum(float(g.flops) for g in mlp_gemms(model, one, one))
+        expert_mlp = sum(float(g.flops) for g in mlp_gemms(model, one, one, model.expert_ffn_))
+        router = 2.0 * model.seq * model.hidden * model.experts
+        moe_extra = model.moe_layers * (model.top_k * expert_mlp + router - dense_mlp)
+    return {
+        "layers": model.layers * dense_layer + moe_extra,
+        "attention_products": model.layers * attn_products,
+        "logits": float(logit_gemm(model, one, one).flops),
+    }
+
+
+def model_flops(model: Model, global_batch: IntArray | int) -> FloatArray:
+    """Model FLOPs per iteration (no recomputation): 3 × forward matmuls."""
+    f = forward_flops_per_sequence(model)
+    return 3.0 * np.asarray(global_batch, dtype=np.float64) * (f["layers"] + f["logits"])
+
+
+def hardware_flops(
+    model: Model, global_batch: IntArray | int, recompute: IntArray | int
+) -> FloatArray:
+    """Hardware FLOPs per iteration: model FLOPs plus the recomputed forward matmuls."""
+    f = forward_flops_per_sequence(model)
+    r = np.asarray(recompute)
+    extra = np.where(r == FULL, f["layers"], np.where(r == SELECTIVE, f["attention_products"], 0.0))
+    return model_flops(model, global_batch) + np.asarray(global_batch, dtype=np.float64) * extra
+
+
+def narayanan_flops(model: Model, global_batch: float) -> float:
+    """Narayanan et al. 2021 eq. (3): 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)), full recompute."""
+    b, s, l, h, v = global_batch, model.seq, model.layers, model.hidden, model.vocab
+    return 96.0 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+
+
+def korthikanti_model_flops(model: Model, global_batch: float) -> float:
+    """Korthikanti et al. 2022 §6: model FLOPs 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h))."""
+    b, s, l, h, v = global_batch, model.seq, model.layers, model.hidden, model.vocab
+    return 72.0 * b * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))
+
+
+def korthikanti_hardware_flops_selective(model: Model, global_batch: float) -> float:
+    """Korthikanti et al. 2022 §6: hardware FLOPs with selective recompute, s/(6h) → s/(3h)."""
+    b, s, l, h, v = global_batch, model.seq, model.layers, model.hidden, model.vocab
+    return 72.0 * b * s * l * h * h * (1 + s / (3 * h) + v / (12 * l * h))
+
+
+def training_days(params: float, tokens: float, gpus: int, achieved_tflops: float) -> float:
+    """Seed 002's rule: time ≈ 8·T·P/(n·X) (forward+backward+recompute), in days."""
+    return 8.0 * tokens * params / (gpus * achieved_tflops * 1e12) / 86400.0

@@ -1,0 +1,86 @@
+"""The matrix multiplications of one transformer layer, per GPU, per micro-batch.
+
+Shapes follow Megatron-LM's tensor parallelism (Shoeybi et al. 2019): QKV and MLP-up are
+column-parallel (output split by tp), attention projection and MLP-down are row-parallel (input
+split by tp); attention is split by heads. A GEMM is (batch, M, N, K) with 2·batch·M·N·K FLOPs.
+Everything is written over numpy arrays (b = micro-batch, t = tp) so that one call covers any
+number of strategies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from railplan.specs import Model
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One forward GEMM of a layer: `batch` independent (M×K)·(K×N) products."""
+
+    name: str
+    batch: FloatArray
+    m: FloatArray
+    n: FloatArray
+    k: FloatArray
+    attention: bool = False  # the score/context products (recomputed by selective recompute)
+
+    @property
+    def flops(self) -> FloatArray:
+        return 2.0 * self.batch * self.m * self.n * self.k
+
+    def backward(self) -> tuple[Gemm, Gemm]:
+        """Input-gradient (M×N)·(N×K) and weight-gradient (K×M)·(M×N) products."""
+        return (
+            Gemm(self.name + ".dgrad", self.batch, self.m, self.k, self.n, self.attention),
+            Gemm(self.name + ".wgrad", self.batch, self.k, self.n, self.m, self.attention),
+        )
+
+
+def _f(x: object) -> FloatArray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def attention_gemms(model: Model, b: object, t: object) -> list[Gemm]:
+    """QKV, score (QKᵀ), context (softmax·V) and output projection of one layer."""
+    b, t = _f(b), _f(t)
+    s, h, d = float(model.seq), float(model.hidden), float(model.head_dim)
+    tokens = b * s
+    one = np.ones_like(b * t)
+    heads = b * model.heads / t
+    return [
+        Gemm("qkv", one, tokens, (h + 2.0 * model.kv_dim) / t, h * one),
+        Gemm("score", heads, s * one, s * one, d * one, attention=True),
+        Gemm("context", heads, s * one, d * one, s * one, attention=True),
+        Gemm("proj", one, tokens, h * one, h / t),
+    ]
+
+
+def mlp_gemms(model: Model, b: object, t: object, ffn: int | None = None) -> list[Gemm]:
+    """MLP up (and gate) and down projections; `ffn` overrides the width (MoE experts)."""
+    b, t = _f(b), _f(t)
+    f = float(ffn or model.ffn_)
+    tokens = b * model.seq
+    one = np.ones_like(b * t)
+    up_width = f * (model.mlp_matrices - 1)
+    return [
+        Gemm("mlp_up", one, tokens, up_width / t, model.hidden * one),
+        Gemm("mlp_down", one, tokens, model.hidden * one, f / t),
+    ]
+
+
+def layer_gemms(model: Model, b: object, t: object) -> list[Gemm]:
+    """All forward GEMMs of one dense layer on one GPU."""
+    return attention_gemms(model, b, t) + mlp_gemms(model, b, t)
+
+
+def logit_gemm(model: Model, b: object, t: object) -> Gemm:
+    """The output (vocabulary) projection, split by tp over the vocabulary."""
+    b, t = _f(b), _f(t)
+    one = np.ones_like(b * t)
+    return Gemm("logits", one, b * model.seq, model.vocab / t, model.hidden * one)

@@ -1,0 +1,111 @@
+"""Memory per GPU: weights, gradients, optimizer states (ZeRO), activations, in-flight
+micro-batches of the pipeline schedule.
+
+Activation bytes per layer follow Korthikanti et al. 2022 §4 (sbh·(34 + 5as/h) for GPT with
+tp = 1), generalized to GQA, other MLP widths and gated MLPs by counting the same tensors:
+- kept whole on every tensor-parallel rank (split by tp only with sequence parallelism):
+  10·sbh = two layer-norm inputs (4), attention input + dropout mask (3), MLP input + mask (3);
+- split by tp: Q and context output 4·sbh, K and V 4·sb·kv_dim, MLP 4·sb·ffn (non-gated:
+  up output + activation output) or 6·sb·ffn (gated: gate, up, product), and the attention
+  score tensors 5·a·s²·b (softmax output 2, dropout mask 1, dropout output 2).
+Selective recompute drops the 5·a·s²·b term; full recompute keeps only each layer's input
+(2·sbh, split by tp with sequence parallelism) plus one layer's activations while it is
+recomputed. The 1F1B schedule keeps `pp` micro-batches in flight on the first stage;
+the interleaved schedule multiplies that by 1 + (pp−1)/(pp·v) (Korthikanti §4.2.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from railplan.specs import GPU, Model
+from railplan.strategies import FULL, SELECTIVE, FloatArray, StrategyArrays
+
+GIB = float(1 << 30)
+WEIGHT_BYTES = 2.0  # bf16 weights
+OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam m and v
+# CUDA context, NCCL buffers and allocator fragmentation: PyTorch's CUDA context alone is ~0.5-1
+# GiB on A100/H100; Megatron runs reserve ~1-2 GiB more for NCCL and cuBLAS workspaces.
+RESERVED_BYTES = 2.0 * GIB
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes per GPU on the most loaded pipeline stage."""
+
+    weights_bytes: FloatArray
+    gradients_bytes: FloatArray
+    optimizer_bytes: FloatArray
+    activations_bytes: FloatArray
+    reserved_bytes: FloatArray
+    total_bytes: FloatArray
+
+    def fits(self, gpu: GPU) -> FloatArray:
+        return np.asarray(self.total_bytes <= gpu.memory_gib * GIB)
+
+
+def layer_activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
+    """Activation bytes one layer keeps for one micro-batch on one GPU."""
+    b, t = s.micro_batch.astype(np.float64), s.tp.astype(np.float64)
+    seq, h = float(model.seq), float(model.hidden)
+    sbh = seq * b * h
+    replicated = 10.0 * sbh
+    mlp_per_token = (6.0 if model.gated_mlp else 4.0) * model.ffn_
+    split = seq * b * (4.0 * h + 4.0 * model.kv_dim + mlp_per_token)
+    scores = 5.0 * model.heads * seq * seq * b
+    sp = s.sequence_parallel.astype(bool)
+    whole = np.where(sp, replicated / t, replicated)
+    stored = whole + (split + np.where(s.recompute == SELECTIVE, 0.0, scores)) / t
+    checkpoint = np.where(sp, 2.0 * sbh / t, 2.0 * sbh)
+    return np.asarray(np.where(s.recompute == FULL, checkpoint, stored))
+
+
+def activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
+    """Activation bytes of the first pipeline stage with its in-flight micro-batches."""
+    per_layer = layer_activation_bytes(model, s)
+    layers_per_stage = model.layers / s.pp
+    in_flight = np.minimum(s.pp, s.micro_batches).astype(np.float64)
+    interleave_factor = np.where(s.interleave > 1, 1.0 + (s.pp - 1) / (s.pp * s.interleave), 1.0)
+    kept = per_layer * layers_per_stage * in_flight * interleave_factor
+    # Full recompute: one layer's complete activations while it is being recomputed.
+    full_layer = layer_activation_bytes(
+        model, StrategyArrays(**{**s.__dict__, "recompute": np.zeros_like(s.recompute)}))
+    kept = kept + np.where(s.recompute == FULL, full_layer, 0.0)
+    # Embedding output of each in-flight micro-batch (first stage): 2·s·b·h (/tp with SP).
+    b, t = s.micro_batch.astype(np.float64), s.tp.astype(np.float64)
+    embed = 2.0 * model.seq * b * model.hidden * np.where(s.sequence_parallel.astype(bool), 1 / t, 1)
+    return np.asarray(kept + embed * in_flight)
+
+
+def logits_bytes(model: Model, s: StrategyArrays) -> FloatArray:
+    """Last stage: fp32 logits of one micro-batch for the loss (split by tp over the vocab)."""
+    return np.asarray(4.0 * model.seq * s.micro_batch * model.vocab / s.tp, dtype=np.float64)
+
+
+def stage_params(model: Model, s: StrategyArrays) -> FloatArray:
+    """Parameters held by one GPU of the first (or last) stage: its layers plus the embedding."""
+    layers = model.layers / s.pp
+    moe_share = model.moe_layers / model.layers
+    dense = model.layer_params() * (1 - moe_share)
+    moe = moe_share * (
+        model.layer_params() - model.mlp_params_dense() + model.experts * model.expert_params())
+    embed = model.vocab * model.hidden
+    return np.asarray(layers * (dense + moe) / s.tp + embed / s.tp, dtype=np.float64)
+
+
+def memory(model: Model, s: StrategyArrays) -> Memory:
+    """Memory per GPU of the most loaded stage (the first with 1F1B; the last if logits
+    dominate), with ZeRO stage 1/2/3 sharding optimizer states / gradients / weights over dp."""
+    params = stage_params(model, s)
+    dp = s.dp.astype(np.float64)
+    weights = params * WEIGHT_BYTES / np.where(s.zero >= 3, dp, 1.0)
+    grads = params * s.grad_reduce_bytes / np.where(s.zero >= 2, dp, 1.0)
+    optimizer = params * OPTIMIZER_BYTES / np.where(s.zero >= 1, dp, 1.0)
+    first = activation_bytes(model, s)
+    last_stage_acts = layer_activation_bytes(model, s) * model.layers / s.pp + logits_bytes(model, s)
+    acts = np.maximum(first, last_stage_acts)
+    reserved = np.full_like(acts, RESERVED_BYTES)
+    total = weights + grads + optimizer + acts + reserved
+    return Memory(weights, grads, optimizer, acts, reserved, total)
