@@ -101,8 +101,14 @@ def group_shape(n: Num, stride: Num, hb_domain: Num) -> tuple[FloatArray, FloatA
 
 
 def all_reduce_s(
-    n: Num, stride: Num, size_bytes: Num, hb_domain: Num,
-    hb_bw: Num, nic_bw: Num, hb_lat_s: Num, nic_lat_s: Num,
+    n: Num,
+    stride: Num,
+    size_bytes: Num,
+    hb_domain: Num,
+    hb_bw: Num,
+    nic_bw: Num,
+    hb_lat_s: Num,
+    nic_lat_s: Num,
 ) -> FloatArray:
     """All-reduce of a group: ring inside one HB domain, ring over the NIC domain for one GPU
     per domain, hierarchical when the group spans both."""
@@ -111,8 +117,14 @@ def all_reduce_s(
 
 
 def all_gather_s(
-    n: Num, stride: Num, size_bytes: Num, hb_domain: Num,
-    hb_bw: Num, nic_bw: Num, hb_lat_s: Num, nic_lat_s: Num,
+    n: Num,
+    stride: Num,
+    size_bytes: Num,
+    hb_domain: Num,
+    hb_bw: Num,
+    nic_bw: Num,
+    hb_lat_s: Num,
+    nic_lat_s: Num,
 ) -> FloatArray:
     """All-gather (or reduce-scatter) of a group, as `all_reduce_s` chooses its algorithm."""
     x, y = group_shape(n, stride, hb_domain)

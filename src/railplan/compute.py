@@ -21,7 +21,14 @@ from railplan.workload.gemms import Gemm
 
 # Thread-block tiles (M×N) of the CUTLASS/cuBLAS Ampere/Hopper bf16 kernels.
 TILES: tuple[tuple[int, int], ...] = (
-    (256, 128), (128, 256), (128, 128), (256, 64), (64, 256), (128, 64), (64, 128), (64, 64),
+    (256, 128),
+    (128, 256),
+    (128, 128),
+    (256, 64),
+    (64, 256),
+    (128, 64),
+    (64, 128),
+    (64, 64),
 )
 BYTES_PER_ELEMENT = 2.0  # bf16/fp16 operands
 

@@ -63,9 +63,15 @@ def estimate(
     mem = it.memory
     gib = float(1 << 30)
     return Estimate(
-        model=m, system=sy, network=net, strategy=strategy,
-        iteration_s=float(it.iteration_s), mfu=float(it.mfu), hfu=float(it.hfu),
-        memory_gib_per_gpu=float(it.memory_gib_per_gpu), fits=bool(it.fits),
+        model=m,
+        system=sy,
+        network=net,
+        strategy=strategy,
+        iteration_s=float(it.iteration_s),
+        mfu=float(it.mfu),
+        hfu=float(it.hfu),
+        memory_gib_per_gpu=float(it.memory_gib_per_gpu),
+        fits=bool(it.fits),
         breakdown_s={k: float(v) for k, v in it.breakdown_s.items()},
         memory_breakdown_gib={
             "weights": float(mem.weights_bytes) / gib,

@@ -133,8 +133,8 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
 
     forward = fwd + ew_fwd
     recompute = np.where(
-        s.recompute == FULL, forward,
-        np.where(s.recompute == SELECTIVE, attn_fwd + ew_scores, 0.0))
+        s.recompute == FULL, forward, np.where(s.recompute == SELECTIVE, attn_fwd + ew_scores, 0.0)
+    )
     return {"forward": forward, "backward": bwd + ew_bwd, "recompute": recompute}
 
 
@@ -164,8 +164,10 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     act = ACT_BYTES * model.seq * b * model.hidden
     sp = s.sequence_parallel.astype(bool)
     one_ar = np.where(
-        sp, 2.0 * group_all_reduce_s(lk, tp, np.ones_like(tp), act, gather_only=True),
-        group_all_reduce_s(lk, tp, np.ones_like(tp), act))
+        sp,
+        2.0 * group_all_reduce_s(lk, tp, np.ones_like(tp), act, gather_only=True),
+        group_all_reduce_s(lk, tp, np.ones_like(tp), act),
+    )
     one_ar = np.where(tp > 1, one_ar, 0.0)
     tp_ops = 4.0 + np.where(s.recompute == FULL, 2.0, 0.0)
     tp_layer = tp_ops * one_ar
@@ -187,15 +189,21 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     zero = s.zero
     dp_ar = group_all_reduce_s(lk, dp, tp, grad_bytes)
     dp_rs_ag = group_all_reduce_s(lk, dp, tp, grad_bytes, gather_only=True) + group_all_reduce_s(
-        lk, dp, tp, params * 2.0, gather_only=True)
+        lk, dp, tp, params * 2.0, gather_only=True
+    )
     dp_time = np.where(dp > 1, np.where(zero >= 1, dp_rs_ag, dp_ar), 0.0)
     # Tied embeddings: first and last stage all-reduce the embedding gradient.
     embed_bytes = model.vocab * model.hidden / tp * s.grad_reduce_bytes
     embed_ar = np.where(
         (pp > 1) & model.tied_embeddings,
-        coll.ring_all_reduce_s(2.0, embed_bytes, np.where((pp - 1) * tp * dp < lk.hb_domain,
-                                                          lk.hb_bw, lk.nic_bw), lk.nic_lat_s),
-        0.0)
+        coll.ring_all_reduce_s(
+            2.0,
+            embed_bytes,
+            np.where((pp - 1) * tp * dp < lk.hb_domain, lk.hb_bw, lk.nic_bw),
+            lk.nic_lat_s,
+        ),
+        0.0,
+    )
     window = np.where(s.overlap_dp.astype(bool), layers_per_stage * lt["backward"], 0.0)
     dp_exposed = np.maximum(dp_time - window, 0.0) + embed_ar
 
@@ -222,7 +230,9 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
         hfu=np.asarray(hflops / (total * peak)),
         memory=mem,
         fits=np.asarray(mem.fits(system.gpu)),
-        breakdown_s={k: np.asarray(np.broadcast_to(x, np.shape(total))) for k, x in breakdown.items()},
+        breakdown_s={
+            k: np.asarray(np.broadcast_to(x, np.shape(total))) for k, x in breakdown.items()
+        },
         model_flops=np.asarray(mflops),
         hardware_flops=np.asarray(hflops),
     )

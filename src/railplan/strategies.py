@@ -7,7 +7,7 @@ can never disagree.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -45,7 +45,7 @@ class StrategyArrays:
 
     @property
     def micro_batches(self) -> IntArray:
-        return self.global_batch // np.maximum(self.dp * self.micro_batch, 1)
+        return np.asarray(self.global_batch // np.maximum(self.dp * self.micro_batch, 1))
 
     def __len__(self) -> int:
         return int(np.broadcast(*self.columns()).size)
@@ -64,30 +64,39 @@ class StrategyArrays:
         v = {f.name: int(c[i]) for f, c in zip(fields(self), cols, strict=True)}
         code_to_name = {c: n for n, c in RECOMPUTE_CODES.items()}
         return Strategy(
-            tp=v["tp"], pp=v["pp"], dp=v["dp"], interleave=v["interleave"],
-            micro_batch=v["micro_batch"], global_batch=v["global_batch"],
-            recompute=code_to_name[v["recompute"]],  # type: ignore[arg-type]
-            sequence_parallel=bool(v["sequence_parallel"]), zero=v["zero"],
+            tp=v["tp"],
+            pp=v["pp"],
+            dp=v["dp"],
+            interleave=v["interleave"],
+            micro_batch=v["micro_batch"],
+            global_batch=v["global_batch"],
+            recompute=code_to_name[v["recompute"]],
+            sequence_parallel=bool(v["sequence_parallel"]),
+            zero=v["zero"],
             overlap_dp=bool(v["overlap_dp"]),
-            grad_reduce_bytes=v["grad_reduce_bytes"],  # type: ignore[arg-type]
+            grad_reduce_bytes=v["grad_reduce_bytes"],
         )
 
 
 def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays:
     """Arrays from one Strategy (0-d) or a sequence of them (1-d)."""
     many = not isinstance(strategies, Strategy)
-    items = list(strategies) if many else [strategies]  # type: ignore[arg-type]
+    items = list(strategies) if isinstance(strategies, Sequence) else [strategies]
 
-    def col(get: object) -> IntArray:
-        vals = np.array([get(s) for s in items], dtype=np.int64)  # type: ignore[operator]
+    def col(get: Callable[[Strategy], int]) -> IntArray:
+        vals = np.array([get(s) for s in items], dtype=np.int64)
         return vals if many else vals.reshape(())
 
     return StrategyArrays(
-        tp=col(lambda s: s.tp), pp=col(lambda s: s.pp), dp=col(lambda s: s.dp),
-        interleave=col(lambda s: s.interleave), micro_batch=col(lambda s: s.micro_batch),
+        tp=col(lambda s: s.tp),
+        pp=col(lambda s: s.pp),
+        dp=col(lambda s: s.dp),
+        interleave=col(lambda s: s.interleave),
+        micro_batch=col(lambda s: s.micro_batch),
         global_batch=col(lambda s: s.global_batch),
         recompute=col(lambda s: RECOMPUTE_CODES[s.recompute]),
-        sequence_parallel=col(lambda s: int(s.sequence_parallel)), zero=col(lambda s: s.zero),
+        sequence_parallel=col(lambda s: int(s.sequence_parallel)),
+        zero=col(lambda s: s.zero),
         overlap_dp=col(lambda s: int(s.overlap_dp)),
         grad_reduce_bytes=col(lambda s: s.grad_reduce_bytes),
     )
@@ -104,13 +113,22 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
         ("pp", s.pp <= model.layers, f"pp must be at most layers ({model.layers})"),
         ("pp", model.layers % s.pp == 0, f"pp must divide layers ({model.layers})"),
         ("global_batch", s.global_batch % s.dp == 0, "global_batch must be a multiple of dp"),
-        ("micro_batch", per_replica % s.micro_batch == 0,
-         "micro_batch must divide the per-replica batch (global_batch / dp)"),
-        ("interleave", layers_per_stage % s.interleave == 0,
-         "interleave must divide the layers per stage (layers / pp)"),
+        (
+            "micro_batch",
+            per_replica % s.micro_batch == 0,
+            "micro_batch must divide the per-replica batch (global_batch / dp)",
+        ),
+        (
+            "interleave",
+            layers_per_stage % s.interleave == 0,
+            "interleave must divide the layers per stage (layers / pp)",
+        ),
         ("interleave", (s.interleave == 1) | (s.pp > 1), "interleave > 1 needs pp > 1"),
-        ("interleave", (s.interleave == 1) | (s.micro_batches % s.pp == 0),
-         "interleaved schedule needs micro-batches per replica to be a multiple of pp"),
+        (
+            "interleave",
+            (s.interleave == 1) | (s.micro_batches % s.pp == 0),
+            "interleaved schedule needs micro-batches per replica to be a multiple of pp",
+        ),
         ("zero", (s.zero <= 1) | (s.pp == 1), "ZeRO stage 2-3 needs pp = 1"),
     ]
 
@@ -127,8 +145,10 @@ def check(model: Model, s: StrategyArrays, gpus: int | None = None) -> None:
     """Raise a one-line RailplanError for the first broken rule of a single strategy."""
     if gpus is not None and int(s.gpus) != gpus:
         raise RailplanError(
-            "gpus", f"tp·pp·dp = {int(s.tp)}·{int(s.pp)}·{int(s.dp)} = {int(s.gpus)} "
-            f"but gpus = {gpus}; tp·pp·dp must equal gpus")
+            "gpus",
+            f"tp·pp·dp = {int(s.tp)}·{int(s.pp)}·{int(s.dp)} = {int(s.gpus)} "
+            f"but gpus = {gpus}; tp·pp·dp must equal gpus",
+        )
     for field, ok, allowed in validity(model, s):
         if not bool(np.all(ok)):
             raise RailplanError(field, allowed)

@@ -49,19 +49,41 @@ def korthikanti_rows() -> list[Row]:
     system = load_system("dgx-a100")
     out = []
     for r in _rows("korthikanti2022.csv"):
-        model = Model(name=r["model"], hidden=int(r["hidden"]), layers=int(r["layers"]),
-                      heads=int(r["heads"]), seq=int(r["seq"]), vocab=int(r["vocab"]))
+        model = Model(
+            name=r["model"],
+            hidden=int(r["hidden"]),
+            layers=int(r["layers"]),
+            heads=int(r["heads"]),
+            seq=int(r["seq"]),
+            vocab=int(r["vocab"]),
+        )
         selective = r["recompute"] == "selective+sp"
         strat = Strategy(
-            tp=int(r["tp"]), pp=int(r["pp"]), dp=int(r["dp"]), interleave=int(r["interleave"]),
-            micro_batch=int(r["micro_batch"]), global_batch=int(r["global_batch"]),
-            recompute="selective" if selective else "full", sequence_parallel=selective,
-            overlap_dp=False, grad_reduce_bytes=4)
+            tp=int(r["tp"]),
+            pp=int(r["pp"]),
+            dp=int(r["dp"]),
+            interleave=int(r["interleave"]),
+            micro_batch=int(r["micro_batch"]),
+            global_batch=int(r["global_batch"]),
+            recompute="selective" if selective else "full",
+            sequence_parallel=selective,
+            overlap_dp=False,
+            grad_reduce_bytes=4,
+        )
         e = estimate(model, system, strat, Network(), gpus=int(r["gpus"]))
-        out.append(Row(
-            "korthikanti2022", f"{r['model']} {r['recompute']} {r['gpus']} GPUs", "iteration_s",
-            float(r["iteration_s"]), e.iteration_s, e.mfu, e.hfu,
-            float(r["mfu"]) if r["mfu"] else None, float(r["hfu"]) if r["hfu"] else None))
+        out.append(
+            Row(
+                "korthikanti2022",
+                f"{r['model']} {r['recompute']} {r['gpus']} GPUs",
+                "iteration_s",
+                float(r["iteration_s"]),
+                e.iteration_s,
+                e.mfu,
+                e.hfu,
+                float(r["mfu"]) if r["mfu"] else None,
+                float(r["hfu"]) if r["hfu"] else None,
+            )
+        )
     return out
 
 
@@ -70,18 +92,41 @@ def narayanan_rows() -> list[Row]:
     out = []
     for r in _rows("narayanan2021_table1.csv"):
         layers, pp, tp, gpus = int(r["layers"]), int(r["pp"]), int(r["tp"]), int(r["gpus"])
-        model = Model(name=f"gpt-{r['params_b']}b", hidden=int(r["hidden"]), layers=layers,
-                      heads=int(r["heads"]), seq=int(r["seq"]), vocab=int(r["vocab"]))
+        model = Model(
+            name=f"gpt-{r['params_b']}b",
+            hidden=int(r["hidden"]),
+            layers=layers,
+            heads=int(r["heads"]),
+            seq=int(r["seq"]),
+            vocab=int(r["vocab"]),
+        )
         lps = r["layers_per_virtual_stage"]
         v = (layers // pp) // int(lps) if lps else 1
         strat = Strategy(
-            tp=tp, pp=pp, dp=gpus // (tp * pp), interleave=v, micro_batch=int(r["micro_batch"]),
-            global_batch=int(r["global_batch"]), recompute="full", overlap_dp=False,
-            grad_reduce_bytes=2)
+            tp=tp,
+            pp=pp,
+            dp=gpus // (tp * pp),
+            interleave=v,
+            micro_batch=int(r["micro_batch"]),
+            global_batch=int(r["global_batch"]),
+            recompute="full",
+            overlap_dp=False,
+            grad_reduce_bytes=2,
+        )
         e = estimate(model, system, strat, Network(), gpus=gpus)
-        out.append(Row(
-            "narayanan2021", f"{r['params_b']}B {gpus} GPUs", "tflops_per_gpu",
-            float(r["achieved_tflops"]), e.hardware_tflops_per_gpu, e.mfu, e.hfu, None, None))
+        out.append(
+            Row(
+                "narayanan2021",
+                f"{r['params_b']}B {gpus} GPUs",
+                "tflops_per_gpu",
+                float(r["achieved_tflops"]),
+                e.hardware_tflops_per_gpu,
+                e.mfu,
+                e.hfu,
+                None,
+                None,
+            )
+        )
     return out
 
 
@@ -99,6 +144,8 @@ def validate() -> dict[str, Any]:
         "narayanan2021": summary([r for r in rows if r.source == "narayanan2021"]),
         "all": summary(rows),
         "goal": {"mean_abs_pct": GOAL_MEAN_PCT, "max_abs_pct": GOAL_MAX_PCT},
-        "calculon_korthikanti": {"mean_abs_pct": CALCULON_KORTHIKANTI[0],
-                                 "max_abs_pct": CALCULON_KORTHIKANTI[1]},
+        "calculon_korthikanti": {
+            "mean_abs_pct": CALCULON_KORTHIKANTI[0],
+            "max_abs_pct": CALCULON_KORTHIKANTI[1],
+        },
     }

@@ -23,13 +23,24 @@ def _choice(field: str, value: str, allowed: tuple[str, ...]) -> str:
 
 
 def build_system(
-    system: str, hb_domain: int | None, hb_tbps: float | None, nic_gbps: float | None,
+    system: str,
+    hb_domain: int | None,
+    hb_tbps: float | None,
+    nic_gbps: float | None,
     nics_per_gpu: float | None,
 ) -> System:
     """The catalog system with the command line's overrides applied (validated again)."""
     base = load_system(system)
-    over = {k: v for k, v in {"hb_domain": hb_domain, "hb_tbps": hb_tbps, "nic_gbps": nic_gbps,
-                              "nics_per_gpu": nics_per_gpu}.items() if v is not None}
+    over = {
+        k: v
+        for k, v in {
+            "hb_domain": hb_domain,
+            "hb_tbps": hb_tbps,
+            "nic_gbps": nic_gbps,
+            "nics_per_gpu": nics_per_gpu,
+        }.items()
+        if v is not None
+    }
     if not over:
         return base
     data = base.model_dump() | over
@@ -75,14 +86,24 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         interleave: Annotated[int, typer.Option(help="virtual stages per pipeline stage")] = 1,
         micro_batch: int = 1,
         recompute: Annotated[str, typer.Option(help="none | selective | full")] = "none",
-        sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")] = False,
+        sequence_parallel: Annotated[
+            bool, typer.Option("--sequence-parallel/--no-sequence-parallel")
+        ] = False,
         zero: Annotated[int, typer.Option(help="ZeRO stage 0-3")] = 0,
         overlap_dp: Annotated[bool, typer.Option("--overlap-dp/--no-overlap-dp")] = True,
         network: Annotated[str, typer.Option(help=" | ".join(ARCHITECTURES))] = "rail-optimized",
-        oversubscription: Annotated[float | None, typer.Option(help="ratio, with --network oversubscribed")] = None,
-        hb_domain: Annotated[int | None, typer.Option(help="override K, GPUs per HB domain")] = None,
-        hb_tbps: Annotated[float | None, typer.Option(help="override HB Tbps per GPU per direction")] = None,
-        nic_gbps: Annotated[float | None, typer.Option(help="override NIC Gbps per direction")] = None,
+        oversubscription: Annotated[
+            float | None, typer.Option(help="ratio, with --network oversubscribed")
+        ] = None,
+        hb_domain: Annotated[
+            int | None, typer.Option(help="override K, GPUs per HB domain")
+        ] = None,
+        hb_tbps: Annotated[
+            float | None, typer.Option(help="override HB Tbps per GPU per direction")
+        ] = None,
+        nic_gbps: Annotated[
+            float | None, typer.Option(help="override NIC Gbps per direction")
+        ] = None,
         nics_per_gpu: Annotated[float | None, typer.Option(help="override NICs per GPU")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     ) -> None:
@@ -102,23 +123,36 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu)
         net = build_network(network, oversubscription)
         strat = build_strategy(
-            tp=tp, pp=pp, dp=dp, interleave=interleave, micro_batch=micro_batch,
-            global_batch=global_batch, recompute=recompute, sequence_parallel=sequence_parallel,
-            zero=zero, overlap_dp=overlap_dp)
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            interleave=interleave,
+            micro_batch=micro_batch,
+            global_batch=global_batch,
+            recompute=recompute,
+            sequence_parallel=sequence_parallel,
+            zero=zero,
+            overlap_dp=overlap_dp,
+        )
         e = run(m, sy, strat, net, gpus=gpus)
         if as_json:
             print_json(e.to_dict())
             return
         console = Console()
-        table = Table(title=f"{m.name} on {gpus} × {sy.gpu.name} ({sy.name}, K={sy.hb_domain}, "
-                            f"{net.architecture})")
+        table = Table(
+            title=f"{m.name} on {gpus} × {sy.gpu.name} ({sy.name}, K={sy.hb_domain}, "
+            f"{net.architecture})"
+        )
         table.add_column("quantity")
         table.add_column("value", justify="right")
         table.add_row("iteration time", f"{e.iteration_s:.3f} s")
         table.add_row("MFU / HFU", f"{e.mfu:.1%} / {e.hfu:.1%}")
         table.add_row("model TFLOP/s per GPU", f"{e.model_tflops_per_gpu:.1f}")
-        table.add_row("memory per GPU", f"{e.memory_gib_per_gpu:.1f} GiB of {sy.gpu.memory_gib:g}"
-                      + ("" if e.fits else "  [red]does not fit[/red]"))
+        table.add_row(
+            "memory per GPU",
+            f"{e.memory_gib_per_gpu:.1f} GiB of {sy.gpu.memory_gib:g}"
+            + ("" if e.fits else "  [red]does not fit[/red]"),
+        )
         for k, v in e.memory_breakdown_gib.items():
             table.add_row(f"  {k}", f"{v:.1f} GiB")
         for k, v in e.breakdown_s.items():
@@ -139,23 +173,36 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         console = Console()
         table = Table(title="Validation against published runs (DGX A100)")
         for col in ("source", "run", "metric", "measured", "predicted", "error"):
-            table.add_column(col, justify="right" if col in ("measured", "predicted", "error")
-                             else "left")
+            table.add_column(
+                col, justify="right" if col in ("measured", "predicted", "error") else "left"
+            )
         for r in v["rows"]:
-            table.add_row(r["source"], r["label"], r["metric"], f"{r['measured']:.2f}",
-                          f"{r['predicted']:.2f}", f"{r['error_pct']:+.1f} %")
+            table.add_row(
+                r["source"],
+                r["label"],
+                r["metric"],
+                f"{r['measured']:.2f}",
+                f"{r['predicted']:.2f}",
+                f"{r['error_pct']:+.1f} %",
+            )
         console.print(table)
         g = v["goal"]
-        for key, title in (("korthikanti2022", "Korthikanti 2022 iteration time"),
-                           ("narayanan2021", "Narayanan 2021 TFLOP/s per GPU"),
-                           ("all", "all rows")):
+        for key, title in (
+            ("korthikanti2022", "Korthikanti 2022 iteration time"),
+            ("narayanan2021", "Narayanan 2021 TFLOP/s per GPU"),
+            ("all", "all rows"),
+        ):
             s = v[key]
-            console.print(f"{title}: mean |error| {s['mean_abs_pct']:.2f} %, max "
-                          f"{s['max_abs_pct']:.2f} % over {s['rows']} rows "
-                          f"(goal: mean ≤ {g['mean_abs_pct']:g} %, max ≤ {g['max_abs_pct']:g} %)")
+            console.print(
+                f"{title}: mean |error| {s['mean_abs_pct']:.2f} %, max "
+                f"{s['max_abs_pct']:.2f} % over {s['rows']} rows "
+                f"(goal: mean ≤ {g['mean_abs_pct']:g} %, max ≤ {g['max_abs_pct']:g} %)"
+            )
         c = v["calculon_korthikanti"]
-        console.print(f"Calculon on the Korthikanti rows: mean {c['mean_abs_pct']} %, "
-                      f"max {c['max_abs_pct']} %")
+        console.print(
+            f"Calculon on the Korthikanti rows: mean {c['mean_abs_pct']} %, "
+            f"max {c['max_abs_pct']} %"
+        )
 
     @app.command()
     def catalog(

@@ -93,7 +93,9 @@ class Model(Spec):
         """Total parameters (all experts counted)."""
         dense_layers = self.layers - self.moe_layers
         moe = self.moe_layers * (
-            self.layer_params() - self.mlp_params_dense() + self.experts * self.expert_params()
+            self.layer_params()
+            - self.mlp_params_dense()
+            + self.experts * self.expert_params()
             + self.hidden * self.experts
         )
         return dense_layers * self.layer_params() + moe + self.embedding_params() + 2 * self.hidden

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from railplan.specs import Model
 from railplan.strategies import FULL, SELECTIVE, FloatArray, IntArray
 from railplan.workload.gemms import attention_gemms, layer_gemms, logit_gemm, mlp_gemms
-from railplan.specs import Model
 
 
 def forward_flops_per_sequence(model: Model) -> dict[str, float]:

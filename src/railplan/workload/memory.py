@@ -71,11 +71,14 @@ def activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     kept = per_layer * layers_per_stage * in_flight * interleave_factor
     # Full recompute: one layer's complete activations while it is being recomputed.
     full_layer = layer_activation_bytes(
-        model, StrategyArrays(**{**s.__dict__, "recompute": np.zeros_like(s.recompute)}))
+        model, StrategyArrays(**{**s.__dict__, "recompute": np.zeros_like(s.recompute)})
+    )
     kept = kept + np.where(s.recompute == FULL, full_layer, 0.0)
     # Embedding output of each in-flight micro-batch (first stage): 2·s·b·h (/tp with SP).
     b, t = s.micro_batch.astype(np.float64), s.tp.astype(np.float64)
-    embed = 2.0 * model.seq * b * model.hidden * np.where(s.sequence_parallel.astype(bool), 1 / t, 1)
+    embed = (
+        2.0 * model.seq * b * model.hidden * np.where(s.sequence_parallel.astype(bool), 1 / t, 1)
+    )
     return np.asarray(kept + embed * in_flight)
 
 
@@ -90,8 +93,10 @@ def stage_params(model: Model, s: StrategyArrays) -> FloatArray:
     moe_share = model.moe_layers / model.layers
     dense = model.layer_params() * (1 - moe_share)
     moe = moe_share * (
-        model.layer_params() - model.mlp_params_dense() + model.experts * model.expert_params())
-    embed = model.vocab * model.hidden
+        model.layer_params() - model.mlp_params_dense() + model.experts * model.expert_params()
+    )
+    # Tied: one vocab×h matrix per end stage; untied with pp = 1: input and output matrices.
+    embed = model.vocab * model.hidden * np.where((s.pp == 1) & (not model.tied_embeddings), 2, 1)
     return np.asarray(layers * (dense + moe) / s.tp + embed / s.tp, dtype=np.float64)
 
 
@@ -104,7 +109,9 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
     grads = params * s.grad_reduce_bytes / np.where(s.zero >= 2, dp, 1.0)
     optimizer = params * OPTIMIZER_BYTES / np.where(s.zero >= 1, dp, 1.0)
     first = activation_bytes(model, s)
-    last_stage_acts = layer_activation_bytes(model, s) * model.layers / s.pp + logits_bytes(model, s)
+    last_stage_acts = layer_activation_bytes(model, s) * model.layers / s.pp + logits_bytes(
+        model, s
+    )
     acts = np.maximum(first, last_stage_acts)
     reserved = np.full_like(acts, RESERVED_BYTES)
     total = weights + grads + optimizer + acts + reserved

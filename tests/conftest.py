@@ -1,0 +1,36 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from railplan.cli import app
+
+
+class Cli:
+    """Run `railplan` in-process the way the console script does (errors → exit 2)."""
+
+    def __init__(self) -> None:
+        self.runner = CliRunner()
+
+    def __call__(self, *args: str) -> Any:
+        from railplan.errors import RailplanError
+
+        result = self.runner.invoke(app, list(args), catch_exceptions=True)
+        if isinstance(result.exception, RailplanError):
+            result.exit_code = 2  # what railplan.cli.main does
+        return result
+
+    def json(self, *args: str) -> Any:
+        result = self(*args, "--json")
+        assert result.exit_code == 0, result.output + repr(result.exception)
+        return json.loads(result.stdout)
+
+
+@pytest.fixture()
+def cli() -> Cli:
+    return Cli()

@@ -1,0 +1,156 @@
+"""CLI: estimate/validate happy paths, JSON keys, and every documented error path."""
+
+import subprocess
+import sys
+
+import pytest
+
+BASE = [
+    "estimate",
+    "--model",
+    "gpt-175b",
+    "--system",
+    "dgx-a100",
+    "--gpus",
+    "64",
+    "--global-batch",
+    "64",
+]
+
+
+def test_estimate_json_keys(cli) -> None:  # type: ignore[no-untyped-def]
+    out = cli.json(
+        *BASE, "--tp", "8", "--pp", "8", "--recompute", "selective", "--sequence-parallel"
+    )
+    for key in ("iteration_s", "mfu", "hfu", "memory_gib_per_gpu", "fits", "breakdown_s"):
+        assert key in out
+    assert out["fits"] is True
+    assert 0 < out["mfu"] <= out["hfu"] < 1
+    assert sum(out["breakdown_s"].values()) == pytest.approx(out["iteration_s"])
+
+
+def test_estimate_overrides_change_result(cli) -> None:  # type: ignore[no-untyped-def]
+    args = [*BASE, "--tp", "8", "--pp", "8", "--recompute", "full"]
+    slow = cli.json(*args, "--nic-gbps", "25")["iteration_s"]
+    fast = cli.json(*args, "--nic-gbps", "400")["iteration_s"]
+    assert slow > fast
+    ideal = cli.json(*args, "--network", "ideal")["iteration_s"]
+    assert ideal <= fast
+    k16 = cli.json(*args, "--hb-domain", "16", "--hb-tbps", "4.8")["iteration_s"]
+    assert k16 <= cli.json(*args)["iteration_s"]
+
+
+def test_estimate_table(cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli(*BASE, "--tp", "8", "--pp", "8")
+    assert r.exit_code == 0
+    assert "iteration time" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--tp", "7", "--dp", "1", "--pp", "1", "--gpus", "7"], "tp"),
+        (["--tp", "8", "--pp", "8", "--dp", "2"], "gpus"),
+        (["--tp", "8", "--pp", "128", "--gpus", "1024"], "pp"),
+        (["--tp", "8", "--pp", "8", "--micro-batch", "3"], "micro_batch"),
+        (["--tp", "8", "--pp", "8", "--interleave", "5"], "interleave"),
+        (["--tp", "8", "--pp", "8", "--recompute", "some"], "recompute"),
+        (["--tp", "8", "--pp", "8", "--network", "torus"], "network"),
+        (["--tp", "8", "--pp", "8", "--hb-domain", "0"], "system.hb_domain"),
+        (["--tp", "8", "--pp", "8", "--nic-gbps", "-5"], "system.nic_gbps"),
+        (["--tp", "0"], "tp"),
+    ],
+)
+def test_estimate_errors_name_field(cli, args: list[str], field: str) -> None:  # type: ignore[no-untyped-def]
+    base = [a for a in BASE]
+    if "--gpus" in args:
+        i = base.index("--gpus")
+        del base[i : i + 2]
+    r = cli(*base, *args)
+    assert r.exit_code == 2, r.output
+    assert str(r.exception).startswith(field + ":"), str(r.exception)
+    assert "\n" not in str(r.exception)
+
+
+def test_unknown_model_lists_close_matches(cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("estimate", "--model", "gpt-175", "--gpus", "8", "--global-batch", "8")
+    assert r.exit_code == 2
+    assert "gpt-175b" in str(r.exception)
+
+
+def test_malformed_yaml(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "m.yaml"
+    bad.write_text("hidden: [1, 2\nlayers: 3")
+    r = cli("estimate", "--model", str(bad), "--gpus", "8", "--global-batch", "8")
+    assert r.exit_code == 2
+    assert "malformed YAML" in str(r.exception)
+    typo = tmp_path / "t.yaml"
+    typo.write_text("hidden: 1024\nlayers: 4\nheads: 8\nhiden: 3\n")
+    r = cli("estimate", "--model", str(typo), "--gpus", "8", "--global-batch", "8")
+    assert r.exit_code == 2
+    assert "model.hiden" in str(r.exception)
+    neg = tmp_path / "n.yaml"
+    neg.write_text("hidden: -1024\nlayers: 4\nheads: 8\n")
+    r = cli("estimate", "--model", str(neg), "--gpus", "8", "--global-batch", "8")
+    assert r.exit_code == 2
+    assert str(r.exception).startswith("model.hidden")
+
+
+def test_yaml_model_file(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    f = tmp_path / "llama.yaml"
+    f.write_text(
+        "name: mine\nhidden: 4096\nlayers: 32\nheads: 32\nkv_heads: 8\n"
+        "ffn_hidden: 14336\ngated_mlp: true\nvocab: 128256\nseq: 8192\n"
+    )
+    out = cli.json(
+        "estimate",
+        "--model",
+        str(f),
+        "--system",
+        "dgx-h100",
+        "--gpus",
+        "8",
+        "--tp",
+        "8",
+        "--global-batch",
+        "8",
+        "--recompute",
+        "selective",
+    )
+    assert out["model"] == "mine"
+
+
+def test_console_script_exit_code_and_no_traceback() -> None:
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from railplan.cli import main; main()",
+            "estimate",
+            "--model",
+            "nope",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert r.stderr.strip().startswith("error: model:")
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_validate_json(cli) -> None:  # type: ignore[no-untyped-def]
+    out = cli.json("validate")
+    assert len(out["rows"]) == 19
+    assert out["goal"] == {"mean_abs_pct": 3.0, "max_abs_pct": 8.0}
+    for r in out["rows"]:
+        assert r["predicted"] > 0
+
+
+def test_catalog_lists(cli) -> None:  # type: ignore[no-untyped-def]
+    out = cli.json("catalog", "systems")
+    assert {"dgx-a100", "dgx-h100", "dgx-gh200", "gb200-nvl72", "mi300x"} <= set(out)

@@ -1,0 +1,111 @@
+"""Memory per GPU against Korthikanti et al. 2022 §4 and the 16-bytes-per-parameter rule."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from railplan.specs import Strategy, load_model
+from railplan.strategies import from_strategies
+from railplan.workload.memory import (
+    OPTIMIZER_BYTES,
+    WEIGHT_BYTES,
+    layer_activation_bytes,
+    memory,
+    stage_params,
+)
+
+
+def _layer(name: str, **kw: object) -> float:
+    m = load_model(name)
+    s = from_strategies(Strategy(global_batch=8, **kw))  # type: ignore[arg-type]
+    return float(layer_activation_bytes(m, s))
+
+
+@pytest.mark.parametrize("t", [1, 2, 8])
+def test_activations_tp_only_formula(t: int) -> None:
+    # s·b·h·(10 + 24/t + 5·a·s/(h·t)) (Korthikanti eq. 2)
+    m = load_model("gpt-22b")
+    s, b, h, a = m.seq, 2, m.hidden, m.heads
+    expected = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
+    assert _layer("gpt-22b", tp=t, micro_batch=b) == pytest.approx(expected)
+
+
+def test_activations_sequence_parallel_selective() -> None:
+    # 34·s·b·h/t (Korthikanti eq. 6 with selective recompute)
+    m = load_model("gpt-175b")
+    got = _layer("gpt-175b", tp=8, micro_batch=1, sequence_parallel=True, recompute="selective")
+    assert got == pytest.approx(34 * m.seq * m.hidden / 8)
+
+
+def test_activations_full_recompute_keeps_layer_input() -> None:
+    m = load_model("gpt-175b")
+    assert _layer("gpt-175b", tp=8, recompute="full") == pytest.approx(2 * m.seq * m.hidden)
+    assert _layer("gpt-175b", tp=8, recompute="full", sequence_parallel=True) == pytest.approx(
+        2 * m.seq * m.hidden / 8
+    )
+
+
+def test_sixteen_bytes_per_parameter_without_zero() -> None:
+    m = load_model("gpt-1.7b")
+    s = from_strategies(Strategy(global_batch=8, grad_reduce_bytes=2))
+    mem = memory(m, s)
+    p = float(stage_params(m, s))
+    assert p == pytest.approx(m.params(), rel=2e-3)
+    static = float(mem.weights_bytes + mem.gradients_bytes + mem.optimizer_bytes)
+    assert static == pytest.approx(16 * p)
+
+
+def test_zero_stages_shard() -> None:
+    m = load_model("gpt-7.5b")
+    base = dict(global_batch=64, dp=8)
+    mems = [memory(m, from_strategies(Strategy(zero=z, **base))) for z in range(4)]  # type: ignore[arg-type]
+    p = float(stage_params(m, from_strategies(Strategy(**base))))  # type: ignore[arg-type]
+    assert float(mems[1].optimizer_bytes) == pytest.approx(p * OPTIMIZER_BYTES / 8)
+    assert float(mems[3].weights_bytes) == pytest.approx(p * WEIGHT_BYTES / 8)
+    totals = [float(x.total_bytes) for x in mems]
+    assert totals == sorted(totals, reverse=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from([1, 2, 4, 8]),
+    st.sampled_from([1, 2, 4]),
+    st.integers(1, 4),
+    st.integers(1, 64),
+    st.integers(0, 3),
+    st.sampled_from(["none", "selective", "full"]),
+    st.booleans(),
+)
+def test_more_dp_at_fixed_per_replica_batch_never_raises_memory(
+    tp: int, pp: int, mb: int, dp: int, zero: int, rc: str, sp: bool
+) -> None:
+    m = load_model("gpt-39b")
+    if zero >= 2:
+        pp = 1
+    per_replica = 8 * mb
+
+    def mk(d: int):  # type: ignore[no-untyped-def]
+        return from_strategies(
+            Strategy(
+                tp=tp,
+                pp=pp,
+                dp=d,
+                micro_batch=mb,
+                global_batch=per_replica * d,
+                zero=zero,
+                recompute=rc,
+                sequence_parallel=sp,
+            )
+        )  # type: ignore[arg-type]
+
+    small, big = memory(m, mk(dp)), memory(m, mk(dp * 2))
+    assert float(big.total_bytes) <= float(small.total_bytes) * (1 + 1e-12)
+
+
+def test_arrays_broadcast() -> None:
+    m = load_model("gpt-22b")
+    s = from_strategies([Strategy(global_batch=8, tp=t) for t in (1, 2, 4, 8)])
+    acts = layer_activation_bytes(m, s)
+    assert acts.shape == (4,)
+    assert np.all(np.diff(acts) < 0)
