@@ -48,6 +48,7 @@ class Links:
     hb_lat_s: float
     nic_lat_s: float
     rail_only: bool
+    comm_sm_fraction: float
 
 
 def links(system: System, network: Network, gpus: FloatArray) -> Links:
@@ -60,6 +61,7 @@ def links(system: System, network: Network, gpus: FloatArray) -> Links:
         hb_lat_s=system.hb_latency_us * 1e-6,
         nic_lat_s=system.nic_latency_us * 1e-6,
         rail_only=network.architecture == "rail-only",
+        comm_sm_fraction=system.comm_sm_fraction,
     )
 
 
@@ -121,11 +123,17 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
     fwd = sum((gemm_time_s(gpu, g) for g in gemms), np.zeros(()))
     bwd = sum((gemm_time_s(gpu, h) for g in gemms for h in g.backward()), np.zeros(()))
     attn_fwd = sum((gemm_time_s(gpu, g) for g in gemms if g.attention), np.zeros(()))
+    # Weight-gradient GEMMs of the two column-parallel linears (QKV, MLP-up): the backward
+    # all-reduce of their input gradient runs while they compute (Korthikanti et al. 2022 §6.2).
+    wgrad = {g.name: gemm_time_s(gpu, g.backward()[1]) for g in gemms}
+    dgrad = {g.name: gemm_time_s(gpu, g.backward()[0]) for g in gemms}
 
     sp = s.sequence_parallel.astype(bool)
     sbh = model.seq * b * model.hidden
     replicated = 22.0 * sbh * np.where(sp, 1.0 / t, 1.0)
+    # activation function (read up/gate, write output) + the context permute copy (4·sbh/t)
     act_fn = (2.0 * (model.mlp_matrices - 1) + 2.0) * model.ffn_ * model.seq * b / t
+    act_fn = act_fn + 4.0 * sbh / t
     scores = 9.0 * model.heads * model.seq**2 * b / t
     ew_fwd = memory_time_s(gpu, replicated + act_fn + scores, ELEMENTWISE_KERNELS_PER_LAYER)
     ew_bwd = 2.0 * ew_fwd
@@ -135,7 +143,15 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
     recompute = np.where(
         s.recompute == FULL, forward, np.where(s.recompute == SELECTIVE, attn_fwd + ew_scores, 0.0)
     )
-    return {"forward": forward, "backward": bwd + ew_bwd, "recompute": recompute}
+    return {
+        "forward": forward,
+        "backward": bwd + ew_bwd,
+        "recompute": recompute,
+        "wgrad_qkv": wgrad["qkv"],
+        "wgrad_mlp_up": wgrad["mlp_up"],
+        "dgrad_qkv": dgrad["qkv"],
+        "dgrad_mlp_up": dgrad["mlp_up"],
+    }
 
 
 def logits_time_s(model: Model, system: System, s: StrategyArrays) -> FloatArray:
@@ -145,6 +161,50 @@ def logits_time_s(model: Model, system: System, s: StrategyArrays) -> FloatArray
     # softmax cross-entropy: write fp32 logits, read them for max/sum/grad, write the grad.
     loss_bytes = 16.0 * model.seq * s.micro_batch * model.vocab / s.tp
     return np.asarray(gemm + memory_time_s(system.gpu, loss_bytes, 4.0))
+
+
+def tp_comm_times(
+    model: Model, lk: Links, s: StrategyArrays, lt: dict[str, FloatArray]
+) -> dict[str, FloatArray]:
+    """Exposed tensor-parallel communication per layer and micro-batch, by pass.
+
+    Megatron: 2 all-reduces (or all-gather + reduce-scatter with sequence parallelism: the same
+    bytes) in the forward pass and 2 more when full recompute reruns it, all exposed; 2 in the
+    backward pass, each hidden behind its linear's weight-gradient GEMM (Korthikanti et al.
+    2022 §6.2), which runs slower meanwhile because the collective's kernels hold
+    `comm_sm_fraction` of the SMs. The group is tp consecutive ranks.
+    """
+    tp = s.tp.astype(float)
+    act = ACT_BYTES * model.seq * s.micro_batch.astype(float) * model.hidden
+    ones = np.ones_like(tp)
+    one_op = np.where(
+        s.sequence_parallel.astype(bool),
+        2.0 * group_all_reduce_s(lk, tp, ones, act, gather_only=True),
+        group_all_reduce_s(lk, tp, ones, act),
+    )
+    one_op = np.where(tp > 1, one_op, 0.0)
+    gather = np.where(
+        s.sequence_parallel.astype(bool) & (tp > 1),
+        group_all_reduce_s(lk, tp, ones, act, gather_only=True),
+        0.0,
+    )
+
+    def overlapped(comm: FloatArray, compute: FloatArray) -> FloatArray:
+        # The collective's kernels occupy a share of the SMs, slowing the GEMM it hides behind.
+        return np.asarray(np.maximum(compute / (1.0 - lk.comm_sm_fraction), comm) - compute)
+
+    backward = overlapped(one_op, lt["wgrad_qkv"]) + overlapped(one_op, lt["wgrad_mlp_up"])
+    # Sequence parallelism keeps only the sharded input of QKV and MLP-up: backward all-gathers
+    # it again for the weight gradient, hidden behind the input-gradient GEMM (Korthikanti §4.2.2).
+    backward = (
+        backward + overlapped(gather, lt["dgrad_qkv"]) + overlapped(gather, lt["dgrad_mlp_up"])
+    )
+    backward = np.where(tp > 1, backward, 0.0)
+    return {
+        "forward": 2.0 * one_op,
+        "recompute": np.where(s.recompute == FULL, 2.0 * one_op, 0.0),
+        "backward": backward,
+    }
 
 
 def iteration(model: Model, system: System, network: Network, s: StrategyArrays) -> Iteration:
@@ -158,19 +218,9 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
 
     lt = layer_times(model, system, s)
 
-    # Tensor parallelism: 2 all-reduces (or all-gather + reduce-scatter with sequence
-    # parallelism: same bytes) in forward, 2 in backward, 2 more when full recompute reruns
-    # the forward. Group: tp consecutive ranks.
+    tpc = tp_comm_times(model, lk, s, lt)
+    tp_layer = tpc["forward"] + tpc["recompute"] + tpc["backward"]
     act = ACT_BYTES * model.seq * b * model.hidden
-    sp = s.sequence_parallel.astype(bool)
-    one_ar = np.where(
-        sp,
-        2.0 * group_all_reduce_s(lk, tp, np.ones_like(tp), act, gather_only=True),
-        group_all_reduce_s(lk, tp, np.ones_like(tp), act),
-    )
-    one_ar = np.where(tp > 1, one_ar, 0.0)
-    tp_ops = 4.0 + np.where(s.recompute == FULL, 2.0, 0.0)
-    tp_layer = tp_ops * one_ar
 
     # Pipeline: activations (forward) and their gradients (backward) cross each boundary,
     # scattered over the tp ranks (Narayanan et al. 2021 §4.1) or already split by SP.

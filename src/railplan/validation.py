@@ -130,6 +130,41 @@ def narayanan_rows() -> list[Row]:
     return out
 
 
+def layer_rows() -> list[dict[str, Any]]:
+    """Korthikanti Table 4: one 22B layer's forward and backward time (a diagnostic that
+    separates per-layer compute from pipeline and data-parallel effects)."""
+    from railplan.iteration import layer_times, links, tp_comm_times
+    from railplan.strategies import from_strategies
+
+    system = load_system("dgx-a100")
+    model = Model(name="gpt-22b", hidden=6144, layers=48, heads=64, seq=2048, vocab=51200)
+    out = []
+    for r in _rows("korthikanti2022_table4.csv"):
+        strat = Strategy(
+            tp=8,
+            micro_batch=4,
+            global_batch=4,
+            recompute=r["recompute"],
+            sequence_parallel=r["sequence_parallel"] == "true",
+            overlap_dp=False,
+        )
+        arrays = from_strategies(strat)
+        lt = layer_times(model, system, arrays)
+        tpc = tp_comm_times(model, links(system, Network(), arrays.gpus.astype(float)), arrays, lt)
+        fwd = float(lt["forward"] + tpc["forward"])
+        bwd = float(lt["backward"] + lt["recompute"] + tpc["recompute"] + tpc["backward"])
+        out.append(
+            {
+                "experiment": r["experiment"],
+                "measured_forward_ms": float(r["forward_ms"]),
+                "predicted_forward_ms": fwd * 1e3,
+                "measured_backward_ms": float(r["backward_ms"]),
+                "predicted_backward_ms": bwd * 1e3,
+            }
+        )
+    return out
+
+
 def validate() -> dict[str, Any]:
     """Every row with its error, and the summary per source and overall."""
     rows = korthikanti_rows() + narayanan_rows()
@@ -143,6 +178,7 @@ def validate() -> dict[str, Any]:
         "korthikanti2022": summary([r for r in rows if r.source == "korthikanti2022"]),
         "narayanan2021": summary([r for r in rows if r.source == "narayanan2021"]),
         "all": summary(rows),
+        "layer_korthikanti2022_table4": layer_rows(),
         "goal": {"mean_abs_pct": GOAL_MEAN_PCT, "max_abs_pct": GOAL_MAX_PCT},
         "calculon_korthikanti": {
             "mean_abs_pct": CALCULON_KORTHIKANTI[0],

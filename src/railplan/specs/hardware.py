@@ -50,6 +50,13 @@ class System(Spec):
     nic_efficiency: float = Field(default=0.92, gt=0, le=1)
     hb_latency_us: NonNegativeFloat = Field(default=2.0, description="per collective step")
     nic_latency_us: NonNegativeFloat = Field(default=5.0, description="per collective step")
+    comm_sm_fraction: float = Field(
+        default=0.15,
+        ge=0,
+        lt=1,
+        description="share of SMs a running collective occupies (NCCL: one thread block per "
+        "channel, ~16 channels of 108 SMs on 8x A100; Calculon uses 0.15)",
+    )
     source: str = ""
 
     @model_validator(mode="after")
