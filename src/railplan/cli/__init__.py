@@ -27,10 +27,10 @@ app.add_typer(reproduce_app, name="reproduce")
 
 
 def _register() -> None:
-    from railplan.cli import core, network
+    from railplan.cli import core, network, search, traffic
 
-    core.register(app, reproduce_app)
-    network.register(app, reproduce_app)
+    for module in (core, network, traffic, search):
+        module.register(app, reproduce_app)
 
 
 _register()
