@@ -1,0 +1,142 @@
+"""Multi-job tiling of a rail-only cluster into rectangles of HB domains × rails.
+
+In a rail-only network a job may only use GPUs that form a rectangle: ``d`` HB domains × ``r``
+rails (the same ``r`` local ranks in each of its ``d`` domains), so that all its NIC traffic stays
+inside its rails and cross-rail traffic is forwarded inside its own part of each HB domain
+(Rail-only, HOTI 2024; SYSTEM.md claim 10). The cluster is a grid of D = N/K domains (rows) by
+K rails (columns).
+
+Placement: jobs largest first; for each job the shapes d × r = size with r ≤ K, d ≤ D are tried
+widest first (most HB-domain bandwidth per job), each at the lowest then leftmost position on a
+skyline over the rails (bottom-left skyline packing). Fragmentation = 1 - (largest free
+rectangle)/(free GPUs): 0 when the free GPUs form one rectangle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from railplan.errors import RailplanError
+from railplan.network.topology import check_cluster, check_int
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Job ``job`` (input index) of ``gpus`` GPUs on domains [d0, d1) × rails [r0, r1)."""
+
+    job: int
+    gpus: int
+    domain_start: int
+    domain_end: int
+    rail_start: int
+    rail_end: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.domain_end - self.domain_start, self.rail_end - self.rail_start
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """Result of tiling: placements, jobs that did not fit, utilization and fragmentation."""
+
+    gpus: int
+    hb_domain: int
+    domains: int
+    placements: tuple[Placement, ...]
+    unplaced: tuple[int, ...]
+    used_gpus: int
+    free_gpus: int
+    largest_free_rectangle_gpus: int
+    fragmentation: float
+
+    @property
+    def utilization(self) -> float:
+        return self.used_gpus / self.gpus
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["placements"] = [asdict(p) | {"shape": list(p.shape)} for p in self.placements]
+        d["unplaced"] = list(self.unplaced)
+        d["utilization"] = self.utilization
+        return d
+
+
+def shapes(size: int, hb_domain: int, domains: int) -> list[tuple[int, int]]:
+    """All (domains, rails) rectangles of ``size`` GPUs that fit, widest (most rails) first."""
+    out = []
+    for r in range(min(size, hb_domain), 0, -1):
+        if size % r == 0 and size // r <= domains:
+            out.append((size // r, r))
+    return out
+
+
+def largest_free_rectangle(free: np.ndarray) -> int:
+    """Area of the largest all-True rectangle of a 2-D boolean grid (histogram method)."""
+    rows, cols = free.shape
+    heights = np.zeros(cols, dtype=np.int64)
+    best = 0
+    for i in range(rows):
+        heights = np.where(free[i], heights + 1, 0)
+        stack: list[int] = []
+        for j in range(cols + 1):
+            h = int(heights[j]) if j < cols else 0
+            while stack and int(heights[stack[-1]]) >= h:
+                top = stack.pop()
+                width = j if not stack else j - stack[-1] - 1
+                best = max(best, int(heights[top]) * width)
+            stack.append(j)
+    return best
+
+
+def tile(gpus: int, hb_domain: int, jobs: list[int]) -> Tiling:
+    """Place ``jobs`` (GPU counts) as domain × rail rectangles on a rail-only cluster."""
+    check_cluster(gpus, hb_domain)
+    if not jobs:
+        raise RailplanError("jobs", "give at least one job size, e.g. 512,1024")
+    for j in jobs:
+        check_int("jobs", j, 1, gpus)
+    domains = gpus // hb_domain
+    if domains * hb_domain > 50_000_000:
+        raise RailplanError("gpus", "tiling supports up to 50,000,000 GPUs")
+    skyline = np.zeros(hb_domain, dtype=np.int64)
+    grid = np.zeros((domains, hb_domain), dtype=bool)
+    placed: list[Placement] = []
+    unplaced: list[int] = []
+    order = sorted(range(len(jobs)), key=lambda i: (-jobs[i], i))
+    for idx in order:
+        size = jobs[idx]
+        best: tuple[int, int, int, int] | None = None
+        for d, r in shapes(size, hb_domain, domains):
+            # lowest, then leftmost, window of r rails
+            windows = np.lib.stride_tricks.sliding_window_view(skyline, r).max(axis=1)
+            x = int(np.argmin(windows))
+            y = int(windows[x])
+            if y + d <= domains:
+                best = (y, x, d, r)
+                break
+        if best is None:
+            unplaced.append(idx)
+            continue
+        y, x, d, r = best
+        skyline[x : x + r] = y + d
+        grid[y : y + d, x : x + r] = True
+        placed.append(Placement(idx, size, y, y + d, x, x + r))
+    used = int(grid.sum())
+    free = gpus - used
+    largest = largest_free_rectangle(~grid) if free else 0
+    frag = 0.0 if free == 0 else 1.0 - largest / free
+    return Tiling(
+        gpus,
+        hb_domain,
+        domains,
+        tuple(sorted(placed, key=lambda p: p.job)),
+        tuple(sorted(unplaced)),
+        used,
+        free,
+        largest,
+        frag,
+    )

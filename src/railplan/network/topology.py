@@ -1,0 +1,426 @@
+"""Switch, link, port and transceiver counts of GPU-cluster networks (pure functions, any size).
+
+Architectures (Wang, Ghobadi et al., "Rail-only", HOTI 2024 / arXiv 2307.12169, §II-B, §IV-A, §V-E):
+
+* ``rail-optimized`` – the paper's baseline ("SOTA"): one minimal-tier full-bisection folded Clos
+  over all N·nics NIC ports. Leaves are filled rail by rail, so a leaf holds GPUs of one rail
+  whenever the rail size is a multiple of radix/2.
+* ``rail-only`` – the proposal: K separate minimal-tier full-bisection Clos networks, one per rail
+  (N/K GPUs each); rails with at most radix NIC ports share a single switch, ``radix // rail``
+  rails per switch ("small rails may share a switch").
+* ``oversubscribed`` – rail-optimized with ``oversubscription``:1 (down:up ports) at one tier.
+* ``multi-plane`` – ``planes`` parallel rail-optimized Clos planes, each GPU has one NIC port in
+  every plane (so ``nics_per_gpu`` is the number of planes).
+* ``ideal`` – every GPU in one HB domain (K = N): no NIC network, zero switches.
+
+Counting rule of one folded Clos (derived from, and checked against, every cell of the paper's
+Table II; see docs/network.md): with radix R and H endpoints (NIC ports),
+
+* tiers t = the smallest t with capacity(t) ≥ H, capacity(1) = R and
+  capacity(t) = R · d_1 · … · d_{t-1}, where d_i = R/2 down ports per switch of a non-top tier
+  (full bisection: 2·(R/2)^t, i.e. R, R²/2, R³/4, …);
+* links entering tier 1 = H; links entering tier i+1 = ceil(links entering i · u_i / d_i)
+  (= H for full bisection, u_i = R - d_i up ports);
+* switches of a non-top tier i = ceil(links entering i / d_i); top tier = ceil(links entering / R);
+* links = Σ links entering each tier (t·H for full bisection, GPU-to-leaf included);
+* transceivers = 2 × links (one at each end of every link, GPU-to-leaf included);
+* switch ports = R × switches (every port of every switch is bought, used or not).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from railplan.errors import RailplanError
+
+Architecture = Literal["rail-optimized", "rail-only", "oversubscribed", "multi-plane", "ideal"]
+ARCHITECTURES: tuple[str, ...] = (
+    "rail-optimized",
+    "rail-only",
+    "oversubscribed",
+    "multi-plane",
+    "ideal",
+)
+NIC_SPEEDS_GBPS: tuple[int, ...] = (100, 200, 400, 800)
+TIER_NAMES: tuple[str, ...] = ("leaf", "spine", "core")
+MAX_GPUS = 10**9
+
+
+def tier_name(index: int) -> str:
+    """Role of tier ``index`` (1-based): leaf, spine, core, then tier4, tier5, …"""
+    return TIER_NAMES[index - 1] if index <= len(TIER_NAMES) else f"tier{index}"
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One switch tier of a folded Clos.
+
+    ``down_ports``/``up_ports`` are the per-switch port budget (up_ports = 0 at the top tier);
+    ``links_in`` is the number of links entering the tier from below (NIC links for the leaves).
+    """
+
+    index: int
+    name: str
+    switches: int
+    down_ports: int
+    up_ports: int
+    links_in: int
+
+
+@dataclass(frozen=True)
+class Clos:
+    """A minimal-tier folded Clos over ``endpoints`` NIC ports with switches of ``radix`` ports."""
+
+    endpoints: int
+    radix: int
+    tiers: tuple[Tier, ...]
+
+    @property
+    def num_tiers(self) -> int:
+        return len(self.tiers)
+
+    @property
+    def switches(self) -> int:
+        return sum(t.switches for t in self.tiers)
+
+    @property
+    def links(self) -> int:
+        return sum(t.links_in for t in self.tiers)
+
+    @property
+    def switch_ports_used(self) -> int:
+        ins = sum(t.links_in for t in self.tiers)
+        ups = sum(t.links_in for t in self.tiers[1:])
+        return ins + ups
+
+
+@dataclass(frozen=True)
+class FabricGroup:
+    """``count`` identical Clos fabrics (e.g. one per rail) and the rails each one carries."""
+
+    count: int
+    clos: Clos
+    rails_per_fabric: int
+
+
+@dataclass(frozen=True)
+class NetworkCounts:
+    """Counts of one architecture for one cluster. Bandwidth in Gbps per direction."""
+
+    arch: str
+    gpus: int
+    hb_domain: int
+    radix: int
+    nic_gbps: int
+    nics_per_gpu: int
+    oversubscription: float
+    oversubscribed_tier: int
+    groups: tuple[FabricGroup, ...] = field(repr=False)
+    tiers: int
+    switches_per_tier: tuple[int, ...]
+    switches: int
+    links: int
+    switch_ports: int
+    switch_ports_used: int
+    transceivers: int
+    nic_ports: int
+    fabrics: int
+
+    @property
+    def domains(self) -> int:
+        return self.gpus // self.hb_domain
+
+    def tier_detail(self) -> list[dict[str, Any]]:
+        """Per-tier totals: name, switches, links entering the tier."""
+        out: list[dict[str, Any]] = []
+        for i in range(self.tiers):
+            sw = sum(
+                g.count * g.clos.tiers[i].switches for g in self.groups if g.clos.num_tiers > i
+            )
+            li = sum(
+                g.count * g.clos.tiers[i].links_in for g in self.groups if g.clos.num_tiers > i
+            )
+            out.append({"tier": i + 1, "name": tier_name(i + 1), "switches": sw, "links_in": li})
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data (the fabric template is summarized, not repeated)."""
+        d = asdict(self)
+        d.pop("groups")
+        d["switches_per_tier"] = list(self.switches_per_tier)
+        d["tier_detail"] = self.tier_detail()
+        d["fabric_groups"] = [
+            {
+                "count": g.count,
+                "rails_per_fabric": g.rails_per_fabric,
+                "endpoints": g.clos.endpoints,
+                "tiers": g.clos.num_tiers,
+                "switches": g.clos.switches,
+            }
+            for g in self.groups
+        ]
+        return d
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+
+
+def check_int(fld: str, value: int, low: int = 1, high: int = MAX_GPUS) -> int:
+    """``value`` as an int in [low, high], else a one-line RailplanError naming ``fld``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise RailplanError(fld, f"must be an integer in [{low}, {high}]; got {value!r}")
+    return value
+
+
+def check_radix(radix: int) -> int:
+    """Switch radix: an even integer ≥ 4 (a folded Clos splits ports half down, half up)."""
+    if isinstance(radix, bool) or not isinstance(radix, int) or radix < 4 or radix % 2:
+        raise RailplanError(
+            "radix", f"must be an even integer ≥ 4 (e.g. 32, 64, 128, 256); got {radix!r}"
+        )
+    return radix
+
+
+def check_cluster(gpus: int, hb_domain: int) -> None:
+    """N ≥ 1, 1 ≤ K ≤ N and K divides N."""
+    check_int("gpus", gpus)
+    check_int("hb_domain", hb_domain, 1, gpus)
+    if gpus % hb_domain:
+        divisors = [k for k in (8, 16, 32, 64, 72, 128, 256) if gpus % k == 0 and k <= gpus]
+        hint = ", ".join(map(str, divisors)) or "1"
+        raise RailplanError(
+            "hb_domain", f"{hb_domain} does not divide gpus={gpus}; use a divisor, e.g. {hint}"
+        )
+
+
+def check_nic(nic_gbps: int) -> int:
+    if nic_gbps not in NIC_SPEEDS_GBPS:
+        allowed = ", ".join(map(str, NIC_SPEEDS_GBPS))
+        raise RailplanError("nic_gbps", f"{nic_gbps!r} is not allowed; choose one of {allowed}")
+    return nic_gbps
+
+
+def allowed_oversubscriptions(radix: int) -> list[int]:
+    """Integer ratios o with an integral down:up split of ``radix`` ports (radix % (o+1) == 0)."""
+    return [o for o in range(1, radix) if radix % (o + 1) == 0]
+
+
+# ---------------------------------------------------------------------------------------------
+# one Clos
+
+
+def _split(radix: int, ratio: float) -> tuple[int, int]:
+    """(down, up) ports per switch for a down:up ``ratio``."""
+    if ratio == 1:
+        return radix // 2, radix // 2
+    up = radix / (ratio + 1)
+    if ratio < 1 or up != int(up) or up < 1:
+        allowed = ", ".join(map(str, allowed_oversubscriptions(radix)))
+        raise RailplanError(
+            "oversubscription",
+            f"{ratio!r} gives no integral down:up split of radix {radix}; allowed: {allowed}",
+        )
+    return radix - int(up), int(up)
+
+
+def folded_clos(
+    endpoints: int, radix: int, oversubscription: float = 1.0, oversubscribed_tier: int = 1
+) -> Clos:
+    """Minimal-tier folded Clos over ``endpoints`` NIC ports (see the module doc for the rule).
+
+    ``oversubscription`` is the down:up port ratio of the switches of tier
+    ``oversubscribed_tier`` (1 = leaves); every other non-top tier is full bisection.
+    """
+    check_int("endpoints", endpoints, 1, 64 * MAX_GPUS)
+    check_radix(radix)
+    over_split = _split(radix, oversubscription)
+
+    def split(i: int) -> tuple[int, int]:
+        return over_split if i == oversubscribed_tier else (radix // 2, radix // 2)
+
+    tiers_needed = 1
+    capacity = radix
+    while capacity < endpoints:
+        capacity *= split(tiers_needed)[0]
+        tiers_needed += 1
+    if oversubscription != 1 and oversubscribed_tier >= tiers_needed:
+        raise RailplanError(
+            "oversubscribed_tier",
+            f"{oversubscribed_tier} has no uplinks in a {tiers_needed}-tier Clos of "
+            f"{endpoints} ports at radix {radix}; allowed 1..{tiers_needed - 1}"
+            if tiers_needed > 1
+            else f"a 1-tier Clos ({endpoints} ports ≤ radix {radix}) has no uplinks",
+        )
+    tiers: list[Tier] = []
+    links_in = endpoints
+    for i in range(1, tiers_needed + 1):
+        if i < tiers_needed:
+            down, up = split(i)
+            sw = math.ceil(links_in / down)
+            tiers.append(Tier(i, tier_name(i), sw, down, up, links_in))
+            links_in = math.ceil(links_in * up / down)
+        else:
+            sw = math.ceil(links_in / radix)
+            tiers.append(Tier(i, tier_name(i), sw, radix, 0, links_in))
+    return Clos(endpoints, radix, tuple(tiers))
+
+
+# ---------------------------------------------------------------------------------------------
+# architectures
+
+
+def _assemble(
+    arch: str,
+    gpus: int,
+    hb_domain: int,
+    radix: int,
+    nic_gbps: int,
+    nics_per_gpu: int,
+    groups: tuple[FabricGroup, ...],
+    oversubscription: float = 1.0,
+    oversubscribed_tier: int = 0,
+) -> NetworkCounts:
+    tiers = max((g.clos.num_tiers for g in groups), default=0)
+    per_tier = tuple(
+        sum(g.count * g.clos.tiers[i].switches for g in groups if g.clos.num_tiers > i)
+        for i in range(tiers)
+    )
+    switches = sum(per_tier)
+    links = sum(g.count * g.clos.links for g in groups)
+    return NetworkCounts(
+        arch=arch,
+        gpus=gpus,
+        hb_domain=hb_domain,
+        radix=radix,
+        nic_gbps=nic_gbps,
+        nics_per_gpu=nics_per_gpu,
+        oversubscription=oversubscription,
+        oversubscribed_tier=oversubscribed_tier,
+        groups=groups,
+        tiers=tiers,
+        switches_per_tier=per_tier,
+        switches=switches,
+        links=links,
+        switch_ports=radix * switches,
+        switch_ports_used=sum(g.count * g.clos.switch_ports_used for g in groups),
+        transceivers=2 * links,
+        nic_ports=sum(g.count * g.clos.endpoints for g in groups),
+        fabrics=sum(g.count for g in groups),
+    )
+
+
+def _common(gpus: int, hb_domain: int, radix: int, nic_gbps: int, nics_per_gpu: int) -> None:
+    check_cluster(gpus, hb_domain)
+    check_radix(radix)
+    check_nic(nic_gbps)
+    check_int("nics_per_gpu", nics_per_gpu, 1, 64)
+
+
+def rail_optimized(
+    gpus: int, hb_domain: int, radix: int, nic_gbps: int = 400, nics_per_gpu: int = 1
+) -> NetworkCounts:
+    """Baseline: one minimal-tier full-bisection Clos over all N·nics NIC ports (paper §V-E)."""
+    _common(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
+    clos = folded_clos(gpus * nics_per_gpu, radix)
+    group = FabricGroup(1, clos, hb_domain)
+    return _assemble("rail-optimized", gpus, hb_domain, radix, nic_gbps, nics_per_gpu, (group,))
+
+
+def oversubscribed(
+    gpus: int,
+    hb_domain: int,
+    radix: int,
+    oversubscription: float = 3.0,
+    oversubscribed_tier: int = 1,
+    nic_gbps: int = 400,
+    nics_per_gpu: int = 1,
+) -> NetworkCounts:
+    """Rail-optimized Clos with ``oversubscription``:1 down:up ports at ``oversubscribed_tier``."""
+    _common(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
+    check_int("oversubscribed_tier", oversubscribed_tier, 1, 16)
+    clos = folded_clos(gpus * nics_per_gpu, radix, oversubscription, oversubscribed_tier)
+    return _assemble(
+        "oversubscribed",
+        gpus,
+        hb_domain,
+        radix,
+        nic_gbps,
+        nics_per_gpu,
+        (FabricGroup(1, clos, hb_domain),),
+        oversubscription,
+        oversubscribed_tier,
+    )
+
+
+def rail_only(
+    gpus: int, hb_domain: int, radix: int, nic_gbps: int = 400, nics_per_gpu: int = 1
+) -> NetworkCounts:
+    """K separate minimal-tier full-bisection Clos networks, one per rail (paper §IV-A, §V-E).
+
+    A rail has N/K·nics NIC ports. If that is at most the radix, ``radix // rail`` rails share
+    one switch (the last switch may carry fewer). A rail of a single NIC port (N = K, one NIC)
+    needs no network at all.
+    """
+    _common(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
+    rail_ports = (gpus // hb_domain) * nics_per_gpu
+    groups: tuple[FabricGroup, ...]
+    if rail_ports == 1:
+        groups = ()
+    elif rail_ports <= radix:
+        per_switch = radix // rail_ports
+        full, rest = divmod(hb_domain, per_switch)
+        groups = (FabricGroup(full, folded_clos(per_switch * rail_ports, radix), per_switch),)
+        if rest:
+            groups += (FabricGroup(1, folded_clos(rest * rail_ports, radix), rest),)
+        groups = tuple(g for g in groups if g.count)
+    else:
+        groups = (FabricGroup(hb_domain, folded_clos(rail_ports, radix), 1),)
+    return _assemble("rail-only", gpus, hb_domain, radix, nic_gbps, nics_per_gpu, groups)
+
+
+def multi_plane(
+    gpus: int, hb_domain: int, radix: int, planes: int = 2, nic_gbps: int = 400
+) -> NetworkCounts:
+    """``planes`` parallel rail-optimized full-bisection Clos planes, one NIC port per GPU each."""
+    _common(gpus, hb_domain, radix, nic_gbps, 1)
+    check_int("planes", planes, 1, 64)
+    group = FabricGroup(planes, folded_clos(gpus, radix), hb_domain)
+    return _assemble("multi-plane", gpus, hb_domain, radix, nic_gbps, planes, (group,))
+
+
+def ideal(gpus: int, radix: int = 64, nic_gbps: int = 400, nics_per_gpu: int = 1) -> NetworkCounts:
+    """One HB domain of all N GPUs: no NIC network, zero switches, links and transceivers."""
+    _common(gpus, gpus, radix, nic_gbps, nics_per_gpu)
+    return _assemble("ideal", gpus, gpus, radix, nic_gbps, nics_per_gpu, ())
+
+
+def build_counts(
+    arch: str,
+    gpus: int,
+    hb_domain: int,
+    radix: int,
+    nic_gbps: int = 400,
+    nics_per_gpu: int = 1,
+    oversubscription: float = 3.0,
+    oversubscribed_tier: int = 1,
+    planes: int = 2,
+) -> NetworkCounts:
+    """Dispatch on the architecture name (one of ``ARCHITECTURES``)."""
+    if arch == "rail-optimized":
+        return rail_optimized(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
+    if arch == "rail-only":
+        return rail_only(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
+    if arch == "oversubscribed":
+        return oversubscribed(
+            gpus, hb_domain, radix, oversubscription, oversubscribed_tier, nic_gbps, nics_per_gpu
+        )
+    if arch == "multi-plane":
+        return multi_plane(gpus, hb_domain, radix, planes, nic_gbps)
+    if arch == "ideal":
+        return ideal(gpus, radix, nic_gbps, nics_per_gpu)
+    raise RailplanError(
+        "arch", f"{arch!r} is not allowed; choose one of {', '.join(ARCHITECTURES)}"
+    )
