@@ -26,11 +26,11 @@ from railplan import collectives as coll
 from railplan.compute import gemm_time_s, memory_time_s
 from railplan.specs import Model, Network, System
 from railplan.strategies import FULL, SELECTIVE, BoolArray, FloatArray, StrategyArrays
+from railplan.workload import comm
 from railplan.workload.flops import hardware_flops, model_flops
 from railplan.workload.gemms import layer_gemms, logit_gemm
 from railplan.workload.memory import GIB, Memory, memory, stage_params
 
-ACT_BYTES = 2.0  # bf16 activations
 # Adam step per parameter on this GPU: read fp32 grad twice (norm, update), read and write the
 # fp32 master weight, m and v, write the bf16 weight: 4+4+12+12+2 bytes.
 OPTIMIZER_STEP_BYTES = 34.0
@@ -175,35 +175,32 @@ def tp_comm_times(
     `comm_sm_fraction` of the SMs. The group is tp consecutive ranks.
     """
     tp = s.tp.astype(float)
-    act = ACT_BYTES * model.seq * s.micro_batch.astype(float) * model.hidden
+    act = comm.tp_message_bytes(model, s)
+    ops = comm.tp_ops_per_layer(s)
     ones = np.ones_like(tp)
+    gather = group_all_reduce_s(lk, tp, ones, act, gather_only=True)
     one_op = np.where(
-        s.sequence_parallel.astype(bool),
-        2.0 * group_all_reduce_s(lk, tp, ones, act, gather_only=True),
-        group_all_reduce_s(lk, tp, ones, act),
-    )
-    one_op = np.where(tp > 1, one_op, 0.0)
-    gather = np.where(
-        s.sequence_parallel.astype(bool) & (tp > 1),
-        group_all_reduce_s(lk, tp, ones, act, gather_only=True),
-        0.0,
+        s.sequence_parallel.astype(bool), 2.0 * gather, group_all_reduce_s(lk, tp, ones, act)
     )
 
-    def overlapped(comm: FloatArray, compute: FloatArray) -> FloatArray:
-        # The collective's kernels occupy a share of the SMs, slowing the GEMM it hides behind.
-        return np.asarray(np.maximum(compute / (1.0 - lk.comm_sm_fraction), comm) - compute)
+    def overlapped(comm_s: FloatArray, compute_s: FloatArray) -> FloatArray:
+        # Extra time of a GEMM with a collective hidden behind it: while the collective runs,
+        # its kernels hold a share u of the SMs and the GEMM runs at (1 − u) speed.
+        u = lk.comm_sm_fraction
+        return np.asarray(np.where(comm_s * (1.0 - u) >= compute_s, comm_s - compute_s, comm_s * u))
 
-    backward = overlapped(one_op, lt["wgrad_qkv"]) + overlapped(one_op, lt["wgrad_mlp_up"])
-    # Sequence parallelism keeps only the sharded input of QKV and MLP-up: backward all-gathers
-    # it again for the weight gradient, hidden behind the input-gradient GEMM (Korthikanti §4.2.2).
-    backward = (
-        backward + overlapped(gather, lt["dgrad_qkv"]) + overlapped(gather, lt["dgrad_mlp_up"])
+    # The backward all-reduces hide behind the QKV and MLP-up weight-gradient GEMMs;
+    # sequence parallelism keeps only the sharded input of QKV and MLP-up, so the backward pass
+    # all-gathers it again, hidden behind the input-gradient GEMM (Korthikanti §4.2.2).
+    backward = ops["backward"] / 2.0 * (
+        overlapped(one_op, lt["wgrad_qkv"]) + overlapped(one_op, lt["wgrad_mlp_up"])
+    ) + ops["sp_regather"] / 2.0 * (
+        overlapped(gather, lt["dgrad_qkv"]) + overlapped(gather, lt["dgrad_mlp_up"])
     )
-    backward = np.where(tp > 1, backward, 0.0)
     return {
-        "forward": 2.0 * one_op,
-        "recompute": np.where(s.recompute == FULL, 2.0 * one_op, 0.0),
-        "backward": backward,
+        "forward": ops["forward"] * one_op,
+        "recompute": ops["recompute"] * one_op,
+        "backward": np.asarray(backward),
     }
 
 
@@ -213,18 +210,16 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     lk = links(system, network, gpus)
     tp, pp, dp = s.tp.astype(float), s.pp.astype(float), s.dp.astype(float)
     v, m = s.interleave.astype(float), s.micro_batches.astype(float)
-    b = s.micro_batch.astype(float)
     layers_per_stage = model.layers / pp
 
     lt = layer_times(model, system, s)
 
     tpc = tp_comm_times(model, lk, s, lt)
     tp_layer = tpc["forward"] + tpc["recompute"] + tpc["backward"]
-    act = ACT_BYTES * model.seq * b * model.hidden
 
     # Pipeline: activations (forward) and their gradients (backward) cross each boundary,
     # scattered over the tp ranks (Narayanan et al. 2021 §4.1) or already split by SP.
-    p2p = np.where(pp > 1, p2p_s(lk, act / tp, tp * dp), 0.0)
+    p2p = np.where(pp > 1, p2p_s(lk, comm.pp_message_bytes(model, s), tp * dp), 0.0)
 
     t_layer = lt["forward"] + lt["backward"] + lt["recompute"] + tp_layer
     t_stage = layers_per_stage * t_layer + 2.0 * v * p2p
@@ -235,17 +230,17 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     # Data parallelism: gradients of this stage over dp ranks tp apart; with a distributed
     # optimizer (ZeRO >= 1) reduce-scatter gradients, all-gather updated bf16 weights.
     params = stage_params(model, s)
-    grad_bytes = params * s.grad_reduce_bytes
+    grad_bytes = comm.dp_gradient_bytes(model, s)
     zero = s.zero
     dp_ar = group_all_reduce_s(lk, dp, tp, grad_bytes)
     dp_rs_ag = group_all_reduce_s(lk, dp, tp, grad_bytes, gather_only=True) + group_all_reduce_s(
-        lk, dp, tp, params * 2.0, gather_only=True
+        lk, dp, tp, comm.dp_weight_gather_bytes(model, s), gather_only=True
     )
     dp_time = np.where(dp > 1, np.where(zero >= 1, dp_rs_ag, dp_ar), 0.0)
     # Tied embeddings: first and last stage all-reduce the embedding gradient.
-    embed_bytes = model.vocab * model.hidden / tp * s.grad_reduce_bytes
+    embed_bytes = comm.embedding_gradient_bytes(model, s)
     embed_ar = np.where(
-        (pp > 1) & model.tied_embeddings,
+        embed_bytes > 0,
         coll.ring_all_reduce_s(
             2.0,
             embed_bytes,
