@@ -186,6 +186,20 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
                 f"{r['error_pct']:+.1f} %",
             )
         console.print(table)
+        layer = Table(
+            title="Diagnostic: one GPT-22B layer, tp 8, micro-batch 4 (Korthikanti Table 4)"
+        )
+        for col in ("experiment", "fwd measured", "fwd predicted", "bwd measured", "bwd predicted"):
+            layer.add_column(col, justify="left" if col == "experiment" else "right")
+        for r in v["layer_korthikanti2022_table4"]:
+            layer.add_row(
+                r["experiment"],
+                f"{r['measured_forward_ms']:.1f} ms",
+                f"{r['predicted_forward_ms']:.2f} ms",
+                f"{r['measured_backward_ms']:.1f} ms",
+                f"{r['predicted_backward_ms']:.2f} ms",
+            )
+        console.print(layer)
         g = v["goal"]
         for key, title in (
             ("korthikanti2022", "Korthikanti 2022 iteration time"),
