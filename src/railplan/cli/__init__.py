@@ -27,9 +27,9 @@ app.add_typer(reproduce_app, name="reproduce")
 
 
 def _register() -> None:
-    from railplan.cli import core, network, search, traffic
+    from railplan.cli import core, flowsim, moe, network, search, traffic
 
-    for module in (core, network, traffic, search):
+    for module in (core, network, traffic, search, moe, flowsim):
         module.register(app, reproduce_app)
 
 
