@@ -1,0 +1,1 @@
+"""Reproductions of the Rail-only paper's figures: our numbers beside the paper's."""

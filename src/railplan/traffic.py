@@ -1,0 +1,249 @@
+"""Bytes every GPU pair exchanges in one training iteration, by kind (tp, pp, dp, ep).
+
+Sizes and counts come only from `railplan.workload.comm` (the source the iteration-time model
+uses); who sends to whom comes from `railplan.placement` (ring, or hierarchical when a group
+spans HB and NIC domains: SYSTEM.md formula 2, the algorithm `collectives.all_reduce_s` times).
+Per iteration and TP group: layers/pp · m micro-batches · (forward + recompute + backward)
+all-reduces of b·s·h activations, plus the sequence-parallel backward re-gathers; per pipeline
+boundary: b·s·h/t each way per micro-batch; per DP group: one gradient all-reduce (ZeRO ≥ 1:
+reduce-scatter of gradients + all-gather of bf16 weights); tied embeddings: first and last stage
+all-reduce the embedding gradient (counted as `dp`: it is a gradient reduction).
+
+Storage is sparse: COO arrays (src, dst, kind, bytes), coalesced per (src, dst, kind); per-kind
+scipy.sparse matrices on demand. Statistics use unordered pairs {i, j}, i < j, of distinct GPUs;
+a pair's volume is the sum of both directions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+
+from railplan.errors import RailplanError
+from railplan.placement import Edges, Placement, collective_edges, cross_rail, pipeline_edges
+from railplan.specs import Model, Strategy
+from railplan.strategies import StrategyArrays, check, from_strategies
+from railplan.workload import comm
+
+KINDS: tuple[str, ...] = ("tp", "pp", "dp", "ep")
+KIND_CODE: dict[str, int] = {k: i for i, k in enumerate(KINDS)}
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """One iteration's traffic as coalesced COO arrays over `gpus` GPUs in HB domains of
+    `hb_domain`; `kind` holds codes into KINDS."""
+
+    gpus: int
+    hb_domain: int
+    src: IntArray
+    dst: IntArray
+    kind: npt.NDArray[np.int8]
+    bytes: FloatArray
+
+    def __len__(self) -> int:
+        return int(self.src.size)
+
+    def matrix(self, kind: str | None = None) -> sp.csr_matrix:
+        """N×N sparse matrix of bytes src→dst (rows send), for one kind or all kinds."""
+        if kind is not None and kind not in KIND_CODE:
+            raise RailplanError(
+                "kind", f"{kind!r} is not allowed; choose one of {', '.join(KINDS)}"
+            )
+        sel = slice(None) if kind is None else self.kind == KIND_CODE[kind]
+        n = self.gpus
+        return sp.csr_matrix((self.bytes[sel], (self.src[sel], self.dst[sel])), shape=(n, n))
+
+    def dense(self, first_gpus: int, kind: str | None = None) -> FloatArray:
+        """Dense bytes matrix of GPUs 0…first_gpus−1 (for heatmaps)."""
+        n = min(int(first_gpus), self.gpus)
+        sel = (self.src < n) & (self.dst < n)
+        if kind is not None:
+            sel &= self.kind == KIND_CODE[kind]
+        out = np.zeros((n, n), dtype=np.float64)
+        np.add.at(out, (self.src[sel], self.dst[sel]), self.bytes[sel])
+        return out
+
+    def kind_names(self) -> npt.NDArray[np.str_]:
+        return np.asarray(KINDS)[self.kind]
+
+
+def _coalesce(
+    n: int, src: IntArray, dst: IntArray, kind: IntArray, size: FloatArray
+) -> tuple[IntArray, IntArray, npt.NDArray[np.int8], FloatArray]:
+    keep = size > 0
+    src, dst, kind, size = src[keep], dst[keep], kind[keep], size[keep]
+    key = (kind * n + src) * n + dst
+    uniq, inv = np.unique(key, return_inverse=True)
+    total = np.bincount(inv.ravel(), weights=size, minlength=uniq.size)
+    k, rest = np.divmod(uniq, n * n)
+    s, d = np.divmod(rest, n)
+    return np.asarray(s), np.asarray(d), k.astype(np.int8), np.asarray(total, dtype=np.float64)
+
+
+def _scale(e: Edges, factor: float) -> tuple[IntArray, IntArray, FloatArray]:
+    return e.src, e.dst, np.asarray(e.share * factor, dtype=np.float64)
+
+
+def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
+    """Multipliers that turn placement edges into bytes, all from `railplan.workload.comm`:
+    `tp`: bytes per unit all-gather share per TP group per iteration; `pp`: bytes per message
+    per micro-batch count; `dp_grad`, `dp_weights`, `embedding`: collective buffers and passes."""
+    layers_per_stage = model.layers / float(s.pp)
+    m = float(s.micro_batches)
+    ops = comm.tp_ops_per_layer(s)
+    all_reduces = float(ops["forward"] + ops["recompute"] + ops["backward"])
+    gathers = float(ops["sp_regather"])
+    tp_d = float(comm.tp_message_bytes(model, s))
+    zero = int(s.zero) >= 1
+    grad = float(comm.dp_gradient_bytes(model, s))
+    return {
+        # each all-reduce (or SP reduce-scatter + all-gather) is two gather passes
+        "tp": layers_per_stage * m * tp_d * (2.0 * all_reduces + gathers),
+        "pp": m * float(comm.pp_message_bytes(model, s)),
+        # ZeRO ≥ 1: reduce-scatter of gradients + all-gather of weights; else all-reduce
+        "dp": grad + float(comm.dp_weight_gather_bytes(model, s)) if zero else 2.0 * grad,
+        "embedding": 2.0 * float(comm.embedding_gradient_bytes(model, s)),
+    }
+
+
+def ep_edges(model: Model, s: StrategyArrays, p: Placement) -> tuple[Edges, float]:
+    """Expert-parallel all-to-all (hook for MoE work): no edges for dense models. MoE
+    all-to-all traffic is not modelled yet, so MoE models also return no edges here."""
+    return Edges.empty(), 0.0
+
+
+def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
+    """Bytes each GPU pair exchanges in one iteration of `strategy` placed by `p`."""
+    s = from_strategies(strategy)
+    check(model, s, p.gpus)
+    if (int(s.tp), int(s.pp), int(s.dp)) != (p.tp, p.pp, p.dp):
+        raise RailplanError(
+            "placement", f"is for tp={p.tp}, pp={p.pp}, dp={p.dp}, not the strategy's sizes"
+        )
+    vol = kind_volumes(model, s)
+    k = p.hb_domain
+    pieces: list[tuple[str, tuple[IntArray, IntArray, FloatArray]]] = [
+        ("tp", _scale(collective_edges(p.groups("tp"), k), vol["tp"])),
+        ("pp", _scale(pipeline_edges(p.groups("pp"), int(s.interleave)), vol["pp"])),
+        ("dp", _scale(collective_edges(p.groups("dp"), k), vol["dp"])),
+    ]
+    if vol["embedding"] > 0:
+        pieces.append(("dp", _scale(collective_edges(p.groups("embedding"), k), vol["embedding"])))
+    ep, ep_bytes = ep_edges(model, s, p)
+    pieces.append(("ep", _scale(ep, ep_bytes)))
+    src = np.concatenate([x[0] for _, x in pieces])
+    dst = np.concatenate([x[1] for _, x in pieces])
+    size = np.concatenate([x[2] for _, x in pieces])
+    kind = np.concatenate(
+        [np.full(x[0].size, KIND_CODE[name], dtype=np.int64) for name, x in pieces]
+    )
+    s_, d_, k_, b_ = _coalesce(p.gpus, src, dst, kind, size)
+    return Traffic(p.gpus, k, s_, d_, k_, b_)
+
+
+@dataclass(frozen=True)
+class TrafficStats:
+    """Summary of one iteration's traffic (unordered pairs i < j of distinct GPUs)."""
+
+    gpus: int
+    hb_domain: int
+    bytes_by_kind: dict[str, float]
+    share_by_kind: dict[str, float]
+    total_bytes: float
+    hb_bytes: float
+    nic_bytes: float
+    hb_bytes_by_kind: dict[str, float]
+    nic_bytes_by_kind: dict[str, float]
+    nic_cross_rail_bytes: float
+    pairs_total: int
+    pairs_with_traffic: int
+    pairs_with_traffic_fraction: float
+    pairs_by_kind_fraction: dict[str, float]
+    pairs_with_tp_fraction: float
+    max_pair_bytes_hb: float
+    max_pair_bytes_nic: float
+    mean_pair_bytes_hb: float
+    mean_pair_bytes_nic: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _pair_keys(n: int, src: IntArray, dst: IntArray) -> IntArray:
+    lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+    return np.asarray(lo * n + hi)
+
+
+def stats(t: Traffic) -> TrafficStats:
+    """Bytes by kind and share, HB vs NIC bytes, cross-rail NIC bytes, pair fractions and the
+    largest / mean pair volume inside HB domains and across the NIC domain.
+
+    `mean_pair_bytes_hb`: HB bytes over all unordered pairs of GPUs that share an HB domain
+    (independent of the collective algorithm: ring or all-pairs move the same bytes);
+    `mean_pair_bytes_nic`: NIC bytes over the unordered cross-domain pairs that carry traffic."""
+    n, k = t.gpus, t.hb_domain
+    by_kind = {name: float(t.bytes[t.kind == code].sum()) for name, code in KIND_CODE.items()}
+    total = float(t.bytes.sum())
+    same_domain = (t.src // k) == (t.dst // k)
+    hb = float(t.bytes[same_domain].sum())
+    cross = cross_rail(t.src, t.dst, k)
+    pairs_total = n * (n - 1) // 2
+
+    key = _pair_keys(n, t.src, t.dst)
+    uniq, inv = np.unique(key, return_inverse=True)
+    pair_bytes = np.bincount(inv.ravel(), weights=t.bytes, minlength=uniq.size)
+    lo, hi = np.divmod(uniq, n)
+    pair_hb = (lo // k) == (hi // k)
+    kind_pairs = {
+        name: int(np.unique(key[t.kind == code]).size) for name, code in KIND_CODE.items()
+    }
+    # pairs sharing an HB domain: full domains plus a partial last one
+    full, rest = divmod(n, k)
+    hb_pairs = full * k * (k - 1) // 2 + rest * (rest - 1) // 2
+    nic_pairs = int(np.count_nonzero(~pair_hb))
+
+    def frac(x: int) -> float:
+        return x / pairs_total if pairs_total else 0.0
+
+    def top(mask: npt.NDArray[np.bool_]) -> float:
+        return float(pair_bytes[mask].max()) if np.any(mask) else 0.0
+
+    return TrafficStats(
+        gpus=n,
+        hb_domain=k,
+        bytes_by_kind=by_kind,
+        share_by_kind={name: (v / total if total else 0.0) for name, v in by_kind.items()},
+        total_bytes=total,
+        hb_bytes=hb,
+        nic_bytes=total - hb,
+        hb_bytes_by_kind={
+            name: float(t.bytes[same_domain & (t.kind == c)].sum()) for name, c in KIND_CODE.items()
+        },
+        nic_bytes_by_kind={
+            name: float(t.bytes[~same_domain & (t.kind == c)].sum())
+            for name, c in KIND_CODE.items()
+        },
+        nic_cross_rail_bytes=float(t.bytes[cross].sum()),
+        pairs_total=pairs_total,
+        pairs_with_traffic=int(uniq.size),
+        pairs_with_traffic_fraction=frac(int(uniq.size)),
+        pairs_by_kind_fraction={name: frac(c) for name, c in kind_pairs.items()},
+        pairs_with_tp_fraction=frac(kind_pairs["tp"]),
+        max_pair_bytes_hb=top(pair_hb),
+        max_pair_bytes_nic=top(~pair_hb),
+        mean_pair_bytes_hb=hb / hb_pairs if hb_pairs else 0.0,
+        mean_pair_bytes_nic=(total - hb) / nic_pairs if nic_pairs else 0.0,
+    )
+
+
+def to_columns(t: Traffic) -> dict[str, Any]:
+    """Columns src, dst, kind (name), bytes for export."""
+    return {"src": t.src, "dst": t.dst, "kind": t.kind_names(), "bytes": t.bytes}

@@ -1,0 +1,171 @@
+"""Traffic matrices: byte conservation against railplan.workload.comm, statistics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from railplan.errors import RailplanError
+from railplan.placement import place, rail_aligned
+from railplan.specs import Model, Strategy, load_model
+from railplan.strategies import FULL, from_strategies, valid_mask
+from railplan.traffic import KINDS, stats, to_columns, traffic
+from railplan.workload import comm
+
+TINY = Model(name="tiny", hidden=256, layers=12, heads=8, seq=128, vocab=1000)
+UNTIED = Model(
+    name="tiny-untied", hidden=256, layers=12, heads=8, seq=128, vocab=1000, tied_embeddings=False
+)
+
+
+def analytical(model: Model, strategy: Strategy) -> dict[str, float]:
+    """Totals per kind: sizes and counts from comm × group sizes × number of groups.
+    A ring or hierarchical all-reduce of D over n ranks moves 2(n−1)·D bytes in all, an
+    all-gather or reduce-scatter (n−1)·D."""
+    s = from_strategies(strategy)
+    tp, pp, dp = strategy.tp, strategy.pp, strategy.dp
+    m = float(s.micro_batches)
+    ops = comm.tp_ops_per_layer(s)
+    ar = float(ops["forward"] + ops["recompute"] + ops["backward"])
+    ag = float(ops["sp_regather"])
+    d_tp = float(comm.tp_message_bytes(model, s))
+    tp_total = pp * dp * (model.layers / pp) * m * d_tp * (2 * ar + ag) * (tp - 1)
+    pp_total = (
+        tp
+        * dp
+        * m
+        * float(comm.pp_message_bytes(model, s))
+        * 2
+        * float(comm.pp_boundaries_per_micro_batch(s))
+    )
+    grad = float(comm.dp_gradient_bytes(model, s))
+    if strategy.zero >= 1:
+        dp_one = (dp - 1) * (grad + float(comm.dp_weight_gather_bytes(model, s)))
+    else:
+        dp_one = 2 * (dp - 1) * grad
+    embed = tp * dp * 2 * (2 - 1) * float(comm.embedding_gradient_bytes(model, s))
+    return {"tp": tp_total, "pp": pp_total, "dp": tp * pp * dp_one + embed, "ep": 0.0}
+
+
+strategy_st: st.SearchStrategy[dict[str, Any]] = st.builds(
+    dict,
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.sampled_from([1, 2, 3, 4]),
+    dp=st.integers(1, 6),
+    interleave=st.sampled_from([1, 2]),
+    micro_batch=st.sampled_from([1, 2]),
+    batch_per_replica=st.sampled_from([4, 8, 12]),
+    recompute=st.sampled_from(["none", "selective", "full"]),
+    sequence_parallel=st.booleans(),
+    zero=st.sampled_from([0, 1]),
+    grad_reduce_bytes=st.sampled_from([2, 4]),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    cfg=strategy_st,
+    k=st.sampled_from([1, 2, 4, 8, 16]),
+    order=st.permutations(["tp", "dp", "pp"]),
+    tied=st.booleans(),
+)
+def test_conservation(cfg: dict[str, Any], k: int, order: list[str], tied: bool) -> None:
+    model = TINY if tied else UNTIED
+    per_replica = int(cfg.pop("batch_per_replica"))
+    strategy = Strategy.model_validate(cfg | {"global_batch": per_replica * int(cfg["dp"])})
+    assume(bool(valid_mask(model, from_strategies(strategy))))
+    p = place(strategy.tp, strategy.pp, strategy.dp, k, tuple(order))
+    t = traffic(model, strategy, p)
+    st_ = stats(t)
+    want = analytical(model, strategy)
+    for kind in KINDS:
+        assert st_.bytes_by_kind[kind] == pytest.approx(want[kind], rel=1e-9, abs=1e-6)
+    assert st_.hb_bytes + st_.nic_bytes == pytest.approx(st_.total_bytes)
+    assert np.all(t.src != t.dst)
+    # the per-kind sparse matrices hold the same bytes
+    assert t.matrix().sum() == pytest.approx(st_.total_bytes)
+    assert t.matrix("tp").sum() == pytest.approx(want["tp"], abs=1e-6)
+    # TP stays inside HB domains when tp divides K and TP is the fastest dimension
+    if order[0] == "tp" and k % strategy.tp == 0:
+        assert st_.nic_bytes_by_kind["tp"] == 0.0
+    # Megatron-style alignment: no cross-rail bytes
+    if (
+        order == ["tp", "dp", "pp"]
+        and k % strategy.tp == 0
+        and (strategy.tp * strategy.dp) % k == 0
+    ):
+        assert st_.nic_cross_rail_bytes == 0.0
+
+
+def test_recompute_adds_two_all_reduces() -> None:
+    base = {"tp": 4, "pp": 2, "dp": 2, "global_batch": 8}
+    p = place(4, 2, 2, 8)
+    none = stats(traffic(TINY, Strategy(**base), p)).bytes_by_kind["tp"]
+    full = stats(traffic(TINY, Strategy(**base, recompute="full"), p)).bytes_by_kind["tp"]
+    assert full == pytest.approx(none * 6 / 4)
+    assert FULL == 2
+
+
+def test_rail_aligned_has_no_cross_rail_bytes() -> None:
+    s = Strategy(tp=2, pp=4, dp=2, global_batch=8)
+    megatron = stats(traffic(TINY, s, place(2, 4, 2, 8)))
+    aligned = stats(traffic(TINY, s, rail_aligned(2, 4, 2, 8)))
+    assert megatron.nic_cross_rail_bytes > 0
+    assert aligned.nic_cross_rail_bytes == 0.0
+    assert aligned.total_bytes == pytest.approx(megatron.total_bytes)
+
+
+def test_stats_small_case_by_hand() -> None:
+    # tp=2 (ring of 2), dp=2 across two domains of K=2; no PP: 4 GPUs, 6 unordered pairs.
+    s = Strategy(tp=2, pp=1, dp=2, global_batch=2)
+    t = traffic(TINY, s, place(2, 1, 2, 2))
+    r = stats(t)
+    assert r.pairs_total == 6
+    # TP pairs {0,1}, {2,3}; DP pairs {0,2}, {1,3}
+    assert r.pairs_with_traffic == 4
+    assert r.pairs_with_tp_fraction == pytest.approx(2 / 6)
+    assert r.bytes_by_kind["pp"] == 0.0 and r.bytes_by_kind["ep"] == 0.0
+    assert r.hb_bytes == pytest.approx(r.bytes_by_kind["tp"])
+    assert r.nic_bytes == pytest.approx(r.bytes_by_kind["dp"])
+    assert r.nic_cross_rail_bytes == 0.0
+    # each TP pair: both directions, half the TP bytes of its group
+    assert r.max_pair_bytes_hb == pytest.approx(r.bytes_by_kind["tp"] / 2)
+    assert r.max_pair_bytes_nic == pytest.approx(r.bytes_by_kind["dp"] / 2)
+    assert r.mean_pair_bytes_hb == pytest.approx(r.hb_bytes / 2)
+    assert sum(r.share_by_kind.values()) == pytest.approx(1.0)
+
+
+def test_dense_and_columns() -> None:
+    s = Strategy(tp=2, pp=2, dp=2, global_batch=4)
+    t = traffic(TINY, s, place(2, 2, 2, 4))
+    d = t.dense(4)
+    assert d.shape == (4, 4) and d[0, 1] > 0 and d[0, 2] > 0 and d[0, 3] == 0
+    cols = to_columns(t)
+    assert set(cols) == {"src", "dst", "kind", "bytes"}
+    assert set(cols["kind"]) <= set(KINDS)
+    with pytest.raises(RailplanError, match=r"^kind: "):
+        t.matrix("zz")
+
+
+def test_errors() -> None:
+    s = Strategy(tp=2, pp=1, dp=2, global_batch=4)
+    with pytest.raises(RailplanError, match=r"^gpus: "):
+        traffic(TINY, s, place(2, 1, 4, 8))
+    with pytest.raises(RailplanError, match=r"^tp: "):
+        traffic(TINY, Strategy(tp=3, dp=1, global_batch=4), place(3, 1, 1, 8))
+    with pytest.raises(RailplanError, match=r"^placement: "):
+        traffic(TINY, s, place(1, 1, 4, 8))
+
+
+def test_gpt_1t_megatron_fig3_shape() -> None:
+    m = load_model("gpt-1t")
+    s = Strategy(tp=8, pp=64, dp=6, global_batch=3072, recompute="full", grad_reduce_bytes=2)
+    r = stats(traffic(m, s, place(8, 64, 6, 8)))
+    assert r.nic_cross_rail_bytes == 0.0
+    assert r.nic_bytes_by_kind["tp"] == 0.0
+    assert r.hb_bytes_by_kind["pp"] == 0.0 and r.hb_bytes_by_kind["dp"] == 0.0
+    assert r.share_by_kind["tp"] > 0.75
