@@ -1,10 +1,255 @@
-"""CLI commands of the search part."""
+"""CLI commands of the search part: search, sweep, reproduce fig7-fig10 and nic-count."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from railplan.errors import RailplanError
+from railplan.specs import ARCHITECTURES
+
+
+def _strategy_text(s: dict[str, Any]) -> str:
+    extra = []
+    if s["interleave"] > 1:
+        extra.append(f"v={s['interleave']}")
+    if s["sequence_parallel"]:
+        extra.append("SP")
+    if s["zero"]:
+        extra.append(f"ZeRO-{s['zero']}")
+    return f"tp={s['tp']} pp={s['pp']} dp={s['dp']} mb={s['micro_batch']} rc={s['recompute']}" + (
+        "" if not extra else " " + " ".join(extra)
+    )
+
+
+def _candidates_table(title: str, rows: list[dict[str, Any]]) -> Table:
+    table = Table(title=title)
+    for col in ("#", "strategy", "iteration", "MFU", "HFU", "memory/GPU"):
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for i, c in enumerate(rows, 1):
+        table.add_row(
+            str(i),
+            _strategy_text(c["strategy"]),
+            f"{c['iteration_s']:.3f} s",
+            f"{c['mfu']:.1%}",
+            f"{c['hfu']:.1%}",
+            f"{c['memory_gib_per_gpu']:.1f} GiB",
+        )
+    return table
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "—" if x is None else format(x, spec)
 
 
 def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
     """Add the search commands to the main app and the `reproduce` group."""
-    return None
+
+    @app.command()
+    def search(
+        model: Annotated[str, typer.Option(help="catalog name or YAML file")],
+        gpus: Annotated[int, typer.Option(help="GPUs in the job (tp·pp·dp)")],
+        global_batch: Annotated[int, typer.Option(help="sequences per iteration")],
+        system: Annotated[str, typer.Option(help="catalog name or YAML file")] = "dgx-a100",
+        network: Annotated[str, typer.Option(help=" | ".join(ARCHITECTURES))] = "rail-optimized",
+        oversubscription: Annotated[
+            float | None, typer.Option(help="ratio, with --network oversubscribed")
+        ] = None,
+        hb_domain: Annotated[
+            int | None, typer.Option(help="override K, GPUs per HB domain")
+        ] = None,
+        hb_tbps: Annotated[
+            float | None, typer.Option(help="override HB Tbps per GPU per direction")
+        ] = None,
+        nic_gbps: Annotated[
+            float | None, typer.Option(help="override NIC Gbps per direction")
+        ] = None,
+        nics_per_gpu: Annotated[float | None, typer.Option(help="override NICs per GPU")] = None,
+        zero: Annotated[
+            str, typer.Option(help="ZeRO stages to try, comma-separated (e.g. 0,1)")
+        ] = "0,1,2,3",
+        overlap_dp: Annotated[bool, typer.Option("--overlap-dp/--no-overlap-dp")] = True,
+        top: Annotated[int, typer.Option(help="how many of the fastest to list")] = 5,
+        as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    ) -> None:
+        """Find the fastest parallelization that fits in memory (and the time/memory Pareto set)."""
+        from railplan.cli.core import build_network, build_system, print_json
+        from railplan.search import SearchSpace
+        from railplan.search import search as run
+        from railplan.specs import load_model
+        from railplan.sweep import int_list
+
+        m = load_model(model)
+        sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu)
+        net = build_network(network, oversubscription)
+        space = SearchSpace(zero=tuple(int_list("zero", zero)), overlap_dp=overlap_dp)
+        r = run(m, sy, net, gpus, global_batch, space, top=top)
+        if r.configurations_evaluated == 0:
+            raise RailplanError(
+                "gpus",
+                f"no valid strategy for {gpus} GPUs and global batch {global_batch}: "
+                "tp·pp·dp = gpus needs dp to divide the batch, tp the heads, pp the layers",
+            )
+        if r.best is None:
+            raise RailplanError(
+                "gpus",
+                f"none of the {r.configurations_evaluated} valid strategies fits in "
+                f"{sy.gpu.memory_gib:g} GiB per GPU; add GPUs or use a smaller model",
+            )
+        if as_json:
+            print_json(r.to_dict())
+            return
+        console = Console()
+        console.print(
+            _candidates_table(
+                f"{m.name} on {gpus} × {sy.gpu.name} (K={sy.hb_domain}, {net.architecture}), "
+                f"batch {global_batch}: fastest",
+                [c.to_dict() for c in r.top],
+            )
+        )
+        console.print(
+            _candidates_table("Pareto set: time vs memory", [c.to_dict() for c in r.pareto])
+        )
+        console.print(
+            f"{r.configurations_evaluated:,} valid configurations evaluated, {r.feasible:,} fit, "
+            f"in {r.elapsed_s:.3f} s ({r.configurations_per_s:,.0f} per second)"
+        )
+
+    @app.command()
+    def sweep(
+        model: Annotated[str | None, typer.Option(help="catalog name or YAML file")] = None,
+        gpus: Annotated[int | None, typer.Option(help="GPUs in the job")] = None,
+        global_batch: Annotated[int | None, typer.Option(help="sequences per iteration")] = None,
+        system: Annotated[str | None, typer.Option(help="catalog name or YAML file")] = None,
+        network: Annotated[str | None, typer.Option(help=" | ".join(ARCHITECTURES))] = None,
+        vary: Annotated[
+            list[str] | None,
+            typer.Option(help="FIELD=v1,v2,...; repeat for a grid (e.g. hb_domain=8,256)"),
+        ] = None,
+        spec: Annotated[
+            Path | None, typer.Option(help="YAML sweep file (base fields + vary mapping)")
+        ] = None,
+        output: Annotated[
+            Path, typer.Option(help="CSV results (a .parquet beside it when pyarrow exists)")
+        ] = Path("sweep.csv"),
+        backend: Annotated[str, typer.Option(help="local | ray")] = "local",
+        workers: Annotated[int, typer.Option(help="processes (local) / tasks in flight")] = 0,
+        ray_address: Annotated[
+            str | None, typer.Option(help="Ray cluster address (default: start a local one)")
+        ] = None,
+        zero: Annotated[str, typer.Option(help="ZeRO stages to try")] = "0,1,2,3",
+        as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    ) -> None:
+        """Search the best strategy at every point of a grid over spec fields; resumable."""
+        from railplan.cli.core import print_json
+        from railplan.sweep import SweepSpec, int_list, parse_vary, run_sweep
+
+        base: dict[str, Any] = {
+            k: v
+            for k, v in {
+                "model": model,
+                "gpus": gpus,
+                "global_batch": global_batch,
+                "system": system,
+                "network": network,
+            }.items()
+            if v is not None
+        }
+        sw = SweepSpec.build(
+            base=base,
+            vary=parse_vary(vary or []),
+            spec_file=spec,
+            zero=tuple(int_list("zero", zero)),
+        )
+        quiet = as_json
+        result = run_sweep(
+            sw, output, backend=backend, workers=workers, address=ray_address, progress=not quiet
+        )
+        if as_json:
+            print_json(result.to_dict())
+            return
+        table = Table(title=f"sweep: {len(result.rows)} points → {result.csv_path}")
+        keys = list(sw.vary)
+        for col in [*keys, "iteration_s", "mfu", "strategy"]:
+            table.add_column(col, justify="left" if col == "strategy" else "right")
+        for row in result.rows:
+            table.add_row(
+                *[str(row[k]) for k in keys],
+                _fmt(row["iteration_s"], ".4f"),
+                _fmt(row["mfu"], ".1%"),
+                str(row["strategy"]),
+            )
+        console = Console()
+        console.print(table)
+        console.print(
+            f"{result.computed} points computed, {result.skipped} already in {result.csv_path}"
+            + (f"; parquet: {result.parquet_path}" if result.parquet_path else "")
+        )
+
+    def _reproduce(name: str, as_json: bool, plot: Path | None) -> None:
+        from railplan.cli.core import print_json
+        from railplan.reproduce import evaluation as ev
+
+        report = ev.run(name)
+        if plot is not None:
+            ev.plot(report, plot)
+        if as_json:
+            print_json(report)
+            return
+        console = Console()
+        for t in ev.tables(report):
+            table = Table(title=t["title"])
+            for col in t["columns"]:
+                table.add_column(col, justify="right")
+            for row in t["rows"]:
+                table.add_row(*row)
+            console.print(table)
+        for note in report.get("notes", []):
+            console.print(note)
+        if plot is not None:
+            console.print(f"plot written to {plot}")
+
+    @reproduce_app.command("fig7")
+    def fig7(
+        as_json: Annotated[bool, typer.Option("--json")] = False,
+        plot: Annotated[Path | None, typer.Option(help="write a PNG/SVG/PDF plot")] = None,
+    ) -> None:
+        """Fig 7: HFU of the model vs Korthikanti et al.'s measured runs."""
+        _reproduce("fig7", as_json, plot)
+
+    @reproduce_app.command("fig8")
+    def fig8(
+        as_json: Annotated[bool, typer.Option("--json")] = False,
+        plot: Annotated[Path | None, typer.Option(help="write a PNG/SVG/PDF plot")] = None,
+    ) -> None:
+        """Fig 8: best iteration time vs HB-domain size K, rail-only vs ideal."""
+        _reproduce("fig8", as_json, plot)
+
+    @reproduce_app.command("fig9")
+    def fig9(
+        as_json: Annotated[bool, typer.Option("--json")] = False,
+        plot: Annotated[Path | None, typer.Option(help="write a PNG/SVG/PDF plot")] = None,
+    ) -> None:
+        """Fig 9: GPT-1T iteration time vs HB and NIC bandwidth at K = 8 and 256."""
+        _reproduce("fig9", as_json, plot)
+
+    @reproduce_app.command("fig10")
+    def fig10(
+        as_json: Annotated[bool, typer.Option("--json")] = False,
+        plot: Annotated[Path | None, typer.Option(help="write a PNG/SVG/PDF plot")] = None,
+    ) -> None:
+        """Fig 10: GPT-1T on 32,768 GPUs, iteration time and performance relative to ideal vs
+        global batch."""
+        _reproduce("fig10", as_json, plot)
+
+    @reproduce_app.command("nic-count")
+    def nic_count(
+        as_json: Annotated[bool, typer.Option("--json")] = False,
+        plot: Annotated[Path | None, typer.Option(help="write a PNG/SVG/PDF plot")] = None,
+    ) -> None:
+        """Seed 002: GPT-175B on DGX A100 with 8/4/2/1 NICs per node, relative iteration time."""
+        _reproduce("nic-count", as_json, plot)

@@ -1,0 +1,359 @@
+"""Strategy search: every valid parallelization of a job, evaluated in chunks by `iteration`.
+
+The candidates are built with numpy, never one Python call per configuration:
+
+1. *rows* — the valid (tp, pp, micro_batch, interleave, zero) tuples: tp divides gpus, heads and
+   kv_heads; pp divides gpus/tp and layers; dp = gpus/(tp·pp) divides the global batch; the
+   micro-batch divides the per-replica batch; the interleave divides the layers per stage (and,
+   when > 1, needs pp > 1 and a multiple of pp micro-batches); ZeRO 2-3 need pp = 1, and ZeRO
+   stages with dp = 1 are skipped (identical to no ZeRO).
+2. *columns* — the (recompute, sequence_parallel) pairs; sequence parallelism with tp = 1 is
+   skipped (identical to none).
+
+Rows and columns go through the model as a 2-D broadcast (rows × columns), so every quantity
+that depends only on a row (the GEMM shapes depend on tp and the micro-batch) is computed once
+per row. The model is `railplan.iteration.iteration`, the same function `estimate` uses for one
+strategy; the search never has a copy of it.
+
+Result: the fastest strategy that fits in memory, the `top` fastest, and the Pareto set of
+iteration time vs memory per GPU (no other fitting strategy is both faster and smaller).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from railplan.errors import RailplanError
+from railplan.iteration import iteration
+from railplan.specs import RECOMPUTE_CODES, Model, Network, Strategy, System
+from railplan.strategies import BoolArray, FloatArray, IntArray, StrategyArrays
+from railplan.workload.memory import GIB
+
+CHUNK_ELEMENTS = 16_384  # rows × columns per call of `iteration`: fits the CPU caches
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Which strategy fields the search varies. `None` means every value the rules allow.
+
+    `zero` lists the ZeRO stages tried; `overlap_dp` and `grad_reduce_bytes` are fixed settings
+    of the software stack rather than choices (overlapping the gradient reduction never hurts).
+    """
+
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    micro_batch: tuple[int, ...] | None = None
+    interleave: tuple[int, ...] | None = None
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    zero: tuple[int, ...] = (0, 1, 2, 3)
+    overlap_dp: bool = True
+    grad_reduce_bytes: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "micro_batch", "interleave"):
+            values = getattr(self, name)
+            if values is not None and (not values or min(values) < 1):
+                raise RailplanError(name, "give positive integers")
+        for r in self.recompute:
+            if r not in RECOMPUTE_CODES:
+                raise RailplanError("recompute", f"{r!r} is not one of none, selective, full")
+        if not self.recompute or not self.sequence_parallel or not self.zero:
+            raise RailplanError("space", "recompute, sequence_parallel and zero need a value")
+        if any(z not in (0, 1, 2, 3) for z in self.zero):
+            raise RailplanError("zero", "stages are 0, 1, 2, 3")
+        if self.grad_reduce_bytes not in (2, 4):
+            raise RailplanError("grad_reduce_bytes", "must be 2 or 4")
+
+
+# The strategy space of Megatron-LM as Calculon searches it (the paper's evaluation):
+# TP, PP, DP, interleaving, micro-batch, recompute (none / attention-only / full), sequence
+# parallelism, and the distributed optimizer (ZeRO-1); no ZeRO-2/3.
+MEGATRON_SPACE = SearchSpace(zero=(0, 1))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One evaluated strategy with its headline numbers."""
+
+    strategy: Strategy
+    iteration_s: float
+    mfu: float
+    hfu: float
+    memory_gib_per_gpu: float
+    breakdown_s: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy.model_dump(),
+            "iteration_s": self.iteration_s,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "memory_gib_per_gpu": self.memory_gib_per_gpu,
+            "breakdown_s": self.breakdown_s,
+        }
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """What a search found. `best` is None when no valid strategy fits in memory."""
+
+    model: str
+    system: str
+    network: str
+    gpus: int
+    global_batch: int
+    best: Candidate | None
+    top: list[Candidate]
+    pareto: list[Candidate]
+    configurations_evaluated: int
+    feasible: int
+    elapsed_s: float
+    space: SearchSpace = field(default_factory=SearchSpace)
+
+    @property
+    def configurations_per_s(self) -> float:
+        return self.configurations_evaluated / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "system": self.system,
+            "network": self.network,
+            "gpus": self.gpus,
+            "global_batch": self.global_batch,
+            "best": self.best.to_dict() if self.best else None,
+            "top": [c.to_dict() for c in self.top],
+            "pareto": [c.to_dict() for c in self.pareto],
+            "configurations_evaluated": self.configurations_evaluated,
+            "feasible": self.feasible,
+            "elapsed_s": self.elapsed_s,
+            "configurations_per_s": self.configurations_per_s,
+        }
+
+
+def divisors(n: int) -> IntArray:
+    """The positive divisors of n, ascending."""
+    d = np.arange(1, int(np.sqrt(n)) + 1, dtype=np.int64)
+    small = d[n % d == 0]
+    return np.unique(np.concatenate([small, n // small]))
+
+
+def _allowed(candidates: IntArray, chosen: tuple[int, ...] | None) -> IntArray:
+    return candidates if chosen is None else candidates[np.isin(candidates, chosen)]
+
+
+def _cross(cols: dict[str, IntArray], name: str, values: IntArray) -> dict[str, IntArray]:
+    """Every row of `cols` paired with every value (a Cartesian product, rows major)."""
+    n, k = len(next(iter(cols.values()))), len(values)
+    out = {c: np.repeat(v, k) for c, v in cols.items()}
+    out[name] = np.tile(values, n)
+    return out
+
+
+def _select(cols: dict[str, IntArray], keep: BoolArray) -> dict[str, IntArray]:
+    return {c: v[keep] for c, v in cols.items()}
+
+
+def candidate_rows(
+    model: Model, gpus: int, global_batch: int, space: SearchSpace
+) -> dict[str, IntArray]:
+    """The valid (tp, pp, dp, micro_batch, interleave, zero) tuples, as 1-d arrays."""
+    tps = _allowed(divisors(gpus), space.tp)
+    tps = tps[(model.heads % tps == 0) & (model.kv_heads_ % tps == 0)]
+    pps = _allowed(divisors(gpus), space.pp)
+    pps = pps[(pps <= model.layers) & (model.layers % pps == 0)]
+    rows = _cross({"tp": tps}, "pp", pps)
+    rows = _select(rows, gpus % (rows["tp"] * rows["pp"]) == 0)
+    rows["dp"] = gpus // (rows["tp"] * rows["pp"])
+    rows = _select(rows, global_batch % rows["dp"] == 0)
+
+    rows = _cross(rows, "micro_batch", _allowed(divisors(global_batch), space.micro_batch))
+    per_replica = global_batch // rows["dp"]
+    rows = _select(rows, per_replica % rows["micro_batch"] == 0)
+
+    rows = _cross(rows, "interleave", _allowed(divisors(model.layers), space.interleave))
+    micro_batches = global_batch // (rows["dp"] * rows["micro_batch"])
+    v, pp = rows["interleave"], rows["pp"]
+    rows = _select(
+        rows,
+        ((model.layers // pp) % v == 0) & ((v == 1) | ((pp > 1) & (micro_batches % pp == 0))),
+    )
+
+    rows = _cross(rows, "zero", np.array(sorted(set(space.zero)), dtype=np.int64))
+    z = rows["zero"]
+    return _select(rows, ((z <= 1) | (rows["pp"] == 1)) & ((z == 0) | (rows["dp"] > 1)))
+
+
+def candidate_columns(space: SearchSpace) -> dict[str, IntArray]:
+    """The (recompute, sequence_parallel) pairs as 1-d arrays."""
+    rc = np.array(sorted({RECOMPUTE_CODES[r] for r in space.recompute}), dtype=np.int64)
+    sp = np.array(sorted({int(b) for b in space.sequence_parallel}), dtype=np.int64)
+    return _cross({"recompute": rc}, "sequence_parallel", sp)
+
+
+def _arrays(
+    rows: dict[str, IntArray],
+    cols: dict[str, IntArray],
+    global_batch: int,
+    space: SearchSpace,
+) -> StrategyArrays:
+    """rows (as a column vector) × columns (as a row vector): a broadcastable 2-d grid."""
+    r = {k: v[:, None] for k, v in rows.items()}
+    c = {k: v[None, :] for k, v in cols.items()}
+    one = np.ones((1, 1), dtype=np.int64)
+    return StrategyArrays(
+        tp=r["tp"],
+        pp=r["pp"],
+        dp=r["dp"],
+        interleave=r["interleave"],
+        micro_batch=r["micro_batch"],
+        global_batch=one * global_batch,
+        recompute=c["recompute"],
+        sequence_parallel=c["sequence_parallel"],
+        zero=r["zero"],
+        overlap_dp=one * int(space.overlap_dp),
+        grad_reduce_bytes=one * space.grad_reduce_bytes,
+    )
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """Flat arrays over every valid configuration: the strategies and what the model says."""
+
+    strategies: StrategyArrays
+    iteration_s: FloatArray
+    memory_bytes: FloatArray
+    fits: BoolArray
+
+
+def enumerate_and_evaluate(
+    model: Model,
+    system: System,
+    network: Network,
+    gpus: int,
+    global_batch: int,
+    space: SearchSpace = SearchSpace(),
+) -> Evaluated:
+    """Every valid configuration of the space, evaluated through `iteration` in chunks."""
+    rows = candidate_rows(model, gpus, global_batch, space)
+    cols = candidate_columns(space)
+    n_rows, n_cols = len(rows["tp"]), len(cols["recompute"])
+    step = max(1, CHUNK_ELEMENTS // max(n_cols, 1))
+    times: list[FloatArray] = []
+    mems: list[FloatArray] = []
+    fits: list[BoolArray] = []
+    row_idx: list[IntArray] = []
+    col_idx: list[IntArray] = []
+    for start in range(0, n_rows, step):
+        chunk = {k: v[start : start + step] for k, v in rows.items()}
+        s = _arrays(chunk, cols, global_batch, space)
+        it = iteration(model, system, network, s)
+        # Sequence parallelism is the same as none when tp = 1: keep one of the two.
+        keep = ~((chunk["tp"][:, None] == 1) & (cols["sequence_parallel"][None, :] == 1))
+        ri, ci = np.nonzero(keep)
+        times.append(np.broadcast_to(it.iteration_s, keep.shape)[ri, ci])
+        mems.append(np.broadcast_to(it.memory.total_bytes, keep.shape)[ri, ci])
+        fits.append(np.broadcast_to(it.fits, keep.shape)[ri, ci])
+        row_idx.append(ri + start)
+        col_idx.append(ci)
+    r = np.concatenate(row_idx) if row_idx else np.zeros(0, dtype=np.int64)
+    c = np.concatenate(col_idx) if col_idx else np.zeros(0, dtype=np.int64)
+    flat = StrategyArrays(
+        tp=rows["tp"][r],
+        pp=rows["pp"][r],
+        dp=rows["dp"][r],
+        interleave=rows["interleave"][r],
+        micro_batch=rows["micro_batch"][r],
+        global_batch=np.full(len(r), global_batch, dtype=np.int64),
+        recompute=cols["recompute"][c],
+        sequence_parallel=cols["sequence_parallel"][c],
+        zero=rows["zero"][r],
+        overlap_dp=np.full(len(r), int(space.overlap_dp), dtype=np.int64),
+        grad_reduce_bytes=np.full(len(r), space.grad_reduce_bytes, dtype=np.int64),
+    )
+    empty_f = np.zeros(0, dtype=np.float64)
+    return Evaluated(
+        strategies=flat,
+        iteration_s=np.concatenate(times) if times else empty_f,
+        memory_bytes=np.concatenate(mems) if mems else empty_f,
+        fits=np.concatenate(fits) if fits else np.zeros(0, dtype=bool),
+    )
+
+
+def pareto_front(time_s: FloatArray, memory_bytes: FloatArray) -> IntArray:
+    """Indices of the time-vs-memory Pareto set, fastest first: each is smaller in memory than
+    every faster point (ties in time go to the smaller memory)."""
+    order = np.lexsort((memory_bytes, time_s))
+    mem_sorted = memory_bytes[order]
+    prev_min = np.concatenate([[np.inf], np.minimum.accumulate(mem_sorted)[:-1]])
+    return np.asarray(order[mem_sorted < prev_min], dtype=np.int64)
+
+
+def describe(
+    model: Model, system: System, network: Network, strategies: StrategyArrays
+) -> list[Candidate]:
+    """Candidates with full detail for a few strategies (one more pass through `iteration`)."""
+    if len(strategies) == 0:
+        return []
+    it = iteration(model, system, network, strategies)
+    out = []
+    for i in range(len(strategies)):
+        out.append(
+            Candidate(
+                strategy=strategies.strategy(i),
+                iteration_s=float(it.iteration_s[i]),
+                mfu=float(it.mfu[i]),
+                hfu=float(it.hfu[i]),
+                memory_gib_per_gpu=float(it.memory.total_bytes[i] / GIB),
+                breakdown_s={k: float(v[i]) for k, v in it.breakdown_s.items()},
+            )
+        )
+    return out
+
+
+def search(
+    model: Model,
+    system: System,
+    network: Network,
+    gpus: int,
+    global_batch: int,
+    space: SearchSpace = SearchSpace(),
+    top: int = 5,
+) -> SearchResult:
+    """Evaluate every valid strategy for `gpus` GPUs; return the fastest that fit, the `top`
+    fastest, and the time-vs-memory Pareto set. Raises RailplanError on impossible input."""
+    if gpus < 1:
+        raise RailplanError("gpus", "must be a positive integer")
+    if global_batch < 1:
+        raise RailplanError("global_batch", "must be a positive integer")
+    if top < 1:
+        raise RailplanError("top", "must be a positive integer")
+    t0 = time.perf_counter()
+    ev = enumerate_and_evaluate(model, system, network, gpus, global_batch, space)
+    n = len(ev.iteration_s)
+    feasible_idx = np.flatnonzero(ev.fits)
+    t_fit, m_fit = ev.iteration_s[feasible_idx], ev.memory_bytes[feasible_idx]
+    order = feasible_idx[np.lexsort((m_fit, t_fit))[:top]]
+    front = feasible_idx[pareto_front(t_fit, m_fit)]
+    top_c = describe(model, system, network, ev.strategies.take(order))
+    pareto = describe(model, system, network, ev.strategies.take(front))
+    elapsed = time.perf_counter() - t0
+    return SearchResult(
+        model=model.name,
+        system=system.name,
+        network=network.architecture,
+        gpus=gpus,
+        global_batch=global_batch,
+        best=top_c[0] if top_c else None,
+        top=top_c,
+        pareto=pareto,
+        configurations_evaluated=n,
+        feasible=len(feasible_idx),
+        elapsed_s=elapsed,
+        space=space,
+    )
