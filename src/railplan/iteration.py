@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from railplan import collectives as coll
 from railplan.compute import gemm_time_s, memory_time_s
@@ -28,7 +29,14 @@ from railplan.specs import Model, Network, System
 from railplan.strategies import FULL, SELECTIVE, BoolArray, FloatArray, StrategyArrays
 from railplan.workload import comm
 from railplan.workload.flops import hardware_flops, model_flops
-from railplan.workload.gemms import layer_gemms, logit_gemm
+from railplan.workload.gemms import (
+    Gemm,
+    expert_gemms,
+    layer_gemms,
+    logit_gemm,
+    mlp_gemms,
+    router_gemm,
+)
 from railplan.workload.memory import GIB, Memory, memory, stage_params
 
 # Adam step per parameter on this GPU: read fp32 grad twice (norm, update), read and write the
@@ -140,18 +148,62 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
     ew_scores = memory_time_s(gpu, scores, 2.0)
 
     forward = fwd + ew_fwd
+    backward = bwd + ew_bwd
+    if model.moe_layers:
+        # Average layer: a moe_layers/layers share of layers swaps its dense MLP for experts.
+        delta = moe_mlp_delta(model, system, s)
+        share = model.moe_layers / model.layers
+        forward = forward + share * delta["forward"]
+        backward = backward + share * delta["backward"]
     recompute = np.where(
         s.recompute == FULL, forward, np.where(s.recompute == SELECTIVE, attn_fwd + ew_scores, 0.0)
     )
     return {
         "forward": forward,
-        "backward": bwd + ew_bwd,
+        "backward": backward,
         "recompute": recompute,
         "wgrad_qkv": wgrad["qkv"],
         "wgrad_mlp_up": wgrad["mlp_up"],
         "dgrad_qkv": dgrad["qkv"],
         "dgrad_mlp_up": dgrad["mlp_up"],
     }
+
+
+def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:
+    """Extra compute of one MoE layer over a dense one: router + experts − dense MLP, with the
+    activation-function traffic of the expert slots."""
+    gpu = system.gpu
+    b, t, ep = s.micro_batch.astype(float), s.tp.astype(float), s.ep.astype(float)
+    dense = mlp_gemms(model, b, t)
+    experts = [*expert_gemms(model, b, t, ep), router_gemm(model, b)]
+
+    def fwd_bwd(gs: list[Gemm]) -> tuple[FloatArray, FloatArray]:
+        f = sum((gemm_time_s(gpu, g) for g in gs), np.zeros(()))
+        bw = sum((gemm_time_s(gpu, h) for g in gs for h in g.backward()), np.zeros(()))
+        return np.asarray(f), np.asarray(bw)
+
+    (ef, eb), (df, db) = fwd_bwd(experts), fwd_bwd(dense)
+    per_slot = (2.0 * (model.mlp_matrices - 1) + 2.0) / t
+    slots = b * model.seq * model.top_k * model.capacity_factor
+    ew = memory_time_s(
+        gpu, per_slot * (slots * model.expert_ffn_ - b * model.seq * model.ffn_), 0.0
+    )
+    return {"forward": ef - df + ew, "backward": eb - db + 2.0 * ew}
+
+
+def ep_comm_time_s(model: Model, lk: Links, s: StrategyArrays) -> FloatArray:
+    """Exposed expert-parallel all-to-all time per MoE layer and micro-batch (all passes).
+
+    The ep ranks are spaced tp apart: x of them share an HB domain, y domains. Rail-only runs
+    the two-step all-to-all with forwarding (rail phase, then HB phase; SYSTEM.md formula 3);
+    the other networks the direct one.
+    """
+    d = comm.ep_pair_bytes(model, s)
+    x, y = coll.group_shape(s.ep, s.tp, lk.hb_domain)
+    fn = coll.all_to_all_rail_only_s if lk.rail_only else coll.all_to_all_rail_optimized_s
+    one = fn(x, y, d, lk.hb_bw, lk.nic_bw, lk.hb_lat_s, lk.nic_lat_s)
+    ops = comm.ep_all_to_alls_per_moe_layer(s)
+    return np.asarray((ops["forward"] + ops["recompute"] + ops["backward"]) * one)
 
 
 def logits_time_s(model: Model, system: System, s: StrategyArrays) -> FloatArray:
@@ -204,6 +256,24 @@ def tp_comm_times(
     }
 
 
+def dp_reduce_s(
+    lk: Links,
+    n: FloatArray,
+    stride: FloatArray,
+    grad_bytes: FloatArray,
+    weight_bytes: FloatArray,
+    zero: npt.NDArray[np.int64],
+) -> FloatArray:
+    """Gradient reduction over n data-parallel ranks `stride` apart: an all-reduce, or with a
+    distributed optimizer (ZeRO ≥ 1) a reduce-scatter of the gradients and an all-gather of
+    the updated bf16 weights."""
+    all_reduce = group_all_reduce_s(lk, n, stride, grad_bytes)
+    sharded = group_all_reduce_s(lk, n, stride, grad_bytes, gather_only=True) + group_all_reduce_s(
+        lk, n, stride, weight_bytes, gather_only=True
+    )
+    return np.asarray(np.where(n > 1, np.where(zero >= 1, sharded, all_reduce), 0.0))
+
+
 def iteration(model: Model, system: System, network: Network, s: StrategyArrays) -> Iteration:
     """Critical-path time of one iteration for every strategy in `s` (arrays broadcast)."""
     gpus = s.gpus.astype(float)
@@ -216,12 +286,15 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
 
     tpc = tp_comm_times(model, lk, s, lt)
     tp_layer = tpc["forward"] + tpc["recompute"] + tpc["backward"]
+    ep_layer = (
+        model.moe_layers / model.layers * ep_comm_time_s(model, lk, s) if model.moe_layers else 0.0
+    )
 
     # Pipeline: activations (forward) and their gradients (backward) cross each boundary,
     # scattered over the tp ranks (Narayanan et al. 2021 §4.1) or already split by SP.
     p2p = np.where(pp > 1, p2p_s(lk, comm.pp_message_bytes(model, s), tp * dp), 0.0)
 
-    t_layer = lt["forward"] + lt["backward"] + lt["recompute"] + tp_layer
+    t_layer = lt["forward"] + lt["backward"] + lt["recompute"] + tp_layer + ep_layer
     t_stage = layers_per_stage * t_layer + 2.0 * v * p2p
     t_logits = logits_time_s(model, system, s)
     steady = m * (t_stage + t_logits)
@@ -229,14 +302,20 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
 
     # Data parallelism: gradients of this stage over dp ranks tp apart; with a distributed
     # optimizer (ZeRO >= 1) reduce-scatter gradients, all-gather updated bf16 weights.
+    # MoE: expert gradients over the dp/ep expert-data-parallel ranks, tp·ep apart.
     params = stage_params(model, s)
-    grad_bytes = comm.dp_gradient_bytes(model, s)
     zero = s.zero
-    dp_ar = group_all_reduce_s(lk, dp, tp, grad_bytes)
-    dp_rs_ag = group_all_reduce_s(lk, dp, tp, grad_bytes, gather_only=True) + group_all_reduce_s(
-        lk, dp, tp, comm.dp_weight_gather_bytes(model, s), gather_only=True
+    ep = s.ep.astype(float)
+    dp_time = dp_reduce_s(
+        lk, dp, tp, comm.dp_gradient_bytes(model, s), comm.dp_weight_gather_bytes(model, s), zero
+    ) + dp_reduce_s(
+        lk,
+        dp / ep,
+        tp * ep,
+        comm.dp_expert_gradient_bytes(model, s),
+        comm.dp_expert_weight_gather_bytes(model, s),
+        zero,
     )
-    dp_time = np.where(dp > 1, np.where(zero >= 1, dp_rs_ag, dp_ar), 0.0)
     # Tied embeddings: first and last stage all-reduce the embedding gradient.
     embed_bytes = comm.embedding_gradient_bytes(model, s)
     embed_ar = np.where(
@@ -264,6 +343,7 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
         "compute": m * (layers_per_stage * (lt["forward"] + lt["backward"]) + t_logits),
         "recompute": m * layers_per_stage * lt["recompute"],
         "tp_comm": m * layers_per_stage * tp_layer,
+        "ep_comm": m * layers_per_stage * ep_layer,
         "pp_comm": m * 2.0 * v * p2p,
         "pipeline_bubble": bubble,
         "dp_comm_exposed": dp_exposed,

@@ -8,7 +8,7 @@ can never disagree.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +38,7 @@ class StrategyArrays:
     zero: IntArray
     overlap_dp: IntArray
     grad_reduce_bytes: IntArray
+    ep: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
@@ -75,6 +76,7 @@ class StrategyArrays:
             zero=v["zero"],
             overlap_dp=bool(v["overlap_dp"]),
             grad_reduce_bytes=v["grad_reduce_bytes"],
+            ep=v["ep"],
         )
 
 
@@ -99,6 +101,7 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         zero=col(lambda s: s.zero),
         overlap_dp=col(lambda s: int(s.overlap_dp)),
         grad_reduce_bytes=col(lambda s: s.grad_reduce_bytes),
+        ep=col(lambda s: s.ep),
     )
 
 
@@ -130,6 +133,9 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
             "interleaved schedule needs micro-batches per replica to be a multiple of pp",
         ),
         ("zero", (s.zero <= 1) | (s.pp == 1), "ZeRO stage 2-3 needs pp = 1"),
+        ("ep", (s.ep == 1) | (model.experts > 1), "ep > 1 needs an MoE model (experts > 1)"),
+        ("ep", model.experts % s.ep == 0, f"ep must divide experts ({model.experts})"),
+        ("ep", s.dp % s.ep == 0, "ep must divide dp (expert-parallel ranks come from dp)"),
     ]
 
 
@@ -149,6 +155,6 @@ def check(model: Model, s: StrategyArrays, gpus: int | None = None) -> None:
             f"tp·pp·dp = {int(s.tp)}·{int(s.pp)}·{int(s.dp)} = {int(s.gpus)} "
             f"but gpus = {gpus}; tp·pp·dp must equal gpus",
         )
-    for field, ok, allowed in validity(model, s):
+    for name, ok, allowed in validity(model, s):
         if not bool(np.all(ok)):
-            raise RailplanError(field, allowed)
+            raise RailplanError(name, allowed)

@@ -1,10 +1,58 @@
-"""CLI commands of the moe part."""
+"""CLI commands of the MoE part: all-to-all on rail-optimized vs rail-only."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.table import Table
 
 
 def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
-    """Add the moe commands to the main app and the `reproduce` group."""
-    return None
+    """Add the MoE commands."""
+
+    @app.command()
+    def alltoall(
+        system: Annotated[str, typer.Option(help="catalog name or YAML file")] = "dgx-a100",
+        gpus: Annotated[
+            int | None, typer.Option(help="GPUs in the all-to-all (default K²)")
+        ] = None,
+        bytes_per_pair: Annotated[
+            float, typer.Option(help="bytes each GPU sends each other GPU")
+        ] = 16 * 2**20,
+        achievable: Annotated[
+            bool, typer.Option("--achievable/--line-rate", help="measured bandwidths or line rates")
+        ] = False,
+        latency: Annotated[bool, typer.Option("--latency/--no-latency")] = False,
+        hb_domain: Annotated[int | None, typer.Option(help="override K")] = None,
+        hb_tbps: Annotated[
+            float | None, typer.Option(help="override HB Tbps per direction")
+        ] = None,
+        nic_gbps: Annotated[
+            float | None, typer.Option(help="override NIC Gbps per direction")
+        ] = None,
+        as_json: Annotated[bool, typer.Option("--json")] = False,
+    ) -> None:
+        """All-to-all time on rail-optimized (direct) vs rail-only (forwarding through the HB
+        domain) and the slowdown (paper: 8.2 % DGX A100, 11.2 % DGX H100)."""
+        from railplan.alltoall import compare
+        from railplan.cli.core import build_system, print_json
+
+        sy = build_system(system, hb_domain, hb_tbps, nic_gbps, None)
+        r = compare(sy, gpus, bytes_per_pair, achievable, latency)
+        if as_json:
+            print_json(r.to_dict())
+            return
+        t = Table(
+            title=f"All-to-all on {r.gpus} GPUs of {r.system} ({r.domains} domains × "
+            f"{r.hb_domain}), {r.pair_bytes:,.0f} B per pair, {r.bandwidth}"
+        )
+        t.add_column("quantity")
+        t.add_column("value", justify="right")
+        t.add_row("rail-optimized (direct)", f"{r.rail_optimized_s * 1e3:.3f} ms")
+        t.add_row("rail-only (forwarding)", f"{r.rail_only_s * 1e3:.3f} ms")
+        t.add_row("slowdown", f"{r.slowdown:.2%}")
+        t.add_row("C_S / C_F", f"{r.cs_over_cf:.2%}")
+        t.add_row("slowdown for many domains, (x−1)/x·C_S/C_F", f"{r.asymptotic_slowdown:.2%}")
+        Console().print(t)

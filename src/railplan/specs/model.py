@@ -33,6 +33,11 @@ class Model(Spec):
         default=1, description="every n-th layer is an MoE layer (when experts > 1)"
     )
     expert_ffn_hidden: PositiveInt | None = None
+    capacity_factor: float = Field(
+        default=1.0,
+        gt=0,
+        description="expert capacity / (tokens·top_k/experts); buffers are padded to it",
+    )
     source: str = ""
 
     @model_validator(mode="after")

@@ -11,7 +11,10 @@ Megatron-LM's pattern (Shoeybi 2019, Narayanan 2021, Korthikanti 2022):
   with the interleaved schedule.
 - DP: once per iteration, the gradients of the GPU's stage (all-reduce; with ZeRO ≥ 1 a
   reduce-scatter of gradients then an all-gather of the bf16 weights); with tied embeddings
-  and pp > 1, first and last stage all-reduce the embedding gradient.
+  and pp > 1, first and last stage all-reduce the embedding gradient. MoE: expert gradients
+  are reduced over dp/ep ranks only.
+- EP (MoE): per MoE layer and micro-batch, all-to-all dispatch and combine forward, their
+  gradients backward (DeepSpeed-MoE, GShard), among ep ranks spaced tp apart.
 """
 
 from __future__ import annotations
@@ -20,7 +23,11 @@ import numpy as np
 
 from railplan.specs import Model
 from railplan.strategies import FULL, FloatArray, StrategyArrays
-from railplan.workload.memory import WEIGHT_BYTES, stage_params
+from railplan.workload.memory import (
+    WEIGHT_BYTES,
+    dense_stage_params,
+    expert_stage_params,
+)
 
 ACT_BYTES = 2.0  # bf16 activations
 
@@ -53,13 +60,20 @@ def pp_boundaries_per_micro_batch(s: StrategyArrays) -> FloatArray:
 
 
 def dp_gradient_bytes(model: Model, s: StrategyArrays) -> FloatArray:
-    """Gradient buffer each GPU reduces over its data-parallel group per iteration."""
-    return np.asarray(stage_params(model, s) * s.grad_reduce_bytes)
+    """Non-expert gradient buffer each GPU reduces over its data-parallel group per iteration
+    (all gradients for a dense model)."""
+    return np.asarray(dense_stage_params(model, s) * s.grad_reduce_bytes)
 
 
 def dp_weight_gather_bytes(model: Model, s: StrategyArrays) -> FloatArray:
-    """With a distributed optimizer (ZeRO ≥ 1): the bf16 weights all-gathered after the step."""
-    return np.asarray(np.where(s.zero >= 1, stage_params(model, s) * WEIGHT_BYTES, 0.0))
+    """With a distributed optimizer (ZeRO ≥ 1): the non-expert bf16 weights all-gathered over
+    the data-parallel group after the step."""
+    return np.asarray(np.where(s.zero >= 1, dense_stage_params(model, s) * WEIGHT_BYTES, 0.0))
+
+
+def dp_expert_weight_gather_bytes(model: Model, s: StrategyArrays) -> FloatArray:
+    """With ZeRO ≥ 1: the expert bf16 weights all-gathered over the dp/ep expert group."""
+    return np.asarray(np.where(s.zero >= 1, expert_stage_params(model, s) * WEIGHT_BYTES, 0.0))
 
 
 def embedding_gradient_bytes(model: Model, s: StrategyArrays) -> FloatArray:
@@ -67,3 +81,26 @@ def embedding_gradient_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     tied = model.tied_embeddings
     size = model.vocab * model.hidden / s.tp * s.grad_reduce_bytes
     return np.asarray(np.where((s.pp > 1) & tied, size, 0.0))
+
+
+def ep_pair_bytes(model: Model, s: StrategyArrays) -> FloatArray:
+    """Bytes one GPU sends to each other expert-parallel rank in one all-to-all: its share of
+    the b·s·top_k·capacity token slots (split over the tp ranks), h bf16 values each, / ep."""
+    slots = s.micro_batch.astype(float) * model.seq * model.top_k * model.capacity_factor
+    return np.asarray(slots / s.tp * model.hidden * ACT_BYTES / s.ep)
+
+
+def ep_all_to_alls_per_moe_layer(s: StrategyArrays) -> dict[str, FloatArray]:
+    """All-to-alls per MoE layer and micro-batch: dispatch + combine forward, their gradients
+    backward, and the forward's again under full recompute (0 when ep = 1)."""
+    on = (s.ep > 1).astype(float)
+    return {
+        "forward": 2.0 * on,
+        "recompute": np.where(s.recompute == FULL, 2.0, 0.0) * on,
+        "backward": 2.0 * on,
+    }
+
+
+def dp_expert_gradient_bytes(model: Model, s: StrategyArrays) -> FloatArray:
+    """Expert gradients each GPU reduces over its expert-data-parallel group (dp/ep ranks)."""
+    return np.asarray(expert_stage_params(model, s) * s.grad_reduce_bytes)

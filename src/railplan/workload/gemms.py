@@ -84,3 +84,35 @@ def logit_gemm(model: Model, b: object, t: object) -> Gemm:
     b, t = _f(b), _f(t)
     one = np.ones_like(b * t)
     return Gemm("logits", one, b * model.seq, model.vocab / t, model.hidden * one)
+
+
+def expert_gemms(model: Model, b: object, t: object, ep: object) -> list[Gemm]:
+    """Expert MLPs of one MoE layer on one GPU, as grouped GEMMs over its experts/ep experts.
+
+    With balanced routing each GPU processes b·s·top_k·capacity_factor token slots (padded to
+    capacity, as in GShard/DeepSpeed-MoE), spread evenly over its local experts; expert weights
+    are split over the tp ranks like a dense MLP.
+    """
+    b, t, ep = _f(b), _f(t), _f(ep)
+    local_experts = model.experts / ep
+    slots = b * model.seq * model.top_k * model.capacity_factor
+    per_expert = slots / local_experts
+    f = float(model.expert_ffn_)
+    one = np.ones_like(b * t * ep)
+    return [
+        Gemm(
+            "expert_up",
+            local_experts * one,
+            per_expert,
+            f * (model.mlp_matrices - 1) / t,
+            model.hidden * one,
+        ),
+        Gemm("expert_down", local_experts * one, per_expert, model.hidden * one, f / t),
+    ]
+
+
+def router_gemm(model: Model, b: object) -> Gemm:
+    """The gating projection h → experts of one MoE layer."""
+    b = _f(b)
+    one = np.ones_like(b)
+    return Gemm("router", one, b * model.seq, model.experts * one, model.hidden * one)

@@ -53,6 +53,12 @@ def layer_activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     sbh = seq * b * h
     replicated = 10.0 * sbh
     mlp_per_token = (6.0 if model.gated_mlp else 4.0) * model.ffn_
+    if model.moe_layers:
+        # Expert layers keep top_k·capacity slots of expert_ffn activations per token.
+        expert = (6.0 if model.gated_mlp else 4.0) * model.expert_ffn_ * model.top_k
+        expert *= model.capacity_factor
+        share = model.moe_layers / model.layers
+        mlp_per_token = (1 - share) * mlp_per_token + share * expert
     split = seq * b * (4.0 * h + 4.0 * model.kv_dim + mlp_per_token)
     scores = 5.0 * model.heads * seq * seq * b
     sp = s.sequence_parallel.astype(bool)
@@ -87,17 +93,29 @@ def logits_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     return np.asarray(4.0 * model.seq * s.micro_batch * model.vocab / s.tp, dtype=np.float64)
 
 
-def stage_params(model: Model, s: StrategyArrays) -> FloatArray:
-    """Parameters held by one GPU of the first (or last) stage: its layers plus the embedding."""
+def dense_stage_params(model: Model, s: StrategyArrays) -> FloatArray:
+    """Non-expert parameters one GPU of the first (or last) stage holds: its layers' attention,
+    norms, dense MLPs and routers, plus the embedding (split by tp)."""
     layers = model.layers / s.pp
     moe_share = model.moe_layers / model.layers
-    dense = model.layer_params() * (1 - moe_share)
-    moe = moe_share * (
-        model.layer_params() - model.mlp_params_dense() + model.experts * model.expert_params()
-    )
+    per_layer = model.layer_params() - moe_share * model.mlp_params_dense()
+    per_layer += moe_share * model.hidden * model.experts  # router
     # Tied: one vocab×h matrix per end stage; untied with pp = 1: input and output matrices.
     embed = model.vocab * model.hidden * np.where((s.pp == 1) & (not model.tied_embeddings), 2, 1)
-    return np.asarray(layers * (dense + moe) / s.tp + embed / s.tp, dtype=np.float64)
+    return np.asarray((layers * per_layer + embed) / s.tp, dtype=np.float64)
+
+
+def expert_stage_params(model: Model, s: StrategyArrays) -> FloatArray:
+    """Expert parameters one GPU holds: its stage's MoE layers × experts/ep experts, split by tp."""
+    moe_layers = model.moe_layers / s.pp
+    return np.asarray(
+        moe_layers * (model.experts / s.ep) * model.expert_params() / s.tp, dtype=np.float64
+    )
+
+
+def stage_params(model: Model, s: StrategyArrays) -> FloatArray:
+    """Parameters held by one GPU of the first (or last) stage: dense + its share of experts."""
+    return np.asarray(dense_stage_params(model, s) + expert_stage_params(model, s))
 
 
 def memory(model: Model, s: StrategyArrays) -> Memory:
