@@ -83,9 +83,9 @@ def test_rail_only_costs_moe_a_little_and_only_in_ep() -> None:
 
 
 def test_invalid_ep_is_a_clear_error() -> None:
-    with pytest.raises(RailplanError, match="^ep: "):
+    with pytest.raises(RailplanError, match=r"^ep: "):
         estimate("gpt-22b", "dgx-a100", Strategy(dp=8, ep=2, global_batch=8))
-    with pytest.raises(RailplanError, match="^ep: .*divide dp"):
+    with pytest.raises(RailplanError, match=r"^ep: .*divide dp"):
         estimate(MOE, "dgx-a100", Strategy(dp=8, ep=16, global_batch=8))
 
 
