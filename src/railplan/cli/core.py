@@ -90,6 +90,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             bool, typer.Option("--sequence-parallel/--no-sequence-parallel")
         ] = False,
         zero: Annotated[int, typer.Option(help="ZeRO stage 0-3")] = 0,
+        ep: Annotated[int, typer.Option(help="expert-parallel degree (MoE), taken from dp")] = 1,
         overlap_dp: Annotated[bool, typer.Option("--overlap-dp/--no-overlap-dp")] = True,
         network: Annotated[str, typer.Option(help=" | ".join(ARCHITECTURES))] = "rail-optimized",
         oversubscription: Annotated[
@@ -133,6 +134,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             sequence_parallel=sequence_parallel,
             zero=zero,
             overlap_dp=overlap_dp,
+            ep=ep,
         )
         e = run(m, sy, strat, net, gpus=gpus)
         if as_json:
