@@ -16,7 +16,11 @@ a pair's volume is the sum of both directions.
 
 from __future__ import annotations
 
+import os
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -247,3 +251,68 @@ def stats(t: Traffic) -> TrafficStats:
 def to_columns(t: Traffic) -> dict[str, Any]:
     """Columns src, dst, kind (name), bytes for export."""
     return {"src": t.src, "dst": t.dst, "kind": t.kind_names(), "bytes": t.bytes}
+
+
+EXPORT_SUFFIXES = (".csv", ".parquet")
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
+    """Run `write(tmp)` on a temporary file next to `path`, then rename it onto `path`: an
+    error leaves neither a partial file nor a damaged old one."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        write(tmp)
+        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def _write_csv(t: Traffic, tmp: Path) -> None:
+    names = np.asarray(KINDS)[t.kind]
+    with tmp.open("w", encoding="utf-8", newline="") as f:
+        f.write("src,dst,kind,bytes\n")
+        step = 1 << 16
+        for i in range(0, len(t), step):
+            rows = zip(
+                t.src[i : i + step].tolist(),
+                t.dst[i : i + step].tolist(),
+                names[i : i + step].tolist(),
+                t.bytes[i : i + step].tolist(),
+                strict=True,
+            )
+            f.write("".join(f"{s},{d},{k},{b!r}\n" for s, d, k, b in rows))
+
+
+def export(t: Traffic, path: str | Path) -> Path:
+    """Write columns src, dst, kind, bytes as CSV, or Parquet when pyarrow is importable."""
+    out = Path(path)
+    suffix = out.suffix.lower()
+    if suffix not in EXPORT_SUFFIXES:
+        raise RailplanError(
+            "export", f"{out.name!r} must end in .csv or .parquet to choose the format"
+        )
+    if not out.parent.exists():
+        raise RailplanError("export", f"folder {str(out.parent)!r} does not exist")
+    if suffix == ".csv":
+        return atomic_write(out, lambda tmp: _write_csv(t, tmp))
+    try:
+        import pyarrow as pa  # type: ignore[import-not-found,unused-ignore]
+        import pyarrow.parquet as pq  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        raise RailplanError(
+            "export", "Parquet needs pyarrow, which is not installed; use a .csv file instead"
+        ) from None
+    table = pa.table(
+        {
+            "src": pa.array(t.src),
+            "dst": pa.array(t.dst),
+            "kind": pa.array(t.kind_names().tolist()),
+            "bytes": pa.array(t.bytes),
+        }
+    )
+    return atomic_write(out, lambda tmp: pq.write_table(table, str(tmp)))

@@ -1,10 +1,216 @@
-"""CLI commands of the traffic part."""
+"""CLI commands of the traffic part: `railplan traffic` and `railplan reproduce traffic`."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from railplan.errors import RailplanError
+
+
+def _bytes(x: float) -> str:
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.2f} {unit}"
+    return f"{x:.0f} B"
+
+
+def _positive(field: str, value: int) -> None:
+    if value <= 0:
+        raise RailplanError(field, "must be a positive integer")
+
+
+def stats_table(title: str, r: dict[str, Any]) -> Table:
+    """Rich table of one `TrafficStats.to_dict()`."""
+    from railplan.traffic import KINDS
+
+    table = Table(title=title)
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_column("HB domain", justify="right")
+    table.add_column("NIC domain", justify="right")
+    for k in KINDS:
+        table.add_row(
+            f"{k.upper()} bytes",
+            f"{_bytes(r['bytes_by_kind'][k])} ({r['share_by_kind'][k]:.2%})",
+            _bytes(r["hb_bytes_by_kind"][k]),
+            _bytes(r["nic_bytes_by_kind"][k]),
+        )
+    table.add_row(
+        "all bytes", _bytes(r["total_bytes"]), _bytes(r["hb_bytes"]), _bytes(r["nic_bytes"])
+    )
+    table.add_row("NIC bytes crossing rails", _bytes(r["nic_cross_rail_bytes"]), "", "")
+    table.add_row(
+        "GPU pairs with traffic",
+        f"{r['pairs_with_traffic']:,} of {r['pairs_total']:,} "
+        f"({r['pairs_with_traffic_fraction']:.4%})",
+        "",
+        "",
+    )
+    for k in KINDS:
+        table.add_row(
+            f"  pairs carrying {k.upper()}", f"{r['pairs_by_kind_fraction'][k]:.4%}", "", ""
+        )
+    table.add_row(
+        "largest pair (both directions)",
+        "",
+        _bytes(r["max_pair_bytes_hb"]),
+        _bytes(r["max_pair_bytes_nic"]),
+    )
+    table.add_row(
+        "mean pair (HB: all pairs of a domain; NIC: pairs with traffic)",
+        "",
+        _bytes(r["mean_pair_bytes_hb"]),
+        _bytes(r["mean_pair_bytes_nic"]),
+    )
+    return table
 
 
 def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
     """Add the traffic commands to the main app and the `reproduce` group."""
-    return None
+
+    @app.command("traffic")
+    def traffic_cmd(
+        model: Annotated[str, typer.Option(help="catalog name or YAML file")],
+        gpus: Annotated[int, typer.Option(help="GPUs in the job (tp·pp·dp)")],
+        global_batch: Annotated[int, typer.Option(help="sequences per iteration")],
+        system: Annotated[str, typer.Option(help="catalog name or YAML file")] = "dgx-a100",
+        tp: int = 1,
+        pp: int = 1,
+        dp: Annotated[int | None, typer.Option(help="default: gpus / (tp·pp)")] = None,
+        interleave: Annotated[int, typer.Option(help="virtual stages per pipeline stage")] = 1,
+        micro_batch: int = 1,
+        recompute: Annotated[str, typer.Option(help="none | selective | full")] = "none",
+        sequence_parallel: Annotated[
+            bool, typer.Option("--sequence-parallel/--no-sequence-parallel")
+        ] = False,
+        zero: Annotated[int, typer.Option(help="ZeRO stage 0-3")] = 0,
+        grad_reduce_bytes: Annotated[
+            int, typer.Option(help="bytes per reduced gradient element: 2 | 4")
+        ] = 4,
+        hb_domain: Annotated[
+            int | None, typer.Option(help="override K, GPUs per HB domain")
+        ] = None,
+        placement: Annotated[str, typer.Option(help="megatron | rail-aligned")] = "megatron",
+        order: Annotated[
+            str | None,
+            typer.Option(help="rank order, fastest first, e.g. tp,dp,pp (Megatron) or pp,dp,tp"),
+        ] = None,
+        heatmap: Annotated[
+            str | None, typer.Option(help="write a heatmap FILE.png or FILE.svg")
+        ] = None,
+        first_gpus: Annotated[int, typer.Option(help="GPUs shown in the heatmap")] = 64,
+        bars: Annotated[
+            str | None, typer.Option(help="write per-kind bar charts FILE.png or FILE.svg")
+        ] = None,
+        export: Annotated[
+            str | None, typer.Option(help="write src,dst,kind,bytes to FILE.csv or FILE.parquet")
+        ] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    ) -> None:
+        """Bytes every GPU pair exchanges in one iteration, by kind (TP, PP, DP, EP)."""
+        from railplan.cli.core import build_strategy, build_system, print_json
+        from railplan.placement import build_placement
+        from railplan.specs import load_model
+        from railplan.traffic import export as export_file
+        from railplan.traffic import stats, traffic
+        from railplan.traffic_plots import FIGURE_SUFFIXES, check_suffix, kind_bars
+        from railplan.traffic_plots import heatmap as draw
+
+        _positive("gpus", gpus)
+        _positive("tp", tp)
+        _positive("pp", pp)
+        _positive("first_gpus", first_gpus)
+        if dp is None:
+            if gpus % (tp * pp):
+                raise RailplanError("gpus", f"must be a multiple of tp·pp = {tp * pp}")
+            dp = gpus // (tp * pp)
+        _positive("dp", dp)
+        if grad_reduce_bytes not in (2, 4):
+            raise RailplanError("grad_reduce_bytes", "must be 2 or 4")
+        # check output paths before the work, so a typo costs nothing
+        if heatmap:
+            check_suffix(heatmap, FIGURE_SUFFIXES, "heatmap")
+        if bars:
+            check_suffix(bars, FIGURE_SUFFIXES, "bars")
+        m = load_model(model)
+        sy = build_system(system, hb_domain, None, None, None)
+        strat = build_strategy(
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            interleave=interleave,
+            micro_batch=micro_batch,
+            global_batch=global_batch,
+            recompute=recompute,
+            sequence_parallel=sequence_parallel,
+            zero=zero,
+            grad_reduce_bytes=grad_reduce_bytes,
+        )
+        if strat.gpus != gpus:
+            raise RailplanError(
+                "gpus", f"tp·pp·dp = {strat.gpus} but gpus = {gpus}; tp·pp·dp must equal gpus"
+            )
+        p = build_placement(
+            placement, tp, pp, dp, sy.hb_domain, order, interleave, m.tied_embeddings
+        )
+        t = traffic(m, strat, p)
+        r = stats(t)
+        title = f"{m.name} on {gpus} GPUs, K={sy.hb_domain}, placement {','.join(p.order)}"
+        files: dict[str, str] = {}
+        if heatmap:
+            files["heatmap"] = str(draw(t, heatmap, first_gpus, title))
+        if bars:
+            files["bars"] = str(kind_bars([r], [m.name], bars, title))
+        if export:
+            files["export"] = str(export_file(t, export))
+        if as_json:
+            out: dict[str, Any] = {
+                "model": m.name,
+                "system": sy.name,
+                "hb_domain": sy.hb_domain,
+                "strategy": strat.model_dump(),
+                "placement": {"kind": placement, "order": list(p.order)},
+                "pair_convention": "unordered pairs i<j of distinct GPUs, bytes of both directions",
+            }
+            print_json(out | r.to_dict() | {"files": files})
+            return
+        console = Console()
+        console.print(stats_table(f"Traffic of one iteration: {title}", r.to_dict()))
+        for kind, path in files.items():
+            console.print(f"wrote {kind}: {path}")
+
+    @reproduce_app.command("traffic")
+    def reproduce_traffic(
+        as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+        figures: Annotated[
+            str | None, typer.Option(help="folder to write the Figs 2-4 charts and heatmaps")
+        ] = None,
+    ) -> None:
+        """The paper's traffic figures (Figs 2-4): our numbers beside the paper's."""
+        from railplan.cli.core import print_json
+        from railplan.reproduce.traffic import reproduce, write_figures
+
+        if figures is not None and not Path(figures).is_dir():
+            raise RailplanError("figures", f"folder {figures!r} does not exist")
+        result = reproduce()
+        if figures is not None:
+            result["files"] = [str(f) for f in write_figures(Path(figures))]
+        if as_json:
+            print_json(result)
+            return
+        table = Table(title="Rail-only paper, traffic figures: ours beside the paper's")
+        for col in ("figure", "quantity", "paper", "ours", "holds"):
+            table.add_column(col, justify="right" if col in ("ours", "holds") else "left")
+        for c in result["claims"]:
+            ours = f"{c['ours']:.4g} {c['unit']}" if c["unit"] else f"{c['ours']:.4g}"
+            holds = {True: "yes", False: "[red]no[/red]", None: "–"}[c["holds"]]
+            table.add_row(c["figure"], c["quantity"], c["paper"], ours, holds)
+        console = Console()
+        console.print(table)
+        for f in result.get("files", []):
+            console.print(f"wrote {f}")

@@ -19,7 +19,10 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from railplan.placement import place
 from railplan.specs import Model, Strategy, load_model, load_system
@@ -113,13 +116,28 @@ def fig4_case() -> Case:
     return Case("fig4", "GPT-1T on 4096 GH200", load_model("gpt-1t"), strategy, k)
 
 
+def directed_pair_means(t: Traffic) -> tuple[float, float]:
+    """The other reading of "per pair": bytes one GPU sends another. HB: HB bytes over all
+    ordered pairs of GPUs sharing a domain; NIC: NIC bytes over the ordered cross-domain pairs
+    that carry traffic."""
+    k, n = t.hb_domain, t.gpus
+    same = (t.src // k) == (t.dst // k)
+    full, rest = divmod(n, k)
+    hb_pairs = full * k * (k - 1) + rest * (rest - 1)
+    nic_pairs = np.unique(t.src[~same] * n + t.dst[~same]).size
+    hb = float(t.bytes[same].sum())
+    nic = float(t.bytes[~same].sum())
+    return (hb / hb_pairs if hb_pairs else 0.0, nic / nic_pairs if nic_pairs else 0.0)
+
+
 def reproduce() -> dict[str, Any]:
     """Every claim of Figs 2–4 with our number, and the statistics behind them."""
     claims: list[Claim] = []
     cases: list[dict[str, Any]] = []
     fig3: TrafficStats | None = None
+    fig3_directed = (0.0, 0.0)
     for c in fig2_cases():
-        _, st = c.run()
+        t, st = c.run()
         cases.append(
             {"figure": c.figure, "label": c.label, "strategy": c.strategy.model_dump()}
             | {"stats": st.to_dict()}
@@ -152,12 +170,12 @@ def reproduce() -> dict[str, Any]:
             ),
         ]
         if name == "GPT-1T":
-            fig3 = st
+            fig3, fig3_directed = st, directed_pair_means(t)
     assert fig3 is not None
     claims += [
         Claim(
             "fig3",
-            "GPT-1T: bytes per HB pair (mean over GPU pairs of a domain)",
+            "GPT-1T: bytes per HB pair, both directions (mean over unordered pairs of a domain)",
             "~300 GB",
             fig3.mean_pair_bytes_hb / GB,
             "GB",
@@ -165,9 +183,25 @@ def reproduce() -> dict[str, Any]:
         ),
         Claim(
             "fig3",
-            "GPT-1T: bytes per NIC pair (mean over pairs with NIC traffic)",
+            "GPT-1T: bytes per NIC pair, both directions (mean over unordered pairs with traffic)",
             "~6 GB",
             fig3.mean_pair_bytes_nic / GB,
+            "GB",
+            None,
+        ),
+        Claim(
+            "fig3",
+            "GPT-1T: bytes per HB pair and direction (mean over ordered pairs of a domain)",
+            "~300 GB",
+            fig3_directed[0] / GB,
+            "GB",
+            None,
+        ),
+        Claim(
+            "fig3",
+            "GPT-1T: bytes per NIC pair and direction (mean over ordered pairs with traffic)",
+            "~6 GB",
+            fig3_directed[1] / GB,
             "GB",
             None,
         ),
@@ -216,3 +250,27 @@ def reproduce() -> dict[str, Any]:
         ),
     ]
     return {"claims": [c.to_dict() for c in claims], "cases": cases}
+
+
+def write_figures(folder: Path) -> list[Path]:
+    """Fig 2 bar charts, Fig 3 heatmaps (GPUs 1–48: one stage; 1–192: four stages), Fig 4 bars
+    and heatmaps (GPUs 1–256: one HB domain; 1–1024: two stages), as PNG in `folder`."""
+    from railplan.traffic_plots import heatmap, kind_bars
+
+    out: list[Path] = []
+    runs = [(c, *c.run()) for c in fig2_cases()]
+    labels = [c.label.split(" on ")[0] for c, _, _ in runs]
+    out.append(
+        kind_bars([r for _, _, r in runs], labels, folder / "traffic_fig2.png", "Fig 2, DGX A100")
+    )
+    t1 = runs[-1][1]
+    for n in (48, 192):
+        title = f"Fig 3: GPT-1T TP8 PP64 on 3072 A100, GPUs 0–{n - 1}"
+        out.append(heatmap(t1, folder / f"traffic_fig3_{n}.png", n, title))
+    c4 = fig4_case()
+    t4, s4 = c4.run()
+    out.append(kind_bars([s4], ["GPT-1T"], folder / "traffic_fig4a.png", "Fig 4a, 16 DGX GH200"))
+    for n in (256, 1024):
+        title = f"Fig 4: GPT-1T TP8 PP8 DP64 on 4096 GH200, GPUs 0–{n - 1}"
+        out.append(heatmap(t4, folder / f"traffic_fig4_{n}.png", n, title))
+    return out

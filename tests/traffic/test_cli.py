@@ -1,0 +1,139 @@
+"""`railplan traffic` and `railplan reproduce traffic` through the CLI."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BASE = ("traffic", "--model", "gpt-1.7b", "--gpus", "32", "--global-batch", "64")
+KEYS = {
+    "bytes_by_kind",
+    "hb_bytes",
+    "nic_bytes",
+    "nic_cross_rail_bytes",
+    "pairs_with_traffic_fraction",
+    "pairs_with_tp_fraction",
+    "max_pair_bytes_hb",
+    "max_pair_bytes_nic",
+}
+
+
+def test_traffic_json(cli: Any) -> None:
+    r = cli.json(*BASE, "--tp", "4", "--pp", "2")
+    assert set(r) >= KEYS
+    assert set(r["bytes_by_kind"]) == {"tp", "pp", "dp", "ep"}
+    assert r["bytes_by_kind"]["ep"] == 0
+    assert r["hb_bytes"] + r["nic_bytes"] == pytest.approx(sum(r["bytes_by_kind"].values()))
+    assert r["nic_cross_rail_bytes"] == 0
+    assert r["placement"] == {"kind": "megatron", "order": ["tp", "dp", "pp"]}
+    assert r["strategy"]["dp"] == 4
+
+
+def test_traffic_order_and_rail_aligned(cli: Any) -> None:
+    args: tuple[str, ...] = (
+        "traffic",
+        "--model",
+        "gpt-1.7b",
+        "--gpus",
+        "16",
+        "--global-batch",
+        "16",
+    )
+    args += ("--tp", "2", "--pp", "4")
+    megatron = cli.json(*args)
+    assert megatron["nic_cross_rail_bytes"] > 0
+    aligned = cli.json(*args, "--placement", "rail-aligned")
+    assert aligned["nic_cross_rail_bytes"] == 0
+    assert aligned["placement"]["order"] != ["tp", "dp", "pp"]
+    custom = cli.json(*args, "--order", "pp,dp,tp")
+    assert custom["placement"]["order"] == ["pp", "dp", "tp"]
+    assert custom["nic_bytes_by_kind"]["tp"] > 0
+
+
+def test_traffic_table(cli: Any) -> None:
+    r = cli(*BASE, "--tp", "8")
+    assert r.exit_code == 0, r.output
+    assert "TP bytes" in r.output and "crossing rails" in r.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        (("--order", "tp,pp"), "order"),
+        (("--placement", "spiral"), "placement"),
+        (("--tp", "3"), "gpus"),
+        (("--tp", "8", "--dp", "8"), "gpus"),
+        (("--recompute", "most"), "recompute"),
+        (("--grad-reduce-bytes", "3"), "grad_reduce_bytes"),
+        (("--first-gpus", "0"), "first_gpus"),
+        (("--heatmap", "x.jpg"), "heatmap"),
+        (("--export", "x.json"), "export"),
+        (("--system", "dgx-nope"), "system"),
+        (
+            ("--tp", "2", "--pp", "2", "--placement", "rail-aligned", "--hb-domain", "3"),
+            "placement",
+        ),
+    ],
+)
+def test_traffic_errors(cli: Any, extra: tuple[str, ...], field: str) -> None:
+    r = cli(*BASE, *extra)
+    assert r.exit_code == 2, r.output
+    assert str(r.exception).startswith(f"{field}: ")
+    assert "\n" not in str(r.exception)
+
+
+def test_export_csv_and_parquet(cli: Any, tmp_path: Path) -> None:
+    out = tmp_path / "t.csv"
+    r = cli.json(*BASE, "--tp", "4", "--pp", "2", "--export", str(out))
+    assert r["files"]["export"] == str(out)
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
+    assert set(rows[0]) == {"src", "dst", "kind", "bytes"}
+    assert sum(float(x["bytes"]) for x in rows) == pytest.approx(sum(r["bytes_by_kind"].values()))
+    pq = tmp_path / "t.parquet"
+    res = cli(*BASE, "--export", str(pq))
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        assert res.exit_code == 2
+        assert ".csv" in str(res.exception)
+        assert not pq.exists()
+    else:
+        assert res.exit_code == 0 and pq.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_heatmap_and_bars(cli: Any, tmp_path: Path) -> None:
+    hm, bars = tmp_path / "h.svg", tmp_path / "b.png"
+    r = cli.json(
+        *BASE, "--tp", "4", "--heatmap", str(hm), "--first-gpus", "16", "--bars", str(bars)
+    )
+    assert hm.read_text().lstrip().startswith("<?xml")
+    assert bars.read_bytes()[:4] == b"\x89PNG"
+    assert set(r["files"]) == {"heatmap", "bars"}
+
+
+def test_missing_folder(cli: Any, tmp_path: Path) -> None:
+    r = cli(*BASE, "--export", str(tmp_path / "nope" / "t.csv"))
+    assert r.exit_code == 2 and str(r.exception).startswith("export: ")
+
+
+def test_reproduce_traffic_json(cli: Any) -> None:
+    r = cli.json("reproduce", "traffic")
+    claims = {c["quantity"]: c for c in r["claims"]}
+    assert claims["GPT-1T: TP share of bytes"]["holds"] is True
+    assert claims["GPT-1T: NIC bytes crossing rails"]["ours"] == 0
+    assert claims["GPT-1T GH200: NIC bytes crossing rails"]["holds"] is True
+    dp_hb = claims["GPT-1T GH200: DP bytes inside HB domains"]["ours"]
+    assert 97 < dp_hb < 99  # hierarchical: (x−1)/x of DP bytes in the HB domain, x = 32
+    assert {c["figure"] for c in r["claims"]} == {"fig2", "fig3", "fig4"}
+
+
+def test_reproduce_traffic_table_and_errors(cli: Any) -> None:
+    r = cli("reproduce", "traffic")
+    assert r.exit_code == 0 and "fig4" in r.output
+    bad = cli("reproduce", "traffic", "--figures", "/nonexistent/folder")
+    assert bad.exit_code == 2 and str(bad.exception).startswith("figures: ")
