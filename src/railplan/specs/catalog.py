@@ -59,43 +59,36 @@ def _mapping(data: Any, field: str) -> dict[str, Any]:
     return data
 
 
+def _load_data(kind: str, field: str, ref: str | dict[str, Any]) -> dict[str, Any]:
+    """The mapping behind a reference: a dict as is, a YAML file, or a catalog entry."""
+    if isinstance(ref, dict):
+        return dict(ref)
+    if _is_file(ref):
+        return dict(_mapping(read_yaml(Path(ref), field), field))
+    data = _entry(kind, ref, field)
+    data.setdefault("name", ref)
+    return data
+
+
 def load_model(ref: str | Model | dict[str, Any]) -> Model:
     """A Model from a catalog name, a YAML path, a dict, or a Model."""
     if isinstance(ref, Model):
         return ref
-    if isinstance(ref, dict):
-        return Model.parse(ref, "model")
-    if _is_file(ref):
-        return Model.parse(_mapping(read_yaml(Path(ref), "model"), "model"), "model")
-    data = _entry("models", ref, "model")
-    data.setdefault("name", ref)
-    return Model.parse(data, "model")
+    return Model.parse(_load_data("models", "model", ref), "model")
 
 
 def load_gpu(ref: str | GPU | dict[str, Any]) -> GPU:
     """A GPU from a catalog name, a YAML path, a dict, or a GPU."""
     if isinstance(ref, GPU):
         return ref
-    if isinstance(ref, dict):
-        return GPU.parse(ref, "gpu")
-    if _is_file(ref):
-        return GPU.parse(_mapping(read_yaml(Path(ref), "gpu"), "gpu"), "gpu")
-    data = _entry("gpus", ref, "gpu")
-    data.setdefault("name", ref)
-    return GPU.parse(data, "gpu")
+    return GPU.parse(_load_data("gpus", "gpu", ref), "gpu")
 
 
 def load_system(ref: str | System | dict[str, Any]) -> System:
     """A System from a catalog name, a YAML path, a dict, or a System. `gpu` may be a name."""
     if isinstance(ref, System):
         return ref
-    if isinstance(ref, dict):
-        data = dict(ref)
-    elif _is_file(ref):
-        data = dict(_mapping(read_yaml(Path(ref), "system"), "system"))
-    else:
-        data = _entry("systems", ref, "system")
-        data.setdefault("name", ref)
+    data = _load_data("systems", "system", ref)
     if "gpu" not in data:
         raise RailplanError("system.gpu", "missing; give a GPU name or mapping")
     gpu_ref = data["gpu"]
