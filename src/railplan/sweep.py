@@ -196,7 +196,11 @@ def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, An
         elapsed_s=r.elapsed_s,
     )
     if r.best is None:
-        row["error"] = "no valid strategy fits in memory"
+        row["error"] = (
+            "no valid strategy (tp·pp·dp = gpus, dp | batch, tp | heads, pp | layers)"
+            if r.configurations_evaluated == 0
+            else "no valid strategy fits in memory"
+        )
         return row
     s = r.best.strategy
     row.update(
@@ -323,7 +327,8 @@ def _ray(
         else:
             ray.init(ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
     remote = ray.remote(evaluate_point)
-    limit = in_flight or max(1, int(ray.available_resources().get("CPU", 1)) * 2)
+    resources: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call]
+    limit = in_flight or max(1, int(resources.get("CPU", 1)) * 2)
     pending: list[Any] = []
     todo = list(points)
     while todo or pending:
