@@ -200,7 +200,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         if as_json:
             print_json(report)
             return
-        console = Console()
+        console = Console(width=max(Console().width, 160))
         for t in ev.tables(report):
             table = Table(title=t["title"])
             for col in t["columns"]:
