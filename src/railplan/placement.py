@@ -76,6 +76,31 @@ class Placement:
         raise RailplanError("kind", f"{kind!r} is not a group kind; choose tp, dp, pp, embedding")
 
 
+def expert_groups(p: Placement, ep: int) -> tuple[IntArray, IntArray]:
+    """MoE: (expert-parallel groups, expert-data-parallel groups). The ep ranks are taken from
+    dp (DeepSpeed-MoE / Megatron-core): dp rank d is expert rank d % ep of EP group d // ep, so an
+    EP group is ep consecutive dp ranks (tp apart in Megatron's order), and the expert weights
+    of expert rank e are data-parallel over the dp/ep ranks with d % ep == e (tp·ep apart)."""
+    if ep < 1 or p.dp % ep:
+        raise RailplanError("ep", f"must divide dp ({p.dp})")
+    g = p.gpu.reshape(p.pp, p.dp // ep, ep, p.tp)
+    ep_groups = g.transpose(0, 1, 3, 2).reshape(-1, ep)
+    edp_groups = g.transpose(0, 2, 3, 1).reshape(-1, p.dp // ep)
+    return np.asarray(ep_groups), np.asarray(edp_groups)
+
+
+def all_to_all_edges(groups: IntArray) -> Edges:
+    """Every ordered pair of distinct members of each group row, share 1 (a uniform
+    all-to-all: each member sends the same message to every other member)."""
+    if groups.size == 0 or groups.shape[1] < 2:
+        return Edges.empty()
+    n = groups.shape[1]
+    i, j = np.nonzero(~np.eye(n, dtype=bool))
+    src = groups[:, i].ravel()
+    dst = groups[:, j].ravel()
+    return Edges(np.asarray(src), np.asarray(dst), np.ones(src.size))
+
+
 def parse_order(text: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """`"tp,dp,pp"` → ('tp', 'dp', 'pp'): a permutation of tp, dp, pp, fastest first."""
     items = text.split(",") if isinstance(text, str) else list(text)

@@ -7,7 +7,9 @@ Per iteration and TP group: layers/pp · m micro-batches · (forward + recompute
 all-reduces of b·s·h activations, plus the sequence-parallel backward re-gathers; per pipeline
 boundary: b·s·h/t each way per micro-batch; per DP group: one gradient all-reduce (ZeRO ≥ 1:
 reduce-scatter of gradients + all-gather of bf16 weights); tied embeddings: first and last stage
-all-reduce the embedding gradient (counted as `dp`: it is a gradient reduction).
+all-reduce the embedding gradient (counted as `dp`: it is a gradient reduction). MoE (ep > 1):
+per MoE layer and micro-batch, uniform all-to-alls among the ep ranks (`ep`), and the expert
+gradients reduced over the dp/ep expert-data-parallel ranks (counted as `dp`).
 
 Storage is sparse: COO arrays (src, dst, kind, bytes), coalesced per (src, dst, kind); per-kind
 scipy.sparse matrices on demand. Statistics use unordered pairs {i, j}, i < j, of distinct GPUs;
@@ -28,7 +30,15 @@ import numpy.typing as npt
 import scipy.sparse as sp
 
 from railplan.errors import RailplanError
-from railplan.placement import Edges, Placement, collective_edges, cross_rail, pipeline_edges
+from railplan.placement import (
+    Edges,
+    Placement,
+    all_to_all_edges,
+    collective_edges,
+    cross_rail,
+    expert_groups,
+    pipeline_edges,
+)
 from railplan.specs import Model, Strategy
 from railplan.strategies import StrategyArrays, check, from_strategies
 from railplan.workload import comm
@@ -119,9 +129,33 @@ def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
 
 
 def ep_edges(model: Model, s: StrategyArrays, p: Placement) -> tuple[Edges, float]:
-    """Expert-parallel all-to-all (hook for MoE work): no edges for dense models. MoE
-    all-to-all traffic is not modelled yet, so MoE models also return no edges here."""
-    return Edges.empty(), 0.0
+    """Expert-parallel all-to-all of MoE layers (empty for dense models or ep = 1): in each EP
+    group every GPU sends `comm.ep_pair_bytes` to every other member per all-to-all, with
+    moe_layers/pp layers per stage · m micro-batches · `comm.ep_all_to_alls_per_moe_layer`
+    all-to-alls per iteration. The matrix holds the logical demand src → dst; how a rail-only
+    network forwards it is the all-to-all timing's concern (SYSTEM.md formula 3)."""
+    ep = int(s.ep)
+    if model.moe_layers == 0 or ep == 1:
+        return Edges.empty(), 0.0
+    ops = comm.ep_all_to_alls_per_moe_layer(s)
+    count = float(ops["forward"] + ops["recompute"] + ops["backward"])
+    per_edge = (model.moe_layers / float(s.pp)) * float(s.micro_batches) * count
+    groups, _ = expert_groups(p, ep)
+    return all_to_all_edges(groups), per_edge * float(comm.ep_pair_bytes(model, s))
+
+
+def expert_dp_edges(model: Model, s: StrategyArrays, p: Placement) -> tuple[Edges, float]:
+    """MoE expert gradients: all-reduce over the dp/ep expert-data-parallel ranks (ZeRO ≥ 1:
+    reduce-scatter of gradients + all-gather of weights), counted as `dp`."""
+    grad = float(comm.dp_expert_gradient_bytes(model, s))
+    if model.moe_layers == 0 or grad == 0.0:
+        return Edges.empty(), 0.0
+    _, groups = expert_groups(p, int(s.ep))
+    if int(s.zero) >= 1:
+        size = grad + float(comm.dp_expert_weight_gather_bytes(model, s))
+    else:
+        size = 2.0 * grad
+    return collective_edges(groups, p.hb_domain), size
 
 
 def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
@@ -141,6 +175,8 @@ def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
     ]
     if vol["embedding"] > 0:
         pieces.append(("dp", _scale(collective_edges(p.groups("embedding"), k), vol["embedding"])))
+    edp, edp_bytes = expert_dp_edges(model, s, p)
+    pieces.append(("dp", _scale(edp, edp_bytes)))
     ep, ep_bytes = ep_edges(model, s, p)
     pieces.append(("ep", _scale(ep, ep_bytes)))
     src = np.concatenate([x[0] for _, x in pieces])

@@ -137,3 +137,13 @@ def test_reproduce_traffic_table_and_errors(cli: Any) -> None:
     assert r.exit_code == 0 and "fig4" in r.output
     bad = cli("reproduce", "traffic", "--figures", "/nonexistent/folder")
     assert bad.exit_code == 2 and str(bad.exception).startswith("figures: ")
+
+
+def test_traffic_moe_ep(cli: Any) -> None:
+    args = ("traffic", "--model", "moe-1.3b", "--gpus", "16", "--global-batch", "32")
+    r = cli.json(*args, "--ep", "8")
+    assert r["bytes_by_kind"]["ep"] > 0
+    dense = cli.json(*args)
+    assert dense["bytes_by_kind"]["ep"] == 0
+    bad = cli(*args, "--ep", "3")
+    assert bad.exit_code == 2 and str(bad.exception).startswith("ep: ")

@@ -48,7 +48,32 @@ def analytical(model: Model, strategy: Strategy) -> dict[str, float]:
     else:
         dp_one = 2 * (dp - 1) * grad
     embed = tp * dp * 2 * (2 - 1) * float(comm.embedding_gradient_bytes(model, s))
-    return {"tp": tp_total, "pp": pp_total, "dp": tp * pp * dp_one + embed, "ep": 0.0}
+    ep = strategy.ep
+    expert = float(comm.dp_expert_gradient_bytes(model, s))
+    if strategy.zero >= 1:
+        edp_one = (dp // ep - 1) * (expert + float(comm.dp_expert_weight_gather_bytes(model, s)))
+    else:
+        edp_one = 2 * (dp // ep - 1) * expert
+    expert_dp = tp * pp * ep * edp_one  # tp·pp·ep groups of dp/ep ranks
+    a2a = comm.ep_all_to_alls_per_moe_layer(s)
+    per_layer = float(a2a["forward"] + a2a["recompute"] + a2a["backward"])
+    ep_total = (
+        tp
+        * pp
+        * (dp // ep)
+        * ep
+        * (ep - 1)  # ordered pairs of all EP groups
+        * float(comm.ep_pair_bytes(model, s))
+        * (model.moe_layers / pp)
+        * m
+        * per_layer
+    )
+    return {
+        "tp": tp_total,
+        "pp": pp_total,
+        "dp": tp * pp * dp_one + embed + expert_dp,
+        "ep": ep_total,
+    }
 
 
 strategy_st: st.SearchStrategy[dict[str, Any]] = st.builds(
@@ -99,6 +124,42 @@ def test_conservation(cfg: dict[str, Any], k: int, order: list[str], tied: bool)
         and (strategy.tp * strategy.dp) % k == 0
     ):
         assert st_.nic_cross_rail_bytes == 0.0
+
+
+MOE = Model(
+    name="tiny-moe",
+    hidden=128,
+    layers=8,
+    heads=4,
+    seq=64,
+    vocab=500,
+    experts=8,
+    moe_layer_interval=2,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    tp=st.sampled_from([1, 2]),
+    pp=st.sampled_from([1, 2]),
+    ep_dp=st.sampled_from([(1, 2), (2, 2), (2, 4), (4, 4), (8, 8), (4, 8)]),
+    recompute=st.sampled_from(["none", "full"]),
+    zero=st.sampled_from([0, 1]),
+    k=st.sampled_from([2, 4, 8]),
+)
+def test_conservation_moe(
+    tp: int, pp: int, ep_dp: tuple[int, int], recompute: str, zero: int, k: int
+) -> None:
+    ep, dp = ep_dp
+    strategy = Strategy(
+        tp=tp, pp=pp, dp=dp, ep=ep, global_batch=2 * dp, recompute=recompute, zero=zero
+    )
+    t = traffic(MOE, strategy, place(tp, pp, dp, k))
+    r = stats(t)
+    want = analytical(MOE, strategy)
+    for kind in KINDS:
+        assert r.bytes_by_kind[kind] == pytest.approx(want[kind], rel=1e-9, abs=1e-6)
+    assert (r.bytes_by_kind["ep"] > 0) == (ep > 1)
 
 
 def test_recompute_adds_two_all_reduces() -> None:

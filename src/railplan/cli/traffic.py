@@ -89,6 +89,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             bool, typer.Option("--sequence-parallel/--no-sequence-parallel")
         ] = False,
         zero: Annotated[int, typer.Option(help="ZeRO stage 0-3")] = 0,
+        ep: Annotated[int, typer.Option(help="expert-parallel degree (MoE), taken from dp")] = 1,
         grad_reduce_bytes: Annotated[
             int, typer.Option(help="bytes per reduced gradient element: 2 | 4")
         ] = 4,
@@ -149,6 +150,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             recompute=recompute,
             sequence_parallel=sequence_parallel,
             zero=zero,
+            ep=ep,
             grad_reduce_bytes=grad_reduce_bytes,
         )
         if strat.gpus != gpus:
