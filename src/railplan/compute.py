@@ -55,7 +55,13 @@ def gemm_time_s(gpu: GPU, g: Gemm) -> FloatArray:
     return np.maximum(compute_s, memory_s) + gpu.kernel_overhead_us * 1e-6
 
 
-def memory_time_s(gpu: GPU, moved_bytes: FloatArray | float, kernels: float = 1.0) -> FloatArray:
-    """Time of memory-bound (element-wise) kernels moving `moved_bytes` through HBM."""
-    bw = gpu.memory_tbps * 1e12 * gpu.memory_efficiency
+def memory_time_s(
+    gpu: GPU,
+    moved_bytes: FloatArray | float,
+    kernels: float = 1.0,
+    efficiency: float | None = None,
+) -> FloatArray:
+    """Time of memory-bound kernels moving `moved_bytes` through HBM at `efficiency` of the
+    peak bandwidth (default: the streaming efficiency `gpu.memory_efficiency`)."""
+    bw = gpu.memory_tbps * 1e12 * (gpu.memory_efficiency if efficiency is None else efficiency)
     return np.asarray(moved_bytes, dtype=np.float64) / bw + kernels * gpu.kernel_overhead_us * 1e-6

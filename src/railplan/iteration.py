@@ -27,7 +27,7 @@ from railplan import collectives as coll
 from railplan.compute import gemm_time_s, memory_time_s
 from railplan.specs import Model, Network, System
 from railplan.strategies import FULL, SELECTIVE, BoolArray, FloatArray, StrategyArrays
-from railplan.workload import comm
+from railplan.workload import comm, elementwise
 from railplan.workload.flops import hardware_flops, model_flops
 from railplan.workload.gemms import (
     Gemm,
@@ -136,16 +136,13 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
     wgrad = {g.name: gemm_time_s(gpu, g.backward()[1]) for g in gemms}
     dgrad = {g.name: gemm_time_s(gpu, g.backward()[0]) for g in gemms}
 
-    sp = s.sequence_parallel.astype(bool)
-    sbh = model.seq * b * model.hidden
-    replicated = 22.0 * sbh * np.where(sp, 1.0 / t, 1.0)
-    # activation function (read up/gate, write output) + the context permute copy (4·sbh/t)
-    act_fn = (2.0 * (model.mlp_matrices - 1) + 2.0) * model.ffn_ * model.seq * b / t
-    act_fn = act_fn + 4.0 * sbh / t
-    scores = 9.0 * model.heads * model.seq**2 * b / t
-    ew_fwd = memory_time_s(gpu, replicated + act_fn + scores, ELEMENTWISE_KERNELS_PER_LAYER)
-    ew_bwd = 2.0 * ew_fwd
-    ew_scores = memory_time_s(gpu, scores, 2.0)
+    # Element-wise kernels run well below streaming bandwidth: measured fused-kernel
+    # efficiencies (GPU spec) on the bytes of workload/elementwise.py.
+    fwd_eff, bwd_eff = gpu.elementwise_forward_efficiency, gpu.elementwise_backward_efficiency
+    ew = elementwise.layer_bytes(model, s)
+    ew_fwd = memory_time_s(gpu, ew["forward"], ELEMENTWISE_KERNELS_PER_LAYER, fwd_eff)
+    ew_bwd = memory_time_s(gpu, ew["backward"], ELEMENTWISE_KERNELS_PER_LAYER, bwd_eff)
+    ew_scores = memory_time_s(gpu, ew["scores_forward"], 2.0, fwd_eff)
 
     forward = fwd + ew_fwd
     backward = bwd + ew_bwd
@@ -183,12 +180,13 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
         return np.asarray(f), np.asarray(bw)
 
     (ef, eb), (df, db) = fwd_bwd(experts), fwd_bwd(dense)
-    per_slot = (2.0 * (model.mlp_matrices - 1) + 2.0) / t
     slots = b * model.seq * model.top_k * model.capacity_factor
-    ew = memory_time_s(
-        gpu, per_slot * (slots * model.expert_ffn_ - b * model.seq * model.ffn_), 0.0
+    extra = elementwise.activation_function_bytes(
+        model, (slots * model.expert_ffn_ - b * model.seq * model.ffn_) / t
     )
-    return {"forward": ef - df + ew, "backward": eb - db + 2.0 * ew}
+    ew_f = memory_time_s(gpu, extra["forward"], 0.0, gpu.elementwise_forward_efficiency)
+    ew_b = memory_time_s(gpu, extra["backward"], 0.0, gpu.elementwise_backward_efficiency)
+    return {"forward": ef - df + ew_f, "backward": eb - db + ew_b}
 
 
 def ep_comm_time_s(model: Model, lk: Links, s: StrategyArrays) -> FloatArray:
@@ -212,7 +210,9 @@ def logits_time_s(model: Model, system: System, s: StrategyArrays) -> FloatArray
     gemm = gemm_time_s(system.gpu, g) + sum(gemm_time_s(system.gpu, h) for h in g.backward())
     # softmax cross-entropy: write fp32 logits, read them for max/sum/grad, write the grad.
     loss_bytes = 16.0 * model.seq * s.micro_batch * model.vocab / s.tp
-    return np.asarray(gemm + memory_time_s(system.gpu, loss_bytes, 4.0))
+    return np.asarray(
+        gemm + memory_time_s(system.gpu, loss_bytes, 4.0, system.gpu.elementwise_forward_efficiency)
+    )
 
 
 def tp_comm_times(
@@ -235,11 +235,15 @@ def tp_comm_times(
         s.sequence_parallel.astype(bool), 2.0 * gather, group_all_reduce_s(lk, tp, ones, act)
     )
 
+    hide = s.overlap_tp.astype(bool)
+
     def overlapped(comm_s: FloatArray, compute_s: FloatArray) -> FloatArray:
         # Extra time of a GEMM with a collective hidden behind it: while the collective runs,
-        # its kernels hold a share u of the SMs and the GEMM runs at (1 − u) speed.
+        # its kernels hold a share u of the SMs and the GEMM runs at (1 − u) speed. Without
+        # overlap the collective is simply exposed.
         u = lk.comm_sm_fraction
-        return np.asarray(np.where(comm_s * (1.0 - u) >= compute_s, comm_s - compute_s, comm_s * u))
+        hidden = np.where(comm_s * (1.0 - u) >= compute_s, comm_s - compute_s, comm_s * u)
+        return np.asarray(np.where(hide, hidden, comm_s))
 
     # The backward all-reduces hide behind the QKV and MLP-up weight-gradient GEMMs;
     # sequence parallelism keeps only the sharded input of QKV and MLP-up, so the backward pass

@@ -39,6 +39,7 @@ class StrategyArrays:
     overlap_dp: IntArray
     grad_reduce_bytes: IntArray
     ep: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
+    overlap_tp: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
@@ -77,6 +78,7 @@ class StrategyArrays:
             overlap_dp=bool(v["overlap_dp"]),
             grad_reduce_bytes=v["grad_reduce_bytes"],
             ep=v["ep"],
+            overlap_tp=bool(v["overlap_tp"]),
         )
 
 
@@ -102,6 +104,7 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         overlap_dp=col(lambda s: int(s.overlap_dp)),
         grad_reduce_bytes=col(lambda s: s.grad_reduce_bytes),
         ep=col(lambda s: s.ep),
+        overlap_tp=col(lambda s: int(s.overlap_tp)),
     )
 
 

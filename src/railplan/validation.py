@@ -2,9 +2,16 @@
 
 Rows: Korthikanti et al. 2022 Tables 3/5 (iteration time) and Narayanan et al. 2021 Table 1
 (achieved TFLOP/s per GPU), both on DGX A100 80GB (Selene). Software facts of those runs (not
-tuned): the gradient all-reduce ran after the backward pass (Megatron-LM overlapped it only from
-2023, `--overlap-grad-reduce`), no ZeRO; Korthikanti trained in bf16 with fp32 gradient
-reduction, Narayanan in fp16 (`--fp16` in examples/sc21) with fp16 gradient reduction.
+tuned), from the papers and the Megatron-LM code of the time:
+- the data-parallel gradient all-reduce ran after the backward pass (Megatron-LM overlapped it
+  only from 2023, `--overlap-grad-reduce`; Korthikanti §6.3 says so for the 2,240-GPU run), no
+  ZeRO; pipeline sends were blocking (batch_isend_irecv + cuda synchronize);
+- backward TP all-reduces overlapped the weight-gradient GEMM in Korthikanti's runs without
+  sequence parallelism (§6.2); Megatron then disabled that asynchronous all-reduce when
+  sequence parallelism was on (megatron/arguments.py of the time), and Narayanan's 2021 runs
+  predate it (examples/sc21 pins the 20.12 container);
+- Korthikanti trained with fp32 gradient reduction (bf16), Narayanan in fp16 (`--fp16` in
+  examples/sc21) with fp16 gradient reduction.
 """
 
 from __future__ import annotations
@@ -68,6 +75,7 @@ def korthikanti_rows() -> list[Row]:
             recompute="selective" if selective else "full",
             sequence_parallel=selective,
             overlap_dp=False,
+            overlap_tp=not selective,
             grad_reduce_bytes=4,
         )
         e = estimate(model, system, strat, Network(), gpus=int(r["gpus"]))
@@ -111,6 +119,7 @@ def narayanan_rows() -> list[Row]:
             global_batch=int(r["global_batch"]),
             recompute="full",
             overlap_dp=False,
+            overlap_tp=False,
             grad_reduce_bytes=2,
         )
         e = estimate(model, system, strat, Network(), gpus=gpus)
@@ -147,6 +156,7 @@ def layer_rows() -> list[dict[str, Any]]:
             recompute=r["recompute"],
             sequence_parallel=r["sequence_parallel"] == "true",
             overlap_dp=False,
+            overlap_tp=r["sequence_parallel"] != "true",
         )
         arrays = from_strategies(strat)
         lt = layer_times(model, system, arrays)

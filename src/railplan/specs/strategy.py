@@ -17,6 +17,8 @@ class Strategy(Spec):
 
     `overlap_dp` overlaps the data-parallel gradient reduction with the backward pass (modern
     Megatron/FSDP); Megatron-LM of 2021-22 reduced after the backward pass (False).
+    `overlap_tp` hides the backward tensor-parallel collectives behind the weight- and
+    input-gradient GEMMs (Megatron's asynchronous TP all-reduce, late 2021 on).
     `grad_reduce_bytes` is the width of a reduced gradient element (4: fp32, Megatron's default
     for bf16; 2: bf16/fp16 reduction). `ep` experts-parallel ranks are taken from the dp ranks
     (DeepSpeed-MoE / Megatron-core): experts are sharded over ep, and expert weights are
@@ -34,6 +36,10 @@ class Strategy(Spec):
     zero: int = Field(default=0, ge=0, le=3)
     overlap_dp: bool = True
     grad_reduce_bytes: Literal[2, 4] = 4
+    overlap_tp: bool = Field(
+        default=True,
+        description="backward TP collectives hidden behind weight/input-gradient GEMMs",
+    )
     ep: PositiveInt = Field(default=1, description="expert-parallel degree (MoE), taken from dp")
 
     @property

@@ -1,0 +1,66 @@
+"""HBM bytes the memory-bound (element-wise) kernels of one layer move, per micro-batch and GPU.
+
+Counted per element (bf16 = 2 bytes, dropout masks 1 byte) for Megatron's fused kernels:
+
+forward                                  backward
+- layer norm ×2: read 2, write 2         read x 2, read dy 2, write dx 2
+- bias-dropout-add ×2: read 2+2,         dropout: read dy 2, mask 1, write 2;
+  write 2, mask 1                        residual: add two gradients, read 4, write 2
+  (these 22·sbh are on every TP rank, ÷t with sequence parallelism)
+- activation: read up (and gate),        read the inputs and dy, write the input gradients
+  write output (÷t)
+- softmax: read 2, write 2;              softmax: read y, dy, write dx (6);
+  attention dropout: read 2, write 2,    dropout: read dy, mask, write (5)
+  mask 1, on b·a·s² elements (÷t)
+- context permute copy: read 2, write 2  the same copy back
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from railplan.specs import Model
+from railplan.strategies import FloatArray, StrategyArrays
+
+REPLICATED_FORWARD = 22.0  # bytes per s·b·h element (2 LN + 2 bias-dropout-add)
+REPLICATED_BACKWARD = 2 * 6.0 + 2 * 5.0 + 2 * 6.0  # LN + dropout + residual gradient adds
+SCORES_FORWARD = 4.0 + 5.0  # softmax + attention dropout, per b·a·s² element
+SCORES_BACKWARD = 6.0 + 5.0
+PERMUTE = 4.0  # context [b·a, s, d] → [s, b, h] copy, per s·b·h/t element
+
+
+def layer_bytes(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
+    """Forward and backward element-wise bytes of one layer, and the attention-score part
+    (what selective recompute reruns)."""
+    b, t = s.micro_batch.astype(float), s.tp.astype(float)
+    sbh = model.seq * b * model.hidden
+    replicated = sbh * np.where(s.sequence_parallel.astype(bool), 1.0 / t, 1.0)
+    ffn_elements = model.ffn_ * model.seq * b / t
+    gated = model.mlp_matrices == 3
+    act_fwd = (6.0 if gated else 4.0) * ffn_elements
+    act_bwd = (10.0 if gated else 6.0) * ffn_elements
+    score_elements = model.heads * model.seq**2 * b / t
+    return {
+        "forward": np.asarray(
+            REPLICATED_FORWARD * replicated
+            + act_fwd
+            + SCORES_FORWARD * score_elements
+            + PERMUTE * sbh / t
+        ),
+        "backward": np.asarray(
+            REPLICATED_BACKWARD * replicated
+            + act_bwd
+            + SCORES_BACKWARD * score_elements
+            + PERMUTE * sbh / t
+        ),
+        "scores_forward": np.asarray(SCORES_FORWARD * score_elements),
+    }
+
+
+def activation_function_bytes(model: Model, elements: FloatArray) -> dict[str, FloatArray]:
+    """Forward and backward bytes of the MLP activation on `elements` ffn values."""
+    gated = model.mlp_matrices == 3
+    return {
+        "forward": np.asarray((6.0 if gated else 4.0) * elements),
+        "backward": np.asarray((10.0 if gated else 6.0) * elements),
+    }
