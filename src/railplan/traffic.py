@@ -117,13 +117,20 @@ def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
     gathers = float(ops["sp_regather"])
     tp_d = float(comm.tp_message_bytes(model, s))
     zero = int(s.zero) >= 1
-    grad = float(comm.dp_gradient_bytes(model, s))
+
+    def dp_bytes(embedding: bool) -> float:
+        grad = float(comm.dp_gradient_bytes(model, s, embedding))
+        gather = float(comm.dp_weight_gather_bytes(model, s, embedding))
+        return grad + gather if zero else 2.0 * grad
+
     return {
         # each all-reduce (or SP reduce-scatter + all-gather) is two gather passes
         "tp": layers_per_stage * m * tp_d * (2.0 * all_reduces + gathers),
         "pp": m * float(comm.pp_message_bytes(model, s)),
-        # ZeRO ≥ 1: reduce-scatter of gradients + all-gather of weights; else all-reduce
-        "dp": grad + float(comm.dp_weight_gather_bytes(model, s)) if zero else 2.0 * grad,
+        # ZeRO ≥ 1: reduce-scatter of gradients + all-gather of weights; else all-reduce.
+        # First and last stage also hold the vocabulary matrix; middle stages do not.
+        "dp": dp_bytes(True),
+        "dp_middle": dp_bytes(False),
         "embedding": 2.0 * float(comm.embedding_gradient_bytes(model, s)),
     }
 
@@ -171,8 +178,13 @@ def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
     pieces: list[tuple[str, tuple[IntArray, IntArray, FloatArray]]] = [
         ("tp", _scale(collective_edges(p.groups("tp"), k), vol["tp"])),
         ("pp", _scale(pipeline_edges(p.groups("pp"), int(s.interleave)), vol["pp"])),
-        ("dp", _scale(collective_edges(p.groups("dp"), k), vol["dp"])),
     ]
+    dp_groups = p.groups("dp")  # one row per (stage, tp rank)
+    stage = np.arange(dp_groups.shape[0]) // p.tp
+    end = (stage == 0) | (stage == p.pp - 1)
+    pieces.append(("dp", _scale(collective_edges(dp_groups[end], k), vol["dp"])))
+    if (~end).any():
+        pieces.append(("dp", _scale(collective_edges(dp_groups[~end], k), vol["dp_middle"])))
     if vol["embedding"] > 0:
         pieces.append(("dp", _scale(collective_edges(p.groups("embedding"), k), vol["embedding"])))
     edp, edp_bytes = expert_dp_edges(model, s, p)

@@ -42,11 +42,14 @@ def analytical(model: Model, strategy: Strategy) -> dict[str, float]:
         * 2
         * float(comm.pp_boundaries_per_micro_batch(s))
     )
-    grad = float(comm.dp_gradient_bytes(model, s))
-    if strategy.zero >= 1:
-        dp_one = (dp - 1) * (grad + float(comm.dp_weight_gather_bytes(model, s)))
-    else:
-        dp_one = 2 * (dp - 1) * grad
+    def dp_one_group(embedding: bool) -> float:
+        grad = float(comm.dp_gradient_bytes(model, s, embedding))
+        if strategy.zero >= 1:
+            return (dp - 1) * (grad + float(comm.dp_weight_gather_bytes(model, s, embedding)))
+        return 2 * (dp - 1) * grad
+
+    end_stages = min(pp, 2)  # first and last stage hold the vocabulary matrix
+    dp_stages = end_stages * dp_one_group(True) + (pp - end_stages) * dp_one_group(False)
     embed = tp * dp * 2 * (2 - 1) * float(comm.embedding_gradient_bytes(model, s))
     ep = strategy.ep
     expert = float(comm.dp_expert_gradient_bytes(model, s))
@@ -71,7 +74,7 @@ def analytical(model: Model, strategy: Strategy) -> dict[str, float]:
     return {
         "tp": tp_total,
         "pp": pp_total,
-        "dp": tp * pp * dp_one + embed + expert_dp,
+        "dp": tp * dp_stages + embed + expert_dp,
         "ep": ep_total,
     }
 

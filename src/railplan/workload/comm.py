@@ -59,16 +59,17 @@ def pp_boundaries_per_micro_batch(s: StrategyArrays) -> FloatArray:
     return np.asarray((s.pp - 1) * s.interleave + (s.interleave - 1), dtype=float)
 
 
-def dp_gradient_bytes(model: Model, s: StrategyArrays) -> FloatArray:
+def dp_gradient_bytes(model: Model, s: StrategyArrays, embedding: bool = True) -> FloatArray:
     """Non-expert gradient buffer each GPU reduces over its data-parallel group per iteration
-    (all gradients for a dense model)."""
-    return np.asarray(dense_stage_params(model, s) * s.grad_reduce_bytes)
+    (all gradients for a dense model); `embedding`: first/last stage (the critical one)."""
+    return np.asarray(dense_stage_params(model, s, embedding) * s.grad_reduce_bytes)
 
 
-def dp_weight_gather_bytes(model: Model, s: StrategyArrays) -> FloatArray:
+def dp_weight_gather_bytes(model: Model, s: StrategyArrays, embedding: bool = True) -> FloatArray:
     """With a distributed optimizer (ZeRO ≥ 1): the non-expert bf16 weights all-gathered over
     the data-parallel group after the step."""
-    return np.asarray(np.where(s.zero >= 1, dense_stage_params(model, s) * WEIGHT_BYTES, 0.0))
+    params = dense_stage_params(model, s, embedding)
+    return np.asarray(np.where(s.zero >= 1, params * WEIGHT_BYTES, 0.0))
 
 
 def dp_expert_weight_gather_bytes(model: Model, s: StrategyArrays) -> FloatArray:

@@ -93,16 +93,16 @@ def logits_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     return np.asarray(4.0 * model.seq * s.micro_batch * model.vocab / s.tp, dtype=np.float64)
 
 
-def dense_stage_params(model: Model, s: StrategyArrays) -> FloatArray:
-    """Non-expert parameters one GPU of the first (or last) stage holds: its layers' attention,
-    norms, dense MLPs and routers, plus the embedding (split by tp)."""
+def dense_stage_params(model: Model, s: StrategyArrays, embedding: bool = True) -> FloatArray:
+    """Non-expert parameters one GPU of a stage holds: its layers' attention, norms, dense MLPs
+    and routers, plus (first and last stage, `embedding`) the vocabulary matrix, split by tp."""
     layers = model.layers / s.pp
     moe_share = model.moe_layers / model.layers
     per_layer = model.layer_params() - moe_share * model.mlp_params_dense()
     per_layer += moe_share * model.hidden * model.experts  # router
     # Tied: one vocab×h matrix per end stage; untied with pp = 1: input and output matrices.
     embed = model.vocab * model.hidden * np.where((s.pp == 1) & (not model.tied_embeddings), 2, 1)
-    return np.asarray((layers * per_layer + embed) / s.tp, dtype=np.float64)
+    return np.asarray((layers * per_layer + embed * embedding) / s.tp, dtype=np.float64)
 
 
 def expert_stage_params(model: Model, s: StrategyArrays) -> FloatArray:
