@@ -18,7 +18,8 @@ bytes through the HB domain, `oversubscribed` divides the NIC bandwidth by its r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 
 import numpy as np
 import numpy.typing as npt
@@ -26,7 +27,7 @@ import numpy.typing as npt
 from railplan import collectives as coll
 from railplan.compute import gemm_time_s, memory_time_s
 from railplan.specs import Model, Network, System
-from railplan.strategies import FULL, SELECTIVE, BoolArray, FloatArray, StrategyArrays
+from railplan.strategies import FULL, SELECTIVE, BoolArray, FloatArray, IntArray, StrategyArrays
 from railplan.workload import comm, elementwise
 from railplan.workload.flops import hardware_flops, model_flops
 from railplan.workload.gemms import (
@@ -278,6 +279,46 @@ def dp_reduce_s(
     return np.asarray(np.where(n > 1, np.where(zero >= 1, sharded, all_reduce), 0.0))
 
 
+# The strategy fields that per-layer kernel times depend on.
+SHAPE_FIELDS = ("micro_batch", "tp", "sequence_parallel", "recompute", "ep")
+
+
+def shape_classes(s: StrategyArrays) -> tuple[StrategyArrays, IntArray] | None:
+    """The distinct combinations of SHAPE_FIELDS (as strategies) and, per strategy, the index
+    of its combination; None when `s` is too small for this to pay."""
+    shape = np.broadcast(*s.columns()).shape
+    if len(shape) != 1 or shape[0] < 64:
+        return None
+    cols = [np.broadcast_to(getattr(s, f), shape).astype(np.int64) for f in SHAPE_FIELDS]
+    key = np.zeros(shape, dtype=np.int64)
+    for c in cols:  # mixed-radix code of the combination
+        key = key * (int(c.max()) + 1) + c
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    one = np.ones(first.size, dtype=np.int64)
+    base = {f.name: one for f in fields(StrategyArrays)}
+    u = StrategyArrays(**(base | {f: c[first] for f, c in zip(SHAPE_FIELDS, cols, strict=True)}))
+    return u, np.asarray(inverse.ravel(), dtype=np.int64)
+
+
+def per_shape(
+    fn: Callable[[StrategyArrays], dict[str, FloatArray]],
+    s: StrategyArrays,
+    classes: tuple[StrategyArrays, IntArray] | None,
+) -> dict[str, FloatArray]:
+    """Evaluate `fn` (a function of the SHAPE_FIELDS only) once per distinct combination and
+    spread the results back: a search holds a few dozen kernel shapes among hundreds of
+    thousands of strategies."""
+    if classes is None:
+        return fn(s)
+    u, inverse = classes
+    n = inverse.size
+    out = fn(u)
+    return {
+        k: np.asarray(np.broadcast_to(v, (u.tp.size,))[inverse]) if np.ndim(v) else np.full(n, v)
+        for k, v in out.items()
+    }
+
+
 def iteration(model: Model, system: System, network: Network, s: StrategyArrays) -> Iteration:
     """Critical-path time of one iteration for every strategy in `s` (arrays broadcast)."""
     gpus = s.gpus.astype(float)
@@ -286,7 +327,8 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     v, m = s.interleave.astype(float), s.micro_batches.astype(float)
     layers_per_stage = model.layers / pp
 
-    lt = layer_times(model, system, s)
+    classes = shape_classes(s)
+    lt = per_shape(lambda u: layer_times(model, system, u), s, classes)
 
     tpc = tp_comm_times(model, lk, s, lt)
     tp_layer = tpc["forward"] + tpc["recompute"] + tpc["backward"]
@@ -300,7 +342,7 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
 
     t_layer = lt["forward"] + lt["backward"] + lt["recompute"] + tp_layer + ep_layer
     t_stage = layers_per_stage * t_layer + 2.0 * v * p2p
-    t_logits = logits_time_s(model, system, s)
+    t_logits = per_shape(lambda u: {"t": logits_time_s(model, system, u)}, s, classes)["t"]
     steady = m * (t_stage + t_logits)
     bubble = (pp - 1.0) / v * (t_stage + t_logits / pp)
 
