@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import numpy as np
-import numpy.typing as npt
 
 from railplan import collectives as coll
 from railplan.compute import gemm_time_s, memory_time_s
@@ -267,16 +266,31 @@ def dp_reduce_s(
     stride: FloatArray,
     grad_bytes: FloatArray,
     weight_bytes: FloatArray,
-    zero: npt.NDArray[np.int64],
-) -> FloatArray:
-    """Gradient reduction over n data-parallel ranks `stride` apart: an all-reduce, or with a
-    distributed optimizer (ZeRO ≥ 1) a reduce-scatter of the gradients and an all-gather of
-    the updated bf16 weights."""
-    all_reduce = group_all_reduce_s(lk, n, stride, grad_bytes)
-    sharded = group_all_reduce_s(lk, n, stride, grad_bytes, gather_only=True) + group_all_reduce_s(
-        lk, n, stride, weight_bytes, gather_only=True
-    )
-    return np.asarray(np.where(n > 1, np.where(zero >= 1, sharded, all_reduce), 0.0))
+    s: StrategyArrays,
+) -> dict[str, FloatArray]:
+    """Data-parallel communication over n ranks `stride` apart, by when it happens.
+
+    ZeRO 0: all-reduce of the gradients at the end of the iteration; ZeRO 1 (distributed
+    optimizer): reduce-scatter of the gradients and all-gather of the updated bf16 weights at
+    the end; ZeRO 2: gradients reduce-scattered after every micro-batch's backward pass
+    (DeepSpeed), weights all-gathered at the end; ZeRO 3: weights all-gathered before every
+    forward and backward pass (again for a recomputed forward), gradients reduce-scattered
+    after every backward pass (Rajbhandari et al. 2020)."""
+    zero = s.zero
+    on = n > 1
+    rs = np.where(on, group_all_reduce_s(lk, n, stride, grad_bytes, gather_only=True), 0.0)
+    ag = np.where(on, group_all_reduce_s(lk, n, stride, weight_bytes, gather_only=True), 0.0)
+    ar = np.where(on, group_all_reduce_s(lk, n, stride, grad_bytes), 0.0)
+    bwd_gathers = 1.0 + (s.recompute == FULL)
+    return {
+        "end": np.asarray(
+            np.select([zero == 0, zero == 1, zero == 2], [ar, rs + ag, ag], default=0.0)
+        ),
+        "micro_batch_forward": np.asarray(np.where(zero == 3, ag, 0.0)),
+        "micro_batch_backward": np.asarray(
+            np.select([zero == 2, zero == 3], [rs, rs + bwd_gathers * ag], default=0.0)
+        ),
+    }
 
 
 # The strategy fields that per-layer kernel times depend on.
@@ -341,27 +355,41 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     p2p = np.where(pp > 1, p2p_s(lk, comm.pp_message_bytes(model, s), tp * dp), 0.0)
 
     t_layer = lt["forward"] + lt["backward"] + lt["recompute"] + tp_layer + ep_layer
-    t_stage = layers_per_stage * t_layer + 2.0 * v * p2p
     t_logits = per_shape(lambda u: {"t": logits_time_s(model, system, u)}, s, classes)["t"]
-    steady = m * (t_stage + t_logits)
-    bubble = (pp - 1.0) / v * (t_stage + t_logits / pp)
+    t_stage_compute = layers_per_stage * t_layer + 2.0 * v * p2p
 
-    # Data parallelism: gradients of this stage over dp ranks tp apart; with a distributed
-    # optimizer (ZeRO >= 1) reduce-scatter gradients, all-gather updated bf16 weights.
-    # MoE: expert gradients over the dp/ep expert-data-parallel ranks, tp·ep apart.
+    # Data parallelism: gradients of this stage over dp ranks tp apart (ZeRO stages as in
+    # dp_reduce_s); MoE expert gradients over the dp/ep expert-data-parallel ranks, tp·ep apart.
     params = stage_params(model, s)
     zero = s.zero
     ep = s.ep.astype(float)
-    dp_time = dp_reduce_s(
-        lk, dp, tp, comm.dp_gradient_bytes(model, s), comm.dp_weight_gather_bytes(model, s), zero
-    ) + dp_reduce_s(
+    dense = dp_reduce_s(
+        lk, dp, tp, comm.dp_gradient_bytes(model, s), comm.dp_weight_gather_bytes(model, s), s
+    )
+    expert = dp_reduce_s(
         lk,
         dp / ep,
         tp * ep,
         comm.dp_expert_gradient_bytes(model, s),
         comm.dp_expert_weight_gather_bytes(model, s),
-        zero,
+        s,
     )
+    dp_time = dense["end"] + expert["end"]
+    # ZeRO 2/3 communicate every micro-batch, prefetched / reduced behind that pass's compute.
+    zero_mb = np.maximum(
+        dense["micro_batch_forward"]
+        + expert["micro_batch_forward"]
+        - layers_per_stage * lt["forward"],
+        0.0,
+    ) + np.maximum(
+        dense["micro_batch_backward"]
+        + expert["micro_batch_backward"]
+        - layers_per_stage * (lt["backward"] + lt["recompute"]),
+        0.0,
+    )
+    t_stage = t_stage_compute + zero_mb
+    steady = m * (t_stage + t_logits)
+    bubble = (pp - 1.0) / v * (t_stage + t_logits / pp)
     # Tied embeddings: first and last stage all-reduce the embedding gradient.
     embed_bytes = comm.embedding_gradient_bytes(model, s)
     embed_ar = np.where(
@@ -391,6 +419,7 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
         "tp_comm": m * layers_per_stage * tp_layer,
         "ep_comm": m * layers_per_stage * ep_layer,
         "pp_comm": m * 2.0 * v * p2p,
+        "zero_comm": m * zero_mb,
         "pipeline_bubble": bubble,
         "dp_comm_exposed": dp_exposed,
         "optimizer": optimizer,
