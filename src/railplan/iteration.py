@@ -356,7 +356,13 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
 
     t_layer = lt["forward"] + lt["backward"] + lt["recompute"] + tp_layer + ep_layer
     t_logits = per_shape(lambda u: {"t": logits_time_s(model, system, u)}, s, classes)["t"]
-    t_stage_compute = layers_per_stage * t_layer + 2.0 * v * p2p
+    # Blocking sends add to every micro-batch; overlapped ones only where they outlast compute.
+    p2p_exposed = np.where(
+        s.overlap_p2p.astype(bool),
+        np.maximum(2.0 * v * p2p - layers_per_stage * t_layer, 0.0),
+        2.0 * v * p2p,
+    )
+    t_stage_compute = layers_per_stage * t_layer + p2p_exposed
 
     # Data parallelism: gradients of this stage over dp ranks tp apart (ZeRO stages as in
     # dp_reduce_s); MoE expert gradients over the dp/ep expert-data-parallel ranks, tp·ep apart.
@@ -418,7 +424,7 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
         "recompute": m * layers_per_stage * lt["recompute"],
         "tp_comm": m * layers_per_stage * tp_layer,
         "ep_comm": m * layers_per_stage * ep_layer,
-        "pp_comm": m * 2.0 * v * p2p,
+        "pp_comm": m * p2p_exposed,
         "zero_comm": m * zero_mb,
         "pipeline_bubble": bubble,
         "dp_comm_exposed": dp_exposed,

@@ -40,6 +40,7 @@ class StrategyArrays:
     grad_reduce_bytes: IntArray
     ep: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
     overlap_tp: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
+    overlap_p2p: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
@@ -79,6 +80,7 @@ class StrategyArrays:
             grad_reduce_bytes=v["grad_reduce_bytes"],
             ep=v["ep"],
             overlap_tp=bool(v["overlap_tp"]),
+            overlap_p2p=bool(v["overlap_p2p"]),
         )
 
 
@@ -105,6 +107,7 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         grad_reduce_bytes=col(lambda s: s.grad_reduce_bytes),
         ep=col(lambda s: s.ep),
         overlap_tp=col(lambda s: int(s.overlap_tp)),
+        overlap_p2p=col(lambda s: int(s.overlap_p2p)),
     )
 
 

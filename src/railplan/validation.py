@@ -76,6 +76,7 @@ def korthikanti_rows() -> list[Row]:
             sequence_parallel=selective,
             overlap_dp=False,
             overlap_tp=not selective,
+            overlap_p2p=False,
             grad_reduce_bytes=4,
         )
         e = estimate(model, system, strat, Network(), gpus=int(r["gpus"]))
@@ -120,6 +121,7 @@ def narayanan_rows() -> list[Row]:
             recompute="full",
             overlap_dp=False,
             overlap_tp=False,
+            overlap_p2p=False,
             grad_reduce_bytes=2,
         )
         e = estimate(model, system, strat, Network(), gpus=gpus)

@@ -19,6 +19,8 @@ class Strategy(Spec):
     Megatron/FSDP); Megatron-LM of 2021-22 reduced after the backward pass (False).
     `overlap_tp` hides the backward tensor-parallel collectives behind the weight- and
     input-gradient GEMMs (Megatron's asynchronous TP all-reduce, late 2021 on).
+    `overlap_p2p` runs pipeline sends behind compute (Megatron `--overlap-p2p-communication`,
+    2023); before that sends were blocking.
     `grad_reduce_bytes` is the width of a reduced gradient element (4: fp32, Megatron's default
     for bf16; 2: bf16/fp16 reduction). `ep` experts-parallel ranks are taken from the dp ranks
     (DeepSpeed-MoE / Megatron-core): experts are sharded over ep, and expert weights are
@@ -39,6 +41,10 @@ class Strategy(Spec):
     overlap_tp: bool = Field(
         default=True,
         description="backward TP collectives hidden behind weight/input-gradient GEMMs",
+    )
+    overlap_p2p: bool = Field(
+        default=True,
+        description="pipeline sends overlap the next micro-batch's compute",
     )
     ep: PositiveInt = Field(default=1, description="expert-parallel degree (MoE), taken from dp")
 
