@@ -102,3 +102,13 @@ def test_more_ep_never_more_expert_memory(ep: int, mb: int, cf: float) -> None:
             Strategy(dp=128, ep=ep * 2, micro_batch=mb, global_batch=128 * mb * 2)
         )
         assert float(expert_stage_params(m, big)) < float(expert_stage_params(m, small))
+
+
+def test_reproduce_fig5(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = cli.json("reproduce", "fig5", "--heatmap", str(tmp_path / "fig5.png"))
+    ep = out["share_by_kind"]["ep"]
+    assert 0.2 < ep < 0.4  # paper ≈ 27 %
+    assert out["pairs_with_traffic_fraction"] == 1.0  # uniform all-to-all reaches every pair
+    assert out["iteration_s"]["ideal"] < out["iteration_s"]["rail-optimized"]
+    assert 0 < out["rail_only_overhead"] < 0.05
+    assert (tmp_path / "fig5.png").stat().st_size > 0
