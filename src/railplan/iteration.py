@@ -27,7 +27,7 @@ from railplan import collectives as coll
 from railplan.compute import gemm_time_s, memory_time_s
 from railplan.specs import Model, Network, System
 from railplan.strategies import FULL, SELECTIVE, BoolArray, FloatArray, IntArray, StrategyArrays
-from railplan.workload import comm, elementwise
+from railplan.workload import comm, elementwise, routing
 from railplan.workload.flops import hardware_flops, model_flops
 from railplan.workload.gemms import (
     Gemm,
@@ -180,7 +180,7 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
         return np.asarray(f), np.asarray(bw)
 
     (ef, eb), (df, db) = fwd_bwd(experts), fwd_bwd(dense)
-    slots = b * model.seq * model.top_k * model.capacity_factor
+    slots = b * model.seq * model.top_k * routing.slot_factor(model, s.ep)
     extra = elementwise.activation_function_bytes(
         model, (slots * model.expert_ffn_ - b * model.seq * model.ffn_) / t
     )

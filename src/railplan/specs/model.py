@@ -38,6 +38,12 @@ class Model(Spec):
         gt=0,
         description="expert capacity / (tokens·top_k/experts); buffers are padded to it",
     )
+    routing_zipf: float = Field(
+        default=0.0, ge=0, description="expert popularity ∝ 1/rank^z (0 = uniform routing)"
+    )
+    drop_tokens: bool = Field(
+        default=True, description="capacity-based routing (drops overflow); false = dropless"
+    )
     source: str = ""
 
     @model_validator(mode="after")

@@ -28,6 +28,7 @@ from railplan.workload.memory import (
     dense_stage_params,
     expert_stage_params,
 )
+from railplan.workload.routing import slot_factor
 
 ACT_BYTES = 2.0  # bf16 activations
 
@@ -87,7 +88,7 @@ def embedding_gradient_bytes(model: Model, s: StrategyArrays) -> FloatArray:
 def ep_pair_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     """Bytes one GPU sends to each other expert-parallel rank in one all-to-all: its share of
     the b·s·top_k·capacity token slots (split over the tp ranks), h bf16 values each, / ep."""
-    slots = s.micro_batch.astype(float) * model.seq * model.top_k * model.capacity_factor
+    slots = s.micro_batch.astype(float) * model.seq * model.top_k * slot_factor(model, s.ep)
     return np.asarray(slots / s.tp * model.hidden * ACT_BYTES / s.ep)
 
 

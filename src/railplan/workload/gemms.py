@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from railplan.specs import Model
+from railplan.workload.routing import slot_factor
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -89,13 +90,14 @@ def logit_gemm(model: Model, b: object, t: object) -> Gemm:
 def expert_gemms(model: Model, b: object, t: object, ep: object) -> list[Gemm]:
     """Expert MLPs of one MoE layer on one GPU, as grouped GEMMs over its experts/ep experts.
 
-    With balanced routing each GPU processes b·s·top_k·capacity_factor token slots (padded to
-    capacity, as in GShard/DeepSpeed-MoE), spread evenly over its local experts; expert weights
-    are split over the tp ranks like a dense MLP.
+    Each GPU processes b·s·top_k·slot_factor token slots (capacity-padded, or the busiest
+    rank's load when dropless: workload/routing.py), spread over its local experts; expert
+    weights are split over the tp ranks like a dense MLP.
     """
+    slots_per_token = model.top_k * slot_factor(model, np.asarray(ep, dtype=np.int64))
     b, t, ep = _f(b), _f(t), _f(ep)
     local_experts = model.experts / ep
-    slots = b * model.seq * model.top_k * model.capacity_factor
+    slots = b * model.seq * slots_per_token
     per_expert = slots / local_experts
     f = float(model.expert_ffn_)
     one = np.ones_like(b * t * ep)

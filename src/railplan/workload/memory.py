@@ -22,6 +22,7 @@ import numpy as np
 
 from railplan.specs import GPU, Model
 from railplan.strategies import FULL, SELECTIVE, FloatArray, StrategyArrays
+from railplan.workload.routing import slot_factor
 
 GIB = float(1 << 30)
 WEIGHT_BYTES = 2.0  # bf16 weights
@@ -52,11 +53,11 @@ def layer_activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     seq, h = float(model.seq), float(model.hidden)
     sbh = seq * b * h
     replicated = 10.0 * sbh
-    mlp_per_token = (6.0 if model.gated_mlp else 4.0) * model.ffn_
+    mlp_per_token: FloatArray | float = (6.0 if model.gated_mlp else 4.0) * model.ffn_
     if model.moe_layers:
-        # Expert layers keep top_k·capacity slots of expert_ffn activations per token.
-        expert = (6.0 if model.gated_mlp else 4.0) * model.expert_ffn_ * model.top_k
-        expert *= model.capacity_factor
+        # Expert layers keep top_k·slot_factor slots of expert_ffn activations per token.
+        per_slot = (6.0 if model.gated_mlp else 4.0) * model.expert_ffn_ * model.top_k
+        expert = per_slot * slot_factor(model, s.ep)
         share = model.moe_layers / model.layers
         mlp_per_token = (1 - share) * mlp_per_token + share * expert
     split = seq * b * (4.0 * h + 4.0 * model.kv_dim + mlp_per_token)
