@@ -298,20 +298,21 @@ SHAPE_FIELDS = ("micro_batch", "tp", "sequence_parallel", "recompute", "ep")
 
 
 def shape_classes(s: StrategyArrays) -> tuple[StrategyArrays, IntArray] | None:
-    """The distinct combinations of SHAPE_FIELDS (as strategies) and, per strategy, the index
-    of its combination; None when `s` is too small for this to pay."""
+    """The distinct combinations of SHAPE_FIELDS (as 1-d strategies) and, per strategy, the
+    index of its combination (shaped like the broadcast strategies); None when `s` is too small
+    for this to pay."""
     shape = np.broadcast(*s.columns()).shape
-    if len(shape) != 1 or shape[0] < 64:
+    if int(np.prod(shape)) < 64:
         return None
-    cols = [np.broadcast_to(getattr(s, f), shape).astype(np.int64) for f in SHAPE_FIELDS]
-    key = np.zeros(shape, dtype=np.int64)
+    cols = [np.broadcast_to(getattr(s, f), shape).ravel().astype(np.int64) for f in SHAPE_FIELDS]
+    key = np.zeros(cols[0].shape, dtype=np.int64)
     for c in cols:  # mixed-radix code of the combination
         key = key * (int(c.max()) + 1) + c
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     one = np.ones(first.size, dtype=np.int64)
     base = {f.name: one for f in fields(StrategyArrays)}
     u = StrategyArrays(**(base | {f: c[first] for f, c in zip(SHAPE_FIELDS, cols, strict=True)}))
-    return u, np.asarray(inverse.ravel(), dtype=np.int64)
+    return u, np.asarray(inverse.reshape(shape), dtype=np.int64)
 
 
 def per_shape(
@@ -325,12 +326,8 @@ def per_shape(
     if classes is None:
         return fn(s)
     u, inverse = classes
-    n = inverse.size
     out = fn(u)
-    return {
-        k: np.asarray(np.broadcast_to(v, (u.tp.size,))[inverse]) if np.ndim(v) else np.full(n, v)
-        for k, v in out.items()
-    }
+    return {k: np.asarray(np.broadcast_to(v, (u.tp.size,))[inverse]) for k, v in out.items()}
 
 
 def iteration(model: Model, system: System, network: Network, s: StrategyArrays) -> Iteration:
