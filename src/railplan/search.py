@@ -48,6 +48,7 @@ class SearchSpace:
     pp: tuple[int, ...] | None = None
     micro_batch: tuple[int, ...] | None = None
     interleave: tuple[int, ...] | None = None
+    ep: tuple[int, ...] | None = None
     recompute: tuple[str, ...] = ("none", "selective", "full")
     sequence_parallel: tuple[bool, ...] = (False, True)
     zero: tuple[int, ...] = (0, 1, 2, 3)
@@ -55,7 +56,7 @@ class SearchSpace:
     grad_reduce_bytes: int = 4
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "micro_batch", "interleave"):
+        for name in ("tp", "pp", "micro_batch", "interleave", "ep"):
             values = getattr(self, name)
             if values is not None and (not values or min(values) < 1):
                 raise RailplanError(name, "give positive integers")
@@ -162,7 +163,7 @@ def _select(cols: dict[str, IntArray], keep: BoolArray) -> dict[str, IntArray]:
 def candidate_rows(
     model: Model, gpus: int, global_batch: int, space: SearchSpace
 ) -> dict[str, IntArray]:
-    """The valid (tp, pp, dp, micro_batch, interleave, zero) tuples, as 1-d arrays."""
+    """The valid (tp, pp, dp, micro_batch, interleave, zero, ep) tuples, as 1-d arrays."""
     tps = _allowed(divisors(gpus), space.tp)
     tps = tps[(model.heads % tps == 0) & (model.kv_heads_ % tps == 0)]
     pps = _allowed(divisors(gpus), space.pp)
@@ -186,7 +187,12 @@ def candidate_rows(
 
     rows = _cross(rows, "zero", np.array(sorted(set(space.zero)), dtype=np.int64))
     z = rows["zero"]
-    return _select(rows, ((z <= 1) | (rows["pp"] == 1)) & ((z == 0) | (rows["dp"] > 1)))
+    rows = _select(rows, ((z <= 1) | (rows["pp"] == 1)) & ((z == 0) | (rows["dp"] > 1)))
+
+    # MoE: expert-parallel degrees dividing the experts and dp (ep ranks come from dp).
+    eps = _allowed(divisors(model.experts), space.ep) if model.experts > 1 else np.ones(1, np.int64)
+    rows = _cross(rows, "ep", eps)
+    return _select(rows, rows["dp"] % rows["ep"] == 0)
 
 
 def candidate_columns(space: SearchSpace) -> dict[str, IntArray]:
@@ -216,6 +222,7 @@ def _arrays(
         recompute=c["recompute"],
         sequence_parallel=c["sequence_parallel"],
         zero=r["zero"],
+        ep=r["ep"],
         overlap_dp=one * int(space.overlap_dp),
         grad_reduce_bytes=one * space.grad_reduce_bytes,
     )
@@ -273,6 +280,7 @@ def enumerate_and_evaluate(
         recompute=cols["recompute"][c],
         sequence_parallel=cols["sequence_parallel"][c],
         zero=rows["zero"][r],
+        ep=rows["ep"][r],
         overlap_dp=np.full(len(r), int(space.overlap_dp), dtype=np.int64),
         grad_reduce_bytes=np.full(len(r), space.grad_reduce_bytes, dtype=np.int64),
     )

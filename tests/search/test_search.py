@@ -258,3 +258,16 @@ def test_cli_search_errors(cli, args: tuple[str, ...], field: str) -> None:  # t
     r = cli("search", *itertools.chain.from_iterable(opts.items()))
     assert r.exit_code == 2
     assert str(r.exception).startswith(f"{field}:")
+
+
+def test_search_includes_expert_parallelism() -> None:
+    from railplan import Network, estimate, load_model, load_system
+    from railplan.search import search
+
+    model, system = load_model("moe-1.3b"), load_system("dgx-a100")
+    net = Network(architecture="rail-only")
+    r = search(model, system, net, 128, 512)
+    assert r.best is not None
+    assert r.best.strategy.ep > 1  # all 128 experts on every GPU does not fit
+    e = estimate(model, system, r.best.strategy, net)
+    assert e.iteration_s == pytest.approx(r.best.iteration_s, rel=1e-12)
