@@ -48,11 +48,18 @@ ELEMENTWISE_KERNELS_PER_LAYER = 8.0  # 2 layer norms, 2 bias-dropout-adds, activ
 
 @dataclass(frozen=True)
 class Links:
-    """Bandwidths (bytes/s per GPU per direction) and step latencies one network offers."""
+    """Bandwidths (bytes/s per GPU per direction) and step latencies one network offers.
+
+    `nic_bw` serves ring-type collectives (rings, the rail phase of hierarchical ones): NCCL
+    orders rings by topology, so a ring crosses each leaf's uplinks at most twice and an
+    oversubscribed spine does not slow it. `nic_bw_spread` serves traffic spread over many
+    leaves — all-to-all and pipeline sends — which the spine's ratio divides (the flow-level
+    simulator confirms both, docs/flow-check.md)."""
 
     hb_domain: FloatArray
     hb_bw: float
     nic_bw: float
+    nic_bw_spread: float
     hb_lat_s: float
     nic_lat_s: float
     rail_only: bool
@@ -65,7 +72,8 @@ def links(system: System, network: Network, gpus: FloatArray) -> Links:
     return Links(
         hb_domain=k,
         hb_bw=system.hb_bytes_per_s,
-        nic_bw=system.nic_bytes_per_s * network.nic_bandwidth_factor,
+        nic_bw=system.nic_bytes_per_s,
+        nic_bw_spread=system.nic_bytes_per_s * network.nic_bandwidth_factor,
         hb_lat_s=system.hb_latency_us * 1e-6,
         nic_lat_s=system.nic_latency_us * 1e-6,
         rail_only=network.architecture == "rail-only",
@@ -99,7 +107,7 @@ def group_all_reduce_s(
 def p2p_s(lk: Links, size: FloatArray, distance: FloatArray) -> FloatArray:
     """Point-to-point send between ranks `distance` apart (NIC if in different HB domains)."""
     inside = distance < lk.hb_domain
-    over_nic = size / lk.nic_bw + lk.nic_lat_s
+    over_nic = size / lk.nic_bw_spread + lk.nic_lat_s
     if lk.rail_only:
         over_nic = over_nic + np.where(distance % lk.hb_domain != 0, size / lk.hb_bw, 0.0)
     return np.asarray(np.where(inside, size / lk.hb_bw + lk.hb_lat_s, over_nic))
@@ -199,7 +207,7 @@ def ep_comm_time_s(model: Model, lk: Links, s: StrategyArrays) -> FloatArray:
     d = comm.ep_pair_bytes(model, s)
     x, y = coll.group_shape(s.ep, s.tp, lk.hb_domain)
     fn = coll.all_to_all_rail_only_s if lk.rail_only else coll.all_to_all_rail_optimized_s
-    one = fn(x, y, d, lk.hb_bw, lk.nic_bw, lk.hb_lat_s, lk.nic_lat_s)
+    one = fn(x, y, d, lk.hb_bw, lk.nic_bw_spread, lk.hb_lat_s, lk.nic_lat_s)
     ops = comm.ep_all_to_alls_per_moe_layer(s)
     return np.asarray((ops["forward"] + ops["recompute"] + ops["backward"]) * one)
 
