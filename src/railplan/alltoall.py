@@ -31,6 +31,9 @@ class AllToAll:
     nic_bytes_per_s: float
     rail_optimized_s: float
     rail_only_s: float
+    rail_only_hb_first_s: float
+    direct_pairwise_latency_s: float
+    two_step_latency_s: float
     slowdown: float
     asymptotic_slowdown: float
     cs_over_cf: float
@@ -63,6 +66,13 @@ def compare(
     x, y = float(k), float(n // k)
     ro = float(coll.all_to_all_rail_optimized_s(x, y, pair_bytes, cf, cs, hb_lat, nic_lat))
     rl = float(coll.all_to_all_rail_only_s(x, y, pair_bytes, cf, cs, hb_lat, nic_lat))
+    # Reverse order: aggregate inside the HB domain first (each GPU collects what its rail
+    # sends to every domain: y·D per local peer), then the rail phase: same bytes per link.
+    hb_first = y * (x - 1) * pair_bytes / cf + x * (y - 1) * pair_bytes / cs
+    hb_first += (hb_lat if x > 1 else 0.0) + (nic_lat if y > 1 else 0.0)
+    # Message rounds: a pairwise direct exchange needs x·y − 1 rounds, the two-step schedules
+    # (x − 1) HB rounds + (y − 1) rail rounds of aggregated messages.
+    lat_f, lat_s = system.hb_latency_us * 1e-6, system.nic_latency_us * 1e-6
     return AllToAll(
         system=system.name,
         gpus=n,
@@ -74,6 +84,9 @@ def compare(
         nic_bytes_per_s=cs,
         rail_optimized_s=ro,
         rail_only_s=rl,
+        rail_only_hb_first_s=hb_first,
+        direct_pairwise_latency_s=(x * y - 1) * lat_s,
+        two_step_latency_s=(x - 1) * lat_f + (y - 1) * lat_s,
         slowdown=rl / ro - 1.0,
         asymptotic_slowdown=(x - 1) / x * cs / cf,
         cs_over_cf=cs / cf,

@@ -51,7 +51,12 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         t.add_column("quantity")
         t.add_column("value", justify="right")
         t.add_row("rail-optimized (direct)", f"{r.rail_optimized_s * 1e3:.3f} ms")
-        t.add_row("rail-only (forwarding)", f"{r.rail_only_s * 1e3:.3f} ms")
+        t.add_row("rail-only (forwarding: rail phase, then HB)", f"{r.rail_only_s * 1e3:.3f} ms")
+        t.add_row("rail-only (HB aggregation, then rail)", f"{r.rail_only_hb_first_s * 1e3:.3f} ms")
+        t.add_row(
+            "latency: pairwise direct, x·y−1 rounds", f"{r.direct_pairwise_latency_s * 1e6:.0f} µs"
+        )
+        t.add_row("latency: two-step, (x−1)+(y−1) rounds", f"{r.two_step_latency_s * 1e6:.0f} µs")
         t.add_row("slowdown", f"{r.slowdown:.2%}")
         t.add_row("C_S / C_F", f"{r.cs_over_cf:.2%}")
         t.add_row("slowdown for many domains, (x−1)/x·C_S/C_F", f"{r.asymptotic_slowdown:.2%}")
