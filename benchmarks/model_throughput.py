@@ -22,11 +22,18 @@ def random_strategies(n: int, gpus: int, seed: int = 0) -> StrategyArrays:
     pp = 2 ** rng.integers(0, 6, n)
     dp = np.maximum(gpus // (tp * pp), 1)
     return StrategyArrays(
-        tp=tp, pp=pp, dp=dp, interleave=rng.integers(1, 3, n),
-        micro_batch=2 ** rng.integers(0, 3, n), global_batch=np.full(n, 4096),
-        recompute=rng.integers(0, 3, n), sequence_parallel=rng.integers(0, 2, n),
-        zero=rng.integers(0, 2, n), overlap_dp=np.ones(n, dtype=np.int64),
-        grad_reduce_bytes=np.full(n, 4))
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        interleave=rng.integers(1, 3, n),
+        micro_batch=2 ** rng.integers(0, 3, n),
+        global_batch=np.full(n, 4096),
+        recompute=rng.integers(0, 3, n),
+        sequence_parallel=rng.integers(0, 2, n),
+        zero=rng.integers(0, 2, n),
+        overlap_dp=np.ones(n, dtype=np.int64),
+        grad_reduce_bytes=np.full(n, 4),
+    )
 
 
 def main() -> None:
@@ -38,8 +45,10 @@ def main() -> None:
     valid_mask(model, s)
     dt = time.perf_counter() - t0
     rate = len(s) / dt
-    print(f"evaluated {len(s):,} strategies in {dt:.3f} s: {rate:,.0f} per second "
-          f"(goal ≥ {GOAL_PER_S:,}); finite: {bool(np.isfinite(it.iteration_s).all())}")
+    print(
+        f"evaluated {len(s):,} strategies in {dt:.3f} s: {rate:,.0f} per second "
+        f"(goal ≥ {GOAL_PER_S:,}); finite: {bool(np.isfinite(it.iteration_s).all())}"
+    )
 
 
 if __name__ == "__main__":

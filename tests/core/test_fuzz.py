@@ -61,7 +61,7 @@ def test_api_never_tracebacks(
 ) -> None:
     try:
         m = Model.parse(model, "model")
-        e = estimate(m, system, Strategy.parse(strat, "strategy"), Network(architecture=arch))  # type: ignore[arg-type]
+        e = estimate(m, system, Strategy.parse(strat, "strategy"), Network(architecture=arch))
     except RailplanError as err:
         assert "\n" not in str(err) and ":" in str(err)
         return

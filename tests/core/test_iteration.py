@@ -52,7 +52,7 @@ def test_more_bandwidth_is_never_slower(
 ) -> None:
     base = load_system("dgx-a100")
     faster = _system(**{field: getattr(base, field) * factor})
-    net = Network(architecture=arch, oversubscription=2.0 if arch == "oversubscribed" else 1.0)  # type: ignore[arg-type]
+    net = Network(architecture=arch, oversubscription=2.0 if arch == "oversubscribed" else 1.0)
     s = from_strategies(strategy)
     slow = iteration(MODEL, base, net, s).iteration_s
     fast = iteration(MODEL, faster, net, s).iteration_s
@@ -65,7 +65,7 @@ def test_network_order_ideal_le_rail_optimized_le_oversubscribed(strategy: Strat
     s = from_strategies(strategy)
     sy = load_system("dgx-a100")
     t = {
-        a: float(iteration(MODEL, sy, Network(architecture=a), s).iteration_s)  # type: ignore[arg-type]
+        a: float(iteration(MODEL, sy, Network(architecture=a), s).iteration_s)
         for a in ("ideal", "rail-optimized", "rail-only")
     }
     over = float(
@@ -92,7 +92,7 @@ def test_vectorized_equals_scalar() -> None:
                 micro_batch=mb,
                 global_batch=dp * mb * 16,
                 interleave=int(rng.choice([1, 2])) if pp > 1 else 1,
-                recompute=str(rng.choice(["none", "selective", "full"])),  # type: ignore[arg-type]
+                recompute=str(rng.choice(["none", "selective", "full"])),
                 sequence_parallel=bool(rng.integers(2)),
                 zero=int(rng.integers(2)),
             )

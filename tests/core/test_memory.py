@@ -18,7 +18,7 @@ from railplan.workload.memory import (
 
 def _layer(name: str, **kw: object) -> float:
     m = load_model(name)
-    s = from_strategies(Strategy(global_batch=8, **kw))  # type: ignore[arg-type]
+    s = from_strategies(Strategy(global_batch=8, **kw))
     return float(layer_activation_bytes(m, s))
 
 
@@ -59,8 +59,8 @@ def test_sixteen_bytes_per_parameter_without_zero() -> None:
 def test_zero_stages_shard() -> None:
     m = load_model("gpt-7.5b")
     base = dict(global_batch=64, dp=8)
-    mems = [memory(m, from_strategies(Strategy(zero=z, **base))) for z in range(4)]  # type: ignore[arg-type]
-    p = float(stage_params(m, from_strategies(Strategy(**base))))  # type: ignore[arg-type]
+    mems = [memory(m, from_strategies(Strategy(zero=z, **base))) for z in range(4)]
+    p = float(stage_params(m, from_strategies(Strategy(**base))))
     assert float(mems[1].optimizer_bytes) == pytest.approx(p * OPTIMIZER_BYTES / 8)
     assert float(mems[3].weights_bytes) == pytest.approx(p * WEIGHT_BYTES / 8)
     totals = [float(x.total_bytes) for x in mems]
@@ -97,7 +97,7 @@ def test_more_dp_at_fixed_per_replica_batch_never_raises_memory(
                 recompute=rc,
                 sequence_parallel=sp,
             )
-        )  # type: ignore[arg-type]
+        )
 
     small, big = memory(m, mk(dp)), memory(m, mk(dp * 2))
     assert float(big.total_bytes) <= float(small.total_bytes) * (1 + 1e-12)

@@ -120,9 +120,12 @@ def test_routing_skew_only_slows_dropless_moe() -> None:
     uniform = MOE.model_copy(update={"drop_tokens": False})
     skewed = MOE.model_copy(update={"drop_tokens": False, "routing_zipf": 1.0})
     assert routing.max_rank_load(uniform, 16) == pytest.approx(1.0)
+
     # Zipf(1) over 128 experts, 16 ranks of 8 contiguous experts: the first block holds
     # H(8)/H(128) of the tokens.
-    h = lambda n: sum(1 / i for i in range(1, n + 1))  # noqa: E731
+    def h(n: int) -> float:
+        return sum(1 / i for i in range(1, n + 1))
+
     assert routing.max_rank_load(skewed, 16) == pytest.approx(16 * h(8) / h(128))
     strat = Strategy(dp=128, ep=16, micro_batch=4, global_batch=512)
     t_uniform = estimate(uniform, "dgx-a100", strat).iteration_s
@@ -131,6 +134,7 @@ def test_routing_skew_only_slows_dropless_moe() -> None:
     # capacity-based routing pads to capacity: skew drops tokens instead of adding time
     capped = MOE.model_copy(update={"routing_zipf": 1.0})
     assert estimate(capped, "dgx-a100", strat).iteration_s == pytest.approx(
-        estimate(MOE, "dgx-a100", strat).iteration_s)
+        estimate(MOE, "dgx-a100", strat).iteration_s
+    )
     assert routing.dropped_fraction(capped) > 0.3
     assert routing.dropped_fraction(MOE) == 0.0

@@ -42,11 +42,14 @@ def analytical(model: Model, strategy: Strategy) -> dict[str, float]:
         * 2
         * float(comm.pp_boundaries_per_micro_batch(s))
     )
+
     def dp_one_group(embedding: bool) -> float:
         grad = float(comm.dp_gradient_bytes(model, s, embedding))
         if strategy.zero >= 1:
-            return (dp - 1) * (grad + float(comm.dp_weight_gather_bytes(model, s, embedding)))
-        return 2 * (dp - 1) * grad
+            return float(
+                (dp - 1) * (grad + float(comm.dp_weight_gather_bytes(model, s, embedding)))
+            )
+        return float(2 * (dp - 1) * grad)
 
     end_stages = min(pp, 2)  # first and last stage hold the vocabulary matrix
     dp_stages = end_stages * dp_one_group(True) + (pp - end_stages) * dp_one_group(False)
