@@ -9,6 +9,26 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from railplan.cli.options import (
+    DpOpt,
+    EpOpt,
+    GlobalBatchOpt,
+    GpusOpt,
+    HbDomainOpt,
+    HbTbpsOpt,
+    InterleaveOpt,
+    JsonOpt,
+    ModelOpt,
+    NetworkOpt,
+    NicGbpsOpt,
+    NicsPerGpuOpt,
+    OverlapDpOpt,
+    OversubscriptionOpt,
+    RecomputeOpt,
+    SequenceParallelOpt,
+    SystemOpt,
+    ZeroOpt,
+)
 from railplan.errors import RailplanError
 from railplan.specs import ARCHITECTURES, Network, Strategy, System, load_model, load_system, names
 from railplan.specs.base import from_validation_error
@@ -76,37 +96,27 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
 
     @app.command()
     def estimate(
-        model: Annotated[str, typer.Option(help="catalog name or YAML file")],
-        gpus: Annotated[int, typer.Option(help="GPUs in the job (tp·pp·dp)")],
-        global_batch: Annotated[int, typer.Option(help="sequences per iteration")],
-        system: Annotated[str, typer.Option(help="catalog name or YAML file")] = "dgx-a100",
+        model: ModelOpt,
+        gpus: GpusOpt,
+        global_batch: GlobalBatchOpt,
+        system: SystemOpt = "dgx-a100",
         tp: int = 1,
         pp: int = 1,
-        dp: Annotated[int | None, typer.Option(help="default: gpus / (tp·pp)")] = None,
-        interleave: Annotated[int, typer.Option(help="virtual stages per pipeline stage")] = 1,
+        dp: DpOpt = None,
+        interleave: InterleaveOpt = 1,
         micro_batch: int = 1,
-        recompute: Annotated[str, typer.Option(help="none | selective | full")] = "none",
-        sequence_parallel: Annotated[
-            bool, typer.Option("--sequence-parallel/--no-sequence-parallel")
-        ] = False,
-        zero: Annotated[int, typer.Option(help="ZeRO stage 0-3")] = 0,
-        ep: Annotated[int, typer.Option(help="expert-parallel degree (MoE), taken from dp")] = 1,
-        overlap_dp: Annotated[bool, typer.Option("--overlap-dp/--no-overlap-dp")] = True,
-        network: Annotated[str, typer.Option(help=" | ".join(ARCHITECTURES))] = "rail-optimized",
-        oversubscription: Annotated[
-            float | None, typer.Option(help="ratio, with --network oversubscribed")
-        ] = None,
-        hb_domain: Annotated[
-            int | None, typer.Option(help="override K, GPUs per HB domain")
-        ] = None,
-        hb_tbps: Annotated[
-            float | None, typer.Option(help="override HB Tbps per GPU per direction")
-        ] = None,
-        nic_gbps: Annotated[
-            float | None, typer.Option(help="override NIC Gbps per direction")
-        ] = None,
-        nics_per_gpu: Annotated[float | None, typer.Option(help="override NICs per GPU")] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+        recompute: RecomputeOpt = "none",
+        sequence_parallel: SequenceParallelOpt = False,
+        zero: ZeroOpt = 0,
+        ep: EpOpt = 1,
+        overlap_dp: OverlapDpOpt = True,
+        network: NetworkOpt = "rail-optimized",
+        oversubscription: OversubscriptionOpt = None,
+        hb_domain: HbDomainOpt = None,
+        hb_tbps: HbTbpsOpt = None,
+        nic_gbps: NicGbpsOpt = None,
+        nics_per_gpu: NicsPerGpuOpt = None,
+        as_json: JsonOpt = False,
     ) -> None:
         """Predict one training iteration: time, MFU/HFU, memory, and where the time goes."""
         from railplan.estimate import estimate as run
@@ -163,7 +173,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
 
     @app.command()
     def validate(
-        as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+        as_json: JsonOpt = False,
     ) -> None:
         """Predict published Megatron-LM runs; print predicted vs measured and the errors."""
         from railplan.validation import validate as run

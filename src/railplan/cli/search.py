@@ -9,6 +9,20 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from railplan.cli.options import (
+    GlobalBatchOpt,
+    GpusOpt,
+    HbDomainOpt,
+    HbTbpsOpt,
+    JsonOpt,
+    ModelOpt,
+    NetworkOpt,
+    NicGbpsOpt,
+    NicsPerGpuOpt,
+    OverlapDpOpt,
+    OversubscriptionOpt,
+    SystemOpt,
+)
 from railplan.errors import RailplanError
 from railplan.specs import ARCHITECTURES
 
@@ -51,30 +65,22 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
 
     @app.command()
     def search(
-        model: Annotated[str, typer.Option(help="catalog name or YAML file")],
-        gpus: Annotated[int, typer.Option(help="GPUs in the job (tp·pp·dp)")],
-        global_batch: Annotated[int, typer.Option(help="sequences per iteration")],
-        system: Annotated[str, typer.Option(help="catalog name or YAML file")] = "dgx-a100",
-        network: Annotated[str, typer.Option(help=" | ".join(ARCHITECTURES))] = "rail-optimized",
-        oversubscription: Annotated[
-            float | None, typer.Option(help="ratio, with --network oversubscribed")
-        ] = None,
-        hb_domain: Annotated[
-            int | None, typer.Option(help="override K, GPUs per HB domain")
-        ] = None,
-        hb_tbps: Annotated[
-            float | None, typer.Option(help="override HB Tbps per GPU per direction")
-        ] = None,
-        nic_gbps: Annotated[
-            float | None, typer.Option(help="override NIC Gbps per direction")
-        ] = None,
-        nics_per_gpu: Annotated[float | None, typer.Option(help="override NICs per GPU")] = None,
+        model: ModelOpt,
+        gpus: GpusOpt,
+        global_batch: GlobalBatchOpt,
+        system: SystemOpt = "dgx-a100",
+        network: NetworkOpt = "rail-optimized",
+        oversubscription: OversubscriptionOpt = None,
+        hb_domain: HbDomainOpt = None,
+        hb_tbps: HbTbpsOpt = None,
+        nic_gbps: NicGbpsOpt = None,
+        nics_per_gpu: NicsPerGpuOpt = None,
         zero: Annotated[
             str, typer.Option(help="ZeRO stages to try, comma-separated (e.g. 0,1)")
         ] = "0,1,2,3",
-        overlap_dp: Annotated[bool, typer.Option("--overlap-dp/--no-overlap-dp")] = True,
+        overlap_dp: OverlapDpOpt = True,
         top: Annotated[int, typer.Option(help="how many of the fastest to list")] = 5,
-        as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+        as_json: JsonOpt = False,
     ) -> None:
         """Find the fastest parallelization that fits in memory (and the time/memory Pareto set)."""
         from railplan.cli.core import build_network, build_system, print_json
@@ -142,7 +148,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             str | None, typer.Option(help="Ray cluster address (default: start a local one)")
         ] = None,
         zero: Annotated[str, typer.Option(help="ZeRO stages to try")] = "0,1,2,3",
-        as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+        as_json: JsonOpt = False,
     ) -> None:
         """Search the best strategy at every point of a grid over spec fields; resumable."""
         from railplan.cli.core import print_json

@@ -9,6 +9,20 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from railplan.cli.options import (
+    DpOpt,
+    EpOpt,
+    GlobalBatchOpt,
+    GpusOpt,
+    HbDomainOpt,
+    InterleaveOpt,
+    JsonOpt,
+    ModelOpt,
+    RecomputeOpt,
+    SequenceParallelOpt,
+    SystemOpt,
+    ZeroOpt,
+)
 from railplan.errors import RailplanError
 
 
@@ -75,27 +89,23 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
 
     @app.command("traffic")
     def traffic_cmd(
-        model: Annotated[str, typer.Option(help="catalog name or YAML file")],
-        gpus: Annotated[int, typer.Option(help="GPUs in the job (tp·pp·dp)")],
-        global_batch: Annotated[int, typer.Option(help="sequences per iteration")],
-        system: Annotated[str, typer.Option(help="catalog name or YAML file")] = "dgx-a100",
+        model: ModelOpt,
+        gpus: GpusOpt,
+        global_batch: GlobalBatchOpt,
+        system: SystemOpt = "dgx-a100",
         tp: int = 1,
         pp: int = 1,
-        dp: Annotated[int | None, typer.Option(help="default: gpus / (tp·pp)")] = None,
-        interleave: Annotated[int, typer.Option(help="virtual stages per pipeline stage")] = 1,
+        dp: DpOpt = None,
+        interleave: InterleaveOpt = 1,
         micro_batch: int = 1,
-        recompute: Annotated[str, typer.Option(help="none | selective | full")] = "none",
-        sequence_parallel: Annotated[
-            bool, typer.Option("--sequence-parallel/--no-sequence-parallel")
-        ] = False,
-        zero: Annotated[int, typer.Option(help="ZeRO stage 0-3")] = 0,
-        ep: Annotated[int, typer.Option(help="expert-parallel degree (MoE), taken from dp")] = 1,
+        recompute: RecomputeOpt = "none",
+        sequence_parallel: SequenceParallelOpt = False,
+        zero: ZeroOpt = 0,
+        ep: EpOpt = 1,
         grad_reduce_bytes: Annotated[
             int, typer.Option(help="bytes per reduced gradient element: 2 | 4")
         ] = 4,
-        hb_domain: Annotated[
-            int | None, typer.Option(help="override K, GPUs per HB domain")
-        ] = None,
+        hb_domain: HbDomainOpt = None,
         placement: Annotated[str, typer.Option(help="megatron | rail-aligned")] = "megatron",
         order: Annotated[
             str | None,
@@ -111,7 +121,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         export: Annotated[
             str | None, typer.Option(help="write src,dst,kind,bytes to FILE.csv or FILE.parquet")
         ] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+        as_json: JsonOpt = False,
     ) -> None:
         """Bytes every GPU pair exchanges in one iteration, by kind (TP, PP, DP, EP)."""
         from railplan.cli.core import build_strategy, build_system, print_json
@@ -188,7 +198,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
 
     @reproduce_app.command("traffic")
     def reproduce_traffic(
-        as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+        as_json: JsonOpt = False,
         figures: Annotated[
             str | None, typer.Option(help="folder to write the Figs 2-4 charts and heatmaps")
         ] = None,

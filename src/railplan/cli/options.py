@@ -1,0 +1,31 @@
+"""Command-line options shared by several commands (one declaration each)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from railplan.specs import ARCHITECTURES
+
+ModelOpt = Annotated[str, typer.Option(help="catalog name or YAML file")]
+GpusOpt = Annotated[int, typer.Option(help="GPUs in the job (tp·pp·dp)")]
+GlobalBatchOpt = Annotated[int, typer.Option(help="sequences per iteration")]
+SystemOpt = Annotated[str, typer.Option(help="catalog name or YAML file")]
+NetworkOpt = Annotated[str, typer.Option(help=" | ".join(ARCHITECTURES))]
+OversubscriptionOpt = Annotated[
+    float | None, typer.Option(help="ratio, with --network oversubscribed")
+]
+HbDomainOpt = Annotated[int | None, typer.Option(help="override K, GPUs per HB domain")]
+HbTbpsOpt = Annotated[float | None, typer.Option(help="override HB Tbps per GPU per direction")]
+NicGbpsOpt = Annotated[float | None, typer.Option(help="override NIC Gbps per direction")]
+NicsPerGpuOpt = Annotated[float | None, typer.Option(help="override NICs per GPU")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
+
+DpOpt = Annotated[int | None, typer.Option(help="default: gpus / (tp·pp)")]
+InterleaveOpt = Annotated[int, typer.Option(help="virtual stages per pipeline stage")]
+RecomputeOpt = Annotated[str, typer.Option(help="none | selective | full")]
+SequenceParallelOpt = Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")]
+ZeroOpt = Annotated[int, typer.Option(help="ZeRO stage 0-3")]
+EpOpt = Annotated[int, typer.Option(help="expert-parallel degree (MoE), taken from dp")]
+OverlapDpOpt = Annotated[bool, typer.Option("--overlap-dp/--no-overlap-dp")]
