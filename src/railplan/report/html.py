@@ -1,0 +1,528 @@
+"""Render the report's data as one self-contained HTML page and write it atomically.
+
+plotly.js is inlined once (no CDN, no MathJax, no fonts fetched), every figure is a div drawn
+by it; tables are plain HTML. The page is written to a temporary file beside the target and
+renamed onto it, so an error or an interrupt never leaves a partial report.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from railplan import __version__
+from railplan.errors import RailplanError
+from railplan.report.figures import all_figures
+from railplan.traffic import KINDS, atomic_write
+
+SUFFIXES = (".html", ".htm")
+PLOT_CONFIG: dict[str, Any] = {"displaylogo": False, "responsive": True}
+
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0;
+       color: #222; background: #fafafa; }
+main { max-width: 1180px; margin: 0 auto; padding: 24px; }
+h1 { font-size: 1.6em; margin-bottom: 0.2em; }
+h2 { border-bottom: 2px solid #ddd; padding-bottom: 4px; margin-top: 2em; }
+section { background: #fff; padding: 8px 20px 16px; margin: 16px 0; border-radius: 6px;
+          box-shadow: 0 1px 3px rgba(0,0,0,.08); }
+table { border-collapse: collapse; margin: 10px 0; font-size: 0.9em; }
+th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: right; vertical-align: top; }
+th { background: #f0f3f7; }
+td.l, th.l { text-align: left; }
+.answers li { margin: 6px 0; }
+.grid { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }
+.note { color: #8a5300; background: #fff7e6; padding: 6px 10px; border-radius: 4px; }
+.muted { color: #666; font-size: 0.85em; }
+nav a { margin-right: 12px; }
+"""
+
+
+# ---------------------------------------------------------------------------------------------
+# small formatters
+
+
+def esc(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def fmt_s(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3f} s"
+
+
+def fmt_pct(x: float | None, signed: bool = False) -> str:
+    if x is None:
+        return "—"
+    return f"{100 * x:+.1f} %" if signed else f"{100 * x:.1f} %"
+
+
+def fmt_int(x: float | None) -> str:
+    return "—" if x is None else f"{x:,.0f}"
+
+
+def fmt_musd(x: float | None) -> str:
+    return "—" if x is None else f"${x / 1e6:,.1f}M"
+
+
+def fmt_mw(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"{x / 1e6:,.2f} MW" if x >= 1e6 else f"{x / 1e3:,.1f} kW"
+
+
+def fmt_gb(x: float) -> str:
+    return f"{x / 1e9:,.1f} GB"
+
+
+def strategy_text(s: dict[str, Any] | None) -> str:
+    if s is None:
+        return "no strategy fits"
+    parts = [f"tp={s['tp']}", f"pp={s['pp']}", f"dp={s['dp']}"]
+    if s.get("ep", 1) > 1:
+        parts.append(f"ep={s['ep']}")
+    parts.append(f"mb={s['micro_batch']}")
+    if s["interleave"] > 1:
+        parts.append(f"v={s['interleave']}")
+    parts.append(f"recompute={s['recompute']}")
+    if s["sequence_parallel"]:
+        parts.append("SP")
+    if s["zero"]:
+        parts.append(f"ZeRO-{s['zero']}")
+    return " ".join(parts)
+
+
+def table(
+    header: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    left: int = 1,
+    text_last: bool = False,
+) -> str:
+    """An HTML table; the first `left` columns (and the last with `text_last`) are
+    left-aligned, the others (numbers) right-aligned. Every cell is escaped."""
+    last = len(header) - 1
+
+    def cell(tag: str, i: int, v: Any) -> str:
+        cls = ' class="l"' if i < left or (text_last and i == last) else ""
+        return f"<{tag}{cls}>{esc(v)}</{tag}>"
+
+    head = "".join(cell("th", i, h) for i, h in enumerate(header))
+    body = "".join(
+        "<tr>" + "".join(cell("td", i, v) for i, v in enumerate(r)) + "</tr>" for r in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def figure_div(fig: Any, div_id: str) -> str:
+    return str(
+        pio.to_html(
+            fig,
+            full_html=False,
+            include_plotlyjs=False,
+            include_mathjax=False,
+            div_id=div_id,
+            config=PLOT_CONFIG,
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# sections
+
+
+def title_of(r: dict[str, Any]) -> str:
+    i = r["inputs"]
+    return (
+        f"{i['model']} on {i['gpus']:,} × {i['gpu']} ({i['system']}, K={i['hb_domain']}), "
+        f"global batch {i['global_batch']:,}"
+    )
+
+
+def _time(b: dict[str, Any] | None) -> float | None:
+    return None if b is None else float(b["iteration_s"])
+
+
+def answers(r: dict[str, Any]) -> str:
+    """The architect's questions answered in one line each."""
+    perf, cost, tr = r["performance"], r["cost"], r["traffic"]["stats"]
+    nets = perf["networks"]
+    ro, rl, ideal = (nets[a]["best"] for a in ("rail-optimized", "rail-only", "ideal"))
+    a, b = cost["rail_only"], cost["rail_optimized"]
+    hb_share = tr["hb_bytes"] / tr["total_bytes"] if tr["total_bytes"] else None
+    mc = r["failures"]["monte_carlo"]
+    v = mc["variants"]
+    items = [
+        f"<b>Do I need a spine?</b> Rail-only trains one iteration in {fmt_s(_time(rl))} vs "
+        f"{fmt_s(_time(ro))} on rail-optimized "
+        f"({fmt_pct(perf['rail_only_vs_rail_optimized'], signed=True)}); ideal (one HB domain) "
+        f"would take {fmt_s(_time(ideal))}.",
+        f"<b>What does it cost?</b> Rail-only needs {fmt_int(a['switches'])} switches and "
+        f"{fmt_int(a['transceivers'])} transceivers vs {fmt_int(b['switches'])} and "
+        f"{fmt_int(b['transceivers'])}: {fmt_musd(a['cost_usd'])} vs {fmt_musd(b['cost_usd'])}, "
+        f"{fmt_mw(a['power_w'])} vs {fmt_mw(b['power_w'])} (saving "
+        f"{fmt_pct(cost['savings']['cost'])} of cost, {fmt_pct(cost['savings']['power'])} of "
+        "power).",
+        f"<b>Which strategy?</b> On rail-only: {esc(strategy_text(rl and rl['strategy']))} "
+        f"(MFU {fmt_pct(rl and rl['mfu'])}).",
+        f"<b>Where do the bytes go?</b> {fmt_pct(hb_share)} of the bytes stay inside HB domains; "
+        f"cross-rail NIC bytes: {fmt_gb(tr['nic_cross_rail_bytes'])}; "
+        f"{fmt_pct(1 - tr['pairs_with_traffic_fraction'])} of GPU pairs exchange nothing.",
+        "<b>What if a switch fails?</b> A leaf (rail) switch failure cuts off the same GPUs in "
+        f"both designs; rail-only has {fmt_int(v['rail-only']['switches'])} switches vs "
+        f"{fmt_int(v['rail-optimized']['switches'])}, so fewer failure points (expected "
+        f"interruptions in {mc['days']:g} days: {v['rail-only']['expected_interruptions']:.0f} "
+        f"vs {v['rail-optimized']['expected_interruptions']:.0f}).",
+    ]
+    return '<ul class="answers">' + "".join(f"<li>{x}</li>" for x in items) + "</ul>"
+
+
+def performance_section(r: dict[str, Any], figs: dict[str, str]) -> str:
+    nets = r["performance"]["networks"]
+    base = nets["rail-optimized"]["best"]["iteration_s"]
+    rows = []
+    for arch, v in nets.items():
+        b = v["best"]
+        rows.append(
+            [
+                arch,
+                strategy_text(b and b["strategy"]),
+                fmt_s(b and b["iteration_s"]),
+                fmt_pct(b and b["iteration_s"] / base - 1, signed=True),
+                fmt_pct(b and b["mfu"]),
+                fmt_pct(b and b["hfu"]),
+                "—" if b is None else f"{b['memory_gib_per_gpu']:.1f} GiB",
+                f"{v['feasible']:,} of {v['configurations_evaluated']:,}",
+            ]
+        )
+    head = [
+        "network",
+        "best strategy",
+        "iteration",
+        "vs rail-optimized",
+        "MFU",
+        "HFU",
+        "memory/GPU",
+        "strategies that fit",
+    ]
+    return (
+        "<p>Every valid parallelization is evaluated by <code>railplan.search</code> on each "
+        "network; the fastest that fits in memory is shown.</p>"
+        + table(head, rows, left=2)
+        + figs["fig-breakdown"]
+    )
+
+
+def cost_section(r: dict[str, Any], figs: dict[str, str]) -> str:
+    c = r["cost"]
+    a, b = c["rail_optimized"], c["rail_only"]
+    keys = (
+        ("tiers", fmt_int),
+        ("switches", fmt_int),
+        ("switch_ports", fmt_int),
+        ("links", fmt_int),
+        ("transceivers", fmt_int),
+        ("switch_cost_usd", fmt_musd),
+        ("transceiver_cost_usd", fmt_musd),
+        ("cost_usd", fmt_musd),
+        ("switch_power_w", fmt_mw),
+        ("transceiver_power_w", fmt_mw),
+        ("power_w", fmt_mw),
+    )
+    rows: list[list[str]] = [[k.replace("_", " "), f(a[k]), f(b[k])] for k, f in keys]
+    rows.append(
+        [
+            "saving",
+            "",
+            f"cost {fmt_pct(c['savings']['cost'])}, power {fmt_pct(c['savings']['power'])}",
+        ]
+    )
+    i = c["inputs"]
+    note = f'<p class="note">{esc(c["note"])}</p>' if c["note"] else ""
+    return (
+        f"<p>{i['gpus']:,} GPUs, K={i['hb_domain']}, switch radix {i['radix']}, "
+        f"{i['nic_gbps']} Gbps, {i['nics_per_gpu']} NIC per GPU, price book "
+        f"<code>{esc(i['price_book'])}</code>. Rail-optimized: one minimal-tier full-bisection "
+        "Clos over all GPUs; rail-only: one Clos per rail (no spine joining the rails).</p>"
+        + note
+        + table(["", "rail-optimized", "rail-only"], rows)
+        + figs["fig-cost"]
+    )
+
+
+def traffic_section(r: dict[str, Any], figs: dict[str, str]) -> str:
+    t = r["traffic"]
+    s = t["stats"]
+    rows = [
+        [
+            k.upper(),
+            fmt_gb(s["bytes_by_kind"][k]),
+            fmt_pct(s["share_by_kind"][k]),
+            fmt_gb(s["hb_bytes_by_kind"][k]),
+            fmt_gb(s["nic_bytes_by_kind"][k]),
+            fmt_pct(s["pairs_by_kind_fraction"][k]),
+        ]
+        for k in KINDS
+    ]
+    rows.append(
+        [
+            "all",
+            fmt_gb(s["total_bytes"]),
+            "100.0 %",
+            fmt_gb(s["hb_bytes"]),
+            fmt_gb(s["nic_bytes"]),
+            fmt_pct(s["pairs_with_traffic_fraction"]),
+        ]
+    )
+    return (
+        f"<p>One iteration of the best rail-only strategy ({esc(strategy_text(t['strategy']))}), "
+        f"placed <code>{esc(t['placement'])}</code> (order {esc(', '.join(t['order']))}). "
+        f"Cross-rail NIC bytes: {fmt_gb(s['nic_cross_rail_bytes'])}. Largest pair inside an HB "
+        f"domain: {fmt_gb(s['max_pair_bytes_hb'])}; across the NIC domain: "
+        f"{fmt_gb(s['max_pair_bytes_nic'])}.</p>"
+        + table(["kind", "bytes", "share", "in HB domains", "over NICs", "GPU pairs"], rows)
+        + '<div class="grid">'
+        + figs["fig-kinds"]
+        + figs["fig-heatmap"]
+        + "</div>"
+    )
+
+
+def sensitivity_section(r: dict[str, Any], figs: dict[str, str]) -> str:
+    k_rows = [
+        [
+            p["hb_domain"],
+            p["network"],
+            fmt_s(p["iteration_s"]),
+            fmt_pct(p["mfu"]),
+            strategy_text(p["strategy"]),
+        ]
+        for p in r["sensitivity"]["hb_domain"]
+    ]
+    return (
+        "<p>Each point is a full strategy search with one input changed: the HB-domain size K, "
+        "the HB bandwidth (×1, ×2, ×4), the NIC bandwidth (×¼, ×½, ×1) or the global batch "
+        "(×¼, ×½, ×1; relative to ideal = ideal's best time ÷ this network's).</p>"
+        '<div class="grid">'
+        + figs["fig-k"]
+        + figs["fig-hb"]
+        + figs["fig-nic"]
+        + figs["fig-batch"]
+        + "</div>"
+        + table(
+            ["K", "network", "iteration", "MFU", "best strategy"], k_rows, left=2, text_last=True
+        )
+    )
+
+
+def failures_section(r: dict[str, Any], figs: dict[str, str]) -> str:
+    f = r["failures"]
+    archs = f["single"]["architectures"]
+    rows = []
+    for variant, a in archs.items():
+        for imp in a["impacts"]:
+            if not imp["applicable"]:
+                continue
+            rows.append(
+                [
+                    variant,
+                    imp["component"].replace("_", " "),
+                    fmt_int(imp["gpus_cut_off"]),
+                    fmt_int(imp["gpus_moved"]),
+                    f"{imp['bandwidth_lost_gbps']:,.0f} Gbps",
+                    fmt_pct(imp["bandwidth_lost_fraction"]),
+                    imp["note"],
+                ]
+            )
+    single = table(
+        [
+            "design",
+            "component",
+            "GPUs cut off",
+            "GPUs moved",
+            "NIC capacity lost",
+            "of tier",
+            "recovery",
+        ],
+        rows,
+        left=2,
+        text_last=True,
+    )
+    mc = f["monte_carlo"]
+    mrows = [
+        [
+            n,
+            fmt_int(v["switches"]),
+            f"{v['expected_failures']:.1f}",
+            f"{v['expected_interruptions']:.1f}",
+            f"{v['expected_idle_gpus']:.1f}",
+            fmt_int(v["expected_idle_gpu_hours"]),
+            f"{v['expected_peak_unusable_gpus']:.1f}",
+            fmt_int(v["spare_gpus_needed"]),
+        ]
+        for n, v in mc["variants"].items()
+    ]
+    mtable = table(
+        [
+            "design",
+            "switches",
+            "failures",
+            "interruptions",
+            "idle GPUs (mean)",
+            "idle GPU-hours",
+            "peak unusable GPUs",
+            f"spare GPUs (p{100 * mc['target_quantile']:g})",
+        ],
+        mrows,
+    )
+    return (
+        "<h3>One failure</h3>"
+        + single
+        + f"<h3>Monte Carlo of a {mc['days']:g}-day job on {mc['job_gpus']:,} GPUs</h3>"
+        f"<p>Failure rates: {esc(mc['rates']['source'])}; repair time {mc['repair_hours']:g} h "
+        "(an assumption); rail-only+ocs adds a small optical circuit switch per rail so an idle "
+        "GPU of the same domain can take a failed GPU's place.</p>" + mtable + figs["fig-failures"]
+    )
+
+
+def _spec_rows(d: dict[str, Any]) -> list[list[str]]:
+    return [[k, str(v)] for k, v in d.items() if k != "source" and v is not None]
+
+
+def assumptions_section(r: dict[str, Any]) -> str:
+    a = r["assumptions"]
+    parts = []
+    for title, spec in (("Model", a["model"]), ("System", a["system"]), ("GPU", a["gpu"])):
+        src = spec.get("source") or "user file (no source given)"
+        parts.append(
+            f'<h3>{title}: {esc(spec.get("name", ""))}</h3><p class="muted">Source: '
+            f"{esc(src)}</p>" + table(["field", "value"], _spec_rows(spec))
+        )
+    pb = a["price_book"]
+    parts.append(
+        f'<h3>Price book: {esc(pb["name"])}</h3><p class="muted">{esc(pb["description"])}'
+        f" {esc(pb['header'])}</p>"
+        + table(
+            ["speed", "item", "value", "source"],
+            [
+                [f"{e['speed_gbps']} Gbps", e["item"], f"{e['value']:g}", e["source"]]
+                for e in pb["entries"]
+            ],
+            left=2,
+            text_last=True,
+        )
+    )
+    fr = a["failure_rates"]
+    parts.append(
+        '<h3>Failure rates</h3><p class="muted">Source: '
+        + esc(fr["source"])
+        + "</p>"
+        + table(["rate", "value"], [[k, f"{v:.3g}"] for k, v in fr.items() if k != "source"])
+    )
+    parts.append(
+        "<h3>Search space and model constants</h3>"
+        + table(
+            ["search field", "values"], [[k, json.dumps(v)] for k, v in a["search_space"].items()]
+        )
+        + table(
+            ["constant", "value", "defined in"],
+            [[c["name"], c["value"], c["where"]] for c in a["constants"]],
+            left=3,
+        )
+    )
+    v = a["validation"]
+    g = v["goal"]
+    summ = [
+        [name, v[key]["rows"], f"{v[key]['mean_abs_pct']:.1f} %", f"{v[key]['max_abs_pct']:.1f} %"]
+        for key, name in (
+            ("korthikanti2022", "Korthikanti et al. 2022 (iteration time)"),
+            ("narayanan2021", "Narayanan et al. 2021 (TFLOP/s per GPU)"),
+            ("all", "all published runs"),
+        )
+    ]
+    c = v["calculon_korthikanti"]
+    parts.append(
+        "<h3>Validation accuracy</h3><p>The iteration model predicts published Megatron-LM runs "
+        f"on DGX A100 (nothing fitted to them; goal: mean ≤ {g['mean_abs_pct']:g} %, max ≤ "
+        f"{g['max_abs_pct']:g} %; Calculon on the Korthikanti rows: mean "
+        f"{c['mean_abs_pct']:g} %, max {c['max_abs_pct']:g} %).</p>"
+        + table(["source", "runs", "mean |error|", "max |error|"], summ)
+        + table(
+            ["source", "run", "metric", "measured", "predicted", "error"],
+            [
+                [
+                    x["source"],
+                    x["label"],
+                    x["metric"],
+                    f"{x['measured']:.2f}",
+                    f"{x['predicted']:.2f}",
+                    f"{x['error_pct']:+.1f} %",
+                ]
+                for x in v["rows"]
+            ],
+            left=3,
+        )
+    )
+    return "".join(parts)
+
+
+SECTIONS: tuple[tuple[str, str, Callable[[dict[str, Any], dict[str, str]], str]], ...] = (
+    ("performance", "Best strategy and iteration time", performance_section),
+    ("cost", "Cost and power", cost_section),
+    ("traffic", "Traffic", traffic_section),
+    ("sensitivity", "Sensitivities", sensitivity_section),
+    ("failures", "Failures", failures_section),
+    ("assumptions", "Assumptions and sources", lambda r, _: assumptions_section(r)),
+)
+
+
+def render(report: dict[str, Any]) -> str:
+    """The whole page as a string: inlined plotly.js, one div per figure, tables."""
+    figs = {k: figure_div(f, k) for k, f in all_figures(report).items()}
+    nav = "".join(f'<a href="#{key}">{esc(title)}</a>' for key, title, _ in SECTIONS)
+    body = "".join(
+        f'<section id="{key}"><h2>{esc(title)}</h2>{fn(report, figs)}</section>'
+        for key, title, fn in SECTIONS
+    )
+    title = title_of(report)
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>railplan report: {esc(title)}</title>"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<style>{CSS}</style>"
+        f'<script type="text/javascript">{get_plotlyjs()}</script>'
+        "</head><body><main>"
+        f"<h1>Rail-only vs rail-optimized: {esc(title)}</h1>"
+        f'<p class="muted">railplan {esc(__version__)} — Rail-only network (Wang, Ghobadi et '
+        "al., HOTI 2024 / arXiv 2307.12169). Every number below comes from railplan's library "
+        "functions; the last section lists the inputs and their sources.</p>"
+        f'<nav>{nav}</nav><section id="answers"><h2>Answers</h2>{answers(report)}</section>'
+        f"{body}</main></body></html>\n"
+    )
+
+
+def check_output(path: str | Path) -> Path:
+    """The output path, if it ends in .html and its folder exists (one-line error otherwise)."""
+    p = Path(path)
+    if p.suffix.lower() not in SUFFIXES:
+        raise RailplanError("out", f"{p.name!r} must end in .html")
+    if not p.parent.is_dir():
+        raise RailplanError("out", f"folder {str(p.parent)!r} does not exist")
+    if p.is_dir():
+        raise RailplanError("out", f"{str(p)!r} is a folder")
+    return p
+
+
+def _write_page(tmp: Path, page: str) -> None:
+    tmp.write_text(page, encoding="utf-8")
+
+
+def write_report(report: dict[str, Any], path: str | Path) -> Path:
+    """Render and write atomically (temporary file in the same folder, then rename)."""
+    out = check_output(path)
+    page = render(report)
+    return atomic_write(out, lambda tmp: _write_page(tmp, page))

@@ -1,0 +1,433 @@
+"""The report's sections as plain data: each function calls library functions and returns
+JSON-ready dicts. Nothing here models anything itself; the numbers come from `railplan.search`,
+`railplan.network.cost`, `railplan.network.faults`, `railplan.traffic` and
+`railplan.validation`, the same functions the other commands print.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from typing import Any
+
+from railplan.errors import RailplanError
+from railplan.network.cost import Comparison, PriceBook, compare
+from railplan.network.faults import FailureRates, fault_table, monte_carlo
+from railplan.network.topology import NIC_SPEEDS_GBPS
+from railplan.placement import build_placement
+from railplan.search import SearchResult, SearchSpace, search
+from railplan.specs import Model, Network, Strategy, System
+from railplan.traffic import stats, traffic
+
+NETWORKS: tuple[str, ...] = ("rail-optimized", "rail-only", "ideal")
+SENSITIVITY_K: tuple[int, ...] = (8, 16, 32, 64, 128, 256)
+HB_FACTORS: tuple[float, ...] = (1.0, 2.0, 4.0)
+NIC_FACTORS: tuple[float, ...] = (0.25, 0.5, 1.0)
+BATCH_FACTORS: tuple[float, ...] = (0.25, 0.5, 1.0)
+SWEEP_NETWORKS: tuple[str, ...] = ("rail-optimized", "rail-only")
+HEATMAP_MAX_GPUS = 128  # heatmap of the first GPUs: enough for 16 DGX-sized HB domains
+MC_DAYS = 54.0  # the Llama 3 observation window the failure rates come from
+MC_TRIALS = 1000
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    """What the architect asks about: a model on `gpus` GPUs of `system`, a global batch, the
+    switch radix of the NIC domain and the price book for cost and power."""
+
+    model: Model
+    system: System
+    gpus: int
+    global_batch: int
+    radix: int
+    price_book: PriceBook
+    space: SearchSpace = field(default_factory=SearchSpace)
+    mc_trials: int = MC_TRIALS
+    seed: int = 0
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "model": self.model.name,
+            "system": self.system.name,
+            "gpu": self.system.gpu.name,
+            "gpus": self.gpus,
+            "global_batch": self.global_batch,
+            "hb_domain": self.system.hb_domain,
+            "hb_tbps": self.system.hb_tbps,
+            "nic_gbps": self.system.nic_gbps,
+            "nics_per_gpu": self.system.nics_per_gpu,
+            "radix": self.radix,
+            "price_book": self.price_book.name,
+        }
+
+
+def check_inputs(inp: ReportInputs) -> None:
+    """One-line errors for inputs no section could use."""
+    if inp.gpus < 2:
+        raise RailplanError("gpus", "must be at least 2")
+    if inp.global_batch < 1:
+        raise RailplanError("global_batch", "must be a positive integer")
+    k = inp.system.hb_domain
+    if inp.gpus % k:
+        raise RailplanError("gpus", f"must be a multiple of the HB-domain size K={k}")
+    if inp.system.nics_per_gpu != int(inp.system.nics_per_gpu):
+        raise RailplanError("nics_per_gpu", "the network counts need a whole number of NICs")
+
+
+# ---------------------------------------------------------------------------------------------
+# performance
+
+
+def _best(r: SearchResult) -> dict[str, Any] | None:
+    return r.best.to_dict() if r.best else None
+
+
+def best_search(inp: ReportInputs, system: System, arch: str, batch: int) -> SearchResult:
+    """The library's strategy search for one network (fastest first)."""
+    return search(inp.model, system, Network(architecture=arch), inp.gpus, batch, inp.space, top=3)
+
+
+def pct_slower(t: float | None, ref: float | None) -> float | None:
+    """How much longer `t` is than `ref`, as a fraction (None when either is missing)."""
+    if t is None or ref is None or ref == 0:
+        return None
+    return t / ref - 1.0
+
+
+def performance(inp: ReportInputs) -> dict[str, Any]:
+    """Best strategy, iteration time and MFU on rail-optimized, rail-only and ideal."""
+    results = {arch: best_search(inp, inp.system, arch, inp.global_batch) for arch in NETWORKS}
+    ro = results["rail-optimized"]
+    if ro.configurations_evaluated == 0:
+        raise RailplanError(
+            "gpus",
+            f"no valid strategy for {inp.gpus} GPUs and global batch {inp.global_batch}: "
+            "tp·pp·dp = gpus needs dp to divide the batch, tp the heads, pp the layers",
+        )
+    if ro.best is None:
+        raise RailplanError(
+            "gpus",
+            f"none of the {ro.configurations_evaluated} valid strategies fits in "
+            f"{inp.system.gpu.memory_gib:g} GiB per GPU; add GPUs or use a smaller model",
+        )
+    nets = {
+        arch: {
+            "best": _best(r),
+            "top": [c.to_dict() for c in r.top],
+            "configurations_evaluated": r.configurations_evaluated,
+            "feasible": r.feasible,
+        }
+        for arch, r in results.items()
+    }
+
+    def t(arch: str) -> float | None:
+        b = results[arch].best
+        return b.iteration_s if b else None
+
+    return {
+        "networks": nets,
+        "rail_only_vs_rail_optimized": pct_slower(t("rail-only"), t("rail-optimized")),
+        "rail_only_vs_ideal": pct_slower(t("rail-only"), t("ideal")),
+        "rail_optimized_vs_ideal": pct_slower(t("rail-optimized"), t("ideal")),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# cost and power
+
+
+def priced_speed(book: PriceBook, nic_gbps: float) -> int:
+    """The NIC speed the cost is priced at: the system's if the price book has it, otherwise
+    the book's nearest speed (the report says so beside the table)."""
+    wanted = int(nic_gbps) if float(nic_gbps).is_integer() else -1
+    if wanted in book.speeds:
+        return wanted
+    return min(book.speeds, key=lambda s: (abs(s - nic_gbps), s))
+
+
+def cost(inp: ReportInputs) -> dict[str, Any]:
+    """Switches, transceivers, dollars and watts of rail-optimized and rail-only."""
+    speed = priced_speed(inp.price_book, inp.system.nic_gbps)
+    c: Comparison = compare(
+        inp.gpus,
+        inp.system.hb_domain,
+        inp.radix,
+        nic_gbps=speed,
+        nics_per_gpu=int(inp.system.nics_per_gpu),
+        book=inp.price_book,
+    )
+    note = ""
+    if speed != inp.system.nic_gbps:
+        note = (
+            f"price book {inp.price_book.name!r} has no {inp.system.nic_gbps:g} Gbps prices; "
+            f"the same switch and transceiver counts are priced at its {speed} Gbps figures "
+            "(give --price-book FILE with your speed)"
+        )
+    return c.to_dict() | {"priced_at_gbps": speed, "note": note}
+
+
+# ---------------------------------------------------------------------------------------------
+# traffic
+
+
+def traffic_section(inp: ReportInputs, strategy: dict[str, Any]) -> dict[str, Any]:
+    """Per-pair bytes of one iteration of the best rail-only strategy, placed rail-aligned
+    (Megatron's order when no rail-aligned placement exists)."""
+    s = Strategy.model_validate(strategy)
+    k = inp.system.hb_domain
+    placement = "rail-aligned"
+    try:
+        p = build_placement(
+            "rail-aligned", s.tp, s.pp, s.dp, k, None, s.interleave, inp.model.tied_embeddings
+        )
+    except RailplanError:
+        placement = "megatron"
+        p = build_placement(
+            "megatron", s.tp, s.pp, s.dp, k, None, s.interleave, inp.model.tied_embeddings
+        )
+    t = traffic(inp.model, s, p)
+    first = min(inp.gpus, HEATMAP_MAX_GPUS)
+    return {
+        "strategy": s.model_dump(),
+        "placement": placement,
+        "order": list(p.order),
+        "stats": stats(t).to_dict(),
+        "heatmap_gpus": first,
+        "heatmap_bytes": t.dense(first).tolist(),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# sensitivities
+
+
+def override(system: System, **fields: Any) -> System:
+    """The system with some fields replaced (validated again)."""
+    return System.parse(system.model_dump() | fields, "system")
+
+
+def _point(r: SearchResult, **fields: Any) -> dict[str, Any]:
+    b = r.best
+    return fields | {
+        "network": r.network,
+        "iteration_s": b.iteration_s if b else None,
+        "mfu": b.mfu if b else None,
+        "strategy": b.strategy.model_dump() if b else None,
+    }
+
+
+def sweep_hb_domain(inp: ReportInputs) -> list[dict[str, Any]]:
+    """Best iteration time for every K in SENSITIVITY_K (and the system's own K) that divides
+    the GPU count, on both networks."""
+    ks = sorted({k for k in (*SENSITIVITY_K, inp.system.hb_domain) if inp.gpus % k == 0})
+    out = []
+    for k in ks:
+        sy = override(inp.system, hb_domain=k)
+        for arch in SWEEP_NETWORKS:
+            out.append(_point(best_search(inp, sy, arch, inp.global_batch), hb_domain=k))
+    return out
+
+
+def sweep_bandwidth(
+    inp: ReportInputs, name: str, factors: tuple[float, ...]
+) -> list[dict[str, Any]]:
+    """Best iteration time with `name` (hb_tbps or nic_gbps) scaled by each factor."""
+    base = float(getattr(inp.system, name))
+    out = []
+    for f in factors:
+        sy = override(inp.system, **{name: base * f})
+        for arch in SWEEP_NETWORKS:
+            r = best_search(inp, sy, arch, inp.global_batch)
+            out.append(_point(r, factor=f, **{name: base * f}))
+    return out
+
+
+def sweep_batch(inp: ReportInputs) -> list[dict[str, Any]]:
+    """Best iteration time per global batch (the batch scaled by BATCH_FACTORS, whole numbers
+    only), with ideal as the reference: performance relative to ideal = t_ideal / t."""
+    out = []
+    for f in BATCH_FACTORS:
+        batch = inp.global_batch * f
+        if not batch.is_integer() or batch < 1:
+            continue
+        b = int(batch)
+        ideal = best_search(inp, inp.system, "ideal", b).best
+        for arch in SWEEP_NETWORKS:
+            p = _point(best_search(inp, inp.system, arch, b), factor=f, global_batch=b)
+            t = p["iteration_s"]
+            p["relative_to_ideal"] = ideal.iteration_s / t if (ideal and t) else None
+            out.append(p)
+    return out
+
+
+def sensitivity(inp: ReportInputs) -> dict[str, Any]:
+    """HB-domain size, HB bandwidth, NIC bandwidth and batch size sweeps (each a search)."""
+    ideal = best_search(inp, inp.system, "ideal", inp.global_batch).best
+    return {
+        "hb_domain": sweep_hb_domain(inp),
+        "hb_tbps": sweep_bandwidth(inp, "hb_tbps", HB_FACTORS),
+        "nic_gbps": sweep_bandwidth(inp, "nic_gbps", NIC_FACTORS),
+        "batch": sweep_batch(inp),
+        "ideal_iteration_s": ideal.iteration_s if ideal else None,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# failures
+
+
+def failures(inp: ReportInputs) -> dict[str, Any]:
+    """Single-failure impact and a seeded Monte Carlo of a 54-day job (Llama 3 failure rates)."""
+    nic = int(inp.system.nic_gbps) if inp.system.nic_gbps in NIC_SPEEDS_GBPS else 400
+    k = inp.system.hb_domain
+    table = fault_table(inp.gpus, k, inp.radix, nic, int(inp.system.nics_per_gpu))
+    mc = monte_carlo(
+        inp.gpus, k, inp.radix, days=MC_DAYS, trials=inp.mc_trials, seed=inp.seed, nic_gbps=nic
+    )
+    return {"single": table, "monte_carlo": mc.to_dict()}
+
+
+# ---------------------------------------------------------------------------------------------
+# assumptions
+
+
+def _price_book_sources(book: PriceBook) -> list[dict[str, Any]]:
+    rows = []
+    for speed, p in sorted(book.speeds.items()):
+        for key in ("switch_port_usd", "transceiver_usd", "switch_port_w", "transceiver_w"):
+            value = getattr(p, key)
+            if value is not None:
+                rows.append(
+                    {
+                        "speed_gbps": speed,
+                        "item": key,
+                        "value": value,
+                        "source": getattr(p, key + "_source"),
+                    }
+                )
+    return rows
+
+
+def model_constants() -> list[dict[str, Any]]:
+    """The model-level constants the iteration model uses, read from the modules that own them."""
+    from railplan import compute, iteration, validation
+    from railplan.workload import memory
+
+    return [
+        {
+            "name": "OPTIMIZER_STEP_BYTES",
+            "value": iteration.OPTIMIZER_STEP_BYTES,
+            "where": "railplan.iteration",
+        },
+        {
+            "name": "ELEMENTWISE_KERNELS_PER_LAYER",
+            "value": iteration.ELEMENTWISE_KERNELS_PER_LAYER,
+            "where": "railplan.iteration",
+        },
+        {"name": "WEIGHT_BYTES", "value": memory.WEIGHT_BYTES, "where": "railplan.workload.memory"},
+        {
+            "name": "OPTIMIZER_BYTES",
+            "value": memory.OPTIMIZER_BYTES,
+            "where": "railplan.workload.memory",
+        },
+        {
+            "name": "RESERVED_BYTES (GiB)",
+            "value": memory.RESERVED_BYTES / memory.GIB,
+            "where": "railplan.workload.memory",
+        },
+        {
+            "name": "GEMM tiles",
+            "value": " ".join(f"{a}×{b}" for a, b in compute.TILES),
+            "where": "railplan.compute",
+        },
+        {
+            "name": "validation goal (mean / max |error| %)",
+            "value": f"{validation.GOAL_MEAN_PCT:g} / {validation.GOAL_MAX_PCT:g}",
+            "where": "railplan.validation",
+        },
+    ]
+
+
+def validation_summary() -> dict[str, Any]:
+    """`railplan.validation.validate()` without the per-layer diagnostic."""
+    from railplan.validation import validate
+
+    v = validate()
+    return {
+        key: v[key]
+        for key in ("korthikanti2022", "narayanan2021", "all", "goal", "calculon_korthikanti")
+    } | {
+        "rows": [
+            {k: r[k] for k in ("source", "label", "metric", "measured", "predicted", "error_pct")}
+            for r in v["rows"]
+        ]
+    }
+
+
+def pricebook_file_header(name: str) -> str:
+    """The comment block at the top of a shipped price book ('' for a user file)."""
+    path = resources.files("railplan.catalog") / "pricebooks" / f"{name}.yaml"
+    if not path.is_file():
+        return ""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return " ".join(ln.lstrip("# ").strip() for ln in lines if ln.startswith("#"))
+
+
+def assumptions(inp: ReportInputs) -> dict[str, Any]:
+    """Every input spec with its source, the price book, failure rates, search space, model
+    constants and the validation accuracy."""
+    rates = FailureRates.llama3()
+    space = asdict(inp.space)
+    return {
+        "model": inp.model.model_dump(),
+        "system": inp.system.model_dump(exclude={"gpu"}),
+        "gpu": inp.system.gpu.model_dump(),
+        "price_book": {
+            "name": inp.price_book.name,
+            "description": inp.price_book.description,
+            "header": pricebook_file_header(inp.price_book.name),
+            "entries": _price_book_sources(inp.price_book),
+        },
+        "failure_rates": asdict(rates),
+        "search_space": {k: list(v) if isinstance(v, tuple) else v for k, v in space.items()},
+        "constants": model_constants(),
+        "validation": validation_summary(),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# all sections in order
+
+
+Step = tuple[str, str, Callable[[ReportInputs, dict[str, Any]], dict[str, Any]]]
+
+STEPS: tuple[Step, ...] = (
+    ("performance", "best strategy on each network", lambda i, _: performance(i)),
+    ("cost", "cost and power", lambda i, _: cost(i)),
+    (
+        "traffic",
+        "traffic of the best rail-only strategy",
+        lambda i, done: traffic_section(
+            i,
+            (
+                done["performance"]["networks"]["rail-only"]["best"]
+                or done["performance"]["networks"]["rail-optimized"]["best"]
+            )["strategy"],
+        ),
+    ),
+    ("sensitivity", "sensitivities (HB domain, bandwidths, batch)", lambda i, _: sensitivity(i)),
+    ("failures", "failure impact and Monte Carlo", lambda i, _: failures(i)),
+    ("assumptions", "assumptions, sources and validation", lambda i, _: assumptions(i)),
+)
+
+
+def build(inp: ReportInputs, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Every section in order; `on_step(title)` is called after each one (progress bars)."""
+    check_inputs(inp)
+    out: dict[str, Any] = {"inputs": inp.describe()}
+    for key, title, run in STEPS:
+        out[key] = run(inp, out)
+        if on_step is not None:
+            on_step(title)
+    return out

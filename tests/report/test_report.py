@@ -1,0 +1,167 @@
+"""The report's data come from the library unchanged; the page is self-contained; the command
+writes atomically and rejects bad input with one line (exit 2)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from railplan import Network
+from railplan.network.cost import compare
+from railplan.report import build, render, write_report
+from railplan.report import html as report_html
+from railplan.report.sections import SENSITIVITY_K, priced_speed
+from railplan.search import search
+from tests.conftest import Cli
+from tests.report.conftest import small_inputs
+
+SMALL_ARGS = ["--model", "gpt-7.5b", "--gpus", "256", "--global-batch", "512", "--trials", "50"]
+
+
+def test_best_strategies_are_the_searchs(report_data: dict[str, Any]) -> None:
+    inp = small_inputs()
+    for arch in ("rail-optimized", "rail-only", "ideal"):
+        r = search(inp.model, inp.system, Network(architecture=arch), 256, 512, inp.space, top=1)
+        assert r.best is not None
+        got = report_data["performance"]["networks"][arch]["best"]
+        assert got["strategy"] == r.best.strategy.model_dump()
+        assert got["iteration_s"] == pytest.approx(r.best.iteration_s)
+
+
+def test_cost_is_the_comparison(report_data: dict[str, Any]) -> None:
+    c = compare(256, 8, 64, nic_gbps=400).to_dict()
+    got = report_data["cost"]
+    assert got["rail_only"] == c["rail_only"] and got["rail_optimized"] == c["rail_optimized"]
+    assert got["savings"] == c["savings"]
+    assert "200 Gbps" in got["note"]  # DGX A100's NIC speed is not in the paper's price book
+
+
+def test_sensitivity_points(report_data: dict[str, Any]) -> None:
+    s = report_data["sensitivity"]
+    ks = sorted({p["hb_domain"] for p in s["hb_domain"]})
+    assert ks == [k for k in SENSITIVITY_K if 256 % k == 0]
+    assert [p["factor"] for p in s["hb_tbps"][::2]] == [1.0, 2.0, 4.0]
+    assert [p["nic_gbps"] for p in s["nic_gbps"][::2]] == [50.0, 100.0, 200.0]
+    assert [p["global_batch"] for p in s["batch"][::2]] == [128, 256, 512]
+    for p in s["batch"]:
+        assert p["relative_to_ideal"] is not None and 0 < p["relative_to_ideal"] <= 1 + 1e-9
+
+
+def test_traffic_and_failures(report_data: dict[str, Any]) -> None:
+    t = report_data["traffic"]
+    assert t["stats"]["gpus"] == 256 and len(t["heatmap_bytes"]) == t["heatmap_gpus"] == 128
+    assert t["stats"]["nic_cross_rail_bytes"] == 0.0  # rail-aligned placement
+    mc = report_data["failures"]["monte_carlo"]
+    assert set(mc["variants"]) == {"rail-optimized", "rail-only", "rail-only+ocs"}
+    assert mc["variants"]["rail-only"]["switches"] < mc["variants"]["rail-optimized"]["switches"]
+
+
+def test_assumptions_have_sources(report_data: dict[str, Any]) -> None:
+    a = report_data["assumptions"]
+    for key in ("model", "system", "gpu"):
+        assert len(a[key]["source"]) > 10
+    assert all(len(e["source"]) > 10 for e in a["price_book"]["entries"])
+    assert a["validation"]["all"]["rows"] == len(a["validation"]["rows"]) > 5
+    assert "Llama 3" in a["failure_rates"]["source"]
+
+
+def test_page_is_self_contained(report_data: dict[str, Any]) -> None:
+    page = render(report_data)
+    assert page.count("plotly.js v") >= 1 and page.count('<script type="text/javascript">/**')
+    assert not re.search(r"<script[^>]+src=", page)
+    assert not re.search(r"<link[^>]+href=", page)
+    assert not re.search(r"<img[^>]+src=\"?https?:", page)
+    assert "cdn.plot.ly" not in page.split("</head>")[1]
+    assert page.count('class="plotly-graph-div"') == 9
+    for text in ("Do I need a spine?", "Cost and power", "Monte Carlo", "Validation accuracy"):
+        assert text in page
+
+
+def test_price_book_speed() -> None:
+    book = small_inputs().price_book
+    assert priced_speed(book, 400.0) == 400
+    assert priced_speed(book, 200.0) == 400
+
+
+def test_cli_writes_report(cli: Cli, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    r = cli("report", *SMALL_ARGS, "--out", str(out))
+    assert r.exit_code == 0, r.output
+    assert out.stat().st_size > 1_000_000 and "wrote" in r.stdout
+    assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
+
+
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        (["--model", "gpt-nope"], "model"),
+        (["--system", "dgx-nope"], "system"),
+        (["--gpus", "100"], "gpus"),
+        (["--gpus", "8", "--model", "gpt-1t"], "gpus"),
+        (["--radix", "63"], "radix"),
+        (["--global-batch", "0"], "global_batch"),
+        (["--out", "report.pdf"], "out"),
+        (["--out", "/no/such/folder/r.html"], "out"),
+        (["--price-book", "missing.yaml"], "price_book"),
+    ],
+)
+def test_cli_errors(cli: Cli, tmp_path: Path, args: list[str], field: str) -> None:
+    base = dict(zip(SMALL_ARGS[::2], SMALL_ARGS[1::2], strict=True))
+    base["--out"] = str(tmp_path / "r.html")
+    base.update(dict(zip(args[::2], args[1::2], strict=True)))
+    r = cli("report", *[x for kv in base.items() for x in kv])
+    assert r.exit_code == 2, r.output
+    assert str(r.exception).startswith(f"{field}:"), r.exception
+    assert "\n" not in str(r.exception)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_console_script_error_is_one_line(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from railplan.cli import main; main()",
+            "report",
+            "--model",
+            "gpt-nope",
+            "--gpus",
+            "256",
+            "--out",
+            str(tmp_path / "r.html"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and r.stderr.startswith("error: model:")
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("boom"), KeyboardInterrupt()])
+def test_write_is_atomic(
+    report_data: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exc: BaseException
+) -> None:
+    out = tmp_path / "r.html"
+    out.write_text("old report", encoding="utf-8")
+
+    def fail(tmp: Path, page: str) -> None:
+        tmp.write_text(page[:100], encoding="utf-8")
+        raise exc
+
+    monkeypatch.setattr(report_html, "_write_page", fail)
+    with pytest.raises(type(exc)):
+        write_report(report_data, out)
+    assert out.read_text(encoding="utf-8") == "old report"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
+
+
+def test_build_reports_progress() -> None:
+    seen: list[str] = []
+    build(small_inputs(model="gpt-1.7b", gpus=64, global_batch=128), on_step=seen.append)
+    assert len(seen) == 6 and seen[0].startswith("best strategy")
