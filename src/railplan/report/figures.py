@@ -149,15 +149,21 @@ def traffic_kinds(tr: dict[str, Any]) -> go.Figure:
     )
 
 
+LINE_STYLES: dict[str, dict[str, Any]] = {
+    "rail-only": {"width": 4},
+    "rail-optimized": {"width": 2, "dash": "dash"},  # drawn on top: visible where they agree
+}
+
+
 def _lines(points: list[dict[str, Any]], x: str, y: str) -> list[go.Scatter]:
-    nets = list(dict.fromkeys(p["network"] for p in points))
+    nets = sorted(dict.fromkeys(p["network"] for p in points), key=lambda n: n != "rail-only")
     return [
         go.Scatter(
             name=n,
             x=[p[x] for p in points if p["network"] == n],
             y=[p[y] for p in points if p["network"] == n],
             mode="lines+markers",
-            line={"color": NETWORK_COLOURS.get(n)},
+            line={"color": NETWORK_COLOURS.get(n)} | LINE_STYLES.get(n, {}),
         )
         for n in nets
     ]

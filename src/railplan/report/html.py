@@ -56,10 +56,10 @@ def fmt_s(x: float | None) -> str:
     return "—" if x is None else f"{x:.3f} s"
 
 
-def fmt_pct(x: float | None, signed: bool = False) -> str:
+def fmt_pct(x: float | None, signed: bool = False, digits: int = 1) -> str:
     if x is None:
         return "—"
-    return f"{100 * x:+.1f} %" if signed else f"{100 * x:.1f} %"
+    return f"{100 * x:{'+' if signed else ''}.{digits}f} %"
 
 
 def fmt_int(x: float | None) -> str:
@@ -171,7 +171,8 @@ def answers(r: dict[str, Any]) -> str:
         f"(MFU {fmt_pct(rl and rl['mfu'])}).",
         f"<b>Where do the bytes go?</b> {fmt_pct(hb_share)} of the bytes stay inside HB domains; "
         f"cross-rail NIC bytes: {fmt_gb(tr['nic_cross_rail_bytes'])}; "
-        f"{fmt_pct(1 - tr['pairs_with_traffic_fraction'])} of GPU pairs exchange nothing.",
+        f"{fmt_pct(1 - tr['pairs_with_traffic_fraction'], digits=3)} of GPU pairs exchange "
+        "nothing.",
         "<b>What if a switch fails?</b> A leaf (rail) switch failure cuts off the same GPUs in "
         f"both designs; rail-only has {fmt_int(v['rail-only']['switches'])} switches vs "
         f"{fmt_int(v['rail-optimized']['switches'])}, so fewer failure points (expected "
@@ -264,7 +265,7 @@ def traffic_section(r: dict[str, Any], figs: dict[str, str]) -> str:
             fmt_pct(s["share_by_kind"][k]),
             fmt_gb(s["hb_bytes_by_kind"][k]),
             fmt_gb(s["nic_bytes_by_kind"][k]),
-            fmt_pct(s["pairs_by_kind_fraction"][k]),
+            fmt_pct(s["pairs_by_kind_fraction"][k], digits=3),
         ]
         for k in KINDS
     ]
@@ -275,7 +276,7 @@ def traffic_section(r: dict[str, Any], figs: dict[str, str]) -> str:
             "100.0 %",
             fmt_gb(s["hb_bytes"]),
             fmt_gb(s["nic_bytes"]),
-            fmt_pct(s["pairs_with_traffic_fraction"]),
+            fmt_pct(s["pairs_with_traffic_fraction"], digits=3),
         ]
     )
     return (
@@ -306,7 +307,8 @@ def sensitivity_section(r: dict[str, Any], figs: dict[str, str]) -> str:
     return (
         "<p>Each point is a full strategy search with one input changed: the HB-domain size K, "
         "the HB bandwidth (×1, ×2, ×4), the NIC bandwidth (×¼, ×½, ×1) or the global batch "
-        "(×¼, ×½, ×1; relative to ideal = ideal's best time ÷ this network's).</p>"
+        "(×¼, ×½, ×1; relative to ideal = ideal's best time ÷ this network's). Rail-optimized "
+        "is the dashed line on top of rail-only: where only one line shows, they are equal.</p>"
         '<div class="grid">'
         + figs["fig-k"]
         + figs["fig-hb"]
@@ -334,7 +336,7 @@ def failures_section(r: dict[str, Any], figs: dict[str, str]) -> str:
                     fmt_int(imp["gpus_cut_off"]),
                     fmt_int(imp["gpus_moved"]),
                     f"{imp['bandwidth_lost_gbps']:,.0f} Gbps",
-                    fmt_pct(imp["bandwidth_lost_fraction"]),
+                    fmt_pct(imp["bandwidth_lost_fraction"], digits=2),
                     imp["note"],
                 ]
             )
