@@ -100,22 +100,6 @@ def group_shape(n: Num, stride: Num, hb_domain: Num) -> tuple[FloatArray, FloatA
     return x, np.ceil(n / x)
 
 
-def all_reduce_s(
-    n: Num,
-    stride: Num,
-    size_bytes: Num,
-    hb_domain: Num,
-    hb_bw: Num,
-    nic_bw: Num,
-    hb_lat_s: Num,
-    nic_lat_s: Num,
-) -> FloatArray:
-    """All-reduce of a group: ring inside one HB domain, ring over the NIC domain for one GPU
-    per domain, hierarchical when the group spans both."""
-    x, y = group_shape(n, stride, hb_domain)
-    return hierarchical_all_reduce_s(x, y, size_bytes, hb_bw, nic_bw, hb_lat_s, nic_lat_s)
-
-
 def all_gather_s(
     n: Num,
     stride: Num,
@@ -126,6 +110,22 @@ def all_gather_s(
     hb_lat_s: Num,
     nic_lat_s: Num,
 ) -> FloatArray:
-    """All-gather (or reduce-scatter) of a group, as `all_reduce_s` chooses its algorithm."""
+    """All-gather (or reduce-scatter) of a group: a ring inside one HB domain, a ring over the
+    NIC domain for one GPU per domain, hierarchical when the group spans both."""
     x, y = group_shape(n, stride, hb_domain)
     return hierarchical_all_gather_s(x, y, size_bytes, hb_bw, nic_bw, hb_lat_s, nic_lat_s)
+
+
+def all_reduce_s(
+    n: Num,
+    stride: Num,
+    size_bytes: Num,
+    hb_domain: Num,
+    hb_bw: Num,
+    nic_bw: Num,
+    hb_lat_s: Num,
+    nic_lat_s: Num,
+) -> FloatArray:
+    """All-reduce of a group = reduce-scatter + all-gather, with `all_gather_s`'s algorithm."""
+    args = (n, stride, size_bytes, hb_domain, hb_bw, nic_bw, hb_lat_s, nic_lat_s)
+    return np.asarray(2.0 * all_gather_s(*args))
