@@ -51,10 +51,20 @@ def main() -> None:
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(130)
-    except Exception as err:  # click usage errors and friends
-        import click
-
-        if isinstance(err, click.exceptions.ClickException):
-            err.show()
-            sys.exit(err.exit_code)
+    except Exception as err:
+        if _is_click_exception(err):
+            err.show()  # type: ignore[attr-defined]
+            sys.exit(int(err.exit_code))  # type: ignore[attr-defined]
         raise
+
+
+def _is_click_exception(err: BaseException) -> bool:
+    """Usage errors from click, or from the copy of click that newer typer bundles."""
+    import click
+
+    if isinstance(err, click.exceptions.ClickException):
+        return True
+    return any(
+        cls.__name__ == "ClickException" and cls.__module__.endswith("exceptions")
+        for cls in type(err).__mro__
+    )

@@ -1,0 +1,61 @@
+"""The console entry point: usage and domain errors exit 2 with one line, no traceback."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from railplan.cli import main
+
+BAD_INVOCATIONS = [
+    (["estimate", "--model", "gpt-175b", "--gpus", "2.5"], "--gpus"),
+    (["estimate", "--gpus", "8"], "--model"),
+    (["estimate", "--model", "gpt-175b", "--gpus", "8", "--bogus", "1"], "--bogus"),
+    (["nosuchcommand"], "nosuchcommand"),
+    (["estimate", "--model", "gpt-175bb", "--gpus", "8", "--global-batch", "8"], "gpt-175b"),
+    (
+        ["estimate", "--model", "gpt-175b", "--gpus", "64", "--global-batch", "64", "--tp", "7"],
+        "tp",
+    ),
+    (["cost", "--gpus", "-5", "--radix", "64", "--hb-domain", "8"], "gpus"),
+    (["search", "--model", "gpt-22b", "--gpus", "8", "--global-batch", "x"], "--global-batch"),
+]
+
+
+@pytest.mark.parametrize(("argv", "named"), BAD_INVOCATIONS)
+def test_main_exits_2_with_a_short_message(
+    argv: list[str], named: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["railplan", *argv])
+    with pytest.raises(SystemExit) as ex:
+        main()
+    assert ex.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert named in err, err
+
+
+def test_main_success_exits_0(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["cost", "--gpus", "1024", "--radix", "64", "--hb-domain", "8", "--json"]
+    monkeypatch.setattr(sys, "argv", ["railplan", *argv])
+    main()  # returns normally: exit code 0
+    assert json.loads(capsys.readouterr().out)["rail_optimized"]["switches"] == 48
+
+
+@pytest.mark.skipif(shutil.which("railplan") is None, reason="console script not installed")
+def test_console_script_usage_error_is_one_line() -> None:
+    r = subprocess.run(
+        ["railplan", "estimate", "--model", "gpt-175b", "--gpus", "2.5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert "--gpus" in r.stderr
