@@ -18,9 +18,6 @@ a pair's volume is the sum of both directions.
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +27,7 @@ import numpy.typing as npt
 import scipy.sparse as sp
 
 from railplan.errors import RailplanError
+from railplan.fileio import atomic_write
 from railplan.placement import (
     Edges,
     Placement,
@@ -302,22 +300,6 @@ def to_columns(t: Traffic) -> dict[str, Any]:
 
 
 EXPORT_SUFFIXES = (".csv", ".parquet")
-
-
-def atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
-    """Run `write(tmp)` on a temporary file next to `path`, then rename it onto `path`: an
-    error leaves neither a partial file nor a damaged old one."""
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        write(tmp)
-        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o644)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
 
 
 def _write_csv(t: Traffic, tmp: Path) -> None:

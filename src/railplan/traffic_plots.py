@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from railplan.errors import RailplanError
-from railplan.traffic import KINDS, Traffic, TrafficStats, atomic_write
+from railplan.fileio import atomic_write
+from railplan.traffic import KINDS, Traffic, TrafficStats
 
 FIGURE_SUFFIXES = (".png", ".svg")
 KIND_COLOURS = {"tp": "#1f77b4", "pp": "#2ca02c", "dp": "#d62728", "ep": "#9467bd"}

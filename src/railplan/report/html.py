@@ -18,8 +18,9 @@ from plotly.offline import get_plotlyjs
 
 from railplan import __version__
 from railplan.errors import RailplanError
+from railplan.fileio import atomic_write
 from railplan.report.figures import all_figures
-from railplan.traffic import KINDS, atomic_write
+from railplan.traffic import KINDS
 
 SUFFIXES = (".html", ".htm")
 PLOT_CONFIG: dict[str, Any] = {"displaylogo": False, "responsive": True}
