@@ -25,6 +25,7 @@ import numpy as np
 
 from railplan import collectives as coll
 from railplan.compute import gemm_time_s, memory_time_s
+from railplan.layout import Shape, megatron_shapes
 from railplan.specs import Model, Network, System
 from railplan.strategies import FULL, SELECTIVE, BoolArray, FloatArray, IntArray, StrategyArrays
 from railplan.workload import comm, elementwise, routing
@@ -81,36 +82,31 @@ def links(system: System, network: Network, gpus: FloatArray) -> Links:
     )
 
 
-def cross_rail(n: FloatArray, stride: FloatArray, k: FloatArray) -> BoolArray:
-    """Groups whose members in different HB domains sit on different rails (local ranks):
-    their NIC bytes need a rail-only network to forward them through the HB domain."""
-    x, y = coll.group_shape(n, stride, k)
-    aligned = np.where(stride < k, (k % (stride * x) == 0) | (y == 1), stride % k == 0)
-    return np.asarray(~aligned & (y > 1))
-
-
-def group_all_reduce_s(
-    lk: Links, n: FloatArray, stride: FloatArray, size: FloatArray, gather_only: bool = False
+def group_collective_s(
+    lk: Links, shape: Shape, size: FloatArray, gather_only: bool = False
 ) -> FloatArray:
-    """All-reduce (or all-gather / reduce-scatter when `gather_only`) of a rank group."""
-    fn = coll.all_gather_s if gather_only else coll.all_reduce_s
-    t = fn(n, stride, size, lk.hb_domain, lk.hb_bw, lk.nic_bw, lk.hb_lat_s, lk.nic_lat_s)
+    """All-reduce (or all-gather / reduce-scatter when `gather_only`) of the slowest group of a
+    kind, laid out as `shape` (railplan.layout): hierarchical over x members per domain and y
+    domains (SYSTEM.md formula 2), a plain HB ring when the group lies inside one domain."""
+    phases = 1.0 if gather_only else 2.0
+    t = phases * coll.hierarchical_all_gather_s(
+        shape.x, shape.y, size, lk.hb_bw, lk.nic_bw, lk.hb_lat_s, lk.nic_lat_s
+    )
     if lk.rail_only:
         # Forwarding: the NIC-phase bytes take one more HB hop to reach the right rail.
-        x, y = coll.group_shape(n, stride, lk.hb_domain)
-        phases = 1.0 if gather_only else 2.0
-        hop = phases * (y - 1) / y * size / x / lk.hb_bw
-        t = t + np.where(cross_rail(n, stride, lk.hb_domain), hop, 0.0)
+        hop = phases * (shape.y - 1) / shape.y * size / shape.x / lk.hb_bw
+        t = t + np.where(shape.cross_rail, hop, 0.0)
     return np.asarray(t)
 
 
-def p2p_s(lk: Links, size: FloatArray, distance: FloatArray) -> FloatArray:
-    """Point-to-point send between ranks `distance` apart (NIC if in different HB domains)."""
-    inside = distance < lk.hb_domain
+def p2p_s(lk: Links, size: FloatArray, shape: Shape) -> FloatArray:
+    """Point-to-point send across the slowest boundary of a chain laid out as `shape`: NVLink
+    when every chain lies in one HB domain, else the NIC (plus, on rail-only, an HB hop to the
+    peer's rail when the boundary crosses rails)."""
     over_nic = size / lk.nic_bw_spread + lk.nic_lat_s
     if lk.rail_only:
-        over_nic = over_nic + np.where(distance % lk.hb_domain != 0, size / lk.hb_bw, 0.0)
-    return np.asarray(np.where(inside, size / lk.hb_bw + lk.hb_lat_s, over_nic))
+        over_nic = over_nic + np.where(shape.cross_rail, size / lk.hb_bw, 0.0)
+    return np.asarray(np.where(shape.inside, size / lk.hb_bw + lk.hb_lat_s, over_nic))
 
 
 @dataclass(frozen=True)
@@ -197,7 +193,7 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
     return {"forward": ef - df + ew_f, "backward": eb - db + ew_b}
 
 
-def ep_comm_time_s(model: Model, lk: Links, s: StrategyArrays) -> FloatArray:
+def ep_comm_time_s(model: Model, lk: Links, s: StrategyArrays, shape: Shape) -> FloatArray:
     """Exposed expert-parallel all-to-all time per MoE layer and micro-batch (all passes).
 
     The ep ranks are spaced tp apart: x of them share an HB domain, y domains. Rail-only runs
@@ -205,9 +201,8 @@ def ep_comm_time_s(model: Model, lk: Links, s: StrategyArrays) -> FloatArray:
     the other networks the direct one.
     """
     d = comm.ep_pair_bytes(model, s)
-    x, y = coll.group_shape(s.ep, s.tp, lk.hb_domain)
     fn = coll.all_to_all_rail_only_s if lk.rail_only else coll.all_to_all_rail_optimized_s
-    one = fn(x, y, d, lk.hb_bw, lk.nic_bw_spread, lk.hb_lat_s, lk.nic_lat_s)
+    one = fn(shape.x, shape.y, d, lk.hb_bw, lk.nic_bw_spread, lk.hb_lat_s, lk.nic_lat_s)
     ops = comm.ep_all_to_alls_per_moe_layer(s)
     return np.asarray((ops["forward"] + ops["recompute"] + ops["backward"]) * one)
 
@@ -224,7 +219,7 @@ def logits_time_s(model: Model, system: System, s: StrategyArrays) -> FloatArray
 
 
 def tp_comm_times(
-    model: Model, lk: Links, s: StrategyArrays, lt: dict[str, FloatArray]
+    model: Model, lk: Links, s: StrategyArrays, lt: dict[str, FloatArray], shape: Shape
 ) -> dict[str, FloatArray]:
     """Exposed tensor-parallel communication per layer and micro-batch, by pass.
 
@@ -234,14 +229,10 @@ def tp_comm_times(
     2022 §6.2), which runs slower meanwhile because the collective's kernels hold
     `comm_sm_fraction` of the SMs. The group is tp consecutive ranks.
     """
-    tp = s.tp.astype(float)
     act = comm.tp_message_bytes(model, s)
     ops = comm.tp_ops_per_layer(s)
-    ones = np.ones_like(tp)
-    gather = group_all_reduce_s(lk, tp, ones, act, gather_only=True)
-    one_op = np.where(
-        s.sequence_parallel.astype(bool), 2.0 * gather, group_all_reduce_s(lk, tp, ones, act)
-    )
+    gather = group_collective_s(lk, shape, act, gather_only=True)
+    one_op = 2.0 * gather  # all-reduce = reduce-scatter + all-gather, with or without SP
 
     hide = s.overlap_tp.astype(bool)
 
@@ -270,13 +261,12 @@ def tp_comm_times(
 
 def dp_reduce_s(
     lk: Links,
-    n: FloatArray,
-    stride: FloatArray,
+    shape: Shape,
     grad_bytes: FloatArray,
     weight_bytes: FloatArray,
     s: StrategyArrays,
 ) -> dict[str, FloatArray]:
-    """Data-parallel communication over n ranks `stride` apart, by when it happens.
+    """Data-parallel communication of the slowest group laid out as `shape`, by when it happens.
 
     ZeRO 0: all-reduce of the gradients at the end of the iteration; ZeRO 1 (distributed
     optimizer): reduce-scatter of the gradients and all-gather of the updated bf16 weights at
@@ -285,10 +275,10 @@ def dp_reduce_s(
     forward and backward pass (again for a recomputed forward), gradients reduce-scattered
     after every backward pass (Rajbhandari et al. 2020)."""
     zero = s.zero
-    on = n > 1
-    rs = np.where(on, group_all_reduce_s(lk, n, stride, grad_bytes, gather_only=True), 0.0)
-    ag = np.where(on, group_all_reduce_s(lk, n, stride, weight_bytes, gather_only=True), 0.0)
-    ar = np.where(on, group_all_reduce_s(lk, n, stride, grad_bytes), 0.0)
+    on = shape.x * shape.y > 1
+    rs = np.where(on, group_collective_s(lk, shape, grad_bytes, gather_only=True), 0.0)
+    ag = np.where(on, group_collective_s(lk, shape, weight_bytes, gather_only=True), 0.0)
+    ar = np.where(on, group_collective_s(lk, shape, grad_bytes), 0.0)
     bwd_gathers = 1.0 + (s.recompute == FULL)
     return {
         "end": np.asarray(
@@ -342,22 +332,25 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     """Critical-path time of one iteration for every strategy in `s` (arrays broadcast)."""
     gpus = s.gpus.astype(float)
     lk = links(system, network, gpus)
-    tp, pp, dp = s.tp.astype(float), s.pp.astype(float), s.dp.astype(float)
+    pp, dp = s.pp.astype(float), s.dp.astype(float)
     v, m = s.interleave.astype(float), s.micro_batches.astype(float)
     layers_per_stage = model.layers / pp
 
     classes = shape_classes(s)
     lt = per_shape(lambda u: layer_times(model, system, u), s, classes)
+    groups = megatron_shapes(s.tp, s.dp, s.pp, s.ep, lk.hb_domain)
 
-    tpc = tp_comm_times(model, lk, s, lt)
+    tpc = tp_comm_times(model, lk, s, lt, groups["tp"])
     tp_layer = tpc["forward"] + tpc["recompute"] + tpc["backward"]
     ep_layer = (
-        model.moe_layers / model.layers * ep_comm_time_s(model, lk, s) if model.moe_layers else 0.0
+        model.moe_layers / model.layers * ep_comm_time_s(model, lk, s, groups["ep"])
+        if model.moe_layers
+        else 0.0
     )
 
     # Pipeline: activations (forward) and their gradients (backward) cross each boundary,
     # scattered over the tp ranks (Narayanan et al. 2021 §4.1) or already split by SP.
-    p2p = np.where(pp > 1, p2p_s(lk, comm.pp_message_bytes(model, s), tp * dp), 0.0)
+    p2p = np.where(pp > 1, p2p_s(lk, comm.pp_message_bytes(model, s), groups["pp"]), 0.0)
 
     t_layer = lt["forward"] + lt["backward"] + lt["recompute"] + tp_layer + ep_layer
     t_logits = per_shape(lambda u: {"t": logits_time_s(model, system, u)}, s, classes)["t"]
@@ -373,14 +366,12 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     # dp_reduce_s); MoE expert gradients over the dp/ep expert-data-parallel ranks, tp·ep apart.
     params = stage_params(model, s)
     zero = s.zero
-    ep = s.ep.astype(float)
     dense = dp_reduce_s(
-        lk, dp, tp, comm.dp_gradient_bytes(model, s), comm.dp_weight_gather_bytes(model, s), s
+        lk, groups["dp"], comm.dp_gradient_bytes(model, s), comm.dp_weight_gather_bytes(model, s), s
     )
     expert = dp_reduce_s(
         lk,
-        dp / ep,
-        tp * ep,
+        groups["expert_dp"],
         comm.dp_expert_gradient_bytes(model, s),
         comm.dp_expert_weight_gather_bytes(model, s),
         s,
@@ -404,14 +395,7 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     # Tied embeddings: first and last stage all-reduce the embedding gradient.
     embed_bytes = comm.embedding_gradient_bytes(model, s)
     embed_ar = np.where(
-        embed_bytes > 0,
-        coll.ring_all_reduce_s(
-            2.0,
-            embed_bytes,
-            np.where((pp - 1) * tp * dp < lk.hb_domain, lk.hb_bw, lk.nic_bw),
-            lk.nic_lat_s,
-        ),
-        0.0,
+        embed_bytes > 0, group_collective_s(lk, groups["embedding"], embed_bytes), 0.0
     )
     window = np.where(s.overlap_dp.astype(bool), layers_per_stage * lt["backward"], 0.0)
     dp_exposed = np.maximum(dp_time - window, 0.0) + embed_ar

@@ -145,6 +145,7 @@ def layer_rows() -> list[dict[str, Any]]:
     """Korthikanti Table 4: one 22B layer's forward and backward time (a diagnostic that
     separates per-layer compute from pipeline and data-parallel effects)."""
     from railplan.iteration import layer_times, links, tp_comm_times
+    from railplan.layout import megatron_shapes
     from railplan.strategies import from_strategies
 
     system = load_system("dgx-a100")
@@ -162,7 +163,9 @@ def layer_rows() -> list[dict[str, Any]]:
         )
         arrays = from_strategies(strat)
         lt = layer_times(model, system, arrays)
-        tpc = tp_comm_times(model, links(system, Network(), arrays.gpus.astype(float)), arrays, lt)
+        lk = links(system, Network(), arrays.gpus.astype(float))
+        tp_group = megatron_shapes(arrays.tp, arrays.dp, arrays.pp, arrays.ep, lk.hb_domain)["tp"]
+        tpc = tp_comm_times(model, lk, arrays, lt, tp_group)
         fwd = float(lt["forward"] + tpc["forward"])
         bwd = float(lt["backward"] + lt["recompute"] + tpc["recompute"] + tpc["backward"])
         out.append(
