@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from railplan.errors import RailplanError
 from railplan.reproduce import evaluation as ev
+from tests.conftest import Cli
 
 
 def test_fig7_rows(cli) -> None:  # type: ignore[no-untyped-def]
@@ -53,3 +57,41 @@ def test_cli_table_and_plot(cli, tmp_path: Path) -> None:  # type: ignore[no-unt
     out = tmp_path / "f7.svg"
     r = cli("reproduce", "fig7", "--plot", str(out))
     assert r.exit_code == 0 and "paper vs ours" in r.output and out.exists()
+
+
+def test_plot_errors_before_the_evaluation_runs(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def never(name: str) -> None:
+        raise AssertionError("the evaluation ran")
+
+    monkeypatch.setattr(ev, "run", never)
+    for plot, problem in [
+        (tmp_path / "f7.gif", "'f7.gif': use a .png, .svg or .pdf file name"),
+        (tmp_path / "nope" / "f7.png", f"directory {str(tmp_path / 'nope')!r} does not exist"),
+    ]:
+        r = cli("reproduce", "fig7", "--plot", str(plot))
+        assert r.exit_code == 2 and str(r.exception) == f"plot: {problem}"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failed_plot_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib.figure
+
+    out = tmp_path / "f7.pdf"
+    out.write_bytes(b"old")
+    report = ev.run("fig7")
+
+    def disk_full(fig: Any, where: Path, **kwargs: Any) -> None:
+        Path(where).write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", disk_full)
+    with pytest.raises(RailplanError, match=r"^plot: cannot write .*No space left"):
+        ev.plot(report, out)
+    assert out.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f7.pdf"]
+    monkeypatch.undo()
+    ev.plot(report, out)
+    assert out.read_bytes().startswith(b"%PDF")
+    assert [p.name for p in tmp_path.iterdir()] == ["f7.pdf"]

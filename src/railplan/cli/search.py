@@ -200,6 +200,8 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         from railplan.cli.core import print_json
         from railplan.reproduce import evaluation as ev
 
+        if plot is not None:
+            ev.check_plot_path(plot)  # before the evaluation runs, not after
         report = ev.run(name)
         if plot is not None:
             ev.plot(report, plot)

@@ -28,6 +28,7 @@ from typing import Any
 import networkx as nx
 
 from railplan.errors import RailplanError
+from railplan.fileio import atomic_write
 from railplan.network.topology import Clos, NetworkCounts, build_counts
 
 MAX_GRAPH_GPUS = 65_536
@@ -121,16 +122,22 @@ def graph_for(
 
 
 def export_graph(g: nx.Graph, path: str | Path) -> Path:
-    """Write ``g`` as GraphML (``.graphml``) or node-link JSON (``.json``)."""
+    """Write ``g`` as GraphML (``.graphml``) or node-link JSON (``.json``), all or nothing;
+    a missing directory or another OS error is a one-line error naming the path."""
     p = Path(path)
     if p.suffix == ".graphml":
-        nx.write_graphml(g, p)
+
+        def write(tmp: Path) -> None:
+            nx.write_graphml(g, tmp)
+
     elif p.suffix == ".json":
-        data = nx.node_link_data(g, edges="links")
-        p.write_text(json.dumps(data), encoding="utf-8")
+
+        def write(tmp: Path) -> None:
+            tmp.write_text(json.dumps(nx.node_link_data(g, edges="links")), encoding="utf-8")
+
     else:
         raise RailplanError("export", f"{p.name!r}: use a .graphml or .json file name")
-    return p
+    return atomic_write(p, write, field="export")
 
 
 def graph_summary(g: nx.Graph) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from railplan.errors import RailplanError
+from railplan.fileio import atomic_write
 from railplan.network.cost import PriceBook, compare, load_price_book
 
 
@@ -43,7 +44,8 @@ def cost_plot(
     nic_gbps: int = 400,
     book: PriceBook | None = None,
 ) -> Path:
-    """Write a two-panel figure (cost in $M, power in MW vs N) to ``out`` (.png or .svg)."""
+    """Write a two-panel figure (cost in $M, power in MW vs N) to ``out`` (.png, .svg or .pdf),
+    all or nothing; OS errors are one-line errors naming the path."""
     p = Path(out)
     if p.suffix not in (".png", ".svg", ".pdf"):
         raise RailplanError("out", f"{p.name!r}: use a .png, .svg or .pdf file name")
@@ -93,6 +95,7 @@ def cost_plot(
     axs[0].legend(fontsize=7, ncol=2)
     fig.suptitle("Rail-optimized (solid) vs rail-only (dashed), paper cost model (eqs. 4-5)")
     fig.tight_layout()
-    fig.savefig(p)
-    plt.close(fig)
-    return p
+    try:
+        return atomic_write(p, lambda tmp: fig.savefig(tmp, format=p.suffix[1:]), field="out")
+    finally:
+        plt.close(fig)

@@ -15,6 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from railplan.errors import RailplanError
+from railplan.fileio import atomic_write
 from railplan.search import MEGATRON_SPACE, SearchResult, search
 from railplan.specs import Model, Network, System, load_model, load_system
 
@@ -354,8 +356,6 @@ FIGURES = {"fig7": fig7, "fig8": fig8, "fig9": fig9, "fig10": fig10, "nic-count"
 
 def run(name: str) -> dict[str, Any]:
     """One figure's report: setup, points (ours), comparisons (paper vs ours)."""
-    from railplan.errors import RailplanError
-
     if name not in FIGURES:
         raise RailplanError("figure", f"{name!r} is not one of {', '.join(FIGURES)}")
     return FIGURES[name]()
@@ -464,8 +464,24 @@ def tables(report: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+PLOT_FORMATS = ("png", "svg", "pdf")
+
+
+def check_plot_path(path: Path) -> str:
+    """The image format of `path` (its suffix), checked before any work is done: a one-line
+    error for another suffix or a missing directory."""
+    fmt = Path(path).suffix[1:].lower()
+    if fmt not in PLOT_FORMATS:
+        raise RailplanError("plot", f"{Path(path).name!r}: use a .png, .svg or .pdf file name")
+    if not Path(path).parent.is_dir():
+        raise RailplanError("plot", f"directory {str(Path(path).parent)!r} does not exist")
+    return fmt
+
+
 def plot(report: dict[str, Any], path: Path) -> None:
-    """Our curves (matplotlib, Agg) in the layout of the paper's figure."""
+    """Our curves (matplotlib, Agg) in the layout of the paper's figure, written all or
+    nothing to `path` (.png, .svg or .pdf)."""
+    fmt = check_plot_path(path)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -563,5 +579,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        atomic_write(Path(path), lambda tmp: fig.savefig(tmp, format=fmt), field="plot")
+    finally:
+        plt.close(fig)
