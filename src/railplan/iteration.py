@@ -266,28 +266,17 @@ def dp_reduce_s(
     weight_bytes: FloatArray,
     s: StrategyArrays,
 ) -> dict[str, FloatArray]:
-    """Data-parallel communication of the slowest group laid out as `shape`, by when it happens.
-
-    ZeRO 0: all-reduce of the gradients at the end of the iteration; ZeRO 1 (distributed
-    optimizer): reduce-scatter of the gradients and all-gather of the updated bf16 weights at
-    the end; ZeRO 2: gradients reduce-scattered after every micro-batch's backward pass
-    (DeepSpeed), weights all-gathered at the end; ZeRO 3: weights all-gathered before every
-    forward and backward pass (again for a recomputed forward), gradients reduce-scattered
-    after every backward pass (Rajbhandari et al. 2020)."""
-    zero = s.zero
+    """Data-parallel communication of the slowest group laid out as `shape`, by when it
+    happens (`comm.dp_schedule`: ZeRO 0–3)."""
     on = shape.x * shape.y > 1
-    rs = np.where(on, group_collective_s(lk, shape, grad_bytes, gather_only=True), 0.0)
-    ag = np.where(on, group_collective_s(lk, shape, weight_bytes, gather_only=True), 0.0)
-    ar = np.where(on, group_collective_s(lk, shape, grad_bytes), 0.0)
-    bwd_gathers = 1.0 + (s.recompute == FULL)
+    one_pass = {
+        "all_reduce": group_collective_s(lk, shape, grad_bytes),
+        "reduce_scatter": group_collective_s(lk, shape, grad_bytes, gather_only=True),
+        "all_gather": group_collective_s(lk, shape, weight_bytes, gather_only=True),
+    }
     return {
-        "end": np.asarray(
-            np.select([zero == 0, zero == 1, zero == 2], [ar, rs + ag, ag], default=0.0)
-        ),
-        "micro_batch_forward": np.asarray(np.where(zero == 3, ag, 0.0)),
-        "micro_batch_backward": np.asarray(
-            np.select([zero == 2, zero == 3], [rs, rs + bwd_gathers * ag], default=0.0)
-        ),
+        timing: np.asarray(np.where(on, sum(counts[k] * one_pass[k] for k in one_pass), 0.0))
+        for timing, counts in comm.dp_schedule(s).items()
     }
 
 

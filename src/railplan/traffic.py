@@ -5,11 +5,12 @@ uses); who sends to whom comes from `railplan.placement` (ring, or hierarchical 
 spans HB and NIC domains: SYSTEM.md formula 2, the algorithm `collectives.all_reduce_s` times).
 Per iteration and TP group: layers/pp · m micro-batches · (forward + recompute + backward)
 all-reduces of b·s·h activations, plus the sequence-parallel backward re-gathers; per pipeline
-boundary: b·s·h/t each way per micro-batch; per DP group: one gradient all-reduce (ZeRO ≥ 1:
-reduce-scatter of gradients + all-gather of bf16 weights); tied embeddings: first and last stage
-all-reduce the embedding gradient (counted as `dp`: it is a gradient reduction). MoE (ep > 1):
-per MoE layer and micro-batch, uniform all-to-alls among the ep ranks (`ep`), and the expert
-gradients reduced over the dp/ep expert-data-parallel ranks (counted as `dp`).
+boundary: b·s·h/t each way per micro-batch; per DP group: the gradient and weight collectives
+of its ZeRO stage (`comm.dp_schedule`: ZeRO 2/3 communicate every micro-batch); tied
+embeddings: first and last stage all-reduce the embedding gradient (counted as `dp`: it is a
+gradient reduction). MoE (ep > 1): per MoE layer and micro-batch, uniform all-to-alls among
+the ep ranks (`ep`), and the expert gradients reduced over the dp/ep expert-data-parallel
+ranks (counted as `dp`).
 
 Storage is sparse: COO arrays (src, dst, kind, bytes), coalesced per (src, dst, kind); per-kind
 scipy.sparse matrices on demand. Statistics use unordered pairs {i, j}, i < j, of distinct GPUs;
@@ -114,18 +115,17 @@ def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
     all_reduces = float(ops["forward"] + ops["recompute"] + ops["backward"])
     gathers = float(ops["sp_regather"])
     tp_d = float(comm.tp_message_bytes(model, s))
-    zero = int(s.zero) >= 1
 
     def dp_bytes(embedding: bool) -> float:
-        grad = float(comm.dp_gradient_bytes(model, s, embedding))
-        gather = float(comm.dp_weight_gather_bytes(model, s, embedding))
-        return grad + gather if zero else 2.0 * grad
+        grad = comm.dp_gradient_bytes(model, s, embedding)
+        weights = comm.dp_weight_gather_bytes(model, s, embedding)
+        return float(comm.dp_iteration_bytes(s, grad, weights))
 
     return {
         # each all-reduce (or SP reduce-scatter + all-gather) is two gather passes
         "tp": layers_per_stage * m * tp_d * (2.0 * all_reduces + gathers),
         "pp": m * float(comm.pp_message_bytes(model, s)),
-        # ZeRO ≥ 1: reduce-scatter of gradients + all-gather of weights; else all-reduce.
+        # Gradient and weight collectives by ZeRO stage (comm.dp_schedule), per iteration.
         # First and last stage also hold the vocabulary matrix; middle stages do not.
         "dp": dp_bytes(True),
         "dp_middle": dp_bytes(False),
@@ -150,16 +150,14 @@ def ep_edges(model: Model, s: StrategyArrays, p: Placement) -> tuple[Edges, floa
 
 
 def expert_dp_edges(model: Model, s: StrategyArrays, p: Placement) -> tuple[Edges, float]:
-    """MoE expert gradients: all-reduce over the dp/ep expert-data-parallel ranks (ZeRO ≥ 1:
-    reduce-scatter of gradients + all-gather of weights), counted as `dp`."""
-    grad = float(comm.dp_expert_gradient_bytes(model, s))
-    if model.moe_layers == 0 or grad == 0.0:
+    """MoE expert gradients over the dp/ep expert-data-parallel ranks, with the same ZeRO
+    schedule as the dense gradients (comm.dp_schedule), counted as `dp`."""
+    grad = comm.dp_expert_gradient_bytes(model, s)
+    if model.moe_layers == 0 or float(grad) == 0.0:
         return Edges.empty(), 0.0
     _, groups = expert_groups(p, int(s.ep))
-    if int(s.zero) >= 1:
-        size = grad + float(comm.dp_expert_weight_gather_bytes(model, s))
-    else:
-        size = 2.0 * grad
+    weights = comm.dp_expert_weight_gather_bytes(model, s)
+    size = float(comm.dp_iteration_bytes(s, grad, weights))
     return collective_edges(groups, p.hb_domain), size
 
 

@@ -43,23 +43,29 @@ def analytical(model: Model, strategy: Strategy) -> dict[str, float]:
         * float(comm.pp_boundaries_per_micro_batch(s))
     )
 
+    # Passes of the gradient and weight buffers per iteration, by ZeRO stage: an all-reduce is
+    # two passes, a reduce-scatter or all-gather one. ZeRO 2 reduce-scatters every micro-batch;
+    # ZeRO 3 also gathers the weights for every forward and backward (and recomputed) pass.
+    full = strategy.recompute == "full"
+    grad_passes, weight_passes = {
+        0: (2.0, 0.0),
+        1: (1.0, 1.0),
+        2: (m, 1.0),
+        3: (m, m * (2.0 + full)),
+    }[strategy.zero]
+
     def dp_one_group(embedding: bool) -> float:
         grad = float(comm.dp_gradient_bytes(model, s, embedding))
-        if strategy.zero >= 1:
-            return float(
-                (dp - 1) * (grad + float(comm.dp_weight_gather_bytes(model, s, embedding)))
-            )
-        return float(2 * (dp - 1) * grad)
+        weights = float(comm.dp_weight_gather_bytes(model, s, embedding))
+        return (dp - 1) * (grad_passes * grad + weight_passes * weights)
 
     end_stages = min(pp, 2)  # first and last stage hold the vocabulary matrix
     dp_stages = end_stages * dp_one_group(True) + (pp - end_stages) * dp_one_group(False)
     embed = tp * dp * 2 * (2 - 1) * float(comm.embedding_gradient_bytes(model, s))
     ep = strategy.ep
     expert = float(comm.dp_expert_gradient_bytes(model, s))
-    if strategy.zero >= 1:
-        edp_one = (dp // ep - 1) * (expert + float(comm.dp_expert_weight_gather_bytes(model, s)))
-    else:
-        edp_one = 2 * (dp // ep - 1) * expert
+    expert_weights = float(comm.dp_expert_weight_gather_bytes(model, s))
+    edp_one = (dp // ep - 1) * (grad_passes * expert + weight_passes * expert_weights)
     expert_dp = tp * pp * ep * edp_one  # tp·pp·ep groups of dp/ep ranks
     a2a = comm.ep_all_to_alls_per_moe_layer(s)
     per_layer = float(a2a["forward"] + a2a["recompute"] + a2a["backward"])
@@ -92,7 +98,7 @@ strategy_st: st.SearchStrategy[dict[str, Any]] = st.builds(
     batch_per_replica=st.sampled_from([4, 8, 12]),
     recompute=st.sampled_from(["none", "selective", "full"]),
     sequence_parallel=st.booleans(),
-    zero=st.sampled_from([0, 1]),
+    zero=st.sampled_from([0, 1, 2, 3]),
     grad_reduce_bytes=st.sampled_from([2, 4]),
 )
 
@@ -150,13 +156,14 @@ MOE = Model(
     pp=st.sampled_from([1, 2]),
     ep_dp=st.sampled_from([(1, 2), (2, 2), (2, 4), (4, 4), (8, 8), (4, 8)]),
     recompute=st.sampled_from(["none", "full"]),
-    zero=st.sampled_from([0, 1]),
+    zero=st.sampled_from([0, 1, 2, 3]),
     k=st.sampled_from([2, 4, 8]),
 )
 def test_conservation_moe(
     tp: int, pp: int, ep_dp: tuple[int, int], recompute: str, zero: int, k: int
 ) -> None:
     ep, dp = ep_dp
+    assume(zero <= 1 or pp == 1)  # ZeRO 2/3 need pp = 1
     strategy = Strategy(
         tp=tp, pp=pp, dp=dp, ep=ep, global_batch=2 * dp, recompute=recompute, zero=zero
     )

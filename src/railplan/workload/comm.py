@@ -9,8 +9,9 @@ Megatron-LM's pattern (Shoeybi 2019, Narayanan 2021, Korthikanti 2022):
 - PP: per micro-batch and stage boundary, the activation forward and its gradient backward,
   scattered over the tp ranks (each GPU sends b·s·h/t bf16 to its peer); v× more boundaries
   with the interleaved schedule.
-- DP: once per iteration, the gradients of the GPU's stage (all-reduce; with ZeRO ≥ 1 a
-  reduce-scatter of gradients then an all-gather of the bf16 weights); with tied embeddings
+- DP: the gradients of the GPU's stage, by ZeRO stage as `dp_schedule` lists (ZeRO 0: one
+  all-reduce; 1: reduce-scatter of gradients then all-gather of the bf16 weights; 2: gradients
+  reduce-scattered every micro-batch; 3: weights also gathered every pass); with tied embeddings
   and pp > 1, first and last stage all-reduce the embedding gradient. MoE: expert gradients
   are reduced over dp/ep ranks only.
 - EP (MoE): per MoE layer and micro-batch, all-to-all dispatch and combine forward, their
@@ -64,6 +65,58 @@ def dp_gradient_bytes(model: Model, s: StrategyArrays, embedding: bool = True) -
     """Non-expert gradient buffer each GPU reduces over its data-parallel group per iteration
     (all gradients for a dense model); `embedding`: first/last stage (the critical one)."""
     return np.asarray(dense_stage_params(model, s, embedding) * s.grad_reduce_bytes)
+
+
+DP_TIMINGS = ("end", "micro_batch_forward", "micro_batch_backward")
+
+
+def dp_schedule(s: StrategyArrays) -> dict[str, dict[str, FloatArray]]:
+    """Data-parallel collectives by when they run — `end` (once per iteration),
+    `micro_batch_forward` / `micro_batch_backward` (once per micro-batch) — and kind: gradient
+    `all_reduce`, gradient `reduce_scatter`, weight `all_gather`; counts per occurrence.
+
+    ZeRO 0: one all-reduce at the end; 1 (distributed optimizer): reduce-scatter + all-gather
+    at the end; 2: gradients reduce-scattered after every backward pass (DeepSpeed), weights
+    gathered at the end; 3: weights gathered before every forward and backward pass (again for
+    a recomputed forward), gradients reduce-scattered after every backward pass (Rajbhandari
+    et al. 2020)."""
+    z = s.zero
+    zero, one = np.zeros(z.shape), np.ones(z.shape)
+    recomputed = (s.recompute == FULL).astype(float)
+    return {
+        "end": {
+            "all_reduce": np.where(z == 0, one, zero),
+            "reduce_scatter": np.where(z == 1, one, zero),
+            "all_gather": np.where((z == 1) | (z == 2), one, zero),
+        },
+        "micro_batch_forward": {
+            "all_reduce": zero,
+            "reduce_scatter": zero,
+            "all_gather": np.where(z == 3, one, zero),
+        },
+        "micro_batch_backward": {
+            "all_reduce": zero,
+            "reduce_scatter": np.where(z >= 2, one, zero),
+            "all_gather": np.where(z == 3, 1.0 + recomputed, zero),
+        },
+    }
+
+
+def dp_iteration_bytes(
+    s: StrategyArrays, grad_bytes: FloatArray, weight_bytes: FloatArray
+) -> FloatArray:
+    """Bytes one GPU sends over its data-parallel group per iteration, in all-gather passes of
+    the buffer (a reduce-scatter or all-gather is one pass, an all-reduce two) — what the
+    traffic matrix spreads over the group's ring or hierarchical edges."""
+    sched = dp_schedule(s)
+    m = s.micro_batches.astype(float)
+    total = np.zeros(np.shape(m))
+    for timing in DP_TIMINGS:
+        c = sched[timing]
+        times = 1.0 if timing == "end" else m
+        passes_grad = 2.0 * c["all_reduce"] + c["reduce_scatter"]
+        total = total + times * (passes_grad * grad_bytes + c["all_gather"] * weight_bytes)
+    return np.asarray(total)
 
 
 def dp_weight_gather_bytes(model: Model, s: StrategyArrays, embedding: bool = True) -> FloatArray:
