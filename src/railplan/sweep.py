@@ -1,9 +1,11 @@
 """Design-space sweeps: a grid over spec fields, each point a strategy search (best strategy).
 
-Results go to a CSV file, one line per finished point, appended and flushed as soon as the
-point is done, so a killed sweep loses nothing: on restart, points already in the file are
-skipped (a torn last line of a killed write is dropped first). When pyarrow is importable, a
-Parquet copy of the whole CSV is written next to it at the end.
+Every value of the grid is checked before any point runs. Results go to a CSV file (its
+directory must exist), one line per finished point, appended and flushed as soon as the point
+is done, so a killed sweep loses nothing: on restart, points already in the file are skipped (a
+torn last line of a killed write is dropped first). A point where no strategy is valid or fits
+is an answer; a point whose evaluation raised an error is computed again on restart. When
+pyarrow is importable, a Parquet copy of the whole CSV replaces the old one atomically at the end.
 
 Backends: `local` (processes of concurrent.futures; the default) and `ray` (tasks on an existing
 cluster via `ray.init(address=...)`, or a local one). Both call `evaluate_point`.
@@ -15,14 +17,16 @@ import csv
 import io
 import itertools
 import json
+import math
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from railplan.errors import RailplanError
+from railplan.fileio import atomic_write
 
 # Spec fields a sweep can vary, with their parser; the defaults of a point.
 FIELDS: dict[str, Callable[[str], Any]] = {
@@ -74,34 +78,133 @@ def int_list(field_name: str, text: str) -> list[int]:
     return values
 
 
-def _parse_value(name: str, value: Any) -> Any:
+_KIND_TEXT: dict[Callable[[str], Any], str] = {str: "a name", int: "an integer", float: "a number"}
+SPEC_KEYS = (*FIELDS, "vary", "zero")
+
+
+def _check_field(name: Any, where: str) -> str:
     if name not in FIELDS:
-        raise RailplanError("vary", f"unknown field {name!r}; one of {', '.join(FIELDS)}")
-    try:
-        return FIELDS[name](value)
-    except (TypeError, ValueError):
-        raise RailplanError(name, f"{value!r} is not a valid {FIELDS[name].__name__}") from None
+        raise RailplanError(where, f"unknown field {name!r}; one of {', '.join(FIELDS)}")
+    return str(name)
+
+
+def _parse_value(name: str, value: Any) -> Any:
+    """One value of a field, as text (command line) or typed (YAML); a one-line error names
+    the field. Booleans, 8.5 for an integer and non-finite numbers are refused."""
+    kind = FIELDS[name]
+    parsed: Any = None
+    if isinstance(value, str) and value.strip():
+        try:
+            parsed = kind(value.strip())
+        except ValueError:
+            parsed = None
+    elif kind is int and type(value) is int:
+        parsed = value
+    elif kind is float and type(value) in (int, float):
+        parsed = float(value)
+    if parsed is None or (kind is float and not math.isfinite(parsed)):
+        raise RailplanError(name, f"{value!r} is not {_KIND_TEXT[kind]}")
+    return parsed
 
 
 def parse_vary(items: Iterable[str]) -> dict[str, list[Any]]:
-    """['hb_domain=1,2,4', 'nic_gbps=100,400'] → {'hb_domain': [1, 2, 4], ...}."""
+    """['hb_domain=1,2,4', 'nic_gbps=100,400'] → {'hb_domain': [1, 2, 4], ...}.
+
+    Each field may appear once: a repeated field is an error rather than a silent override."""
     out: dict[str, list[Any]] = {}
     for item in items:
         name, sep, values = item.partition("=")
-        name = name.strip()
+        name = _check_field(name.strip(), "vary")
         if not sep or not values.strip():
             raise RailplanError("vary", f"{item!r}: write FIELD=v1,v2,...")
+        if name in out:
+            raise RailplanError(
+                "vary", f"{name} given twice; list all its values in one --vary {name}=v1,v2,..."
+            )
         out[name] = [_parse_value(name, v.strip()) for v in values.split(",") if v.strip()]
     return out
 
 
+def _read_spec_file(
+    path: Path,
+) -> tuple[dict[str, Any], dict[str, list[Any]], tuple[int, ...] | None]:
+    """Base fields, varied fields and ZeRO stages of a YAML sweep file; one-line errors."""
+    from railplan.specs.catalog import read_yaml
+
+    data = read_yaml(Path(path), "spec")
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise RailplanError("spec", f"{str(path)!r} must be a mapping of fields to values")
+    for key in data:
+        if key not in SPEC_KEYS:
+            raise RailplanError("spec", f"unknown key {key!r}; one of {', '.join(SPEC_KEYS)}")
+    vary_data = data.get("vary") or {}
+    if not isinstance(vary_data, dict):
+        raise RailplanError("vary", "must be a mapping of FIELD: [v1, v2, ...]")
+    vary: dict[str, list[Any]] = {}
+    for name, values in vary_data.items():
+        name = _check_field(name, "vary")
+        if not isinstance(values, list):
+            raise RailplanError(f"vary.{name}", f"{values!r} is not a list; write [v1, v2, ...]")
+        vary[name] = [_parse_value(name, v) for v in values]
+    zero: tuple[int, ...] | None = None
+    if "zero" in data:
+        stages = data["zero"]
+        if not isinstance(stages, list) or any(type(z) is not int for z in stages):
+            raise RailplanError("zero", f"{stages!r}: give a list of ZeRO stages, e.g. [0, 1]")
+        zero = tuple(stages)
+    base = {k: _parse_value(k, v) for k, v in data.items() if k in FIELDS}
+    return base, vary, zero
+
+
 @dataclass(frozen=True)
 class SweepSpec:
-    """Base fields, the varied fields (a Cartesian grid, in the given order), ZeRO stages."""
+    """Base fields, the varied fields (a Cartesian grid, in the given order), ZeRO stages.
+
+    Constructing one checks every value of the grid the way `railplan search` checks its
+    options, so a bad value fails before any point is computed."""
 
     base: dict[str, Any]
     vary: dict[str, list[Any]]
     zero: tuple[int, ...] = (0, 1, 2, 3)
+
+    def __post_init__(self) -> None:
+        for name in REQUIRED:
+            if name not in self.base and name not in self.vary:
+                raise RailplanError(name, "required: give it as an option, in --spec or --vary")
+        if not self.vary:
+            raise RailplanError("vary", "give at least one FIELD=v1,v2,... to sweep over")
+        for name in self.base:
+            _check_field(name, "base")
+        for name in self.vary:
+            _check_field(name, "vary")
+        for name, values in self.vary.items():
+            if not values:
+                raise RailplanError(name, "give at least one value")
+        self._check_points()
+
+    def _check_points(self) -> None:
+        from railplan.cli.core import build_network, build_system
+        from railplan.search import SearchSpace
+        from railplan.specs import load_model
+
+        SearchSpace(zero=self.zero)
+        points = self.points()
+
+        def distinct(*names: str) -> list[tuple[Any, ...]]:
+            return list(dict.fromkeys(tuple(p[n] for n in names) for p in points))
+
+        for name in ("gpus", "global_batch"):
+            for (value,) in distinct(name):
+                if value < 1:
+                    raise RailplanError(name, f"{value} is not a positive integer")
+        for (model,) in distinct("model"):
+            load_model(model)
+        for system in distinct("system", "hb_domain", "hb_tbps", "nic_gbps", "nics_per_gpu"):
+            build_system(*system)
+        for network in distinct("network", "oversubscription"):
+            build_network(*network)
 
     @classmethod
     def build(
@@ -109,45 +212,29 @@ class SweepSpec:
         base: dict[str, Any],
         vary: dict[str, list[Any]],
         spec_file: Path | None = None,
-        zero: tuple[int, ...] = (0, 1, 2, 3),
+        zero: tuple[int, ...] | None = None,
     ) -> SweepSpec:
         """Merge a YAML file (fields at the top level, a `vary` mapping, optional `zero`) with
-        command-line values; the command line wins."""
+        command-line values; the command line wins (`zero` defaults to 0, 1, 2, 3)."""
         merged_base: dict[str, Any] = dict(DEFAULTS)
         merged_vary: dict[str, list[Any]] = {}
+        file_zero: tuple[int, ...] | None = None
         if spec_file is not None:
-            import yaml
-
-            try:
-                data = yaml.safe_load(Path(spec_file).read_text()) or {}
-            except OSError as err:
-                raise RailplanError("spec", f"cannot read {spec_file}: {err.strerror}") from None
-            if not isinstance(data, dict):
-                raise RailplanError("spec", "the YAML file must be a mapping")
-            for name, values in (data.pop("vary", None) or {}).items():
-                vals = values if isinstance(values, list) else [values]
-                merged_vary[name] = [_parse_value(name, v) for v in vals]
-            if "zero" in data:
-                zero = tuple(int(z) for z in data.pop("zero"))
-            for name, value in data.items():
-                merged_base[name] = _parse_value(name, value)
-        merged_base.update({k: _parse_value(k, v) for k, v in base.items()})
+            file_base, file_vary, file_zero = _read_spec_file(spec_file)
+            merged_base.update(file_base)
+            merged_vary.update(file_vary)
+        merged_base.update({k: _parse_value(_check_field(k, "base"), v) for k, v in base.items()})
         merged_vary.update(vary)
-        for name in REQUIRED:
-            if name not in merged_base and name not in merged_vary:
-                raise RailplanError(name, "required: give it as an option, in --spec or --vary")
-        if not merged_vary:
-            raise RailplanError("vary", "give at least one FIELD=v1,v2,... to sweep over")
-        for name, values in merged_vary.items():
-            if not values:
-                raise RailplanError(name, "give at least one value")
+        if zero is None:
+            zero = file_zero if file_zero is not None else (0, 1, 2, 3)
         return cls(base=merged_base, vary=merged_vary, zero=zero)
 
     def points(self) -> list[dict[str, Any]]:
-        """Every grid point: base fields overridden by one combination of the varied ones."""
+        """Every grid point: base fields overridden by one combination of the varied ones
+        (a value listed twice gives one point)."""
         names = list(self.vary)
         out = []
-        for combo in itertools.product(*(self.vary[n] for n in names)):
+        for combo in itertools.product(*(dict.fromkeys(self.vary[n]) for n in names)):
             p = {k: v for k, v in self.base.items() if k not in names}
             p.update(zip(names, combo, strict=True))
             out.append({k: p.get(k) for k in FIELDS})
@@ -160,7 +247,9 @@ def point_key(point: dict[str, Any], zero: tuple[int, ...]) -> str:
 
 
 def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, Any]:
-    """Search the best strategy for one point; a bad point gives a row with `error` set."""
+    """Search the best strategy for one point. When no strategy is valid or none fits, the
+    row says so in `error` and is a finished answer; a `RailplanError` raised on the way gives
+    a row with only `error` set, which a resumed sweep computes again (see `is_done`)."""
     from railplan.cli.core import build_network, build_system
     from railplan.search import SearchSpace, search
     from railplan.specs import load_model
@@ -233,50 +322,73 @@ def _csv_line(row: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
-    """Complete rows of a sweep CSV (a torn last line of a killed write is left out)."""
-    if not path.exists():
-        return []
-    text = path.read_text()
-    if not text.endswith("\n"):
-        text = text[: text.rfind("\n") + 1]
-    lines = text.splitlines()
+def _rows(text: str) -> list[dict[str, str]]:
+    """Complete rows of a sweep CSV's text (a torn last line of a killed write is left out)."""
+    lines = text[: text.rfind("\n") + 1].splitlines()
     if not lines or lines[0].split(",")[0] != "key":
         return []
     return list(csv.DictReader(lines))
 
 
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """Complete rows of a sweep CSV (a torn last line of a killed write is left out)."""
+    return _rows(_read_log(path))
+
+
+def is_done(row: dict[str, str]) -> bool:
+    """Whether a CSV row is a finished answer: its search ran (`configurations_evaluated` is
+    set), including "no valid strategy" and "nothing fits". A row whose evaluation raised an
+    error has only `error` set; a resumed sweep drops it and computes the point again."""
+    return row.get("configurations_evaluated", "") != ""
+
+
+def _read_log(path: Path) -> str:
+    """The CSV's text, "" when it does not exist yet; OS errors are one-line errors."""
+    if path.is_dir():
+        raise RailplanError("output", f"{str(path)!r} is a directory; give a file name")
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+    except OSError as err:
+        raise RailplanError("output", f"cannot read {str(path)!r}: {err.strerror}") from None
+
+
 def _prepare(path: Path) -> set[str]:
-    """Make `path` a valid log (header, no torn line) and return the keys already done."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rows = read_rows(path)
+    """Make `path` a valid log (header, complete lines, no rows to retry), replacing it
+    atomically when it has to change, and return the keys already done."""
     header = ",".join(COLUMNS) + "\n"
-    if path.exists():
-        text = path.read_text()
-        first = text.split("\n", 1)[0] + "\n" if text else ""
-        if text and first != header:
-            raise RailplanError(
-                "output", f"{path} exists but is not a railplan sweep CSV; choose another file"
-            )
-        if text and not text.endswith("\n"):
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(text[: text.rfind("\n") + 1])
-            os.replace(tmp, path)
-    if not path.exists() or path.stat().st_size == 0:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(header)
-        os.replace(tmp, path)
-    return {r["key"] for r in rows}
+    text = _read_log(path)
+    if text and not text.startswith(header):
+        raise RailplanError(
+            "output", f"{path} exists but is not a railplan sweep CSV; choose another file"
+        )
+    rows = _rows(text)
+    done = [r for r in rows if is_done(r)]
+    if len(done) < len(rows) or not text.endswith("\n"):
+
+        def write(tmp: Path) -> None:
+            tmp.write_text(header + "".join(_csv_line(r) for r in done))
+
+        atomic_write(path, write, field="output")
+    return {r["key"] for r in done}
 
 
-def _append(path: Path, row: dict[str, Any]) -> None:
+def _open_log(path: Path) -> int:
+    """A descriptor to append to the prepared log, or a one-line error."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_APPEND)
+    except OSError as err:
+        raise RailplanError("output", f"cannot append to {str(path)!r}: {err.strerror}") from None
+
+
+def _append(fd: int, path: Path, row: dict[str, Any]) -> None:
     """One write of one complete line in append mode, flushed to disk."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     try:
         os.write(fd, _csv_line(row).encode())
         os.fsync(fd)
-    finally:
-        os.close(fd)
+    except OSError as err:
+        raise RailplanError("output", f"cannot append to {str(path)!r}: {err.strerror}") from None
 
 
 def write_parquet(csv_path: Path) -> Path | None:
@@ -288,33 +400,34 @@ def write_parquet(csv_path: Path) -> Path | None:
         return None
     table = pacsv.read_csv(csv_path)
     out = csv_path.with_suffix(".parquet")
-    tmp = out.with_name(out.name + ".tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, out)
-    return out
+    return atomic_write(out, lambda tmp: pq.write_table(table, str(tmp)), field="output")
 
 
 # ---- backends ------------------------------------------------------------------------------
 
 
-def _local(
-    points: list[dict[str, Any]], zero: tuple[int, ...], workers: int
-) -> Iterator[dict[str, Any]]:
+Rows = Generator[dict[str, Any], None, None]
+
+
+def _local(points: list[dict[str, Any]], zero: tuple[int, ...], workers: int) -> Rows:
     if workers == 1:
         for p in points:
             yield evaluate_point(p, zero)
         return
-    with ProcessPoolExecutor(max_workers=workers or None) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers or None)
+    try:
         futures: list[Future[dict[str, Any]]] = [
             pool.submit(evaluate_point, p, zero) for p in points
         ]
         for f in as_completed(futures):
             yield f.result()
+    finally:  # an error in the caller (disk full) or ^C: do not compute the rest
+        pool.shutdown(cancel_futures=True)
 
 
 def _ray(
     points: list[dict[str, Any]], zero: tuple[int, ...], address: str | None, in_flight: int
-) -> Iterator[dict[str, Any]]:
+) -> Rows:
     try:
         import ray
     except ImportError:
@@ -339,15 +452,30 @@ def _ray(
             yield ray.get(ref)
 
 
+def _with_progress(rows: Rows, total: int, label: str, show: bool) -> Iterator[dict[str, Any]]:
+    if not show or not total:
+        yield from rows
+        return
+    from rich.progress import Progress
+
+    with Progress() as bar:
+        task = bar.add_task(label, total=total)
+        for row in rows:
+            yield row
+            bar.advance(task)
+
+
 @dataclass
 class SweepResult:
-    """Every row now in the CSV (earlier runs included) and what this run did."""
+    """Every row now in the CSV (earlier runs included) and what this run did; `failed` rows
+    raised an error while evaluating and are computed again by the next run."""
 
     csv_path: Path
     parquet_path: Path | None
     rows: list[dict[str, Any]]
     computed: int
     skipped: int
+    failed: int = 0
     vary: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -356,6 +484,7 @@ class SweepResult:
             "parquet": str(self.parquet_path) if self.parquet_path else None,
             "computed": self.computed,
             "skipped": self.skipped,
+            "failed": self.failed,
             "vary": self.vary,
             "rows": self.rows,
         }
@@ -411,26 +540,22 @@ def run_sweep(
         else _ray(todo, spec.zero, address, workers)
     )
     computed = 0
-    if progress and todo:
-        from rich.progress import Progress
-
-        with Progress() as bar:
-            task = bar.add_task(f"sweep ({backend})", total=len(todo))
-            for row in results:
-                _append(output, row)
-                computed += 1
-                bar.advance(task)
-    else:
-        for row in results:
-            _append(output, row)
+    fd = _open_log(output)
+    try:
+        for row in _with_progress(results, len(todo), f"sweep ({backend})", progress):
+            _append(fd, output, row)
             computed += 1
+    finally:
+        results.close()
+        os.close(fd)
     keys = {point_key(p, spec.zero) for p in points}
-    rows = [_typed(r) for r in read_rows(output) if r["key"] in keys]
+    raw = [r for r in read_rows(output) if r["key"] in keys]
     return SweepResult(
         csv_path=output,
         parquet_path=write_parquet(output),
-        rows=rows,
+        rows=[_typed(r) for r in raw],
         computed=computed,
         skipped=len(points) - len(todo),
+        failed=sum(not is_done(r) for r in raw),
         vary=list(spec.vary),
     )

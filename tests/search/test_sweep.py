@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import csv
+import errno
+import os
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from railplan.errors import RailplanError
 from railplan.sweep import SweepSpec, parse_vary, read_rows, run_sweep
+from tests.conftest import Cli
 
 BASE = {"model": "gpt-1.7b", "gpus": 16, "global_batch": 32, "system": "dgx-a100"}
 
@@ -132,7 +137,7 @@ def test_cli_sweep(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     [
         (["--vary", "colour=1"], "vary"),
         (["--backend", "slurm"], "backend"),
-        (["--vary", "hb_domain=x"], "hb_domain"),
+        (["--vary", "nic_gbps=x"], "nic_gbps"),
     ],
 )
 def test_cli_sweep_errors(cli, tmp_path: Path, extra: list[str], field: str) -> None:  # type: ignore[no-untyped-def]
@@ -172,3 +177,248 @@ def test_cli_sweep_rejects_foreign_csv(cli, tmp_path: Path) -> None:  # type: ig
         str(f),
     )
     assert r.exit_code == 2 and str(r.exception).startswith("output:")
+
+
+# ---- bad input fails up front, with one line naming the field ------------------------------
+
+SWEEP = ["sweep", "--model", "gpt-1.7b", "--gpus", "16", "--global-batch", "32", "--workers", "1"]
+
+
+def run_main(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str]:
+    """The console entry point: exit code and stderr."""
+    from railplan.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["railplan", *argv])
+    with pytest.raises(SystemExit) as ex:
+        main()
+    return int(ex.value.code or 0), capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        (["--gpus", "0", "--vary", "hb_domain=2"], "gpus"),
+        (["--global-batch", "0", "--vary", "hb_domain=2"], "global_batch"),
+        (["--zero", "7", "--vary", "hb_domain=2"], "zero"),
+        (["--network", "foo", "--vary", "hb_domain=2"], "network"),
+        (["--vary", "hb_domain=8,0"], "system.hb_domain"),
+        (["--vary", "nic_gbps=400,-1"], "system.nic_gbps"),
+        (["--vary", "gpus=16,0"], "gpus"),
+        (["--vary", "model=gpt-1.7b,gpt-nope"], "model"),
+        (["--vary", "oversubscription=2"], "network"),
+        (["--vary", "hb_domain=2", "--vary", "hb_domain=4"], "vary"),
+    ],
+)
+def test_cli_sweep_validates_before_computing(
+    extra: list[str],
+    field: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import railplan.sweep
+
+    def never(*args: object) -> None:
+        raise AssertionError("a point was computed")
+
+    monkeypatch.setattr(railplan.sweep, "evaluate_point", never)
+    out = tmp_path / "v.csv"
+    code, err = run_main([*SWEEP, "--output", str(out), *extra], monkeypatch, capsys)
+    assert code == 2
+    assert err.startswith(f"error: {field}:") and err.count("\n") == 1, err
+    assert not out.exists()
+
+
+def test_repeated_vary_is_an_error() -> None:
+    with pytest.raises(RailplanError, match="hb_domain given twice"):
+        parse_vary(["hb_domain=1,2", "nic_gbps=100", "hb_domain=4"])
+
+
+def test_duplicate_values_give_one_point() -> None:
+    assert len(SweepSpec.build(base=BASE, vary={"hb_domain": [2, 2, 4]}).points()) == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "names"),
+    [
+        ("model: [gpt\n", "spec", "malformed YAML"),
+        ("- gpus\n- 8\n", "spec", "mapping"),
+        ("vary: [hb_domain]\n", "vary", "mapping"),
+        ("vary:\n  hb_domain: 4\n", "vary.hb_domain", "list"),
+        ("vary:\n  colour: [1]\n", "vary", "hb_domain"),
+        ("colour: red\nvary:\n  hb_domain: [2]\n", "spec", "colour"),
+        ("gpus: 8.5\nvary:\n  hb_domain: [2]\n", "gpus", "integer"),
+        ("gpus: true\nvary:\n  hb_domain: [2]\n", "gpus", "integer"),
+        ("model: 7\nvary:\n  hb_domain: [2]\n", "model", "name"),
+        ("vary:\n  hb_tbps: [.inf]\n", "hb_tbps", "number"),
+        ("vary:\n  hb_domain: [x]\n", "hb_domain", "integer"),
+        ("zero: 1\nvary:\n  hb_domain: [2]\n", "zero", "list"),
+        ("zero: [0, 7]\nvary:\n  hb_domain: [2]\n", "zero", "0, 1, 2, 3"),
+    ],
+)
+def test_bad_spec_file(
+    text: str,
+    field: str,
+    names: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    with pytest.raises(RailplanError) as ex:
+        SweepSpec.build(base=BASE, vary={}, spec_file=f)
+    assert ex.value.field == field and names in ex.value.problem, str(ex.value)
+    argv = [*SWEEP, "--spec", str(f), "--output", str(tmp_path / "o.csv")]
+    code, err = run_main(argv, monkeypatch, capsys)
+    assert code == 2 and err.startswith(f"error: {field}:") and "Traceback" not in err, err
+
+
+def test_missing_spec_file(tmp_path: Path) -> None:
+    with pytest.raises(RailplanError, match=r"^spec: cannot read"):
+        SweepSpec.build(base=BASE, vary={}, spec_file=tmp_path / "none.yaml")
+
+
+def test_zero_from_the_command_line_wins_over_the_spec_file(tmp_path: Path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text("zero: [0, 1]\nvary:\n  hb_domain: [2]\n")
+    assert SweepSpec.build(base=BASE, vary={}, spec_file=f, zero=(3,)).zero == (3,)
+    assert SweepSpec.build(base=BASE, vary={}, spec_file=f).zero == (0, 1)
+    assert SweepSpec.build(base=BASE, vary={"hb_domain": [2]}).zero == (0, 1, 2, 3)
+
+
+# ---- resuming: answers are kept, errors are computed again ---------------------------------
+
+
+def test_error_rows_are_retried_on_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import railplan.search
+
+    real = railplan.search.search
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        if args[1].hb_domain == 2 and args[3] == 16:
+            raise RailplanError("gpus", "simulated failure")
+        return real(*args, **kwargs)
+
+    out = tmp_path / "f.csv"
+    s = SweepSpec.build(base=BASE, vary={"hb_domain": [1, 2, 4], "gpus": [16, 7]})
+    monkeypatch.setattr(railplan.search, "search", flaky)
+    first = run_sweep(s, out, workers=1, progress=False)
+    assert first.computed == 6 and first.failed == 1
+    failed = [r for r in first.rows if r["configurations_evaluated"] is None]
+    assert [(r["hb_domain"], r["gpus"]) for r in failed] == [(2, 16)]
+    assert failed[0]["error"] == "gpus: simulated failure"
+    monkeypatch.setattr(railplan.search, "search", real)
+    again = run_sweep(s, out, workers=1, progress=False)
+    # the failed point is computed again; gpus=7 (no valid strategy) is an answer and is kept
+    assert again.computed == 1 and again.skipped == 5 and again.failed == 0
+    assert len(again.rows) == 6 and len({r["key"] for r in again.rows}) == 6
+    assert len(read_rows(out)) == 6
+    no_strategy = [r for r in again.rows if r["gpus"] == 7]
+    assert len(no_strategy) == 3 and all(r["error"].startswith("no valid") for r in no_strategy)
+
+
+def test_cli_sweep_exits_1_when_points_failed(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import railplan.search
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise RailplanError("gpus", "simulated failure")
+
+    monkeypatch.setattr(railplan.search, "search", failing)
+    out = tmp_path / "x.csv"
+    r = cli(*SWEEP, "--vary", "hb_domain=2,4", "--output", str(out))
+    assert r.exit_code == 1 and "2 points failed" in r.output
+    assert "simulated failure" in r.output  # shown in the table's strategy column
+
+
+# ---- files: directories are not created, OS errors are one line, writes are atomic --------
+
+
+def test_cli_sweep_missing_directory(cli: Cli, tmp_path: Path) -> None:
+    out = tmp_path / "runs" / "k.csv"
+    r = cli(*SWEEP, "--vary", "hb_domain=2", "--output", str(out))
+    assert r.exit_code == 2
+    assert str(r.exception) == f"output: directory {str(out.parent)!r} does not exist"
+    assert not out.parent.exists()
+
+
+def test_cli_sweep_output_is_a_directory(cli: Cli, tmp_path: Path) -> None:
+    r = cli(*SWEEP, "--vary", "hb_domain=2", "--output", str(tmp_path))
+    assert r.exit_code == 2 and "is a directory" in str(r.exception)
+    assert str(r.exception).startswith("output:")
+
+
+def test_log_that_cannot_be_opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "o.csv"
+    real_open = os.open
+
+    def no_append(path: Any, flags: int, *args: Any) -> int:
+        if Path(path) == out and flags & os.O_APPEND:
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", no_append)
+    with pytest.raises(RailplanError, match=r"^output: cannot append to .*Permission denied"):
+        run_sweep(spec(), out, workers=1, progress=False)
+
+
+def test_disk_full_mid_sweep_keeps_finished_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "full.csv"
+    real_write = os.write
+    lines = 0
+
+    def fill_up(fd: int, data: bytes) -> int:
+        nonlocal lines
+        if b"gpt-1.7b" in data:
+            lines += 1
+            if lines > 2:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", fill_up)
+    with pytest.raises(RailplanError, match=r"^output: .*No space left on device"):
+        run_sweep(spec(), out, workers=1, progress=False)
+    monkeypatch.setattr(os, "write", real_write)
+    assert len(read_rows(out)) == 2
+    assert run_sweep(spec(), out, workers=1, progress=False).computed == 2
+
+
+def test_torn_line_repair_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "t.csv"
+    run_sweep(spec(), out, workers=1, progress=False)
+    torn = out.read_text()[:-10]
+    out.write_text(torn)
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(RailplanError, match=r"^output: cannot write"):
+        run_sweep(spec(), out, workers=1, progress=False)
+    assert out.read_text() == torn
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv", "t.parquet"]
+
+
+def test_parquet_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    out = tmp_path / "p.csv"
+    run_sweep(spec(), out, workers=1, progress=False)
+    old = (tmp_path / "p.parquet").read_bytes()
+
+    def half_then_fail(table: Any, where: str, **kwargs: Any) -> None:
+        Path(where).write_bytes(b"PAR1 half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pq, "write_table", half_then_fail)
+    s = SweepSpec.build(base=BASE, vary={"hb_domain": [1, 2, 4, 8, 16]})
+    with pytest.raises(RailplanError, match=r"^output: cannot write .*p.parquet"):
+        run_sweep(s, out, workers=1, progress=False)
+    assert (tmp_path / "p.parquet").read_bytes() == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.csv", "p.parquet"]
+    assert len(read_rows(out)) == 5  # the CSV got the new point all the same

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -25,6 +25,9 @@ from railplan.cli.options import (
 )
 from railplan.errors import RailplanError
 from railplan.specs import ARCHITECTURES
+
+if TYPE_CHECKING:
+    from railplan.sweep import SweepResult
 
 
 def _strategy_text(s: dict[str, Any]) -> str:
@@ -58,6 +61,26 @@ def _candidates_table(title: str, rows: list[dict[str, Any]]) -> Table:
 
 def _fmt(x: float | None, spec: str) -> str:
     return "—" if x is None else format(x, spec)
+
+
+def _sweep_table(keys: list[str], result: SweepResult) -> None:
+    """The varied fields, time, MFU and strategy (or why there is none) of every point."""
+    table = Table(title=f"sweep: {len(result.rows)} points → {result.csv_path}")
+    for col in [*keys, "iteration_s", "mfu", "strategy"]:
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for row in result.rows:
+        table.add_row(
+            *[str(row[k]) for k in keys],
+            _fmt(row["iteration_s"], ".4f"),
+            _fmt(row["mfu"], ".1%"),
+            str(row["strategy"] or row["error"]),
+        )
+    console = Console()
+    console.print(table)
+    console.print(
+        f"{result.computed} points computed, {result.skipped} already in {result.csv_path}"
+        + (f"; parquet: {result.parquet_path}" if result.parquet_path else "")
+    )
 
 
 def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
@@ -134,23 +157,35 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         network: Annotated[str | None, typer.Option(help=" | ".join(ARCHITECTURES))] = None,
         vary: Annotated[
             list[str] | None,
-            typer.Option(help="FIELD=v1,v2,...; repeat for a grid (e.g. hb_domain=8,256)"),
+            typer.Option(
+                help="FIELD=v1,v2,...; repeat with other fields for a grid (e.g. hb_domain=8,256);"
+                " a field given twice is an error"
+            ),
         ] = None,
         spec: Annotated[
             Path | None, typer.Option(help="YAML sweep file (base fields + vary mapping)")
         ] = None,
         output: Annotated[
-            Path, typer.Option(help="CSV results (a .parquet beside it when pyarrow exists)")
+            Path,
+            typer.Option(
+                help="CSV results, appended as points finish; its directory must exist"
+                " (a .parquet beside it when pyarrow exists)"
+            ),
         ] = Path("sweep.csv"),
         backend: Annotated[str, typer.Option(help="local | ray")] = "local",
         workers: Annotated[int, typer.Option(help="processes (local) / tasks in flight")] = 0,
         ray_address: Annotated[
             str | None, typer.Option(help="Ray cluster address (default: start a local one)")
         ] = None,
-        zero: Annotated[str, typer.Option(help="ZeRO stages to try")] = "0,1,2,3",
+        zero: Annotated[
+            str | None, typer.Option(help="ZeRO stages to try (default: the spec's, else 0,1,2,3)")
+        ] = None,
         as_json: JsonOpt = False,
     ) -> None:
-        """Search the best strategy at every point of a grid over spec fields; resumable."""
+        """Search the best strategy at every point of a grid over spec fields; resumable.
+
+        Every value is checked before anything runs; exits 1 if points failed with an error.
+        Run the same command again to compute the missing and failed points."""
         from railplan.cli.core import print_json
         from railplan.sweep import SweepSpec, int_list, parse_vary, run_sweep
 
@@ -169,7 +204,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             base=base,
             vary=parse_vary(vary or []),
             spec_file=spec,
-            zero=tuple(int_list("zero", zero)),
+            zero=None if zero is None else tuple(int_list("zero", zero)),
         )
         quiet = as_json
         result = run_sweep(
@@ -177,24 +212,15 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         )
         if as_json:
             print_json(result.to_dict())
-            return
-        table = Table(title=f"sweep: {len(result.rows)} points → {result.csv_path}")
-        keys = list(sw.vary)
-        for col in [*keys, "iteration_s", "mfu", "strategy"]:
-            table.add_column(col, justify="left" if col == "strategy" else "right")
-        for row in result.rows:
-            table.add_row(
-                *[str(row[k]) for k in keys],
-                _fmt(row["iteration_s"], ".4f"),
-                _fmt(row["mfu"], ".1%"),
-                str(row["strategy"]),
+        else:
+            _sweep_table(keys=list(sw.vary), result=result)
+        if result.failed:
+            typer.echo(
+                f"{result.failed} points failed (see the error column of {result.csv_path}); "
+                "run the same command again to retry them",
+                err=True,
             )
-        console = Console()
-        console.print(table)
-        console.print(
-            f"{result.computed} points computed, {result.skipped} already in {result.csv_path}"
-            + (f"; parquet: {result.parquet_path}" if result.parquet_path else "")
-        )
+            raise typer.Exit(1)
 
     def _reproduce(name: str, as_json: bool, plot: Path | None) -> None:
         from railplan.cli.core import print_json
