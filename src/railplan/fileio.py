@@ -16,13 +16,20 @@ from pathlib import Path
 from railplan.errors import RailplanError
 
 
-def atomic_write(path: Path, write: Callable[[Path], None], field: str = "output") -> Path:
-    """Run `write(tmp)` on a temporary file next to `path`, then rename it onto `path`."""
+def check_target(path: Path, field: str = "output") -> Path:
+    """Check, before any long work, that `path` can be a file we write: not a directory, and
+    its directory exists (we never create directories the user did not ask for)."""
     path = Path(path)
-    if path.exists() and path.is_dir():
+    if path.is_dir():
         raise RailplanError(field, f"{str(path)!r} is a directory; give a file name")
     if not path.parent.is_dir():
         raise RailplanError(field, f"directory {str(path.parent)!r} does not exist")
+    return path
+
+
+def atomic_write(path: Path, write: Callable[[Path], None], field: str = "output") -> Path:
+    """Run `write(tmp)` on a temporary file next to `path`, then rename it onto `path`."""
+    path = check_target(path, field)
     try:
         fd, tmp_name = tempfile.mkstemp(
             prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from railplan.errors import RailplanError
-from railplan.fileio import atomic_write
+from railplan.fileio import atomic_write, check_target
 from railplan.search import MEGATRON_SPACE, SearchResult, search
 from railplan.specs import Model, Network, System, load_model, load_system
 
@@ -473,8 +473,7 @@ def check_plot_path(path: Path) -> str:
     fmt = Path(path).suffix[1:].lower()
     if fmt not in PLOT_FORMATS:
         raise RailplanError("plot", f"{Path(path).name!r}: use a .png, .svg or .pdf file name")
-    if not Path(path).parent.is_dir():
-        raise RailplanError("plot", f"directory {str(Path(path).parent)!r} does not exist")
+    check_target(Path(path), "plot")
     return fmt
 
 
