@@ -100,9 +100,13 @@ def worst_shape(
     )
     shape = cols[0].shape
     flat = np.stack([c.ravel() for c in cols], axis=1)
-    uniq, inverse = np.unique(flat, axis=0, return_inverse=True)
-    res = np.array([worst_layout(*map(int, row)) for row in uniq], dtype=np.float64)
-    res = res.reshape(-1, 3)[inverse.ravel()]
+    if flat.shape[0] <= 1024:  # few rows: the cache is faster than sorting
+        res = np.array([worst_layout(*row) for row in flat.tolist()], dtype=np.float64)
+    else:
+        uniq, inverse = np.unique(flat, axis=0, return_inverse=True)
+        res = np.array([worst_layout(*row) for row in uniq.tolist()], dtype=np.float64)
+        res = res.reshape(-1, 3)[inverse.ravel()]
+    res = res.reshape(-1, 3)
     x, domains, cross = res[:, 0], res[:, 1], res[:, 2] > 0
     nf = flat[:, 0].astype(np.float64)
     y = np.where(domains > 1, nf / x, 1.0)
