@@ -58,6 +58,15 @@ def test_estimate_table(cli) -> None:  # type: ignore[no-untyped-def]
         (["--tp", "8", "--pp", "8", "--network", "torus"], "network"),
         (["--tp", "8", "--pp", "8", "--hb-domain", "0"], "system.hb_domain"),
         (["--tp", "8", "--pp", "8", "--nic-gbps", "-5"], "system.nic_gbps"),
+        (["--tp", "8", "--pp", "8", "--hb-tbps", "inf"], "system.hb_tbps"),
+        (["--tp", "8", "--pp", "8", "--hb-tbps", "nan"], "system.hb_tbps"),
+        (["--tp", "8", "--pp", "8", "--nic-gbps", "1e-9"], "system.nic_gbps"),
+        (["--tp", "8", "--pp", "8", "--nics-per-gpu", "0.001"], "system.nics_per_gpu"),
+        (["--tp", "8", "--pp", "8", "--nics-per-gpu", "1e308"], "system.nics_per_gpu"),
+        (
+            ["--tp", "8", "--pp", "8", "--network", "oversubscribed", "--oversubscription", "nan"],
+            "network.oversubscription",
+        ),
         (["--tp", "0"], "tp"),
     ],
 )

@@ -14,12 +14,16 @@ GlobalBatchOpt = Annotated[int, typer.Option(help="sequences per iteration")]
 SystemOpt = Annotated[str, typer.Option(help="catalog name or YAML file")]
 NetworkOpt = Annotated[str, typer.Option(help=" | ".join(ARCHITECTURES))]
 OversubscriptionOpt = Annotated[
-    float | None, typer.Option(help="ratio, with --network oversubscribed")
+    float | None, typer.Option(help="ratio 1-100, with --network oversubscribed")
 ]
 HbDomainOpt = Annotated[int | None, typer.Option(help="override K, GPUs per HB domain")]
-HbTbpsOpt = Annotated[float | None, typer.Option(help="override HB Tbps per GPU per direction")]
-NicGbpsOpt = Annotated[float | None, typer.Option(help="override NIC Gbps per direction")]
-NicsPerGpuOpt = Annotated[float | None, typer.Option(help="override NICs per GPU")]
+HbTbpsOpt = Annotated[
+    float | None, typer.Option(help="override HB Tbps per GPU per direction (0.01-1000)")
+]
+NicGbpsOpt = Annotated[float | None, typer.Option(help="override NIC Gbps per direction (1-1e5)")]
+NicsPerGpuOpt = Annotated[
+    float | None, typer.Option(help="override NICs per GPU (0.125-16; 0.125 = a NIC per 8 GPUs)")
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
 
 DpOpt = Annotated[int | None, typer.Option(help="default: gpus / (tp·pp)")]

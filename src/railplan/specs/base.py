@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pydantic
+from pydantic_core import core_schema
 
 from railplan.errors import RailplanError
 
@@ -23,6 +26,54 @@ class Spec(pydantic.BaseModel):
             return cls.model_validate(data)
         except pydantic.ValidationError as err:
             raise from_validation_error(err, where or cls.__name__.lower()) from None
+
+
+@dataclass(frozen=True)
+class Range:
+    """A finite number in [low, high] (or [low, high) with ``high_open``), with its unit.
+
+    Used as pydantic metadata (``Annotated[float, Range(0.01, 1)]``) and by ``check`` for plain
+    arguments; both reject nan/inf and values outside the range with the same one-line text.
+    """
+
+    low: float
+    high: float
+    unit: str = ""
+    hint: str = ""
+    high_open: bool = False
+
+    def problem(self, value: float) -> str | None:
+        """None if ``value`` is allowed, else what is wrong with it."""
+        below_high = value < self.high if self.high_open else value <= self.high
+        if math.isfinite(value) and self.low <= value and below_high:
+            return None
+        close = ")" if self.high_open else "]"
+        unit = f" {self.unit}" if self.unit else ""
+        hint = f" ({self.hint})" if self.hint else ""
+        allowed = f"[{self.low:g}, {self.high:g}{close}{unit}{hint}"
+        return f"must be a finite number in {allowed}; got {value!r}"
+
+    def check(self, field: str, value: float) -> float:
+        """``value`` as a float, or a RailplanError naming ``field`` and the range."""
+        problem = self.problem(float(value))
+        if problem:
+            raise RailplanError(field, problem)
+        return float(value)
+
+    def _validate(self, value: float) -> float:
+        problem = self.problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: pydantic.GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self._validate, handler(source))
+
+
+#: a message or buffer size: 1 byte to 1 PB
+BYTES = Range(1.0, 1e15, "bytes")
 
 
 def from_validation_error(err: pydantic.ValidationError, where: str) -> RailplanError:

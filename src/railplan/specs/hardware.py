@@ -2,45 +2,52 @@
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Annotated
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveInt
 
-from railplan.specs.base import Spec
+from railplan.specs.base import Range, Spec
+
+#: achievable fraction of a peak or a line rate
+Efficiency = Annotated[float, Range(0.01, 1.0)]
+#: a per-kernel or per-step overhead
+Microseconds = Annotated[float, Range(0.0, 10_000.0, "µs")]
+#: NICs per GPU: 1/8 (one NIC shared by an 8-GPU node) up to 16 NIC ports per GPU
+NICS_PER_GPU = Range(0.125, 16.0, hint="1/8 = one NIC per 8 GPUs, 1 = one NIC per GPU")
 
 
 class GPU(Spec):
     """One accelerator. Every performance number has a source in the catalog entry."""
 
     name: str = "custom"
-    peak_tflops: PositiveFloat = Field(description="peak dense bf16/fp16 tensor TFLOP/s")
-    memory_gib: PositiveFloat
-    memory_tbps: PositiveFloat = Field(description="HBM bandwidth, TB/s (10^12 bytes/s)")
-    sm_count: PositiveInt = Field(description="streaming multiprocessors (or compute units)")
-    matmul_efficiency: float = Field(
-        gt=0, le=1, description="achievable fraction of peak on large GEMMs (measured MAMF)"
+    peak_tflops: Annotated[float, Range(1.0, 100_000.0, "TFLOP/s")] = Field(
+        description="peak dense bf16/fp16 tensor TFLOP/s"
     )
-    l2_flops_per_byte: PositiveFloat = Field(
+    memory_gib: Annotated[float, Range(1.0, 65_536.0, "GiB")]
+    memory_tbps: Annotated[float, Range(0.1, 1000.0, "TB/s")] = Field(
+        description="HBM bandwidth, TB/s (10^12 bytes/s)"
+    )
+    sm_count: PositiveInt = Field(description="streaming multiprocessors (or compute units)")
+    matmul_efficiency: Efficiency = Field(
+        description="achievable fraction of peak on large GEMMs (measured MAMF)"
+    )
+    l2_flops_per_byte: Annotated[float, Range(1.0, 10_000.0, "FLOP/byte")] = Field(
         description="tensor FLOPs per byte of L2 bandwidth: the intensity a GEMM tile needs"
     )
-    memory_efficiency: float = Field(
-        default=0.85, gt=0, le=1, description="achievable fraction of HBM bandwidth"
+    memory_efficiency: Efficiency = Field(
+        default=0.85, description="achievable fraction of HBM bandwidth"
     )
-    elementwise_forward_efficiency: float = Field(
+    elementwise_forward_efficiency: Efficiency = Field(
         default=0.58,
-        gt=0,
-        le=1,
         description="HBM bandwidth share of fused element-wise kernels, forward (apex fused "
         "LayerNorm forward: 896 GB/s of 1555 on A100, NVIDIA/apex PR #1037)",
     )
-    elementwise_backward_efficiency: float = Field(
+    elementwise_backward_efficiency: Efficiency = Field(
         default=0.37,
-        gt=0,
-        le=1,
         description="the same for backward kernels (apex fused LayerNorm backward: 572 GB/s of "
         "1555 on A100, NVIDIA/apex PR #1037)",
     )
-    kernel_overhead_us: NonNegativeFloat = Field(
+    kernel_overhead_us: Microseconds = Field(
         default=4.0, description="launch/tail overhead added to each kernel"
     )
     source: str = ""
@@ -57,25 +64,23 @@ class System(Spec):
     name: str = "custom"
     gpu: GPU
     hb_domain: PositiveInt = Field(description="K: GPUs per high-bandwidth domain")
-    hb_tbps: PositiveFloat = Field(description="C_F: HB bandwidth per GPU per direction, Tbps")
-    nic_gbps: PositiveFloat = Field(description="line rate of one NIC per direction, Gbps")
-    nics_per_gpu: PositiveFloat = 1.0
-    hb_efficiency: float = Field(default=0.8, gt=0, le=1)
-    nic_efficiency: float = Field(default=0.92, gt=0, le=1)
-    hb_latency_us: NonNegativeFloat = Field(default=2.0, description="per collective step")
-    nic_latency_us: NonNegativeFloat = Field(default=5.0, description="per collective step")
-    comm_sm_fraction: float = Field(
+    hb_tbps: Annotated[float, Range(0.01, 1000.0, "Tbps")] = Field(
+        description="C_F: HB bandwidth per GPU per direction, Tbps"
+    )
+    nic_gbps: Annotated[float, Range(1.0, 100_000.0, "Gbps")] = Field(
+        description="line rate of one NIC per direction, Gbps"
+    )
+    nics_per_gpu: Annotated[float, NICS_PER_GPU] = 1.0
+    hb_efficiency: Efficiency = 0.8
+    nic_efficiency: Efficiency = 0.92
+    hb_latency_us: Microseconds = Field(default=2.0, description="per collective step")
+    nic_latency_us: Microseconds = Field(default=5.0, description="per collective step")
+    comm_sm_fraction: Annotated[float, Range(0.0, 1.0, high_open=True)] = Field(
         default=0.15,
-        ge=0,
-        lt=1,
         description="share of SMs a running collective occupies (NCCL: one thread block per "
         "channel, ~16 channels of 108 SMs on 8x A100; Calculon uses 0.15)",
     )
     source: str = ""
-
-    @model_validator(mode="after")
-    def _check(self) -> Self:
-        return self
 
     @property
     def nic_bytes_per_s(self) -> float:

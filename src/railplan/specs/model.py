@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Annotated, Self
 
 from pydantic import Field, PositiveInt, model_validator
 
-from railplan.specs.base import Spec
+from railplan.specs.base import Range, Spec
 
 
 class Model(Spec):
@@ -33,13 +33,12 @@ class Model(Spec):
         default=1, description="every n-th layer is an MoE layer (when experts > 1)"
     )
     expert_ffn_hidden: PositiveInt | None = None
-    capacity_factor: float = Field(
+    capacity_factor: Annotated[float, Range(0.1, 100.0)] = Field(
         default=1.0,
-        gt=0,
         description="expert capacity / (tokens·top_k/experts); buffers are padded to it",
     )
-    routing_zipf: float = Field(
-        default=0.0, ge=0, description="expert popularity ∝ 1/rank^z (0 = uniform routing)"
+    routing_zipf: Annotated[float, Range(0.0, 10.0)] = Field(
+        default=0.0, description="expert popularity ∝ 1/rank^z (0 = uniform routing)"
     )
     drop_tokens: bool = Field(
         default=True, description="capacity-based routing (drops overflow); false = dropless"

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import model_validator
 
-from railplan.specs.base import Spec
+from railplan.specs.base import Range, Spec
 
 Architecture = Literal["rail-optimized", "rail-only", "ideal", "oversubscribed"]
 ARCHITECTURES: tuple[str, ...] = ("rail-optimized", "rail-only", "ideal", "oversubscribed")
+#: down:up bandwidth ratio above the leaves (1 = full bisection)
+OVERSUBSCRIPTION = Range(1.0, 100.0, hint="down:up ratio, 1 = full bisection")
 
 
 class Network(Spec):
@@ -18,7 +20,7 @@ class Network(Spec):
     rail-optimized with `oversubscription`:1 less bandwidth above the leaves."""
 
     architecture: Architecture = "rail-optimized"
-    oversubscription: float = Field(default=1.0, ge=1.0)
+    oversubscription: Annotated[float, OVERSUBSCRIPTION] = 1.0
 
     @model_validator(mode="after")
     def _check(self) -> Self:
