@@ -108,3 +108,34 @@ def test_cost_plot(cli: Cli, tmp_path: Path) -> None:
     assert r.exit_code == 0 and out.stat().st_size > 1000
     r = cli("cost-plot", "--out", str(tmp_path / "c.gif"))
     assert r.exit_code == 2
+
+
+def test_topology_planes(cli: Cli) -> None:
+    base = ["topology", "--gpus", "4096", "--hb-domain", "8", "--radix", "64"]
+    one = cli.json(*base, "--arch", "rail-optimized")["counts"]
+    four = cli.json(*base, "--arch", "multi-plane", "--planes", "4")["counts"]
+    assert four["fabrics"] == 4 and four["switches"] == 4 * one["switches"]
+    assert four["nic_ports"] == 4 * one["nic_ports"]
+    for arch in ("rail-optimized", "rail-only", "oversubscribed", "ideal"):
+        r = cli(*base, "--arch", arch, "--planes", "4")
+        assert r.exit_code == 2 and str(r.exception).startswith("planes: applies only")
+    r = cli(*base, "--arch", "rail-only", "--oversubscription", "7")
+    assert r.exit_code == 2 and str(r.exception).startswith("oversubscription: applies only")
+    r = cli(*base, "--arch", "multi-plane", "--planes", "4", "--nics-per-gpu", "2")
+    assert r.exit_code == 2 and str(r.exception).startswith("nics_per_gpu")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "1e-9", "1e308"])
+def test_topology_oversubscription_must_be_finite(cli: Cli, value: str) -> None:
+    r = cli(
+        "topology",
+        "--arch",
+        "oversubscribed",
+        "--gpus",
+        "4096",
+        "--hb-domain",
+        "8",
+        "--oversubscription",
+        value,
+    )
+    assert r.exit_code == 2 and str(r.exception).startswith("oversubscription: ")

@@ -88,6 +88,35 @@ def test_multi_plane_and_oversubscribed() -> None:
     assert ov.links == 3072 + 1024
 
 
+def test_planes_change_multi_plane_counts_and_only_multi_plane() -> None:
+    one = rail_optimized(4096, 8, 64)
+    for planes in (1, 2, 3):
+        c = build_counts("multi-plane", 4096, 8, 64, planes=planes)
+        assert (c.fabrics, c.nics_per_gpu, c.nic_ports) == (planes, planes, planes * 4096)
+        assert c.switches == planes * one.switches
+    assert build_counts("multi-plane", 4096, 8, 64).fabrics == 2  # default
+    assert build_counts("multi-plane", 4096, 8, 64, nics_per_gpu=4, planes=4).fabrics == 4
+    with pytest.raises(RailplanError, match=r"^nics_per_gpu: multi-plane has one NIC port"):
+        build_counts("multi-plane", 4096, 8, 64, nics_per_gpu=2, planes=4)
+    for arch in ("rail-optimized", "rail-only", "oversubscribed", "ideal"):
+        with pytest.raises(RailplanError, match=r"^planes: applies only to arch 'multi-plane'"):
+            build_counts(arch, 4096, 8, 64, planes=2)
+    with pytest.raises(RailplanError, match=r"^planes: must be an integer in \[1, 16\]"):
+        build_counts("multi-plane", 4096, 8, 64, planes=17)
+
+
+def test_oversubscription_only_with_oversubscribed() -> None:
+    assert build_counts("oversubscribed", 3072, 8, 64).oversubscription == 3.0
+    for arch in ("rail-optimized", "rail-only", "multi-plane", "ideal"):
+        with pytest.raises(RailplanError, match=r"^oversubscription: applies only"):
+            build_counts(arch, 4096, 8, 64, oversubscription=3.0)
+        with pytest.raises(RailplanError, match=r"^oversubscribed_tier: applies only"):
+            build_counts(arch, 4096, 8, 64, oversubscribed_tier=1)
+    for bad in (float("nan"), float("inf"), float("-inf"), -1.0, 0.5, 1e308):
+        with pytest.raises(RailplanError, match=r"^oversubscription: .* no integral down:up"):
+            oversubscribed(4096, 8, 64, bad)
+
+
 def test_bad_inputs() -> None:
     for radix in (0, 3, 63, -2):
         with pytest.raises(RailplanError, match="radix"):

@@ -170,9 +170,16 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         radix: Annotated[int, typer.Option(help="switch radix")] = 64,
         nic_gbps: Annotated[int, typer.Option(help="NIC speed (Gbps)")] = 400,
         nics_per_gpu: Annotated[int, typer.Option(help="NIC ports per GPU")] = 1,
-        oversubscription: Annotated[float, typer.Option(help="down:up ratio")] = 3.0,
-        oversubscribed_tier: Annotated[int, typer.Option(help="1 = leaves")] = 1,
-        planes: Annotated[int, typer.Option(help="planes (multi-plane)")] = 2,
+        oversubscription: Annotated[
+            float | None, typer.Option(help="down:up ratio; only with --arch oversubscribed [3]")
+        ] = None,
+        oversubscribed_tier: Annotated[
+            int | None, typer.Option(help="1 = leaves; only with --arch oversubscribed [1]")
+        ] = None,
+        planes: Annotated[
+            int | None,
+            typer.Option(help="Clos planes, one NIC port per GPU each; only with multi-plane [2]"),
+        ] = None,
         export: Annotated[
             str | None, typer.Option(help="write the graph: FILE.graphml or FILE.json")
         ] = None,

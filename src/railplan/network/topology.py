@@ -46,6 +46,8 @@ ARCHITECTURES: tuple[str, ...] = (
 NIC_SPEEDS_GBPS: tuple[int, ...] = (100, 200, 400, 800)
 TIER_NAMES: tuple[str, ...] = ("leaf", "spine", "core")
 MAX_GPUS = 10**9
+#: NIC ports per GPU (= planes of a multi-plane fabric), as railplan.specs.System allows
+MAX_NICS_PER_GPU = 16
 
 
 def tier_name(index: int) -> str:
@@ -216,8 +218,8 @@ def _split(radix: int, ratio: float) -> tuple[int, int]:
     """(down, up) ports per switch for a down:up ``ratio``."""
     if ratio == 1:
         return radix // 2, radix // 2
-    up = radix / (ratio + 1)
-    if ratio < 1 or up != int(up) or up < 1:
+    up = radix / (ratio + 1) if math.isfinite(ratio) and ratio > 1 else 0.0
+    if up != int(up) or up < 1:
         allowed = ", ".join(map(str, allowed_oversubscriptions(radix)))
         raise RailplanError(
             "oversubscription",
@@ -316,7 +318,7 @@ def _common(gpus: int, hb_domain: int, radix: int, nic_gbps: int, nics_per_gpu: 
     check_cluster(gpus, hb_domain)
     check_radix(radix)
     check_nic(nic_gbps)
-    check_int("nics_per_gpu", nics_per_gpu, 1, 64)
+    check_int("nics_per_gpu", nics_per_gpu, 1, MAX_NICS_PER_GPU)
 
 
 def rail_optimized(
@@ -386,7 +388,7 @@ def multi_plane(
 ) -> NetworkCounts:
     """``planes`` parallel rail-optimized full-bisection Clos planes, one NIC port per GPU each."""
     _common(gpus, hb_domain, radix, nic_gbps, 1)
-    check_int("planes", planes, 1, 64)
+    check_int("planes", planes, 1, MAX_NICS_PER_GPU)
     group = FabricGroup(planes, folded_clos(gpus, radix), hb_domain)
     return _assemble("multi-plane", gpus, hb_domain, radix, nic_gbps, planes, (group,))
 
@@ -404,23 +406,42 @@ def build_counts(
     radix: int,
     nic_gbps: int = 400,
     nics_per_gpu: int = 1,
-    oversubscription: float = 3.0,
-    oversubscribed_tier: int = 1,
-    planes: int = 2,
+    oversubscription: float | None = None,
+    oversubscribed_tier: int | None = None,
+    planes: int | None = None,
 ) -> NetworkCounts:
-    """Dispatch on the architecture name (one of ``ARCHITECTURES``)."""
+    """Dispatch on the architecture name (one of ``ARCHITECTURES``).
+
+    ``oversubscription`` (default 3) and ``oversubscribed_tier`` (default 1) are for
+    ``oversubscribed`` only; ``planes`` is for ``multi-plane`` only (default 2): there every GPU
+    has one NIC port per plane, so ``nics_per_gpu`` must be 1 (the default) or equal ``planes``.
+    An option the architecture would ignore is an error.
+    """
+    if arch not in ARCHITECTURES:
+        allowed = ", ".join(ARCHITECTURES)
+        raise RailplanError("arch", f"{arch!r} is not allowed; choose one of {allowed}")
+    for name, value, owner in (
+        ("oversubscription", oversubscription, "oversubscribed"),
+        ("oversubscribed_tier", oversubscribed_tier, "oversubscribed"),
+        ("planes", planes, "multi-plane"),
+    ):
+        if value is not None and arch != owner:
+            raise RailplanError(name, f"applies only to arch {owner!r}, not {arch!r}")
+    if arch == "oversubscribed":
+        over = 3.0 if oversubscription is None else oversubscription
+        tier = 1 if oversubscribed_tier is None else oversubscribed_tier
+        return oversubscribed(gpus, hb_domain, radix, over, tier, nic_gbps, nics_per_gpu)
+    if arch == "multi-plane":
+        planes = 2 if planes is None else planes
+        if nics_per_gpu not in (1, planes):
+            raise RailplanError(
+                "nics_per_gpu",
+                f"multi-plane has one NIC port per GPU in each plane; set the ports with "
+                f"planes (got nics_per_gpu={nics_per_gpu}, planes={planes})",
+            )
+        return multi_plane(gpus, hb_domain, radix, planes, nic_gbps)
     if arch == "rail-optimized":
         return rail_optimized(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
     if arch == "rail-only":
         return rail_only(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
-    if arch == "oversubscribed":
-        return oversubscribed(
-            gpus, hb_domain, radix, oversubscription, oversubscribed_tier, nic_gbps, nics_per_gpu
-        )
-    if arch == "multi-plane":
-        return multi_plane(gpus, hb_domain, radix, planes, nic_gbps)
-    if arch == "ideal":
-        return ideal(gpus, radix, nic_gbps, nics_per_gpu)
-    raise RailplanError(
-        "arch", f"{arch!r} is not allowed; choose one of {', '.join(ARCHITECTURES)}"
-    )
+    return ideal(gpus, radix, nic_gbps, nics_per_gpu)
