@@ -17,6 +17,7 @@ from typing import Any
 from railplan import collectives as coll
 from railplan.errors import RailplanError
 from railplan.specs import System
+from railplan.specs.base import BYTES
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,7 @@ def compare(
     n = gpus if gpus is not None else k * k
     if n <= 0 or n % k:
         raise RailplanError("gpus", f"must be a positive multiple of the HB-domain size {k}")
-    if pair_bytes <= 0:
-        raise RailplanError("bytes_per_pair", "must be positive")
+    pair_bytes = BYTES.check("bytes_per_pair", pair_bytes)
     if achievable:
         cf, cs = system.hb_bytes_per_s, system.nic_bytes_per_s
     else:

@@ -40,6 +40,27 @@ def test_alltoall_errors() -> None:
         compare(load_system("dgx-a100"), pair_bytes=0)
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, 0.0, 1e-9, 1e308])
+def test_alltoall_bytes_must_be_finite_and_sane(value: float) -> None:
+    with pytest.raises(RailplanError, match=r"^bytes_per_pair: .*\[1, 1e\+15\] bytes"):
+        compare(load_system("dgx-a100"), pair_bytes=value)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "field"),
+    [
+        ("--bytes-per-pair", "nan", "bytes_per_pair"),
+        ("--bytes-per-pair", "-inf", "bytes_per_pair"),
+        ("--hb-tbps", "inf", "system.hb_tbps"),
+        ("--nic-gbps", "1e-9", "system.nic_gbps"),
+    ],
+)
+def test_alltoall_cli_rejects_non_finite(cli, flag: str, value: str, field: str) -> None:  # type: ignore[no-untyped-def]
+    r = cli("alltoall", flag, value)
+    assert r.exit_code == 2
+    assert str(r.exception).startswith(f"{field}: must be a finite number in [")
+
+
 def test_alltoall_cli(cli) -> None:  # type: ignore[no-untyped-def]
     out = cli.json("alltoall", "--system", "dgx-h100")
     assert {"rail_optimized_s", "rail_only_s", "slowdown"} <= set(out)

@@ -19,7 +19,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             int | None, typer.Option(help="GPUs in the all-to-all (default K²)")
         ] = None,
         bytes_per_pair: Annotated[
-            float, typer.Option(help="bytes each GPU sends each other GPU")
+            float, typer.Option(help="bytes each GPU sends each other GPU (1-1e15)")
         ] = 16 * 2**20,
         achievable: Annotated[
             bool, typer.Option("--achievable/--line-rate", help="measured bandwidths or line rates")
