@@ -106,3 +106,55 @@ def test_errors(cli: Any, args: list[str], needle: str) -> None:
 def test_unknown_system(cli: Any) -> None:
     r = cli("flowsim", "--system", "dgx-z900", "--gpus", "64")
     assert r.exit_code == 2
+
+
+@pytest.mark.parametrize("arch", ["rail-optimized", "rail-only"])
+def test_oversubscription_needs_the_oversubscribed_arch(cli: Any, arch: str) -> None:
+    r = cli(
+        "flowsim", "--system", "dgx-h100", "--gpus", "64", "--arch", arch, "--oversubscription", "4"
+    )
+    assert r.exit_code == 2
+    assert str(r.exception).startswith("oversubscription: applies only to arch 'oversubscribed'")
+
+
+def test_oversubscription_default_and_value_reach_the_report(cli: Any) -> None:
+    args = ["flowsim", "--system", "dgx-h100", "--gpus", "256", "--radix", "20"]
+    assert cli.json(*args)["inputs"]["oversubscription"] == 1.0
+    over = cli.json(*args, "--arch", "oversubscribed")
+    assert over["inputs"]["oversubscription"] == 3.0
+    assert (
+        cli.json(*args, "--arch", "oversubscribed", "--oversubscription", "4")["inputs"][
+            "oversubscription"
+        ]
+        == 4.0
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "start"),
+    [
+        (["--bytes", "0"], "bytes: must be a finite number in [1, 1e+15] bytes; got 0.0"),
+        (["--bytes", "-5"], "bytes: must be a finite number"),
+        (["--bytes", "nan", "--collective", "allreduce-ring"], "bytes: must be a finite number"),
+        (["--bytes-per-pair", "inf"], "bytes_per_pair: must be a finite number"),
+        (["--bytes-per-pair", "1e-9"], "bytes_per_pair: must be a finite number"),
+        (["--arch", "oversubscribed", "--oversubscription", "nan"], "oversubscription: nan"),
+        (["--arch", "oversubscribed", "--oversubscription", "-1"], "oversubscription: -1.0"),
+        (["--skew", "zipf:1", "--seed", "-1"], "seed: must be an integer"),
+    ],
+)
+def test_bad_numbers_name_their_field(cli: Any, args: list[str], start: str) -> None:
+    r = cli("flowsim", "--system", "dgx-h100", "--gpus", "64", *args)
+    assert r.exit_code == 2
+    assert str(r.exception).startswith(start), str(r.exception)
+
+
+@pytest.mark.parametrize(
+    ("collective", "limit"), [("alltoall", "8,192"), ("allreduce-ring", "65,536")]
+)
+def test_huge_gpus_names_the_simulator_limit(cli: Any, collective: str, limit: str) -> None:
+    r = cli("flowsim", "--system", "dgx-h100", "--gpus", "100000000", "--collective", collective)
+    assert r.exit_code == 2
+    msg = str(r.exception)
+    assert msg.startswith(f"gpus: must be in [1, {limit}] for {collective}")
+    assert "graph export" not in msg and "closed forms" in msg

@@ -24,8 +24,9 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             str, typer.Option(help="rail-optimized, rail-only or oversubscribed")
         ] = "rail-optimized",
         oversubscription: Annotated[
-            float, typer.Option(help="down:up ratio at the leaves (arch oversubscribed)")
-        ] = 3.0,
+            float | None,
+            typer.Option(help="down:up ratio at the leaves; only with --arch oversubscribed [3]"),
+        ] = None,
         collective: Annotated[
             str, typer.Option(help="alltoall, allreduce-ring or allreduce-hierarchical")
         ] = "alltoall",

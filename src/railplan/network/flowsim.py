@@ -243,7 +243,7 @@ def network_for(
     nic_gbps: int,
     hb_gbps: float,
     nics_per_gpu: int = 1,
-    oversubscription: float = 3.0,
+    oversubscription: float | None = None,
 ) -> FlowNetwork:
     """``flow_network(graph_for(...))`` in one call (arch as in ``topology.build_counts``)."""
     from railplan.network.graph import graph_for
@@ -785,6 +785,9 @@ def measure(fn: Any, *args: Any, **kw: Any) -> tuple[Any, float]:
 COLLECTIVES: tuple[str, ...] = ("alltoall", "allreduce-ring", "allreduce-hierarchical")
 SIM_ARCHS: tuple[str, ...] = ("rail-optimized", "rail-only", "oversubscribed")
 SCHEDULES: tuple[str, ...] = ("auto", "direct", "forwarding")
+#: the all-to-all holds an N×N traffic matrix: 8,192 GPUs take ~2 min and ~12 GB
+MAX_ALLTOALL_GPUS = 8192
+DEFAULT_OVERSUBSCRIPTION = 3.0
 
 
 def parse_skew(text: str | None) -> float | None:
@@ -885,7 +888,7 @@ def run(
     pair_bytes: float | None = None,
     size_bytes: float | None = None,
     radix: int = 64,
-    oversubscription: float = 3.0,
+    oversubscription: float | None = None,
     skew: str | None = None,
     schedule: str = "auto",
     aggregate: bool = True,
@@ -896,8 +899,13 @@ def run(
     All-to-all: ``pair_bytes`` per ordered pair (or ``size_bytes`` per GPU, split in N);
     all-reduce: ``size_bytes`` (the reduced vector). Line rates are used on both sides:
     C_S = nic_gbps × nics_per_gpu, C_F = hb_tbps (no efficiency factors).
+    ``oversubscription`` is for arch ``oversubscribed`` only (default 3); with any other arch
+    it is an error rather than a silently ignored option.
     """
+    from railplan.network.graph import MAX_GRAPH_GPUS
+    from railplan.network.topology import check_int
     from railplan.specs import load_system
+    from railplan.specs.base import BYTES
 
     t0 = time.perf_counter()
     if arch not in SIM_ARCHS:
@@ -906,8 +914,23 @@ def run(
         raise RailplanError("collective", f"{collective!r}: choose one of {', '.join(COLLECTIVES)}")
     if schedule not in SCHEDULES:
         raise RailplanError("schedule", f"{schedule!r}: choose one of {', '.join(SCHEDULES)}")
+    if arch == "oversubscribed" and oversubscription is None:
+        oversubscription = DEFAULT_OVERSUBSCRIPTION
     if pair_bytes is not None and size_bytes is not None:
         raise RailplanError("bytes", "give --bytes-per-pair or --bytes, not both")
+    if pair_bytes is not None:
+        pair_bytes = BYTES.check("bytes_per_pair", pair_bytes)
+    if size_bytes is not None:
+        size_bytes = BYTES.check("bytes", size_bytes)
+    limit = MAX_ALLTOALL_GPUS if collective == "alltoall" else MAX_GRAPH_GPUS
+    if not 1 <= gpus <= limit:
+        why = "an N×N traffic matrix" if collective == "alltoall" else "the whole network graph"
+        raise RailplanError(
+            "gpus",
+            f"must be in [1, {limit:,}] for {collective} (the flow simulator holds {why}); "
+            f"got {gpus:,}; for larger clusters use the closed forms (railplan alltoall, estimate)",
+        )
+    check_int("seed", seed, 0, 2**63 - 1)
     sysm = load_system(system)
     k = int(sysm.hb_domain)
     nics = int(sysm.nics_per_gpu)
@@ -916,17 +939,15 @@ def run(
     net = network_for(
         arch, gpus, k, radix, int(sysm.nic_gbps), sysm.hb_tbps * 1000, nics, oversubscription
     )
+    ratio = oversubscription or 1.0
     y = gpus // k
     hb_bps = sysm.hb_tbps * 1e12 / 8
     nic_bps = sysm.nic_gbps * sysm.nics_per_gpu * 1e9 / 8
-    ratio = oversubscription if arch == "oversubscribed" else 1.0
     zipf = parse_skew(skew)
     cut: float | None = None
     if collective == "alltoall":
         if pair_bytes is None:
             pair_bytes = (size_bytes / gpus) if size_bytes is not None else float(2**20)
-        if not pair_bytes > 0:
-            raise RailplanError("bytes_per_pair", f"must be > 0; got {pair_bytes}")
         sched = (
             schedule if schedule != "auto" else ("forwarding" if arch == "rail-only" else "direct")
         )
@@ -948,8 +969,6 @@ def run(
             raise RailplanError("skew", "skewed traffic applies to alltoall only")
         sched = "ring" if collective == "allreduce-ring" else "hierarchical"
         nbytes = float(size_bytes) if size_bytes is not None else float(2**30)
-        if not nbytes > 0:
-            raise RailplanError("bytes", f"must be > 0; got {nbytes}")
         steps = (
             ring_allreduce_steps(gpus, k, nbytes)
             if collective == "allreduce-ring"
