@@ -2,6 +2,7 @@
 traceback, NaN or negative time (8 GPUs and 1B parameters up to 1M GPUs and 10T parameters)."""
 
 import math
+import re
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from railplan.errors import RailplanError
 from railplan.estimate import estimate
 from railplan.iteration import iteration
+from railplan.network.topology import ARCHITECTURES
 from railplan.specs import Model, Network, Strategy, load_system
 from railplan.strategies import from_strategies, valid_mask
 
@@ -71,47 +73,106 @@ def test_api_never_tracebacks(
     assert all(v >= 0 and math.isfinite(v) for v in e.breakdown_s.values())
 
 
+#: values for any flag: words, integers, and floats that must never leak into an answer
+VALUES = ["a", "b", "-1", "0", "8", "2048", "1e3", "yes"]
+FLOATS = ["nan", "inf", "-inf", "1e-9", "1e308", "-0.0", "0.001", "2.5"]
+
+
+def _flags(values: list[str], flags: list[str]) -> st.SearchStrategy[list[tuple[str, str]]]:
+    return st.lists(st.tuples(st.sampled_from(values), st.sampled_from(flags)), max_size=6)
+
+
+def _check_cli(cli, args: list[str]) -> None:  # type: ignore[no-untyped-def]
+    """Exit 0 with no nan/inf in the output, or exit 2 with a one-line error: never a traceback."""
+    import click
+
+    r = cli(*args)
+    if r.exit_code == 0:
+        assert not re.search(r"\b(nan|inf|infinity)\b", r.stdout, re.I), (args, r.stdout)
+        return
+    assert r.exit_code == 2, (args, r.output, r.exception)
+    exc = r.exception
+    assert exc is None or isinstance(
+        exc, RailplanError | click.exceptions.ClickException | SystemExit
+    ), repr(exc)
+    if isinstance(exc, RailplanError):
+        assert "\n" not in str(exc) and ": " in str(exc)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
-    st.lists(
-        st.tuples(
-            st.sampled_from(["a", "b", "-1", "0", "8", "2048", "1e3", "yes"]),
-            st.sampled_from(
-                [
-                    "--tp",
-                    "--pp",
-                    "--dp",
-                    "--gpus",
-                    "--global-batch",
-                    "--micro-batch",
-                    "--interleave",
-                    "--zero",
-                    "--hb-domain",
-                    "--nic-gbps",
-                    "--recompute",
-                    "--network",
-                    "--model",
-                    "--system",
-                ]
-            ),
-        ),
-        max_size=6,
+    _flags(
+        [*VALUES, *FLOATS],
+        [
+            "--tp",
+            "--pp",
+            "--dp",
+            "--gpus",
+            "--global-batch",
+            "--micro-batch",
+            "--interleave",
+            "--zero",
+            "--hb-domain",
+            "--hb-tbps",
+            "--nic-gbps",
+            "--nics-per-gpu",
+            "--oversubscription",
+            "--recompute",
+            "--network",
+            "--model",
+            "--system",
+        ],
     )
 )
 def test_cli_never_tracebacks(cli, pairs: list[tuple[str, str]]) -> None:  # type: ignore[no-untyped-def]
     args = ["estimate", "--model", "gpt-22b", "--gpus", "8", "--global-batch", "8", "--tp", "8"]
     for value, flag in pairs:
         args += [flag, value]
-    r = cli(*args)
-    if r.exit_code == 0:
-        return
-    assert r.exit_code == 2, (args, r.output, r.exception)
-    exc = r.exception
-    import click
+    _check_cli(cli, args)
 
-    assert exc is None or isinstance(
-        exc, RailplanError | click.exceptions.ClickException | SystemExit
-    ), repr(exc)
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    _flags(
+        [*VALUES, *FLOATS],
+        ["--bytes-per-pair", "--hb-tbps", "--nic-gbps", "--hb-domain", "--gpus", "--system"],
+    )
+)
+def test_alltoall_cli_never_tracebacks(cli, pairs: list[tuple[str, str]]) -> None:  # type: ignore[no-untyped-def]
+    args = ["alltoall", "--json"]
+    for value, flag in pairs:
+        args += [flag, value]
+    _check_cli(cli, args)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.sampled_from(["rail-optimized", "rail-only", "oversubscribed"]),
+    _flags(
+        [*FLOATS, "1", "3", "1e6", "allreduce-ring"],
+        ["--bytes", "--bytes-per-pair", "--oversubscription", "--collective"],
+    ),
+)
+def test_flowsim_cli_never_tracebacks(cli, arch: str, pairs: list[tuple[str, str]]) -> None:  # type: ignore[no-untyped-def]
+    args = ["flowsim", "--system", "dgx-a100", "--gpus", "64", "--radix", "16", "--arch", arch]
+    for value, flag in pairs:
+        args += [flag, value]
+    _check_cli(cli, [*args, "--json"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.sampled_from(ARCHITECTURES),
+    _flags(
+        [*VALUES, *FLOATS, "3"],
+        ["--oversubscription", "--planes", "--nics-per-gpu", "--oversubscribed-tier"],
+    ),
+)
+def test_topology_cli_never_tracebacks(cli, arch: str, pairs: list[tuple[str, str]]) -> None:  # type: ignore[no-untyped-def]
+    args = ["topology", "--arch", arch, "--gpus", "1024", "--hb-domain", "8", "--json"]
+    for value, flag in pairs:
+        args += [flag, value]
+    _check_cli(cli, args)
 
 
 def test_million_gpus_ten_trillion_parameters_vectorized() -> None:
