@@ -67,8 +67,11 @@ def test_monte_carlo_reproducible_and_calibrated() -> None:
 def test_rates_positive_and_errors() -> None:
     r = FailureRates.llama3()
     assert min(r.gpu_per_h, r.server_per_h, r.nic_link_per_h, r.network_element_per_h) > 0
-    with pytest.raises(RailplanError, match="days"):
-        monte_carlo(1024, 8, 64, days=0)
+    for days in (0.0, 1e-9, float("nan"), float("inf")):  # the simulation steps by the hour
+        with pytest.raises(RailplanError, match="days"):
+            monte_carlo(1024, 8, 64, days=days)
+    with pytest.raises(RailplanError, match="^quantile"):  # named as the CLI flag
+        monte_carlo(1024, 8, 64, target_quantile=1.0)
     with pytest.raises(RailplanError, match="trials"):
         monte_carlo(1024, 8, 64, trials=0)
 

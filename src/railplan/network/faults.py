@@ -344,12 +344,12 @@ def monte_carlo(
     """
     check_int("job_gpus", job_gpus)
     check_int("trials", trials, 1, 100_000)
-    if not 0 < days <= 3650:
-        raise RailplanError("days", f"must be in (0, 3650]; got {days!r}")
+    if not 1 / 24 <= days <= 3650:  # the simulation steps by the hour
+        raise RailplanError("days", f"must be in [1/24 (one hour), 3650]; got {days!r}")
     if not 0 < repair_hours <= 24 * 365:
         raise RailplanError("repair_hours", f"must be in (0, 8760]; got {repair_hours!r}")
     if not 0 < target_quantile < 1:
-        raise RailplanError("target_quantile", f"must be in (0, 1); got {target_quantile!r}")
+        raise RailplanError("quantile", f"must be in (0, 1); got {target_quantile!r}")
     rates = rates or FailureRates.llama3()
     policy = policy or Policy()
     hours = max(1, math.ceil(days * 24))
