@@ -70,7 +70,7 @@ def test_rates_positive_and_errors() -> None:
     for days in (0.0, 1e-9, float("nan"), float("inf")):  # the simulation steps by the hour
         with pytest.raises(RailplanError, match="days"):
             monte_carlo(1024, 8, 64, days=days)
-    with pytest.raises(RailplanError, match="^quantile"):  # named as the CLI flag
+    with pytest.raises(RailplanError, match=r"^quantile"):  # named as the CLI flag
         monte_carlo(1024, 8, 64, target_quantile=1.0)
     with pytest.raises(RailplanError, match="trials"):
         monte_carlo(1024, 8, 64, trials=0)
