@@ -118,7 +118,7 @@ def test_oversubscription_needs_the_oversubscribed_arch(cli: Any, arch: str) -> 
 
 
 def test_oversubscription_default_and_value_reach_the_report(cli: Any) -> None:
-    args = ["flowsim", "--system", "dgx-h100", "--gpus", "256", "--radix", "20"]
+    args = ["flowsim", "--system", "dgx-h100", "--gpus", "64", "--radix", "16"]
     assert cli.json(*args)["inputs"]["oversubscription"] == 1.0
     over = cli.json(*args, "--arch", "oversubscribed")
     assert over["inputs"]["oversubscription"] == 3.0
