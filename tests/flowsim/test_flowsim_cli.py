@@ -123,10 +123,10 @@ def test_oversubscription_default_and_value_reach_the_report(cli: Any) -> None:
     over = cli.json(*args, "--arch", "oversubscribed")
     assert over["inputs"]["oversubscription"] == 3.0
     assert (
-        cli.json(*args, "--arch", "oversubscribed", "--oversubscription", "4")["inputs"][
+        cli.json(*args, "--arch", "oversubscribed", "--oversubscription", "7")["inputs"][
             "oversubscription"
         ]
-        == 4.0
+        == 7.0
     )
 
 
