@@ -27,9 +27,7 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
-FloatArray = npt.NDArray[np.float64]
-BoolArray = npt.NDArray[np.bool_]
-IntArray = npt.NDArray[np.int64]
+from railplan.strategies import BoolArray, FloatArray, IntArray
 
 
 @dataclass(frozen=True)
