@@ -33,18 +33,27 @@ TILES: tuple[tuple[int, int], ...] = (
 BYTES_PER_ELEMENT = 2.0  # bf16/fp16 operands
 
 
+_TILE_M = np.array([t[0] for t in TILES], dtype=np.float64)
+_TILE_N = np.array([t[1] for t in TILES], dtype=np.float64)
+_TILE_INTENSITY = _TILE_M * _TILE_N / (_TILE_M + _TILE_N)  # FLOP per L2 byte per k-step
+
+
 def gemm_efficiency(gpu: GPU, g: Gemm) -> FloatArray:
-    """Fraction of peak tensor FLOP/s the GEMM reaches when compute-bound (0..1]."""
-    best = np.zeros(np.broadcast(g.batch, g.m, g.n, g.k).shape)
-    for mt, nt in TILES:
-        rows, cols = np.ceil(g.m / mt), np.ceil(g.n / nt)
-        tiles = g.batch * rows * cols
-        waves = np.ceil(tiles / gpu.sm_count)
-        wave_fill = tiles / (waves * gpu.sm_count)
-        padding_fill = (g.m * g.n) / (rows * mt * cols * nt)
-        l2_fill = min(1.0, (mt * nt / (mt + nt)) / gpu.l2_flops_per_byte)
-        best = np.maximum(best, wave_fill * padding_fill * l2_fill)
-    return gpu.matmul_efficiency * best
+    """Fraction of peak tensor FLOP/s the GEMM reaches when compute-bound (0..1]: the best tile,
+    all tiles evaluated at once along a leading axis."""
+    batch, m, n = np.broadcast_arrays(
+        *(np.asarray(x, dtype=np.float64) for x in (g.batch, g.m, g.n))
+    )
+    extra = (slice(None),) + (None,) * m.ndim
+    mt, nt = _TILE_M[extra], _TILE_N[extra]
+    rows, cols = np.ceil(m / mt), np.ceil(n / nt)
+    tiles = batch * rows * cols
+    waves = np.ceil(tiles / gpu.sm_count)
+    wave_fill = tiles / (waves * gpu.sm_count)
+    padding_fill = (m * n) / (rows * mt * cols * nt)
+    l2_fill = np.minimum(1.0, _TILE_INTENSITY / gpu.l2_flops_per_byte)[extra]
+    best = (wave_fill * padding_fill * l2_fill).max(axis=0)
+    return np.asarray(gpu.matmul_efficiency * best)
 
 
 def gemm_time_s(gpu: GPU, g: Gemm) -> FloatArray:
