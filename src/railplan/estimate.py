@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from railplan.iteration import Iteration, iteration
+from railplan.layout import megatron_shapes
 from railplan.specs import Model, Network, Strategy, System, load_model, load_system
 from railplan.strategies import check, from_strategies
 
@@ -27,6 +28,7 @@ class Estimate:
     memory_breakdown_gib: dict[str, float]
     model_tflops_per_gpu: float
     hardware_tflops_per_gpu: float
+    group_layout: dict[str, dict[str, Any]]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -44,7 +46,17 @@ class Estimate:
             "memory_breakdown_gib": self.memory_breakdown_gib,
             "fits": self.fits,
             "breakdown_s": self.breakdown_s,
+            "group_layout": self.group_layout,
         }
+
+    def straddling_groups(self) -> list[str]:
+        """Kinds of group whose worst member split over HB domains is uneven or crosses rails:
+        a size that does not divide the HB domain (see `railplan.layout`)."""
+        return [
+            kind
+            for kind, g in self.group_layout.items()
+            if g["domains"] > 1 and (g["cross_rail"] or g["members"] % g["domains"])
+        ]
 
 
 def estimate(
@@ -59,6 +71,17 @@ def estimate(
     arrays = from_strategies(strategy)
     check(m, arrays, gpus)
     it: Iteration = iteration(m, sy, net, arrays)
+    k = arrays.gpus if net.architecture == "ideal" else sy.hb_domain
+    shapes = megatron_shapes(arrays.tp, arrays.dp, arrays.pp, arrays.ep, k)
+    moe = m.moe_layers > 0 and strategy.ep > 1
+    members = {  # group sizes; 1 = no such group in this run
+        "tp": strategy.tp,
+        "dp": strategy.dp,
+        "pp": strategy.pp,
+        "ep": strategy.ep if moe else 1,
+        "expert_dp": strategy.dp // strategy.ep if moe else 1,
+        "embedding": 2 if strategy.pp > 1 and m.tied_embeddings else 1,
+    }
     n = strategy.gpus
     mem = it.memory
     gib = float(1 << 30)
@@ -82,4 +105,14 @@ def estimate(
         },
         model_tflops_per_gpu=float(it.model_flops) / float(it.iteration_s) / n / 1e12,
         hardware_tflops_per_gpu=float(it.hardware_flops) / float(it.iteration_s) / n / 1e12,
+        group_layout={
+            kind: {
+                "members": members[kind],
+                "fewest_per_domain": int(sh.x),
+                "domains": int(sh.domains),
+                "cross_rail": bool(sh.cross_rail),
+            }
+            for kind, sh in shapes.items()
+            if members[kind] > 1
+        },
     )

@@ -104,3 +104,21 @@ def test_straddling_data_parallel_groups_cost_more() -> None:
     # rail-only forwards the straddling group's NIC bytes: slower than rail-optimized.
     assert _time("rail-only", 1152, 6) > _time("rail-optimized", 1152, 6)
     assert _time("rail-only", 1152, 8) == _time("rail-optimized", 1152, 8)
+
+
+def test_estimate_reports_the_group_layout(cli) -> None:  # type: ignore[no-untyped-def]
+    base = ["estimate", "--model", "gpt-175b", "--system", "gb200-nvl72", "--gpus", "1152"]
+    base += ["--tp", "8", "--global-batch", "1152", "--network", "rail-only"]
+    aligned = cli.json(*base, "--pp", "8")["group_layout"]
+    assert aligned["dp"] == {
+        "members": 18,
+        "fewest_per_domain": 9,
+        "domains": 2,
+        "cross_rail": False,
+    }
+    assert "ep" not in aligned and "expert_dp" not in aligned  # dense model: no such groups
+    uneven = cli.json(*base, "--pp", "6")["group_layout"]
+    assert uneven["dp"] == {"members": 24, "fewest_per_domain": 3, "domains": 4, "cross_rail": True}
+    table = cli(*base, "--pp", "6").stdout
+    assert "dp groups: uneven or cross-rail" in table
+    assert "dp groups: uneven" not in cli(*base, "--pp", "8").stdout

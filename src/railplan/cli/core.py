@@ -169,6 +169,13 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             table.add_row(f"  {k}", f"{v:.1f} GiB")
         for k, v in e.breakdown_s.items():
             table.add_row(f"time: {k}", f"{v:.3f} s ({v / e.iteration_s:.1%})")
+        for kind in e.straddling_groups():
+            g = e.group_layout[kind]
+            table.add_row(
+                f"[yellow]{kind} groups: uneven or cross-rail over HB domains[/yellow]",
+                f"worst: {g['fewest_per_domain']} of {g['members']} in one domain, "
+                f"{g['domains']} domains" + (", cross-rail" if g["cross_rail"] else ""),
+            )
         console.print(table)
 
     @app.command()
