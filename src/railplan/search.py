@@ -348,8 +348,9 @@ def search(
     t_fit, m_fit = ev.iteration_s[feasible_idx], ev.memory_bytes[feasible_idx]
     order = feasible_idx[np.lexsort((m_fit, t_fit))[:top]]
     front = feasible_idx[pareto_front(t_fit, m_fit)]
-    top_c = describe(model, system, network, ev.strategies.take(order))
-    pareto = describe(model, system, network, ev.strategies.take(front))
+    # One detailed pass for the top and the Pareto set together.
+    both = describe(model, system, network, ev.strategies.take(np.concatenate([order, front])))
+    top_c, pareto = both[: len(order)], both[len(order) :]
     elapsed = time.perf_counter() - t0
     return SearchResult(
         model=model.name,
