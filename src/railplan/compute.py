@@ -67,7 +67,7 @@ def gemm_time_s(gpu: GPU, g: Gemm) -> FloatArray:
 def memory_time_s(
     gpu: GPU,
     moved_bytes: FloatArray | float,
-    kernels: float = 1.0,
+    kernels: FloatArray | float = 1.0,
     efficiency: float | None = None,
 ) -> FloatArray:
     """Time of memory-bound kernels moving `moved_bytes` through HBM at `efficiency` of the

@@ -38,11 +38,12 @@ from railplan.workload.gemms import (
     mlp_gemms,
     router_gemm,
 )
-from railplan.workload.memory import GIB, Memory, memory, stage_params
+from railplan.workload.memory import GIB, WEIGHT_BYTES, Memory, memory, stage_params
 
 # Adam step per parameter on this GPU: read fp32 grad twice (norm, update), read and write the
 # fp32 master weight, m and v, write the bf16 weight: 4+4+12+12+2 bytes.
 OPTIMIZER_STEP_BYTES = 34.0
+GRAD_TENSORS_PER_LAYER = 12.0  # QKV, projection, MLP up/down weights and biases, 2 LayerNorms
 ELEMENTWISE_KERNELS_PER_LAYER = 8.0  # 2 layer norms, 2 bias-dropout-adds, activation,
 # softmax, attention dropout, embedding/misc: Megatron's fused kernels per layer forward
 
@@ -378,7 +379,19 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
         - layers_per_stage * (lt["backward"] + lt["recompute"]),
         0.0,
     )
-    t_stage = t_stage_compute + zero_mb
+    # Without gradient-accumulation fusion every micro-batch's backward pass ends with a
+    # read-modify-write of the stage's gradient buffer: read the bf16/fp16 GEMM output and the
+    # main grad, write the main grad (Megatron's param.main_grad.add_(param.grad)).
+    grad_acc = np.where(
+        s.grad_accumulation_fusion.astype(bool),
+        0.0,
+        memory_time_s(
+            system.gpu,
+            params / np.where(zero >= 2, dp, 1.0) * (WEIGHT_BYTES + 2.0 * s.grad_reduce_bytes),
+            GRAD_TENSORS_PER_LAYER * layers_per_stage,
+        ),
+    )
+    t_stage = t_stage_compute + zero_mb + grad_acc
     steady = m * (t_stage + t_logits)
     bubble = (pp - 1.0) / v * (t_stage + t_logits / pp)
     # Tied embeddings: first and last stage all-reduce the embedding gradient.
@@ -404,6 +417,7 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
         "ep_comm": m * layers_per_stage * ep_layer,
         "pp_comm": m * p2p_exposed,
         "zero_comm": m * zero_mb,
+        "grad_accumulation": m * grad_acc,
         "pipeline_bubble": bubble,
         "dp_comm_exposed": dp_exposed,
         "optimizer": optimizer,

@@ -41,6 +41,7 @@ class StrategyArrays:
     ep: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
     overlap_tp: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
     overlap_p2p: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
+    grad_accumulation_fusion: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
@@ -81,6 +82,7 @@ class StrategyArrays:
             ep=v["ep"],
             overlap_tp=bool(v["overlap_tp"]),
             overlap_p2p=bool(v["overlap_p2p"]),
+            grad_accumulation_fusion=bool(v["grad_accumulation_fusion"]),
         )
 
 
@@ -108,6 +110,7 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         ep=col(lambda s: s.ep),
         overlap_tp=col(lambda s: int(s.overlap_tp)),
         overlap_p2p=col(lambda s: int(s.overlap_p2p)),
+        grad_accumulation_fusion=col(lambda s: int(s.grad_accumulation_fusion)),
     )
 
 

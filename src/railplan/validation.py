@@ -11,7 +11,10 @@ tuned), from the papers and the Megatron-LM code of the time:
   sequence parallelism was on (megatron/arguments.py of the time), and Narayanan's 2021 runs
   predate it (examples/sc21 pins the 20.12 container);
 - Korthikanti trained with fp32 gradient reduction (bf16), Narayanan in fp16 (`--fp16` in
-  examples/sc21) with fp16 gradient reduction.
+  examples/sc21) with fp16 gradient reduction;
+- Narayanan's 2021 code accumulated gradients in a separate pass every micro-batch (local DDP
+  `param.main_grad.add_(param.grad)`); the fused weight-gradient accumulation arrived with the
+  asynchronous-TP linear layer that Korthikanti's runs use.
 """
 
 from __future__ import annotations
@@ -123,6 +126,7 @@ def narayanan_rows() -> list[Row]:
             overlap_tp=False,
             overlap_p2p=False,
             grad_reduce_bytes=2,
+            grad_accumulation_fusion=False,
         )
         e = estimate(model, system, strat, Network(), gpus=gpus)
         out.append(

@@ -153,3 +153,36 @@ def test_korthikanti_22b_layer_within_fifteen_percent() -> None:
     for r in layer_rows():
         assert r["predicted_forward_ms"] == pytest.approx(r["measured_forward_ms"], rel=0.15)
         assert r["predicted_backward_ms"] == pytest.approx(r["measured_backward_ms"], rel=0.2)
+
+
+def test_unfused_gradient_accumulation_costs_one_pass_per_micro_batch() -> None:
+    # pp = 1 (no bubble): the difference is exactly m passes over the gradient buffer, each
+    # reading the bf16 GEMM output and the fp32 main grad and writing the main grad (10 B per
+    # parameter), plus 12 kernel launches per layer.
+    from railplan.workload.memory import stage_params
+
+    system = load_system("dgx-a100")
+    gpu = system.gpu
+    base = dict(tp=8, pp=1, dp=1, micro_batch=1, global_batch=6, grad_reduce_bytes=4)
+    fused = estimate(MODEL, system, Strategy(**base))
+    unfused = estimate(MODEL, system, Strategy(**base, grad_accumulation_fusion=False))
+    params = float(stage_params(MODEL, from_strategies(Strategy(**base))))
+    one_pass_s = params * (2 + 2 * 4) / (gpu.memory_tbps * 1e12 * gpu.memory_efficiency) + (
+        12 * MODEL.layers * gpu.kernel_overhead_us * 1e-6
+    )
+    assert unfused.iteration_s - fused.iteration_s == pytest.approx(6 * one_pass_s, rel=1e-9)
+    assert unfused.breakdown_s["grad_accumulation"] == pytest.approx(6 * one_pass_s, rel=1e-9)
+    assert fused.breakdown_s["grad_accumulation"] == 0.0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(s=strategies_)
+def test_unfused_gradient_accumulation_is_never_faster(s: Strategy) -> None:
+    a = from_strategies(s)
+    if not bool(valid_mask(MODEL, a)):
+        return
+    system = load_system("dgx-a100")
+    fused = iteration(MODEL, system, Network(), a).iteration_s
+    slow = s.model_copy(update={"grad_accumulation_fusion": False})
+    unfused = iteration(MODEL, system, Network(), from_strategies(slow)).iteration_s
+    assert float(unfused) > float(fused)

@@ -14,6 +14,7 @@ from railplan.cli.options import (
     EpOpt,
     GlobalBatchOpt,
     GpusOpt,
+    GradAccFusionOpt,
     HbDomainOpt,
     HbTbpsOpt,
     InterleaveOpt,
@@ -110,6 +111,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         zero: ZeroOpt = 0,
         ep: EpOpt = 1,
         overlap_dp: OverlapDpOpt = True,
+        grad_accumulation_fusion: GradAccFusionOpt = True,
         network: NetworkOpt = "rail-optimized",
         oversubscription: OversubscriptionOpt = None,
         hb_domain: HbDomainOpt = None,
@@ -145,6 +147,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             zero=zero,
             overlap_dp=overlap_dp,
             ep=ep,
+            grad_accumulation_fusion=grad_accumulation_fusion,
         )
         e = run(m, sy, strat, net, gpus=gpus)
         if as_json:

@@ -33,3 +33,11 @@ SequenceParallelOpt = Annotated[bool, typer.Option("--sequence-parallel/--no-seq
 ZeroOpt = Annotated[int, typer.Option(help="ZeRO stage 0-3")]
 EpOpt = Annotated[int, typer.Option(help="expert-parallel degree (MoE), taken from dp")]
 OverlapDpOpt = Annotated[bool, typer.Option("--overlap-dp/--no-overlap-dp")]
+GradAccFusionOpt = Annotated[
+    bool,
+    typer.Option(
+        "--grad-accumulation-fusion/--no-grad-accumulation-fusion",
+        help="weight-gradient GEMMs accumulate into the main grad (off: an extra pass per "
+        "micro-batch, as Megatron-LM of 2021)",
+    ),
+]

@@ -21,6 +21,10 @@ class Strategy(Spec):
     input-gradient GEMMs (Megatron's asynchronous TP all-reduce, late 2021 on).
     `overlap_p2p` runs pipeline sends behind compute (Megatron `--overlap-p2p-communication`,
     2023); before that sends were blocking.
+    `grad_accumulation_fusion`: the weight-gradient GEMMs accumulate straight into the
+    main-grad buffer (Megatron `--gradient-accumulation-fusion`, on by default since 2022);
+    without it (Megatron-LM of 2021, many other stacks) every micro-batch's backward pass ends
+    with a separate read-modify-write of the whole gradient buffer (`main_grad.add_(grad)`).
     `grad_reduce_bytes` is the width of a reduced gradient element (4: fp32, Megatron's default
     for bf16; 2: bf16/fp16 reduction). `ep` experts-parallel ranks are taken from the dp ranks
     (DeepSpeed-MoE / Megatron-core): experts are sharded over ep, and expert weights are
@@ -47,6 +51,10 @@ class Strategy(Spec):
         description="pipeline sends overlap the next micro-batch's compute",
     )
     ep: PositiveInt = Field(default=1, description="expert-parallel degree (MoE), taken from dp")
+    grad_accumulation_fusion: bool = Field(
+        default=True,
+        description="weight-gradient GEMMs accumulate into the main-grad buffer (no extra pass)",
+    )
 
     @property
     def gpus(self) -> int:
