@@ -23,6 +23,7 @@ BREAKDOWN_ORDER = (
     "ep_comm",
     "pp_comm",
     "zero_comm",
+    "grad_accumulation",
     "pipeline_bubble",
     "dp_comm_exposed",
     "optimizer",
@@ -43,9 +44,11 @@ def _layout(fig: go.Figure, title: str, **extra: Any) -> go.Figure:
 def breakdown(perf: dict[str, Any]) -> go.Figure:
     """Stacked bars: where the best strategy's iteration time goes, per network."""
     nets = [n for n, v in perf["networks"].items() if v["best"] is not None]
+    seen = {k for n in nets for k in perf["networks"][n]["best"]["breakdown_s"]}
+    ordered = [*BREAKDOWN_ORDER, *sorted(seen - set(BREAKDOWN_ORDER))]  # none dropped
     parts = [
         k
-        for k in BREAKDOWN_ORDER
+        for k in ordered
         if any(perf["networks"][n]["best"]["breakdown_s"].get(k, 0.0) > 0 for n in nets)
     ]
     fig = go.Figure(
