@@ -12,9 +12,11 @@ tuned), from the papers and the Megatron-LM code of the time:
   predate it (examples/sc21 pins the 20.12 container);
 - Korthikanti trained with fp32 gradient reduction (bf16), Narayanan in fp16 (`--fp16` in
   examples/sc21) with fp16 gradient reduction;
-- Narayanan's 2021 code accumulated gradients in a separate pass every micro-batch (local DDP
-  `param.main_grad.add_(param.grad)`); the fused weight-gradient accumulation arrived with the
-  asynchronous-TP linear layer that Korthikanti's runs use.
+- gradients were accumulated in a separate pass every micro-batch (local DDP
+  `param.main_grad.add_(param.grad)`): the linear layers of 2021 and of the early-2022 code in
+  which sequence parallelism is still `model_parallel_memory_opt` (commit 02bb1f5) return the
+  weight gradient from a plain GEMM; fused accumulation (`--gradient-accumulation-fusion`)
+  came later.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ def korthikanti_rows() -> list[Row]:
             overlap_tp=not selective,
             overlap_p2p=False,
             grad_reduce_bytes=4,
+            grad_accumulation_fusion=False,  # see the module doc
         )
         e = estimate(model, system, strat, Network(), gpus=int(r["gpus"]))
         out.append(
