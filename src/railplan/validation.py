@@ -28,6 +28,7 @@ from typing import Any
 
 from railplan.estimate import estimate
 from railplan.specs import Model, Network, Strategy, load_system
+from railplan.workload.flops import narayanan_flops
 
 GOAL_MEAN_PCT = 3.0
 GOAL_MAX_PCT = 8.0
@@ -187,9 +188,69 @@ def layer_rows() -> list[dict[str, Any]]:
     return out
 
 
+def _pipeline_key(
+    hidden: str, layers: str, tp: str, pp: str, mb: str, v: int, m: int
+) -> tuple[int, ...]:
+    return (int(hidden), int(layers), int(tp), int(pp), int(mb), v, m)
+
+
+def cross_paper_rows(
+    k_rows: list[Row] | None = None, n_rows: list[Row] | None = None
+) -> list[dict[str, Any]]:
+    """Runs of the two papers with the same pipeline (model, tp, pp, chunks, micro-batch and
+    micro-batches per pipeline; full recompute), only data parallelism and the year differing:
+    Korthikanti's measured time beside the time Narayanan's TFLOP/s implies (their eq. 3), and
+    ours for both. A check on the data: the model sees the same work in both."""
+    k_rows = korthikanti_rows() if k_rows is None else k_rows
+    n_rows = narayanan_rows() if n_rows is None else n_rows
+    k_csv, n_csv = _rows("korthikanti2022.csv"), _rows("narayanan2021_table1.csv")
+    k_index = {}
+    for r, row in zip(k_csv, k_rows, strict=True):
+        if r["recompute"] != "full":
+            continue
+        m = int(r["global_batch"]) // (int(r["dp"]) * int(r["micro_batch"]))
+        key = _pipeline_key(
+            r["hidden"], r["layers"], r["tp"], r["pp"], r["micro_batch"], int(r["interleave"]), m
+        )
+        k_index[key] = (r, row)
+    out = []
+    for r, row in zip(n_csv, n_rows, strict=True):
+        layers, pp, tp = int(r["layers"]), int(r["pp"]), int(r["tp"])
+        lps = r["layers_per_virtual_stage"]
+        v = (layers // pp) // int(lps) if lps else 1
+        dp = int(r["gpus"]) // (tp * pp)
+        m = int(r["global_batch"]) // (dp * int(r["micro_batch"]))
+        key = _pipeline_key(r["hidden"], r["layers"], r["tp"], r["pp"], r["micro_batch"], v, m)
+        if key not in k_index:
+            continue
+        kr, krow = k_index[key]
+        model = Model(
+            name=kr["model"],
+            hidden=int(r["hidden"]),
+            layers=layers,
+            heads=int(r["heads"]),
+            seq=int(r["seq"]),
+            vocab=int(r["vocab"]),
+        )
+        flops = narayanan_flops(model, float(r["global_batch"])) / (int(r["gpus"]) * 1e12)
+        out.append(
+            {
+                "model": kr["model"],
+                "korthikanti2022_measured_s": krow.measured,
+                "narayanan2021_implied_s": flops / float(r["achieved_tflops"]),
+                "measured_ratio": flops / float(r["achieved_tflops"]) / krow.measured,
+                "korthikanti2022_predicted_s": krow.predicted,
+                "narayanan2021_predicted_s": flops / row.predicted,
+                "narayanan_dp": dp,
+            }
+        )
+    return out
+
+
 def validate() -> dict[str, Any]:
     """Every row with its error, and the summary per source and overall."""
-    rows = korthikanti_rows() + narayanan_rows()
+    k_rows, n_rows = korthikanti_rows(), narayanan_rows()
+    rows = k_rows + n_rows
 
     def summary(sel: list[Row]) -> dict[str, float]:
         errs = [abs(r.error_pct) for r in sel]
@@ -201,6 +262,7 @@ def validate() -> dict[str, Any]:
         "narayanan2021": summary([r for r in rows if r.source == "narayanan2021"]),
         "all": summary(rows),
         "layer_korthikanti2022_table4": layer_rows(),
+        "same_pipeline_both_papers": cross_paper_rows(k_rows, n_rows),
         "goal": {"mean_abs_pct": GOAL_MEAN_PCT, "max_abs_pct": GOAL_MAX_PCT},
         "calculon_korthikanti": {
             "mean_abs_pct": CALCULON_KORTHIKANTI[0],

@@ -163,3 +163,15 @@ def test_validate_json(cli) -> None:  # type: ignore[no-untyped-def]
 def test_catalog_lists(cli) -> None:  # type: ignore[no-untyped-def]
     out = cli.json("catalog", "systems")
     assert {"dgx-a100", "dgx-h100", "dgx-gh200", "gb200-nvl72", "mi300x"} <= set(out)
+
+
+def test_validate_pairs_the_same_pipeline_across_papers(cli) -> None:  # type: ignore[no-untyped-def]
+    # GPT-530B and GPT-1T ran the same pipeline in both papers (only dp and the year differ):
+    # the 2021 runs are 8.7-10.3 % slower (from the papers' own numbers), our model is not.
+    pairs = {r["model"]: r for r in cli.json("validate")["same_pipeline_both_papers"]}
+    assert set(pairs) == {"gpt-530b", "gpt-1t"}
+    assert pairs["gpt-530b"]["measured_ratio"] == pytest.approx(1.1026, abs=1e-3)
+    assert pairs["gpt-1t"]["measured_ratio"] == pytest.approx(1.0870, abs=1e-3)
+    for r in pairs.values():
+        ours = r["narayanan2021_predicted_s"] / r["korthikanti2022_predicted_s"]
+        assert abs(ours - 1.0) < 0.01

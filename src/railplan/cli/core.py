@@ -234,6 +234,23 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
                 f"{s['max_abs_pct']:.2f} % over {s['rows']} rows "
                 f"(goal: mean ≤ {g['mean_abs_pct']:g} %, max ≤ {g['max_abs_pct']:g} %)"
             )
+        same = Table(
+            title="Same pipeline in both papers (only dp and the year differ): seconds per "
+            "iteration"
+        )
+        cols = ("model", "2022 measured", "2021 implied", "2021 / 2022", "ours 2022", "ours 2021")
+        for col in cols:
+            same.add_column(col, justify="left" if col == "model" else "right")
+        for r in v["same_pipeline_both_papers"]:
+            same.add_row(
+                r["model"],
+                f"{r['korthikanti2022_measured_s']:.2f}",
+                f"{r['narayanan2021_implied_s']:.2f}",
+                f"{r['measured_ratio']:.3f}",
+                f"{r['korthikanti2022_predicted_s']:.2f}",
+                f"{r['narayanan2021_predicted_s']:.2f}",
+            )
+        console.print(same)
         c = v["calculon_korthikanti"]
         console.print(
             f"Calculon on the Korthikanti rows: mean {c['mean_abs_pct']} %, "
