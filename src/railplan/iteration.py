@@ -6,14 +6,17 @@ end of the iteration, overlapped with the last micro-batch's backward pass when 
 then the optimizer step. Per micro-batch and stage:
 
     t_stage = layers/pp · (forward + backward + recompute + TP communication) + 2·v·t_p2p
+              (+ ZeRO-2/3 per-micro-batch traffic beyond compute, + the gradient-accumulation
+              pass when it is not fused)
     t_pipeline = m · (t_stage + t_logits) + (pp − 1)/v · (t_stage + t_logits/pp)
 
 with m micro-batches and v virtual stages; the last stage also runs the vocabulary projection and
-loss (t_logits), so it sets the steady-state pace. Communication that crosses HB domains uses the
-network: `rail-optimized` and `rail-only` carry rail-aligned traffic alike (hierarchical
-collectives keep NIC bytes inside rails; SYSTEM.md claim 2), `rail-only` forwards cross-rail
-bytes through the HB domain, `oversubscribed` divides the NIC bandwidth by its ratio, and
-`ideal` puts every GPU in one HB domain.
+loss (t_logits), so it sets the steady-state pace. Communication that crosses HB domains uses
+the network, timed for the slowest group of each kind (`railplan.layout`): `rail-optimized` and
+`rail-only` carry rail-aligned traffic alike (hierarchical collectives keep NIC bytes inside
+rails; SYSTEM.md claim 2), `rail-only` forwards cross-rail bytes through the HB domain,
+`oversubscribed` divides the NIC bandwidth by its ratio, and `ideal` puts every GPU in one HB
+domain.
 """
 
 from __future__ import annotations
