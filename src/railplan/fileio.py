@@ -20,8 +20,12 @@ def check_target(path: Path, field: str = "output") -> Path:
     """Check, before any long work, that `path` can be a file we write: not a directory, and
     its directory exists (we never create directories the user did not ask for)."""
     path = Path(path)
+    if path.is_symlink():
+        path = path.resolve()  # write through the link: replace the file it points to
     if path.is_dir():
         raise RailplanError(field, f"{str(path)!r} is a directory; give a file name")
+    if path.exists() and not path.is_file():
+        raise RailplanError(field, f"{str(path)!r} is not a regular file; give a file name")
     if not path.parent.is_dir():
         raise RailplanError(field, f"directory {str(path.parent)!r} does not exist")
     return path

@@ -41,7 +41,15 @@ from railplan.workload.gemms import (
     mlp_gemms,
     router_gemm,
 )
-from railplan.workload.memory import GIB, WEIGHT_BYTES, Memory, memory, stage_params
+from railplan.workload.memory import (
+    GIB,
+    WEIGHT_BYTES,
+    Memory,
+    dense_stage_params,
+    expert_stage_params,
+    memory,
+    stage_params,
+)
 
 # Adam step per parameter on this GPU: read fp32 grad twice (norm, update), read and write the
 # fp32 master weight, m and v, write the bf16 weight: 4+4+12+12+2 bytes.
@@ -272,7 +280,7 @@ def dp_reduce_s(
 ) -> dict[str, FloatArray]:
     """Data-parallel communication of the slowest group laid out as `shape`, by when it
     happens (`comm.dp_schedule`: ZeRO 0–3)."""
-    on = shape.x * shape.y > 1
+    on = (shape.x * shape.y > 1) & ((grad_bytes + weight_bytes) > 0)  # no phantom latency
     one_pass = {
         "all_reduce": group_collective_s(lk, shape, grad_bytes),
         "reduce_scatter": group_collective_s(lk, shape, grad_bytes, gather_only=True),
@@ -390,7 +398,11 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
         0.0,
         memory_time_s(
             system.gpu,
-            params / np.where(zero >= 2, dp, 1.0) * (WEIGHT_BYTES + 2.0 * s.grad_reduce_bytes),
+            (
+                dense_stage_params(model, s) / np.where(zero >= 2, dp, 1.0)
+                + expert_stage_params(model, s) / np.where(zero >= 2, dp / s.ep, 1.0)
+            )
+            * (WEIGHT_BYTES + 2.0 * s.grad_reduce_bytes),
             GRAD_TENSORS_PER_LAYER * layers_per_stage,
         ),
     )

@@ -13,7 +13,12 @@ others (pipeline and data-parallel synchronisation), the slowest group sets the 
   hierarchical formula with x members per domain and y = n/x domains (SYSTEM.md formula 2);
 - `y` = n / x (fractional when the split is uneven), `domains`: the most domains a group spans;
 - `cross_rail`: whether a spanned group's members in different domains sit at different local
-  ranks (rails), so a rail-only network must forward its NIC bytes through the HB domain.
+  ranks (rails), so a rail-only network must forward its NIC bytes through the HB domain; for
+  a pipeline chain, whether a send between neighbouring stages in different domains changes
+  rail (true whenever the stage size tp·dp is not a multiple of K).
+
+`x` and `domains` are worst cases taken separately (they may come from different groups); the
+HB phase is timed with x, which slightly understates domains holding more members.
 
 The scalar work is cached per distinct layout; a search holds few distinct (tp, dp, pp, ep).
 """
@@ -163,10 +168,21 @@ def _shapes(
     one = np.ones_like(gpus)
     stage = tp * dp
     edp = np.maximum(dp // np.maximum(ep, 1), 1)
+    chain = worst_shape(pp, stage, gpus, stage, one, k)
+    # A pipeline send crosses rails when its two ends sit in different domains at different
+    # local ranks: for a chain spanning domains, whenever the stage size is not a multiple of k
+    # (the wrap-around send of the interleaved schedule spans (pp-1)·stage, covered alike).
+    kk = np.broadcast_to(np.asarray(k, dtype=np.int64), gpus.shape)
+    chain = Shape(
+        x=chain.x,
+        y=chain.y,
+        domains=chain.domains,
+        cross_rail=np.asarray((chain.domains > 1) & (stage % np.maximum(kk, 1) != 0)),
+    )
     return {
         "tp": worst_shape(tp, one, tp, one, dp * pp, k),
         "dp": worst_shape(dp, tp, stage, tp, pp, k),
-        "pp": worst_shape(pp, stage, gpus, stage, one, k),
+        "pp": chain,
         "ep": worst_shape(ep, tp, tp * ep, tp, edp * pp, k),
         "expert_dp": worst_shape(edp, tp * ep, stage, tp * ep, pp, k),
         "embedding": worst_shape(

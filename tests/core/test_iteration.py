@@ -186,3 +186,25 @@ def test_unfused_gradient_accumulation_is_never_faster(s: Strategy) -> None:
     slow = s.model_copy(update={"grad_accumulation_fusion": False})
     unfused = iteration(MODEL, system, Network(), from_strategies(slow)).iteration_s
     assert float(unfused) > float(fused)
+
+
+def test_dense_model_pays_no_expert_collective() -> None:
+    # A dense model has no expert gradients: the data-parallel time is exactly one ring
+    # all-reduce of the stage's gradients (8 ranks in one DGX), with no phantom latency term.
+    from railplan import collectives as coll
+    from railplan.workload import comm
+
+    system = load_system("dgx-a100")
+    s = from_strategies(Strategy(tp=1, pp=1, dp=8, global_batch=8, overlap_dp=False))
+    it = iteration(MODEL, system, Network(), s)
+    grad = comm.dp_gradient_bytes(MODEL, s)
+    want = 2.0 * coll.hierarchical_all_gather_s(
+        8,
+        1,
+        grad,
+        system.hb_bytes_per_s,
+        system.nic_bytes_per_s,
+        system.hb_latency_us * 1e-6,
+        system.nic_latency_us * 1e-6,
+    )
+    assert float(it.breakdown_s["dp_comm_exposed"]) == pytest.approx(float(want), rel=1e-12)

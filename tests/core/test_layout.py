@@ -35,6 +35,9 @@ def test_hand_computed_layouts() -> None:
     # dp = 16 ranks 8 apart from base 64: 1 + 9 + 6 members in three domains.
     assert worst_layout(16, 8, 128, 8, 10, 72) == (1.0, 3.0, True)
     # Aligned: tp = 8 on DGX (K = 8) stays inside; dp = 64 at stride 8 is one per domain, one rail.
+    # A pipeline of stages of 4 GPUs on K = 8 (tp 2, dp 2): the send 4 -> 8 changes rail.
+    assert bool(megatron_shapes(2, 2, 4, 1, 8)["pp"].cross_rail)
+    assert not bool(megatron_shapes(8, 1, 4, 1, 8)["pp"].cross_rail)
     assert worst_layout(8, 1, 8, 1, 100, 8) == (8.0, 1.0, False)
     assert worst_layout(64, 8, 512, 8, 4, 8) == (1.0, 64.0, False)
     # tp = 16 on K = 8: two full domains, same rails (the paper's hierarchical case).
@@ -65,6 +68,9 @@ def test_layout_matches_the_placement(tp: int, dp: int, pp: int, ep_pick: int, k
     shapes = megatron_shapes(tp, dp, pp, ep, k)
     for kind, groups in oracle.items():
         x, domains, cross = brute(groups, k)
+        if kind == "pp":  # a send changes rail between neighbouring stages in two domains
+            a, b = groups[:, :-1], groups[:, 1:]
+            cross = bool(np.any((a // k != b // k) & (a % k != b % k)))
         sh = shapes[kind]
         assert (float(sh.x), float(sh.domains), bool(sh.cross_rail)) == (x, domains, cross), kind
         n = groups.shape[1]

@@ -176,8 +176,8 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             g = e.group_layout[kind]
             table.add_row(
                 f"[yellow]{kind} groups: uneven or cross-rail over HB domains[/yellow]",
-                f"worst: {g['fewest_per_domain']} of {g['members']} in one domain, "
-                f"{g['domains']} domains" + (", cross-rail" if g["cross_rail"] else ""),
+                f"fewest {g['fewest_per_domain']} of {g['members']} in a domain, "
+                f"up to {g['domains']} domains" + (", cross-rail" if g["cross_rail"] else ""),
             )
         console.print(table)
 
