@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from railplan.iteration import Iteration, iteration
-from railplan.layout import megatron_shapes
 from railplan.specs import Model, Network, Strategy, System, load_model, load_system
 from railplan.strategies import check, from_strategies
 
@@ -55,7 +54,7 @@ class Estimate:
         return [
             kind
             for kind, g in self.group_layout.items()
-            if g["domains"] > 1 and (g["cross_rail"] or g["members"] % g["domains"])
+            if g["domains"] > 1 and g["cross_rail"]  # an uneven split also crosses rails
         ]
 
 
@@ -71,16 +70,10 @@ def estimate(
     arrays = from_strategies(strategy)
     check(m, arrays, gpus)
     it: Iteration = iteration(m, sy, net, arrays)
-    k = arrays.gpus if net.architecture == "ideal" else sy.hb_domain
-    shapes = megatron_shapes(arrays.tp, arrays.dp, arrays.pp, arrays.ep, k)
-    moe = m.moe_layers > 0 and strategy.ep > 1
-    members = {  # group sizes; 1 = no such group in this run
-        "tp": strategy.tp,
-        "dp": strategy.dp,
-        "pp": strategy.pp,
-        "ep": strategy.ep if moe else 1,
-        "expert_dp": strategy.dp // strategy.ep if moe else 1,
-        "embedding": 2 if strategy.pp > 1 and m.tied_embeddings else 1,
+    present = {  # kinds of group this run has besides tp, dp and pp
+        "ep": m.moe_layers > 0 and strategy.ep > 1,
+        "expert_dp": m.moe_layers > 0 and strategy.ep > 1,
+        "embedding": m.tied_embeddings,
     }
     n = strategy.gpus
     mem = it.memory
@@ -107,12 +100,12 @@ def estimate(
         hardware_tflops_per_gpu=float(it.hardware_flops) / float(it.iteration_s) / n / 1e12,
         group_layout={
             kind: {
-                "members": members[kind],
+                "members": round(float(sh.x * sh.y)),  # y = members / x (railplan.layout)
                 "fewest_per_domain": int(sh.x),
                 "domains": int(sh.domains),
                 "cross_rail": bool(sh.cross_rail),
             }
-            for kind, sh in shapes.items()
-            if members[kind] > 1
+            for kind, sh in it.groups.items()
+            if present.get(kind, True) and round(float(sh.x * sh.y)) > 1
         },
     )

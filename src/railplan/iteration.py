@@ -48,7 +48,6 @@ from railplan.workload.memory import (
     dense_stage_params,
     expert_stage_params,
     memory,
-    stage_params,
 )
 
 # Adam step per parameter on this GPU: read fp32 grad twice (norm, update), read and write the
@@ -133,6 +132,7 @@ class Iteration:
     breakdown_s: dict[str, FloatArray]
     model_flops: FloatArray
     hardware_flops: FloatArray
+    groups: dict[str, Shape]  # worst layout of each kind of rank group (railplan.layout)
 
     @property
     def memory_gib_per_gpu(self) -> FloatArray:
@@ -365,7 +365,8 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
 
     # Data parallelism: gradients of this stage over dp ranks tp apart (ZeRO stages as in
     # dp_reduce_s); MoE expert gradients over the dp/ep expert-data-parallel ranks, tp·ep apart.
-    params = stage_params(model, s)
+    dense_params, expert_params = dense_stage_params(model, s), expert_stage_params(model, s)
+    params = dense_params + expert_params
     zero = s.zero
     dense = dp_reduce_s(
         lk, groups["dp"], comm.dp_gradient_bytes(model, s), comm.dp_weight_gather_bytes(model, s), s
@@ -399,8 +400,8 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
         memory_time_s(
             system.gpu,
             (
-                dense_stage_params(model, s) / np.where(zero >= 2, dp, 1.0)
-                + expert_stage_params(model, s) / np.where(zero >= 2, dp / s.ep, 1.0)
+                dense_params / np.where(zero >= 2, dp, 1.0)
+                + expert_params / np.where(zero >= 2, dp / s.ep, 1.0)
             )
             * (WEIGHT_BYTES + 2.0 * s.grad_reduce_bytes),
             GRAD_TENSORS_PER_LAYER * layers_per_stage,
@@ -448,4 +449,5 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
         },
         model_flops=np.asarray(mflops),
         hardware_flops=np.asarray(hflops),
+        groups=groups,
     )

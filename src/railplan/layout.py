@@ -26,7 +26,7 @@ The scalar work is cached per distinct layout; a search holds few distinct (tp, 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -105,11 +105,11 @@ def worst_shape(
     flat = np.stack([c.ravel() for c in cols], axis=1)
     if flat.shape[0] <= 1024:  # few rows: the cache is faster than sorting
         res = np.array([worst_layout(*row) for row in flat.tolist()], dtype=np.float64)
+        res = res.reshape(-1, 3)  # also when there are no rows
     else:
         uniq, inverse = np.unique(flat, axis=0, return_inverse=True)
         res = np.array([worst_layout(*row) for row in uniq.tolist()], dtype=np.float64)
-        res = res.reshape(-1, 3)[inverse.ravel()]
-    res = res.reshape(-1, 3)
+        res = res[inverse.ravel()]
     x, domains, cross = res[:, 0], res[:, 1], res[:, 2] > 0
     nf = flat[:, 0].astype(np.float64)
     y = np.where(domains > 1, nf / x, 1.0)
@@ -172,13 +172,7 @@ def _shapes(
     # A pipeline send crosses rails when its two ends sit in different domains at different
     # local ranks: for a chain spanning domains, whenever the stage size is not a multiple of k
     # (the wrap-around send of the interleaved schedule spans (pp-1)·stage, covered alike).
-    kk = np.broadcast_to(np.asarray(k, dtype=np.int64), gpus.shape)
-    chain = Shape(
-        x=chain.x,
-        y=chain.y,
-        domains=chain.domains,
-        cross_rail=np.asarray((chain.domains > 1) & (stage % np.maximum(kk, 1) != 0)),
-    )
+    chain = replace(chain, cross_rail=np.asarray((chain.domains > 1) & (stage % k != 0)))
     return {
         "tp": worst_shape(tp, one, tp, one, dp * pp, k),
         "dp": worst_shape(dp, tp, stage, tp, pp, k),

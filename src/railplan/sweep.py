@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from railplan.errors import RailplanError
-from railplan.fileio import atomic_write
+from railplan.fileio import atomic_write, check_target
 
 # Spec fields a sweep can vary, with their parser; the defaults of a point.
 FIELDS: dict[str, Callable[[str], Any]] = {
@@ -344,8 +344,6 @@ def is_done(row: dict[str, str]) -> bool:
 
 def _read_log(path: Path) -> str:
     """The CSV's text, "" when it does not exist yet; OS errors are one-line errors."""
-    if path.is_dir():
-        raise RailplanError("output", f"{str(path)!r} is a directory; give a file name")
     try:
         return path.read_text()
     except FileNotFoundError:
@@ -357,6 +355,7 @@ def _read_log(path: Path) -> str:
 def _prepare(path: Path) -> set[str]:
     """Make `path` a valid log (header, complete lines, no rows to retry), replacing it
     atomically when it has to change, and return the keys already done."""
+    check_target(path, "output")
     header = ",".join(COLUMNS) + "\n"
     text = _read_log(path)
     if text and not text.startswith(header):

@@ -58,34 +58,60 @@ def _rows(name: str) -> list[dict[str, str]]:
     return list(csv.DictReader(lines))
 
 
+def _model(r: dict[str, str], name: str) -> Model:
+    return Model(
+        name=name,
+        hidden=int(r["hidden"]),
+        layers=int(r["layers"]),
+        heads=int(r["heads"]),
+        seq=int(r["seq"]),
+        vocab=int(r["vocab"]),
+    )
+
+
+def _korthikanti_run(r: dict[str, str]) -> tuple[Model, Strategy]:
+    selective = r["recompute"] == "selective+sp"
+    return _model(r, r["model"]), Strategy(
+        tp=int(r["tp"]),
+        pp=int(r["pp"]),
+        dp=int(r["dp"]),
+        interleave=int(r["interleave"]),
+        micro_batch=int(r["micro_batch"]),
+        global_batch=int(r["global_batch"]),
+        recompute="selective" if selective else "full",
+        sequence_parallel=selective,
+        overlap_dp=False,
+        overlap_tp=not selective,
+        overlap_p2p=False,
+        grad_reduce_bytes=4,
+        grad_accumulation_fusion=False,  # see the module doc
+    )
+
+
+def _narayanan_run(r: dict[str, str]) -> tuple[Model, Strategy]:
+    layers, pp, tp = int(r["layers"]), int(r["pp"]), int(r["tp"])
+    lps = r["layers_per_virtual_stage"]
+    return _model(r, f"gpt-{r['params_b']}b"), Strategy(
+        tp=tp,
+        pp=pp,
+        dp=int(r["gpus"]) // (tp * pp),
+        interleave=(layers // pp) // int(lps) if lps else 1,
+        micro_batch=int(r["micro_batch"]),
+        global_batch=int(r["global_batch"]),
+        recompute="full",
+        overlap_dp=False,
+        overlap_tp=False,
+        overlap_p2p=False,
+        grad_reduce_bytes=2,
+        grad_accumulation_fusion=False,
+    )
+
+
 def korthikanti_rows() -> list[Row]:
     system = load_system("dgx-a100")
     out = []
     for r in _rows("korthikanti2022.csv"):
-        model = Model(
-            name=r["model"],
-            hidden=int(r["hidden"]),
-            layers=int(r["layers"]),
-            heads=int(r["heads"]),
-            seq=int(r["seq"]),
-            vocab=int(r["vocab"]),
-        )
-        selective = r["recompute"] == "selective+sp"
-        strat = Strategy(
-            tp=int(r["tp"]),
-            pp=int(r["pp"]),
-            dp=int(r["dp"]),
-            interleave=int(r["interleave"]),
-            micro_batch=int(r["micro_batch"]),
-            global_batch=int(r["global_batch"]),
-            recompute="selective" if selective else "full",
-            sequence_parallel=selective,
-            overlap_dp=False,
-            overlap_tp=not selective,
-            overlap_p2p=False,
-            grad_reduce_bytes=4,
-            grad_accumulation_fusion=False,  # see the module doc
-        )
+        model, strat = _korthikanti_run(r)
         e = estimate(model, system, strat, Network(), gpus=int(r["gpus"]))
         out.append(
             Row(
@@ -107,36 +133,12 @@ def narayanan_rows() -> list[Row]:
     system = load_system("dgx-a100")
     out = []
     for r in _rows("narayanan2021_table1.csv"):
-        layers, pp, tp, gpus = int(r["layers"]), int(r["pp"]), int(r["tp"]), int(r["gpus"])
-        model = Model(
-            name=f"gpt-{r['params_b']}b",
-            hidden=int(r["hidden"]),
-            layers=layers,
-            heads=int(r["heads"]),
-            seq=int(r["seq"]),
-            vocab=int(r["vocab"]),
-        )
-        lps = r["layers_per_virtual_stage"]
-        v = (layers // pp) // int(lps) if lps else 1
-        strat = Strategy(
-            tp=tp,
-            pp=pp,
-            dp=gpus // (tp * pp),
-            interleave=v,
-            micro_batch=int(r["micro_batch"]),
-            global_batch=int(r["global_batch"]),
-            recompute="full",
-            overlap_dp=False,
-            overlap_tp=False,
-            overlap_p2p=False,
-            grad_reduce_bytes=2,
-            grad_accumulation_fusion=False,
-        )
-        e = estimate(model, system, strat, Network(), gpus=gpus)
+        model, strat = _narayanan_run(r)
+        e = estimate(model, system, strat, Network(), gpus=strat.gpus)
         out.append(
             Row(
                 "narayanan2021",
-                f"{r['params_b']}B {gpus} GPUs",
+                f"{r['params_b']}B {strat.gpus} GPUs",
                 "tflops_per_gpu",
                 float(r["achieved_tflops"]),
                 e.hardware_tflops_per_gpu,
@@ -188,10 +190,9 @@ def layer_rows() -> list[dict[str, Any]]:
     return out
 
 
-def _pipeline_key(
-    hidden: str, layers: str, tp: str, pp: str, mb: str, v: int, m: int
-) -> tuple[int, ...]:
-    return (int(hidden), int(layers), int(tp), int(pp), int(mb), v, m)
+def _pipeline_key(model: Model, s: Strategy) -> tuple[int, ...]:
+    """What one pipeline runs: the model's shape, tp, pp, chunks, micro-batch size and count."""
+    return (model.hidden, model.layers, s.tp, s.pp, s.interleave, s.micro_batch, s.micro_batches)
 
 
 def cross_paper_rows(
@@ -203,45 +204,28 @@ def cross_paper_rows(
     ours for both. A check on the data: the model sees the same work in both."""
     k_rows = korthikanti_rows() if k_rows is None else k_rows
     n_rows = narayanan_rows() if n_rows is None else n_rows
-    k_csv, n_csv = _rows("korthikanti2022.csv"), _rows("narayanan2021_table1.csv")
     k_index = {}
-    for r, row in zip(k_csv, k_rows, strict=True):
-        if r["recompute"] != "full":
-            continue
-        m = int(r["global_batch"]) // (int(r["dp"]) * int(r["micro_batch"]))
-        key = _pipeline_key(
-            r["hidden"], r["layers"], r["tp"], r["pp"], r["micro_batch"], int(r["interleave"]), m
-        )
-        k_index[key] = (r, row)
+    for r, row in zip(_rows("korthikanti2022.csv"), k_rows, strict=True):
+        if r["recompute"] == "full":
+            k_index[_pipeline_key(*_korthikanti_run(r))] = (r["model"], row)
     out = []
-    for r, row in zip(n_csv, n_rows, strict=True):
-        layers, pp, tp = int(r["layers"]), int(r["pp"]), int(r["tp"])
-        lps = r["layers_per_virtual_stage"]
-        v = (layers // pp) // int(lps) if lps else 1
-        dp = int(r["gpus"]) // (tp * pp)
-        m = int(r["global_batch"]) // (dp * int(r["micro_batch"]))
-        key = _pipeline_key(r["hidden"], r["layers"], r["tp"], r["pp"], r["micro_batch"], v, m)
-        if key not in k_index:
+    for r, row in zip(_rows("narayanan2021_table1.csv"), n_rows, strict=True):
+        model, strat = _narayanan_run(r)
+        match = k_index.get(_pipeline_key(model, strat))
+        if match is None:
             continue
-        kr, krow = k_index[key]
-        model = Model(
-            name=kr["model"],
-            hidden=int(r["hidden"]),
-            layers=layers,
-            heads=int(r["heads"]),
-            seq=int(r["seq"]),
-            vocab=int(r["vocab"]),
-        )
-        flops = narayanan_flops(model, float(r["global_batch"])) / (int(r["gpus"]) * 1e12)
+        name, krow = match
+        flops = narayanan_flops(model, float(strat.global_batch)) / (strat.gpus * 1e12)
+        implied_s = flops / row.measured
         out.append(
             {
-                "model": kr["model"],
+                "model": name,
                 "korthikanti2022_measured_s": krow.measured,
-                "narayanan2021_implied_s": flops / float(r["achieved_tflops"]),
-                "measured_ratio": flops / float(r["achieved_tflops"]) / krow.measured,
+                "narayanan2021_implied_s": implied_s,
+                "measured_ratio": implied_s / krow.measured,
                 "korthikanti2022_predicted_s": krow.predicted,
                 "narayanan2021_predicted_s": flops / row.predicted,
-                "narayanan_dp": dp,
+                "narayanan_dp": strat.dp,
             }
         )
     return out
