@@ -23,6 +23,12 @@ class GPU(Spec):
     peak_tflops: Annotated[float, Range(1.0, 100_000.0, "TFLOP/s")] = Field(
         description="peak dense bf16/fp16 tensor TFLOP/s"
     )
+    fp8_tflops: Annotated[float, Range(1.0, 100_000.0, "TFLOP/s")] | None = Field(
+        default=None, description="peak dense fp8 tensor TFLOP/s (None: no fp8 tensor cores)"
+    )
+    fp4_tflops: Annotated[float, Range(1.0, 100_000.0, "TFLOP/s")] | None = Field(
+        default=None, description="peak dense fp4 tensor TFLOP/s (None: no fp4 tensor cores)"
+    )
     memory_gib: Annotated[float, Range(1.0, 65_536.0, "GiB")]
     memory_tbps: Annotated[float, Range(0.1, 1000.0, "TB/s")] = Field(
         description="HBM bandwidth, TB/s (10^12 bytes/s)"
