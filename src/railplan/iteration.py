@@ -10,19 +10,22 @@ then the optimizer step. Per micro-batch and stage:
               pass when it is not fused)
     t_pipeline = m · (t_stage + t_logits) + (pp − 1)/v · (t_stage + t_logits/pp)
 
-with m micro-batches and v virtual stages; the last stage also runs the vocabulary projection and
-loss (t_logits), so it sets the steady-state pace. Communication that crosses HB domains uses
-the network, timed for the slowest group of each kind (`railplan.layout`): `rail-optimized` and
-`rail-only` carry rail-aligned traffic alike (hierarchical collectives keep NIC bytes inside
-rails; SYSTEM.md claim 2), `rail-only` forwards cross-rail bytes through the HB domain,
-`oversubscribed` divides the NIC bandwidth by its ratio, and `ideal` puts every GPU in one HB
-domain.
+with m micro-batches and v virtual stages; the last stage also runs the vocabulary projection
+and loss (t_logits). Stages may hold different numbers of layers (`strategies.stage_layers`):
+the slowest stage sets the steady-state pace, m · max(t_first, t_middle, t_last + t_logits), and
+the breakdown is that stage's. Context parallelism (cp) runs every GEMM and element-wise kernel
+on s/cp tokens and adds the ring attention's K/V sends beyond what the attention compute hides.
+Communication that crosses HB domains uses the network, timed for the slowest group of each kind
+(`railplan.layout`): `rail-optimized` and `rail-only` carry rail-aligned traffic alike
+(hierarchical collectives keep NIC bytes inside rails; SYSTEM.md claim 2), `rail-only` forwards
+cross-rail bytes through the HB domain, `oversubscribed` divides the NIC bandwidth by its ratio,
+and `ideal` puts every GPU in one HB domain.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -30,7 +33,15 @@ from railplan import collectives as coll
 from railplan.compute import gemm_time_s, memory_time_s
 from railplan.layout import Shape, megatron_shapes
 from railplan.specs import Model, Network, System
-from railplan.strategies import FULL, SELECTIVE, BoolArray, FloatArray, IntArray, StrategyArrays
+from railplan.strategies import (
+    FULL,
+    SELECTIVE,
+    BoolArray,
+    FloatArray,
+    IntArray,
+    StrategyArrays,
+    stage_layers,
+)
 from railplan.workload import comm, elementwise, routing
 from railplan.workload.flops import hardware_flops, model_flops
 from railplan.workload.gemms import (
@@ -133,20 +144,34 @@ class Iteration:
     model_flops: FloatArray
     hardware_flops: FloatArray
     groups: dict[str, Shape]  # worst layout of each kind of rank group (railplan.layout)
+    # Per micro-batch: the first, fullest middle and last stage (with the logits) and the
+    # perfectly balanced stage (layers/pp and logits/pp), a bound no split beats.
+    stage_s: dict[str, FloatArray] = field(default_factory=dict)
 
     @property
     def memory_gib_per_gpu(self) -> FloatArray:
         return np.asarray(self.memory.total_bytes / GIB)
 
 
+def local(gemms: list[Gemm], s: StrategyArrays) -> list[Gemm]:
+    """The GEMMs on one context-parallel rank: every GEMM's rows (tokens, or attention queries)
+    are the rank's s/cp; attention still runs over all s keys (the K/V ring), and causal load
+    balancing (2·cp chunks) gives each rank an equal share of the masked work."""
+    cp = s.cp.astype(float)
+    return [replace(g, m=np.asarray(g.m / cp)) for g in gemms]
+
+
 def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:
     """Per layer, per micro-batch, on one GPU: forward, backward and recompute compute time."""
     gpu = system.gpu
     b, t = s.micro_batch.astype(float), s.tp.astype(float)
-    gemms = layer_gemms(model, b, t)
+    gemms = local(layer_gemms(model, b, t), s)
     fwd = sum((gemm_time_s(gpu, g) for g in gemms), np.zeros(()))
     bwd = sum((gemm_time_s(gpu, h) for g in gemms for h in g.backward()), np.zeros(()))
     attn_fwd = sum((gemm_time_s(gpu, g) for g in gemms if g.attention), np.zeros(()))
+    attn_bwd = sum(
+        (gemm_time_s(gpu, h) for g in gemms if g.attention for h in g.backward()), np.zeros(())
+    )
     # Weight-gradient GEMMs of the two column-parallel linears (QKV, MLP-up): the backward
     # all-reduce of their input gradient runs while they compute (Korthikanti et al. 2022 §6.2).
     wgrad = {g.name: gemm_time_s(gpu, g.backward()[1]) for g in gemms}
@@ -155,7 +180,7 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
     # Element-wise kernels run well below streaming bandwidth: measured fused-kernel
     # efficiencies (GPU spec) on the bytes of workload/elementwise.py.
     fwd_eff, bwd_eff = gpu.elementwise_forward_efficiency, gpu.elementwise_backward_efficiency
-    ew = elementwise.layer_bytes(model, s)
+    ew = {k: v / s.cp for k, v in elementwise.layer_bytes(model, s).items()}
     ew_fwd = memory_time_s(gpu, ew["forward"], ELEMENTWISE_KERNELS_PER_LAYER, fwd_eff)
     ew_bwd = memory_time_s(gpu, ew["backward"], ELEMENTWISE_KERNELS_PER_LAYER, bwd_eff)
     ew_scores = memory_time_s(gpu, ew["scores_forward"], 2.0, fwd_eff)
@@ -179,6 +204,8 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
         "wgrad_mlp_up": wgrad["mlp_up"],
         "dgrad_qkv": dgrad["qkv"],
         "dgrad_mlp_up": dgrad["mlp_up"],
+        "attention_forward": np.asarray(attn_fwd),
+        "attention_backward": np.asarray(attn_bwd),
     }
 
 
@@ -187,8 +214,8 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
     activation-function traffic of the expert slots."""
     gpu = system.gpu
     b, t, ep = s.micro_batch.astype(float), s.tp.astype(float), s.ep.astype(float)
-    dense = mlp_gemms(model, b, t)
-    experts = [*expert_gemms(model, b, t, ep), router_gemm(model, b)]
+    dense = local(mlp_gemms(model, b, t), s)
+    experts = local([*expert_gemms(model, b, t, ep), router_gemm(model, b)], s)
 
     def fwd_bwd(gs: list[Gemm]) -> tuple[FloatArray, FloatArray]:
         f = sum((gemm_time_s(gpu, g) for g in gs), np.zeros(()))
@@ -198,7 +225,7 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
     (ef, eb), (df, db) = fwd_bwd(experts), fwd_bwd(dense)
     slots = b * model.seq * model.top_k * routing.slot_factor(model, s.ep)
     extra = elementwise.activation_function_bytes(
-        model, (slots * model.expert_ffn_ - b * model.seq * model.ffn_) / t
+        model, (slots * model.expert_ffn_ - b * model.seq * model.ffn_) / t / s.cp
     )
     ew_f = memory_time_s(gpu, extra["forward"], 0.0, gpu.elementwise_forward_efficiency)
     ew_b = memory_time_s(gpu, extra["backward"], 0.0, gpu.elementwise_backward_efficiency)
@@ -221,10 +248,10 @@ def ep_comm_time_s(model: Model, lk: Links, s: StrategyArrays, shape: Shape) -> 
 
 def logits_time_s(model: Model, system: System, s: StrategyArrays) -> FloatArray:
     """Vocabulary projection forward + backward and the fp32 cross-entropy on the last stage."""
-    g = logit_gemm(model, s.micro_batch.astype(float), s.tp.astype(float))
+    (g,) = local([logit_gemm(model, s.micro_batch.astype(float), s.tp.astype(float))], s)
     gemm = gemm_time_s(system.gpu, g) + sum(gemm_time_s(system.gpu, h) for h in g.backward())
     # softmax cross-entropy: write fp32 logits, read them for max/sum/grad, write the grad.
-    loss_bytes = 16.0 * model.seq * s.micro_batch * model.vocab / s.tp
+    loss_bytes = 16.0 * comm.local_tokens(model, s) * model.vocab / s.tp
     return np.asarray(
         gemm + memory_time_s(system.gpu, loss_bytes, 4.0, system.gpu.elementwise_forward_efficiency)
     )
@@ -271,6 +298,28 @@ def tp_comm_times(
     }
 
 
+def cp_comm_time_s(
+    model: Model, lk: Links, s: StrategyArrays, lt: dict[str, FloatArray], shape: Shape
+) -> FloatArray:
+    """Exposed ring-attention time per layer and micro-batch (0 when cp = 1).
+
+    Each ring step sends the K/V block (backward: K/V and their gradients) to the successor
+    while the attention kernel works on the block received before (Megatron-Core /
+    TransformerEngine overlap the two); of the cp steps, cp − 1 have a send in flight, so a
+    pass exposes what its sends take beyond (cp − 1)/cp of its attention compute."""
+    one = p2p_s(lk, comm.cp_block_bytes(model, s), shape)
+    steps = comm.cp_steps_per_layer(s)
+    share = (s.cp - 1) / s.cp
+    recompute_attn = np.where(s.recompute > 0, lt["attention_forward"], 0.0)
+    passes = (
+        (steps["forward"], lt["attention_forward"]),
+        (steps["recompute"], recompute_attn),
+        (steps["backward"], lt["attention_backward"]),
+    )
+    exposed = sum((np.maximum(n * one - share * attn, 0.0) for n, attn in passes), np.zeros(()))
+    return np.asarray(np.where(s.cp > 1, exposed, 0.0))
+
+
 def dp_reduce_s(
     lk: Links,
     shape: Shape,
@@ -293,7 +342,7 @@ def dp_reduce_s(
 
 
 # The strategy fields that per-layer kernel times depend on.
-SHAPE_FIELDS = ("micro_batch", "tp", "sequence_parallel", "recompute", "ep")
+SHAPE_FIELDS = ("micro_batch", "tp", "sequence_parallel", "recompute", "ep", "cp")
 
 
 def shape_classes(s: StrategyArrays) -> tuple[StrategyArrays, IntArray] | None:
@@ -333,13 +382,14 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     """Critical-path time of one iteration for every strategy in `s` (arrays broadcast)."""
     gpus = s.gpus.astype(float)
     lk = links(system, network, gpus)
-    pp, dp = s.pp.astype(float), s.dp.astype(float)
+    pp, dp = s.pp.astype(float), s.grad_ranks.astype(float)
     v, m = s.interleave.astype(float), s.micro_batches.astype(float)
-    layers_per_stage = model.layers / pp
+    stages = stage_layers(model, s)
+    layers_per_stage = stages["mean"]
 
     classes = shape_classes(s)
     lt = per_shape(lambda u: layer_times(model, system, u), s, classes)
-    groups = megatron_shapes(s.tp, s.dp, s.pp, s.ep, lk.hb_domain)
+    groups = megatron_shapes(s.tp, s.dp, s.pp, s.ep, lk.hb_domain, s.cp)
 
     tpc = tp_comm_times(model, lk, s, lt, groups["tp"])
     tp_layer = tpc["forward"] + tpc["recompute"] + tpc["backward"]
@@ -348,26 +398,21 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
         if model.moe_layers
         else 0.0
     )
+    cp_layer = cp_comm_time_s(model, lk, s, lt, groups["cp"])
 
     # Pipeline: activations (forward) and their gradients (backward) cross each boundary,
     # scattered over the tp ranks (Narayanan et al. 2021 §4.1) or already split by SP.
     p2p = np.where(pp > 1, p2p_s(lk, comm.pp_message_bytes(model, s), groups["pp"]), 0.0)
 
-    t_layer = lt["forward"] + lt["backward"] + lt["recompute"] + tp_layer + ep_layer
+    t_layer = lt["forward"] + lt["backward"] + lt["recompute"] + tp_layer + ep_layer + cp_layer
     t_logits = per_shape(lambda u: {"t": logits_time_s(model, system, u)}, s, classes)["t"]
-    # Blocking sends add to every micro-batch; overlapped ones only where they outlast compute.
-    p2p_exposed = np.where(
-        s.overlap_p2p.astype(bool),
-        np.maximum(2.0 * v * p2p - layers_per_stage * t_layer, 0.0),
-        2.0 * v * p2p,
-    )
-    t_stage_compute = layers_per_stage * t_layer + p2p_exposed
 
-    # Data parallelism: gradients of this stage over dp ranks tp apart (ZeRO stages as in
-    # dp_reduce_s); MoE expert gradients over the dp/ep expert-data-parallel ranks, tp·ep apart.
+    # Data parallelism: gradients of this stage over the dp·cp ranks tp apart (ZeRO stages as
+    # in dp_reduce_s); MoE expert gradients over the dp/ep expert-data-parallel ranks, tp·ep
+    # apart.
     dense_params, expert_params = dense_stage_params(model, s), expert_stage_params(model, s)
     params = dense_params + expert_params
-    zero = s.zero
+    zero = s.zero_sharding
     dense = dp_reduce_s(
         lk, groups["dp"], comm.dp_gradient_bytes(model, s), comm.dp_weight_gather_bytes(model, s), s
     )
@@ -379,18 +424,8 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
         s,
     )
     dp_time = dense["end"] + expert["end"]
-    # ZeRO 2/3 communicate every micro-batch, prefetched / reduced behind that pass's compute.
-    zero_mb = np.maximum(
-        dense["micro_batch_forward"]
-        + expert["micro_batch_forward"]
-        - layers_per_stage * lt["forward"],
-        0.0,
-    ) + np.maximum(
-        dense["micro_batch_backward"]
-        + expert["micro_batch_backward"]
-        - layers_per_stage * (lt["backward"] + lt["recompute"]),
-        0.0,
-    )
+    mb_forward = dense["micro_batch_forward"] + expert["micro_batch_forward"]
+    mb_backward = dense["micro_batch_backward"] + expert["micro_batch_backward"]
     # Without gradient-accumulation fusion every micro-batch's backward pass ends with a
     # read-modify-write of the stage's gradient buffer: read the bf16/fp16 GEMM output and the
     # main grad, write the main grad (Megatron's param.main_grad.add_(param.grad)).
@@ -401,15 +436,45 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
             system.gpu,
             (
                 dense_params / np.where(zero >= 2, dp, 1.0)
-                + expert_params / np.where(zero >= 2, dp / s.ep, 1.0)
+                + expert_params / np.where(zero >= 2, s.dp / s.ep, 1.0)
             )
             * (WEIGHT_BYTES + 2.0 * s.grad_reduce_bytes),
-            GRAD_TENSORS_PER_LAYER * layers_per_stage,
+            GRAD_TENSORS_PER_LAYER * stages["max"],
         ),
     )
-    t_stage = t_stage_compute + zero_mb + grad_acc
-    steady = m * (t_stage + t_logits)
-    bubble = (pp - 1.0) / v * (t_stage + t_logits / pp)
+
+    def stage_parts(n: FloatArray) -> dict[str, FloatArray]:
+        """Per micro-batch, a stage of n layers: its compute and what it exposes."""
+        # Blocking sends add to every micro-batch; overlapped ones only where they outlast
+        # compute. ZeRO 2/3 communicate every micro-batch, prefetched / reduced behind that
+        # pass's compute.
+        p2p_exposed = np.where(
+            s.overlap_p2p.astype(bool), np.maximum(2.0 * v * p2p - n * t_layer, 0.0), 2.0 * v * p2p
+        )
+        zero_mb = np.maximum(mb_forward - n * lt["forward"], 0.0) + np.maximum(
+            mb_backward - n * (lt["backward"] + lt["recompute"]), 0.0
+        )
+        return {"layers": n * t_layer, "p2p": p2p_exposed, "zero": zero_mb}
+
+    def stage_s(n: FloatArray) -> FloatArray:
+        parts = stage_parts(n)
+        return np.asarray(parts["layers"] + parts["p2p"] + parts["zero"] + grad_acc)
+
+    t_first = stage_s(stages["first"])
+    t_middle = np.where(pp > 2, stage_s(stages["middle"]), 0.0)
+    t_last = stage_s(stages["last"]) + t_logits
+    pace = np.maximum(np.maximum(t_first, t_middle), t_last)
+    # The critical stage's layers, and whether it runs the logits (the last stage does).
+    last_is_slowest = t_last >= np.maximum(t_first, t_middle)
+    n_crit = np.where(
+        last_is_slowest,
+        stages["last"],
+        np.where(t_first >= t_middle, stages["first"], stages["middle"]),
+    )
+    logits_crit = np.where(last_is_slowest, t_logits, 0.0)
+    crit = stage_parts(n_crit)
+    steady = m * pace
+    bubble = (pp - 1.0) / v * (stage_s(layers_per_stage) + t_logits / pp)
     # Tied embeddings: first and last stage all-reduce the embedding gradient.
     embed_bytes = comm.embedding_gradient_bytes(model, s)
     embed_ar = np.where(
@@ -427,16 +492,17 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     hflops = hardware_flops(model, s.global_batch, s.recompute)
     peak = gpus * system.gpu.peak_tflops * 1e12
     breakdown = {
-        "compute": m * (layers_per_stage * (lt["forward"] + lt["backward"]) + t_logits),
-        "recompute": m * layers_per_stage * lt["recompute"],
-        "tp_comm": m * layers_per_stage * tp_layer,
-        "ep_comm": m * layers_per_stage * ep_layer,
-        "pp_comm": m * p2p_exposed,
-        "zero_comm": m * zero_mb,
+        "compute": m * (n_crit * (lt["forward"] + lt["backward"]) + logits_crit),
+        "recompute": m * n_crit * lt["recompute"],
+        "tp_comm": m * n_crit * tp_layer,
+        "ep_comm": m * n_crit * ep_layer,
+        "pp_comm": m * crit["p2p"],
+        "zero_comm": m * crit["zero"],
         "grad_accumulation": m * grad_acc,
         "pipeline_bubble": bubble,
         "dp_comm_exposed": dp_exposed,
         "optimizer": optimizer,
+        "cp_comm": m * n_crit * cp_layer,
     }
     return Iteration(
         iteration_s=np.asarray(total),
@@ -450,4 +516,10 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
         model_flops=np.asarray(mflops),
         hardware_flops=np.asarray(hflops),
         groups=groups,
+        stage_s={
+            "first": np.asarray(t_first),
+            "middle": np.asarray(t_middle),
+            "last": np.asarray(t_last),
+            "balanced": np.asarray(stage_s(layers_per_stage) + t_logits / pp),
+        },
     )

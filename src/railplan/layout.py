@@ -1,11 +1,13 @@
 """Where each kind of rank group sits relative to the HB domains, for the iteration model.
 
-Megatron-LM numbers ranks tp fastest, then dp, then pp (GPU id = t + tp·(d + dp·p)), and the
-cluster fills HB domains of K GPUs in id order. A group of n ranks `stride` apart then has x
-members in each of y domains — when sizes divide K. When they do not (tp = 16 on a 72-GPU NVL72
-domain, dp = 16 at stride 8 on it, a pipeline boundary at tp·dp = 48 on K = 64), groups
-straddle domain edges unevenly, and because every group of a kind runs in lock-step with the
-others (pipeline and data-parallel synchronisation), the slowest group sets the pace.
+Megatron-LM numbers ranks tp fastest, then cp (context parallelism), then dp, then pp (GPU id =
+t + tp·(c + cp·(d + dp·p)); Megatron-Core's default order tp-cp-ep-dp-pp), and the cluster fills
+HB domains of K GPUs in id order: an HB domain fills with tp·cp first. A group of n ranks
+`stride` apart then has x members in each of y domains — when sizes divide K. When they do not
+(tp = 16 on a 72-GPU NVL72 domain, dp = 16 at stride 8 on it, a pipeline boundary at tp·dp = 48
+on K = 64), groups straddle domain edges unevenly, and because every group of a kind runs in
+lock-step with the others (pipeline and data-parallel synchronisation), the slowest group sets
+the pace.
 
 `worst_shape` therefore returns, over all groups of a kind, the worst layout:
 - `x`: the fewest members any spanned domain holds. In a hierarchical collective that domain's
@@ -123,18 +125,24 @@ def worst_shape(
 
 
 def megatron_shapes(
-    tp: npt.ArrayLike, dp: npt.ArrayLike, pp: npt.ArrayLike, ep: npt.ArrayLike, k: npt.ArrayLike
+    tp: npt.ArrayLike,
+    dp: npt.ArrayLike,
+    pp: npt.ArrayLike,
+    ep: npt.ArrayLike,
+    k: npt.ArrayLike,
+    cp: npt.ArrayLike = 1,
 ) -> dict[str, Shape]:
     """The worst layout of every kind of group under Megatron's rank order on HB domains of k:
-    `tp` (consecutive), `dp` (tp apart), `pp` (a pipeline chain, tp·dp apart), `ep` (ep
-    consecutive dp ranks), `expert_dp` (dp/ep ranks tp·ep apart) and `embedding` (first and
-    last stage of a pipeline). Arrays broadcast; evaluated once per distinct (tp, dp, pp, ep, k)."""
-    cols = np.broadcast_arrays(*(np.asarray(a, dtype=np.int64) for a in (tp, dp, pp, ep, k)))
+    `tp` (consecutive), `cp` (the context-parallel ring, tp apart), `dp` (the dp·cp ranks that
+    reduce gradients, tp apart), `pp` (a pipeline chain, tp·cp·dp apart), `ep` (ep consecutive
+    dp ranks), `expert_dp` (dp/ep ranks tp·ep apart) and `embedding` (first and last stage of a
+    pipeline). Arrays broadcast; evaluated once per distinct (tp, dp, pp, ep, k, cp)."""
+    cols = np.broadcast_arrays(*(np.asarray(a, dtype=np.int64) for a in (tp, dp, pp, ep, k, cp)))
     shape = cols[0].shape
     flat = [c.ravel() for c in cols]
     inverse, uniq = _distinct(flat)
-    u_tp, u_dp, u_pp, u_ep, u_k = uniq
-    out = _shapes(u_tp, u_dp, u_pp, u_ep, u_k)
+    u_tp, u_dp, u_pp, u_ep, u_k, u_cp = uniq
+    out = _shapes(u_tp, u_dp, u_pp, u_ep, u_k, u_cp)
     return {
         name: Shape(
             *(
@@ -162,11 +170,11 @@ def _distinct(cols: list[IntArray]) -> tuple[IntArray, list[IntArray]]:
 
 
 def _shapes(
-    tp: IntArray, dp: IntArray, pp: IntArray, ep: IntArray, k: IntArray
+    tp: IntArray, dp: IntArray, pp: IntArray, ep: IntArray, k: IntArray, cp: IntArray
 ) -> dict[str, Shape]:
-    gpus = tp * dp * pp
+    gpus = tp * cp * dp * pp
     one = np.ones_like(gpus)
-    stage = tp * dp
+    stage = tp * cp * dp
     edp = np.maximum(dp // np.maximum(ep, 1), 1)
     chain = worst_shape(pp, stage, gpus, stage, one, k)
     # A pipeline send crosses rails when its two ends sit in different domains at different
@@ -174,8 +182,9 @@ def _shapes(
     # (the wrap-around send of the interleaved schedule spans (pp-1)·stage, covered alike).
     chain = replace(chain, cross_rail=np.asarray((chain.domains > 1) & (stage % k != 0)))
     return {
-        "tp": worst_shape(tp, one, tp, one, dp * pp, k),
-        "dp": worst_shape(dp, tp, stage, tp, pp, k),
+        "tp": worst_shape(tp, one, tp, one, cp * dp * pp, k),
+        "cp": worst_shape(cp, tp, tp * cp, tp, dp * pp, k),
+        "dp": worst_shape(dp * cp, tp, stage, tp, pp, k),
         "pp": chain,
         "ep": worst_shape(ep, tp, tp * ep, tp, edp * pp, k),
         "expert_dp": worst_shape(edp, tp * ep, stage, tp * ep, pp, k),

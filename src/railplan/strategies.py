@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from railplan.errors import RailplanError
-from railplan.specs import RECOMPUTE_CODES, Model, Strategy
+from railplan.specs import RECOMPUTE_CODES, ZERO_SCHEDULE_CODES, Model, Strategy
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -42,10 +42,27 @@ class StrategyArrays:
     overlap_tp: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
     overlap_p2p: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
     grad_accumulation_fusion: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
+    cp: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
+    first_stage_layers: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
+    last_stage_layers: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
+    zero_schedule: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def grad_ranks(self) -> IntArray:
+        """Ranks that hold the same weights and reduce their gradients (and shard ZeRO state):
+        the dp·cp ranks (Megatron-Core's data-parallel group with context parallelism)."""
+        return np.asarray(self.dp * self.cp)
+
+    @property
+    def zero_sharding(self) -> IntArray:
+        """The ZeRO stage as memory and communication see it: ZeRO-2/3 with `zero_schedule` =
+        step (code 1) keep weights and gradients whole across the micro-batches, so only the
+        optimizer state stays sharded, as in ZeRO-1."""
+        return np.asarray(np.where((self.zero >= 2) & (self.zero_schedule == 1), 1, self.zero))
 
     @property
     def micro_batches(self) -> IntArray:
@@ -67,6 +84,7 @@ class StrategyArrays:
         cols = [np.ravel(c) for c in np.broadcast_arrays(*self.columns())]
         v = {f.name: int(c[i]) for f, c in zip(fields(self), cols, strict=True)}
         code_to_name = {c: n for n, c in RECOMPUTE_CODES.items()}
+        schedule = {c: n for n, c in ZERO_SCHEDULE_CODES.items()}
         return Strategy(
             tp=v["tp"],
             pp=v["pp"],
@@ -83,6 +101,10 @@ class StrategyArrays:
             overlap_tp=bool(v["overlap_tp"]),
             overlap_p2p=bool(v["overlap_p2p"]),
             grad_accumulation_fusion=bool(v["grad_accumulation_fusion"]),
+            cp=v["cp"],
+            first_stage_layers=v["first_stage_layers"],
+            last_stage_layers=v["last_stage_layers"],
+            zero_schedule=schedule[v["zero_schedule"]],
         )
 
 
@@ -111,19 +133,84 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         overlap_tp=col(lambda s: int(s.overlap_tp)),
         overlap_p2p=col(lambda s: int(s.overlap_p2p)),
         grad_accumulation_fusion=col(lambda s: int(s.grad_accumulation_fusion)),
+        cp=col(lambda s: s.cp),
+        first_stage_layers=col(lambda s: s.first_stage_layers),
+        last_stage_layers=col(lambda s: s.last_stage_layers),
+        zero_schedule=col(lambda s: ZERO_SCHEDULE_CODES[s.zero_schedule]),
     )
+
+
+def stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
+    """Transformer layers of the `first`, the fullest `middle` and the `last` pipeline stage,
+    and their `max` and `mean` (layers/pp). Unless given (`first_stage_layers`,
+    `last_stage_layers`, as Megatron's --decoder-first/last-pipeline-num-layers), the layers are
+    spread so that stages differ by at most one, the extra layers on the middle stages first
+    (the end stages also hold the embedding and the LM head). With pp = 1 the one stage is
+    both first and last."""
+    pp = np.maximum(s.pp, 1).astype(np.int64)
+    layers = model.layers
+    given_f, given_l = s.first_stage_layers, s.last_stage_layers
+    # Layers left for the stages not given, spread evenly with remainder r.
+    fixed = np.where(given_f > 0, 1, 0) + np.where(given_l > 0, 1, 0)
+    free_stages = np.maximum(pp - fixed, 1)
+    free_layers = layers - given_f - given_l
+    base, r = free_layers // free_stages, free_layers % free_stages
+    # Stages not given: the r extra layers go to middle stages first, then to the ends.
+    middles = np.maximum(pp - 2, 0)
+    mid_extra = np.minimum(r, middles)
+    end_extra = r - mid_extra  # left for the free end stages (0, 1 or 2 of them)
+    first_free, last_free = given_f == 0, given_l == 0
+    first = np.where(first_free, base + np.where(end_extra >= 1, 1, 0), given_f)
+    last_extra = np.where(first_free, end_extra - 1, end_extra) >= 1
+    last = np.where(last_free, base + np.where(last_extra, 1, 0), given_l)
+    middle = np.where(middles > 0, base + np.where(mid_extra > 0, 1, 0), 0)
+    one = pp == 1
+    first = np.where(one, layers, first)
+    last = np.where(one, layers, last)
+    middle = np.where(one, 0, middle)
+    f = [np.asarray(x, dtype=np.float64) for x in (first, middle, last)]
+    return {
+        "first": f[0],
+        "middle": f[1],
+        "last": f[2],
+        "max": np.asarray(np.maximum(np.maximum(f[0], f[1]), f[2])),
+        "mean": np.asarray(layers / pp.astype(np.float64)),
+    }
 
 
 # Each rule: (field named in the error, predicate of validity, what is allowed).
 def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]]:
     """Structural validity rules, vectorized. Every rule is one allowed-values statement."""
     per_replica = s.global_batch // np.maximum(s.dp, 1)
-    layers_per_stage = model.layers // np.maximum(s.pp, 1)
+    st = stage_layers(model, s)
+    fixed = (s.first_stage_layers > 0).astype(np.int64) + (s.last_stage_layers > 0)
+    rest_layers = model.layers - s.first_stage_layers - s.last_stage_layers
+    rest_stages = s.pp - fixed
+    v = np.maximum(s.interleave, 1)
+    stages_divide = (
+        (st["first"] % v == 0) & (st["last"] % v == 0) & ((s.pp <= 2) | (st["middle"] % v == 0))
+    )
+    chunks = 2 * s.cp  # causal load balancing: each sequence in 2·cp chunks (Megatron-Core)
     return [
         ("tp", model.heads % s.tp == 0, f"tp must divide heads ({model.heads})"),
         ("tp", model.kv_heads_ % s.tp == 0, f"tp must divide kv_heads ({model.kv_heads_})"),
         ("pp", s.pp <= model.layers, f"pp must be at most layers ({model.layers})"),
-        ("pp", model.layers % s.pp == 0, f"pp must divide layers ({model.layers})"),
+        (
+            "first_stage_layers",
+            ((s.first_stage_layers == 0) & (s.last_stage_layers == 0)) | (s.pp > 1),
+            "first/last_stage_layers need pp > 1",
+        ),
+        (
+            "first_stage_layers",
+            (fixed == 0)
+            | np.where(
+                rest_stages > 0,
+                (rest_layers >= rest_stages) & (rest_layers % np.maximum(rest_stages, 1) == 0),
+                rest_layers == 0,
+            ),
+            f"first_stage_layers + last_stage_layers must leave the other stages an equal "
+            f"number (≥ 1) of the {model.layers} layers (as Megatron requires)",
+        ),
         ("global_batch", s.global_batch % s.dp == 0, "global_batch must be a multiple of dp"),
         (
             "micro_batch",
@@ -132,8 +219,9 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
         ),
         (
             "interleave",
-            layers_per_stage % s.interleave == 0,
-            "interleave must divide the layers per stage (layers / pp)",
+            (v == 1) | stages_divide,
+            "interleave must divide the layers of every pipeline stage (Megatron builds equal "
+            "virtual chunks; stages that differ by one layer cannot be interleaved)",
         ),
         ("interleave", (s.interleave == 1) | (s.pp > 1), "interleave > 1 needs pp > 1"),
         (
@@ -141,10 +229,15 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
             (s.interleave == 1) | (s.micro_batches % s.pp == 0),
             "interleaved schedule needs micro-batches per replica to be a multiple of pp",
         ),
-        ("zero", (s.zero <= 1) | (s.pp == 1), "ZeRO stage 2-3 needs pp = 1"),
+        (
+            "cp",
+            (s.cp == 1) | (model.seq % chunks == 0),
+            f"cp must divide seq ({model.seq}) into 2·cp chunks (causal load balancing)",
+        ),
         ("ep", (s.ep == 1) | (model.experts > 1), "ep > 1 needs an MoE model (experts > 1)"),
         ("ep", model.experts % s.ep == 0, f"ep must divide experts ({model.experts})"),
         ("ep", s.dp % s.ep == 0, "ep must divide dp (expert-parallel ranks come from dp)"),
+        ("ep", (s.ep == 1) | (s.cp == 1), "ep > 1 with cp > 1 is not modelled; use one of them"),
     ]
 
 
@@ -161,8 +254,8 @@ def check(model: Model, s: StrategyArrays, gpus: int | None = None) -> None:
     if gpus is not None and int(s.gpus) != gpus:
         raise RailplanError(
             "gpus",
-            f"tp·pp·dp = {int(s.tp)}·{int(s.pp)}·{int(s.dp)} = {int(s.gpus)} "
-            f"but gpus = {gpus}; tp·pp·dp must equal gpus",
+            f"tp·cp·pp·dp = {int(s.tp)}·{int(s.cp)}·{int(s.pp)}·{int(s.dp)} = {int(s.gpus)} "
+            f"but gpus = {gpus}; tp·cp·pp·dp must equal gpus",
         )
     for name, ok, allowed in validity(model, s):
         if not bool(np.all(ok)):

@@ -10,6 +10,8 @@ from railplan.specs.base import Spec
 
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
+ZeroSchedule = Literal["micro_batch", "step"]
+ZERO_SCHEDULE_CODES: dict[str, int] = {"micro_batch": 0, "step": 1}
 
 
 class Strategy(Spec):
@@ -29,6 +31,13 @@ class Strategy(Spec):
     for bf16; 2: bf16/fp16 reduction). `ep` experts-parallel ranks are taken from the dp ranks
     (DeepSpeed-MoE / Megatron-core): experts are sharded over ep, and expert weights are
     data-parallel over dp/ep.
+    `cp` context-parallel ranks split every sequence (Megatron-Core ring attention); the GPUs
+    are tp·cp·pp·dp and gradients are reduced over the dp·cp ranks.
+    `first_stage_layers` / `last_stage_layers` (0 = spread evenly) fix the layers of the first
+    and last pipeline stage (Megatron `--decoder-first/last-pipeline-num-layers`).
+    `zero_schedule` says when ZeRO-2/3 communicate: `micro_batch` (FSDP and DeepSpeed's default:
+    weights gathered before, gradients reduce-scattered after every micro-batch's pass) or
+    `step` (once per step, weights and gradients kept whole across the micro-batches).
     """
 
     tp: PositiveInt = 1
@@ -55,10 +64,14 @@ class Strategy(Spec):
         default=True,
         description="weight-gradient GEMMs accumulate into the main-grad buffer (no extra pass)",
     )
+    cp: PositiveInt = Field(default=1, description="context-parallel degree (ring attention)")
+    first_stage_layers: int = Field(default=0, ge=0, description="0 = spread layers evenly")
+    last_stage_layers: int = Field(default=0, ge=0, description="0 = spread layers evenly")
+    zero_schedule: ZeroSchedule = "micro_batch"
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
 
     @property
     def micro_batches(self) -> int:

@@ -16,6 +16,11 @@ Megatron-LM's pattern (Shoeybi 2019, Narayanan 2021, Korthikanti 2022):
   are reduced over dp/ep ranks only.
 - EP (MoE): per MoE layer and micro-batch, all-to-all dispatch and combine forward, their
   gradients backward (DeepSpeed-MoE, GShard), among ep ranks spaced tp apart.
+- CP (context parallelism, Megatron-Core ring attention): each GPU holds s/cp tokens of every
+  sequence; per layer and micro-batch the K/V block of its chunk goes around the cp ring
+  (cp − 1 sends forward; backward sends K/V again and the K/V gradients, 2·(cp − 1); a
+  recomputed attention runs the forward ring again). Activation messages of TP, PP and EP
+  carry s/cp tokens; gradients are reduced over the dp·cp ranks.
 """
 
 from __future__ import annotations
@@ -34,9 +39,33 @@ from railplan.workload.routing import slot_factor
 ACT_BYTES = 2.0  # bf16 activations
 
 
+def local_tokens(model: Model, s: StrategyArrays) -> FloatArray:
+    """Tokens of one micro-batch on one GPU: b·s/cp (context parallelism splits the sequence)."""
+    return np.asarray(model.seq * s.micro_batch.astype(float) / s.cp)
+
+
 def tp_message_bytes(model: Model, s: StrategyArrays) -> FloatArray:
-    """The buffer of one TP all-reduce (or all-gather result): b·s·h activations."""
-    return np.asarray(ACT_BYTES * model.seq * s.micro_batch.astype(float) * model.hidden)
+    """The buffer of one TP all-reduce (or all-gather result): b·s·h activations (s/cp)."""
+    return np.asarray(ACT_BYTES * local_tokens(model, s) * model.hidden)
+
+
+def cp_block_bytes(model: Model, s: StrategyArrays) -> FloatArray:
+    """Bytes one GPU sends to its ring successor per cp step: K and V of its b·s/cp tokens, for
+    its kv_heads/tp heads (GQA shrinks the block)."""
+    return np.asarray(2.0 * ACT_BYTES * local_tokens(model, s) * model.kv_dim / s.tp)
+
+
+def cp_steps_per_layer(s: StrategyArrays) -> dict[str, FloatArray]:
+    """Ring sends per layer and micro-batch, by pass (0 when cp = 1): forward cp − 1 K/V
+    blocks; backward cp − 1 K/V blocks and cp − 1 K/V-gradient blocks (the forward's blocks are
+    not kept: Megatron-Core docs, context_parallel.rst); recomputed attention (selective or
+    full) reruns the forward ring."""
+    steps = (s.cp - 1).astype(float)
+    return {
+        "forward": steps,
+        "recompute": np.where(s.recompute > 0, steps, 0.0),
+        "backward": 2.0 * steps,
+    }
 
 
 def tp_ops_per_layer(s: StrategyArrays) -> dict[str, FloatArray]:
@@ -79,8 +108,10 @@ def dp_schedule(s: StrategyArrays) -> dict[str, dict[str, FloatArray]]:
     at the end; 2: gradients reduce-scattered after every backward pass (DeepSpeed), weights
     gathered at the end; 3: weights gathered before every forward and backward pass (again for
     a recomputed forward), gradients reduce-scattered after every backward pass (Rajbhandari
-    et al. 2020)."""
-    z = s.zero
+    et al. 2020). With `zero_schedule` = step, ZeRO 2/3 keep weights and gradients whole across
+    the micro-batches and communicate once per step like ZeRO 1 (Megatron-Core's distributed
+    optimizer with pipelines)."""
+    z = s.zero_sharding
     zero, one = np.zeros(z.shape), np.ones(z.shape)
     recomputed = (s.recompute == FULL).astype(float)
     return {
@@ -141,7 +172,7 @@ def embedding_gradient_bytes(model: Model, s: StrategyArrays) -> FloatArray:
 def ep_pair_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     """Bytes one GPU sends to each other expert-parallel rank in one all-to-all: its share of
     the b·s·top_k·capacity token slots (split over the tp ranks), h bf16 values each, / ep."""
-    slots = s.micro_batch.astype(float) * model.seq * model.top_k * slot_factor(model, s.ep)
+    slots = local_tokens(model, s) * model.top_k * slot_factor(model, s.ep)
     return np.asarray(slots / s.tp * model.hidden * ACT_BYTES / s.ep)
 
 

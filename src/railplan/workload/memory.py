@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from railplan.specs import GPU, Model
-from railplan.strategies import FULL, SELECTIVE, FloatArray, StrategyArrays
+from railplan.strategies import FULL, SELECTIVE, FloatArray, StrategyArrays, stage_layers
 from railplan.workload.routing import slot_factor
 
 GIB = float(1 << 30)
@@ -72,10 +72,12 @@ def layer_activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
 def activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     """Activation bytes of the first pipeline stage with its in-flight micro-batches."""
     per_layer = layer_activation_bytes(model, s)
-    layers_per_stage = model.layers / s.pp
+    st = stage_layers(model, s)
     in_flight = np.minimum(s.pp, s.micro_batches).astype(np.float64)
     interleave_factor = np.where(s.interleave > 1, 1.0 + (s.pp - 1) / (s.pp * s.interleave), 1.0)
-    kept = per_layer * layers_per_stage * in_flight * interleave_factor
+    # Uneven stages: the second stage (one micro-batch fewer in flight) may hold more.
+    second = st["middle"] * np.minimum(s.pp - 1, s.micro_batches)
+    kept = per_layer * np.maximum(st["first"] * in_flight, second) * interleave_factor
     # Full recompute: one layer's complete activations while it is being recomputed.
     full_layer = layer_activation_bytes(
         model, StrategyArrays(**{**s.__dict__, "recompute": np.zeros_like(s.recompute)})
@@ -94,10 +96,13 @@ def logits_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     return np.asarray(4.0 * model.seq * s.micro_batch * model.vocab / s.tp, dtype=np.float64)
 
 
-def dense_stage_params(model: Model, s: StrategyArrays, embedding: bool = True) -> FloatArray:
+def dense_stage_params(
+    model: Model, s: StrategyArrays, embedding: bool = True, layers: FloatArray | None = None
+) -> FloatArray:
     """Non-expert parameters one GPU of a stage holds: its layers' attention, norms, dense MLPs
-    and routers, plus (first and last stage, `embedding`) the vocabulary matrix, split by tp."""
-    layers = model.layers / s.pp
+    and routers, plus (first and last stage, `embedding`) the vocabulary matrix, split by tp.
+    `layers`: the stage's layers (default: the fullest stage's)."""
+    layers = stage_layers(model, s)["max"] if layers is None else layers
     moe_share = model.moe_layers / model.layers
     per_layer = model.layer_params() - moe_share * model.mlp_params_dense()
     per_layer += moe_share * model.hidden * model.experts  # router
@@ -107,8 +112,9 @@ def dense_stage_params(model: Model, s: StrategyArrays, embedding: bool = True) 
 
 
 def expert_stage_params(model: Model, s: StrategyArrays) -> FloatArray:
-    """Expert parameters one GPU holds: its stage's MoE layers × experts/ep experts, split by tp."""
-    moe_layers = model.moe_layers / s.pp
+    """Expert parameters one GPU holds: its stage's MoE layers × experts/ep experts, split by tp
+    (the fullest stage's share of MoE layers)."""
+    moe_layers = model.moe_layers / model.layers * stage_layers(model, s)["max"]
     return np.asarray(
         moe_layers * (model.experts / s.ep) * model.expert_params() / s.tp, dtype=np.float64
     )
@@ -121,17 +127,20 @@ def stage_params(model: Model, s: StrategyArrays) -> FloatArray:
 
 def memory(model: Model, s: StrategyArrays) -> Memory:
     """Memory per GPU of the most loaded stage (the first with 1F1B; the last if logits
-    dominate), with ZeRO stage 1/2/3 sharding optimizer states / gradients / weights over dp."""
+    dominate), with ZeRO stage 1/2/3 sharding optimizer states / gradients / weights over the
+    dp·cp ranks (`zero_sharding`: ZeRO-2/3 once per step keep weights and gradients whole).
+    Context parallelism divides every activation by cp (each GPU holds s/cp tokens)."""
     params = stage_params(model, s)
-    dp = s.dp.astype(np.float64)
-    weights = params * WEIGHT_BYTES / np.where(s.zero >= 3, dp, 1.0)
-    grads = params * s.grad_reduce_bytes / np.where(s.zero >= 2, dp, 1.0)
-    optimizer = params * OPTIMIZER_BYTES / np.where(s.zero >= 1, dp, 1.0)
+    dp = s.grad_ranks.astype(np.float64)
+    z = s.zero_sharding
+    weights = params * WEIGHT_BYTES / np.where(z >= 3, dp, 1.0)
+    grads = params * s.grad_reduce_bytes / np.where(z >= 2, dp, 1.0)
+    optimizer = params * OPTIMIZER_BYTES / np.where(z >= 1, dp, 1.0)
     first = activation_bytes(model, s)
-    last_stage_acts = layer_activation_bytes(model, s) * model.layers / s.pp + logits_bytes(
-        model, s
-    )
-    acts = np.maximum(first, last_stage_acts)
+    last_stage_acts = layer_activation_bytes(model, s) * stage_layers(model, s)[
+        "last"
+    ] + logits_bytes(model, s)
+    acts = np.maximum(first, last_stage_acts) / s.cp
     reserved = np.full_like(acts, RESERVED_BYTES)
     total = weights + grads + optimizer + acts + reserved
     return Memory(weights, grads, optimizer, acts, reserved, total)
