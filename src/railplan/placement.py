@@ -4,8 +4,10 @@ Physical GPUs are numbered 0…N−1 and fill HB domains of K GPUs in turn: GPU 
 domain g // K at local rank (rail) g % K (SYSTEM.md vocabulary: rail i = GPU i of every domain).
 
 A placement is a mixed-radix numbering of the logical grid. `order` names the dimensions from
-fastest to slowest; Megatron-LM's default is tp fastest, then dp, then pp (Shoeybi 2019,
-Narayanan 2021 §3: tensor-parallel ranks share a server, pipeline stages are furthest apart).
+fastest to slowest; Megatron-LM's default is tp fastest, then cp, then dp, then pp (Shoeybi 2019,
+Narayanan 2021 §3: tensor-parallel ranks share a server, pipeline stages are furthest apart;
+Megatron-Core puts the context-parallel ranks next to tp, order tp-cp-ep-dp-pp). An order that
+leaves out cp places it right after tp.
 Expert parallelism (`ep`) is a hook for MoE work and is 1 for dense models.
 
 This module also turns placed rank groups into the edges a collective algorithm uses (ring, or
@@ -30,13 +32,15 @@ BoolArray = npt.NDArray[np.bool_]
 
 DIMS: tuple[str, ...] = ("tp", "dp", "pp")
 MEGATRON_ORDER: tuple[str, ...] = ("tp", "dp", "pp")
+CP_DIMS: tuple[str, ...] = ("tp", "cp", "dp", "pp")
 PLACEMENTS: tuple[str, ...] = ("megatron", "rail-aligned")
 
 
 @dataclass(frozen=True)
 class Placement:
-    """GPU id of every logical rank: `gpu[p, d, t]` for pipeline stage p, data-parallel rank d,
-    tensor-parallel rank t. `hb_domain` is K."""
+    """GPU id of every logical rank: `gpu[p, r, t]` for pipeline stage p, tensor-parallel rank
+    t and r = d·cp + c for data-parallel rank d and context-parallel rank c (r = d when cp = 1).
+    `hb_domain` is K."""
 
     tp: int
     pp: int
@@ -44,10 +48,11 @@ class Placement:
     hb_domain: int
     order: tuple[str, ...]
     gpu: IntArray
+    cp: int = 1
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
 
     def domain(self, ids: IntArray) -> IntArray:
         """HB domain of each GPU id."""
@@ -60,20 +65,27 @@ class Placement:
     def groups(self, kind: str) -> IntArray:
         """Communication groups as rows of GPU ids, members in logical rank order.
 
-        `tp`: one row per (stage, dp rank); `dp`: one per (stage, tp rank); `pp`: the pipeline
-        of each (dp rank, tp rank), stage 0 first; `embedding`: first and last stage of each
-        pipeline (tied embeddings)."""
+        `tp`: one row per (stage, dp rank, cp rank); `dp`: the dp·cp ranks that reduce
+        gradients, one row per (stage, tp rank); `cp`: the context-parallel ring of each (stage,
+        dp rank, tp rank); `pp`: the pipeline of each (dp, cp, tp rank), stage 0 first;
+        `embedding`: first and last stage of each pipeline (tied embeddings)."""
         g = self.gpu
+        r = self.dp * self.cp
         if kind == "tp":
-            return np.asarray(g.reshape(self.pp * self.dp, self.tp))
+            return np.asarray(g.reshape(self.pp * r, self.tp))
         if kind == "dp":
-            return np.asarray(g.transpose(0, 2, 1).reshape(self.pp * self.tp, self.dp))
+            return np.asarray(g.transpose(0, 2, 1).reshape(self.pp * self.tp, r))
+        if kind == "cp":
+            grid = g.reshape(self.pp, self.dp, self.cp, self.tp)
+            return np.asarray(grid.transpose(0, 1, 3, 2).reshape(-1, self.cp))
         if kind == "pp":
-            return np.asarray(g.transpose(1, 2, 0).reshape(self.dp * self.tp, self.pp))
+            return np.asarray(g.transpose(1, 2, 0).reshape(r * self.tp, self.pp))
         if kind == "embedding":
             chains = self.groups("pp")
             return np.asarray(chains[:, [0, -1]])
-        raise RailplanError("kind", f"{kind!r} is not a group kind; choose tp, dp, pp, embedding")
+        raise RailplanError(
+            "kind", f"{kind!r} is not a group kind; choose tp, dp, cp, pp, embedding"
+        )
 
 
 def expert_groups(p: Placement, ep: int) -> tuple[IntArray, IntArray]:
@@ -83,6 +95,11 @@ def expert_groups(p: Placement, ep: int) -> tuple[IntArray, IntArray]:
     of expert rank e are data-parallel over the dp/ep ranks with d % ep == e (tp·ep apart)."""
     if ep < 1 or p.dp % ep:
         raise RailplanError("ep", f"must divide dp ({p.dp})")
+    if p.cp > 1:
+        if ep > 1:
+            raise RailplanError("ep", "ep > 1 with cp > 1 is not modelled; use one of them")
+        # ep = 1: every rank is its own EP group; experts reduce over the dp·cp ranks.
+        return np.asarray(p.gpu.reshape(-1, 1)), p.groups("dp")
     g = p.gpu.reshape(p.pp, p.dp // ep, ep, p.tp)
     ep_groups = g.transpose(0, 1, 3, 2).reshape(-1, ep)
     edp_groups = g.transpose(0, 2, 3, 1).reshape(-1, p.dp // ep)
@@ -102,41 +119,58 @@ def all_to_all_edges(groups: IntArray) -> Edges:
 
 
 def parse_order(text: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """`"tp,dp,pp"` → ('tp', 'dp', 'pp'): a permutation of tp, dp, pp, fastest first."""
+    """`"tp,dp,pp"` → ('tp', 'dp', 'pp'): a permutation of tp, dp, pp (and optionally cp),
+    fastest first."""
     items = text.split(",") if isinstance(text, str) else list(text)
     order = tuple(i.strip().lower() for i in items if i.strip())
-    if sorted(order) != sorted(DIMS):
+    if sorted(order) not in (sorted(DIMS), sorted(CP_DIMS)):
         raise RailplanError(
             "order",
-            f"{','.join(order) or '(empty)'} is not allowed; give each of tp, dp, pp once, "
-            "fastest first (e.g. tp,dp,pp)",
+            f"{','.join(order) or '(empty)'} is not allowed; give each of tp, dp, pp (and "
+            "optionally cp) once, fastest first (e.g. tp,dp,pp or tp,cp,dp,pp)",
         )
     return order
 
 
-def _check_sizes(tp: int, pp: int, dp: int, hb_domain: int) -> None:
-    for field, value in (("tp", tp), ("pp", pp), ("dp", dp), ("hb_domain", hb_domain)):
+def _with_cp(order: tuple[str, ...]) -> tuple[str, ...]:
+    """The order with cp in it: right after tp when the order leaves it out."""
+    if "cp" in order:
+        return order
+    i = order.index("tp") + 1
+    return (*order[:i], "cp", *order[i:])
+
+
+def _check_sizes(tp: int, pp: int, dp: int, hb_domain: int, cp: int = 1) -> None:
+    for field, value in (("tp", tp), ("pp", pp), ("dp", dp), ("hb_domain", hb_domain), ("cp", cp)):
         if int(value) < 1:
             raise RailplanError(field, "must be a positive integer")
 
 
 def place(
-    tp: int, pp: int, dp: int, hb_domain: int, order: tuple[str, ...] = MEGATRON_ORDER
+    tp: int,
+    pp: int,
+    dp: int,
+    hb_domain: int,
+    order: tuple[str, ...] = MEGATRON_ORDER,
+    cp: int = 1,
 ) -> Placement:
     """Number the ranks in `order` (fastest first): GPU id = Σ rank_dim · stride_dim, the
     stride of a dimension being the product of the sizes of the faster ones."""
-    _check_sizes(tp, pp, dp, hb_domain)
+    _check_sizes(tp, pp, dp, hb_domain, cp)
     order = parse_order(order)
-    sizes = {"tp": int(tp), "dp": int(dp), "pp": int(pp)}
+    sizes = {"tp": int(tp), "cp": int(cp), "dp": int(dp), "pp": int(pp)}
     strides: dict[str, int] = {}
     acc = 1
-    for dim in order:
+    for dim in _with_cp(order):
         strides[dim] = acc
         acc *= sizes[dim]
-    p = np.arange(pp, dtype=np.int64)[:, None, None] * strides["pp"]
-    d = np.arange(dp, dtype=np.int64)[None, :, None] * strides["dp"]
-    t = np.arange(tp, dtype=np.int64)[None, None, :] * strides["tp"]
-    return Placement(int(tp), int(pp), int(dp), int(hb_domain), order, np.asarray(p + d + t))
+    p = np.arange(pp, dtype=np.int64)[:, None, None, None] * strides["pp"]
+    d = np.arange(dp, dtype=np.int64)[None, :, None, None] * strides["dp"]
+    c = np.arange(cp, dtype=np.int64)[None, None, :, None] * strides["cp"]
+    t = np.arange(tp, dtype=np.int64)[None, None, None, :] * strides["tp"]
+    ids = np.asarray((p + d + c + t).reshape(int(pp), int(dp) * int(cp), int(tp)))
+    shown = _with_cp(order) if cp > 1 else order
+    return Placement(int(tp), int(pp), int(dp), int(hb_domain), shown, ids, int(cp))
 
 
 @dataclass(frozen=True)
@@ -253,6 +287,7 @@ def pattern(p: Placement, interleave: int = 1, embedding: bool = True) -> dict[s
         "tp": collective_edges(p.groups("tp"), p.hb_domain),
         "dp": collective_edges(p.groups("dp"), p.hb_domain),
         "pp": pipeline_edges(p.groups("pp"), interleave),
+        "cp": ring_edges(p.groups("cp"), 1.0),
     }
     if embedding and p.pp > 1:
         out["embedding"] = collective_edges(p.groups("embedding"), p.hb_domain)
@@ -268,24 +303,31 @@ def cross_rail_edges(p: Placement, interleave: int = 1, embedding: bool = True) 
 
 
 def rail_aligned(
-    tp: int, pp: int, dp: int, hb_domain: int, interleave: int = 1, embedding: bool = True
+    tp: int,
+    pp: int,
+    dp: int,
+    hb_domain: int,
+    interleave: int = 1,
+    embedding: bool = True,
+    cp: int = 1,
 ) -> Placement:
     """A placement whose NIC-domain edges all join GPUs of the same local rank.
 
     Tries the dimension orders, Megatron's first, and returns the first with no cross-rail
     edge; raises a one-line RailplanError when none exists (e.g. tp not dividing K with
     groups straddling domains)."""
-    _check_sizes(tp, pp, dp, hb_domain)
-    orders = [MEGATRON_ORDER] + [
-        o for o in itertools.permutations(DIMS) if tuple(o) != MEGATRON_ORDER
-    ]
+    _check_sizes(tp, pp, dp, hb_domain, cp)
+    dims = DIMS if cp == 1 else CP_DIMS
+    first = MEGATRON_ORDER if cp == 1 else CP_DIMS
+    orders = [first] + [o for o in itertools.permutations(dims) if tuple(o) != first]
     for order in orders:
-        p = place(tp, pp, dp, hb_domain, tuple(order))
+        p = place(tp, pp, dp, hb_domain, tuple(order), cp)
         if cross_rail_edges(p, interleave, embedding) == 0:
             return p
     raise RailplanError(
         "placement",
-        f"no rail-aligned placement of tp={tp}, pp={pp}, dp={dp} on HB domains of K={hb_domain} "
+        f"no rail-aligned placement of tp={tp}, cp={cp}, pp={pp}, dp={dp} on HB domains of "
+        f"K={hb_domain} "
         "(every dimension order sends NIC bytes across rails); choose tp, dp, pp so that "
         "tp divides K and tp·dp is a multiple or divisor of K, or use --placement megatron",
     )
@@ -300,6 +342,7 @@ def build_placement(
     order: str | tuple[str, ...] | None = None,
     interleave: int = 1,
     embedding: bool = True,
+    cp: int = 1,
 ) -> Placement:
     """`megatron` (optionally with a user `order`) or `rail-aligned`."""
     if kind not in PLACEMENTS:
@@ -309,5 +352,5 @@ def build_placement(
     if kind == "rail-aligned":
         if order is not None:
             raise RailplanError("order", "cannot be combined with --placement rail-aligned")
-        return rail_aligned(tp, pp, dp, hb_domain, interleave, embedding)
-    return place(tp, pp, dp, hb_domain, parse_order(order) if order else MEGATRON_ORDER)
+        return rail_aligned(tp, pp, dp, hb_domain, interleave, embedding, cp)
+    return place(tp, pp, dp, hb_domain, parse_order(order) if order else MEGATRON_ORDER, cp)

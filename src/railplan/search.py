@@ -2,11 +2,14 @@
 
 The candidates are built with numpy, never one Python call per configuration:
 
-1. *rows* — the valid (tp, pp, micro_batch, interleave, zero) tuples: tp divides gpus, heads and
-   kv_heads; pp divides gpus/tp and layers; dp = gpus/(tp·pp) divides the global batch; the
-   micro-batch divides the per-replica batch; the interleave divides the layers per stage (and,
-   when > 1, needs pp > 1 and a multiple of pp micro-batches); ZeRO 2-3 need pp = 1, and ZeRO
-   stages with dp = 1 are skipped (identical to no ZeRO).
+1. *rows* — the valid (tp, cp, pp, micro_batch, interleave, zero, ep) tuples: tp divides gpus,
+   heads and kv_heads; cp splits the sequence into 2·cp chunks; pp is at most the layers (layers
+   spread so that stages differ by at most one: `strategies.stage_layers`); dp =
+   gpus/(tp·cp·pp) divides the global batch; the micro-batch divides the per-replica batch; the
+   interleave divides the layers of every stage (and, when > 1, needs pp > 1 and a multiple of
+   pp micro-batches); ZeRO stages with dp·cp = 1 are skipped (identical to no ZeRO); ZeRO-2/3
+   run per micro-batch (once per step they equal ZeRO-1). Fixed values (`SearchSpace`) narrow
+   every dimension.
 2. *columns* — the (recompute, sequence_parallel) pairs; sequence parallelism with tp = 1 is
    skipped (identical to none).
 
@@ -42,6 +45,7 @@ class SearchSpace:
 
     `zero` lists the ZeRO stages tried; `overlap_dp` and `grad_reduce_bytes` are fixed settings
     of the software stack rather than choices (overlapping the gradient reduction never hurts).
+    `uneven_pp` lets pp be any value up to the layers (False: pp divides the layers).
     """
 
     tp: tuple[int, ...] | None = None
@@ -54,9 +58,12 @@ class SearchSpace:
     zero: tuple[int, ...] = (0, 1, 2, 3)
     overlap_dp: bool = True
     grad_reduce_bytes: int = 4
+    cp: tuple[int, ...] | None = None
+    dp: tuple[int, ...] | None = None
+    uneven_pp: bool = True  # pp need not divide the layers
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "micro_batch", "interleave", "ep"):
+        for name in ("tp", "pp", "micro_batch", "interleave", "ep", "cp", "dp"):
             values = getattr(self, name)
             if values is not None and (not values or min(values) < 1):
                 raise RailplanError(name, "give positive integers")
@@ -73,8 +80,8 @@ class SearchSpace:
 
 # The strategy space of Megatron-LM as Calculon searches it (the paper's evaluation):
 # TP, PP, DP, interleaving, micro-batch, recompute (none / attention-only / full), sequence
-# parallelism, and the distributed optimizer (ZeRO-1); no ZeRO-2/3.
-MEGATRON_SPACE = SearchSpace(zero=(0, 1))
+# parallelism, and the distributed optimizer (ZeRO-1); no ZeRO-2/3, no context parallelism.
+MEGATRON_SPACE = SearchSpace(zero=(0, 1), cp=(1,), uneven_pp=False)
 
 
 @dataclass(frozen=True)
@@ -163,15 +170,19 @@ def _select(cols: dict[str, IntArray], keep: BoolArray) -> dict[str, IntArray]:
 def candidate_rows(
     model: Model, gpus: int, global_batch: int, space: SearchSpace
 ) -> dict[str, IntArray]:
-    """The valid (tp, pp, dp, micro_batch, interleave, zero, ep) tuples, as 1-d arrays."""
+    """The valid (tp, cp, pp, dp, micro_batch, interleave, zero, ep) tuples, as 1-d arrays."""
     tps = _allowed(divisors(gpus), space.tp)
     tps = tps[(model.heads % tps == 0) & (model.kv_heads_ % tps == 0)]
+    cps = _allowed(divisors(gpus), space.cp)
+    cps = cps[(cps == 1) | (model.seq % (2 * cps) == 0)]
     pps = _allowed(divisors(gpus), space.pp)
-    pps = pps[(pps <= model.layers) & (model.layers % pps == 0)]
-    rows = _cross({"tp": tps}, "pp", pps)
-    rows = _select(rows, gpus % (rows["tp"] * rows["pp"]) == 0)
-    rows["dp"] = gpus // (rows["tp"] * rows["pp"])
+    pps = pps[(pps <= model.layers) & (space.uneven_pp | (model.layers % pps == 0))]
+    rows = _cross(_cross({"tp": tps}, "cp", cps), "pp", pps)
+    rows = _select(rows, gpus % (rows["tp"] * rows["cp"] * rows["pp"]) == 0)
+    rows["dp"] = gpus // (rows["tp"] * rows["cp"] * rows["pp"])
     rows = _select(rows, global_batch % rows["dp"] == 0)
+    if space.dp is not None:
+        rows = _select(rows, np.isin(rows["dp"], space.dp))
 
     rows = _cross(rows, "micro_batch", _allowed(divisors(global_batch), space.micro_batch))
     per_replica = global_batch // rows["dp"]
@@ -180,19 +191,19 @@ def candidate_rows(
     rows = _cross(rows, "interleave", _allowed(divisors(model.layers), space.interleave))
     micro_batches = global_batch // (rows["dp"] * rows["micro_batch"])
     v, pp = rows["interleave"], rows["pp"]
-    rows = _select(
-        rows,
-        ((model.layers // pp) % v == 0) & ((v == 1) | ((pp > 1) & (micro_batches % pp == 0))),
-    )
+    # Interleaving needs equal virtual chunks: every stage the same layers, divisible by v.
+    even = (model.layers % pp == 0) & ((model.layers // pp) % v == 0)
+    rows = _select(rows, (v == 1) | (even & (pp > 1) & (micro_batches % pp == 0)))
 
     rows = _cross(rows, "zero", np.array(sorted(set(space.zero)), dtype=np.int64))
     z = rows["zero"]
-    rows = _select(rows, ((z <= 1) | (rows["pp"] == 1)) & ((z == 0) | (rows["dp"] > 1)))
+    rows = _select(rows, (z == 0) | (rows["dp"] * rows["cp"] > 1))
 
-    # MoE: expert-parallel degrees dividing the experts and dp (ep ranks come from dp).
+    # MoE: expert-parallel degrees dividing the experts and dp (ep ranks come from dp), and
+    # not combined with context parallelism (not modelled).
     eps = _allowed(divisors(model.experts), space.ep) if model.experts > 1 else np.ones(1, np.int64)
     rows = _cross(rows, "ep", eps)
-    return _select(rows, rows["dp"] % rows["ep"] == 0)
+    return _select(rows, (rows["dp"] % rows["ep"] == 0) & ((rows["ep"] == 1) | (rows["cp"] == 1)))
 
 
 def candidate_columns(space: SearchSpace) -> dict[str, IntArray]:
@@ -225,6 +236,7 @@ def _arrays(
         ep=r["ep"],
         overlap_dp=one * int(space.overlap_dp),
         grad_reduce_bytes=one * space.grad_reduce_bytes,
+        cp=r["cp"],
     )
 
 
@@ -283,6 +295,7 @@ def enumerate_and_evaluate(
         ep=rows["ep"][r],
         overlap_dp=np.full(len(r), int(space.overlap_dp), dtype=np.int64),
         grad_reduce_bytes=np.full(len(r), space.grad_reduce_bytes, dtype=np.int64),
+        cp=rows["cp"][r],
     )
     empty_f = np.zeros(0, dtype=np.float64)
     return Evaluated(

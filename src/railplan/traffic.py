@@ -1,4 +1,4 @@
-"""Bytes every GPU pair exchanges in one training iteration, by kind (tp, pp, dp, ep).
+"""Bytes every GPU pair exchanges in one training iteration, by kind (tp, pp, dp, ep, cp).
 
 Sizes and counts come only from `railplan.workload.comm` (the source the iteration-time model
 uses); who sends to whom comes from `railplan.placement` (ring, or hierarchical when a group
@@ -10,7 +10,9 @@ of its ZeRO stage (`comm.dp_schedule`: ZeRO 2/3 communicate every micro-batch); 
 embeddings: first and last stage all-reduce the embedding gradient (counted as `dp`: it is a
 gradient reduction). MoE (ep > 1): per MoE layer and micro-batch, uniform all-to-alls among
 the ep ranks (`ep`), and the expert gradients reduced over the dp/ep expert-data-parallel
-ranks (counted as `dp`).
+ranks (counted as `dp`). Context parallelism (cp > 1): per layer and micro-batch each GPU sends
+`comm.cp_steps_per_layer` K/V (and K/V-gradient) blocks to its successor on the cp ring (`cp`);
+gradients are reduced over the dp·cp ranks.
 
 Storage is sparse: COO arrays (src, dst, kind, bytes), coalesced per (src, dst, kind); per-kind
 scipy.sparse matrices on demand. Statistics use unordered pairs {i, j}, i < j, of distinct GPUs;
@@ -37,12 +39,13 @@ from railplan.placement import (
     cross_rail,
     expert_groups,
     pipeline_edges,
+    ring_edges,
 )
 from railplan.specs import Model, Strategy
 from railplan.strategies import StrategyArrays, check, from_strategies
 from railplan.workload import comm
 
-KINDS: tuple[str, ...] = ("tp", "pp", "dp", "ep")
+KINDS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "cp")
 KIND_CODE: dict[str, int] = {k: i for i, k in enumerate(KINDS)}
 
 IntArray = npt.NDArray[np.int64]
@@ -121,7 +124,11 @@ def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
         weights = comm.dp_weight_gather_bytes(model, s, embedding)
         return float(comm.dp_iteration_bytes(s, grad, weights))
 
+    cp_steps = comm.cp_steps_per_layer(s)
+    sends = float(cp_steps["forward"] + cp_steps["recompute"] + cp_steps["backward"])
     return {
+        # per ring edge: every layer's K/V (and gradient) blocks of every micro-batch
+        "cp": layers_per_stage * m * sends * float(comm.cp_block_bytes(model, s)),
         # each all-reduce (or SP reduce-scatter + all-gather) is two gather passes
         "tp": layers_per_stage * m * tp_d * (2.0 * all_reduces + gathers),
         "pp": m * float(comm.pp_message_bytes(model, s)),
@@ -165,9 +172,10 @@ def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
     """Bytes each GPU pair exchanges in one iteration of `strategy` placed by `p`."""
     s = from_strategies(strategy)
     check(model, s, p.gpus)
-    if (int(s.tp), int(s.pp), int(s.dp)) != (p.tp, p.pp, p.dp):
+    if (int(s.tp), int(s.pp), int(s.dp), int(s.cp)) != (p.tp, p.pp, p.dp, p.cp):
         raise RailplanError(
-            "placement", f"is for tp={p.tp}, pp={p.pp}, dp={p.dp}, not the strategy's sizes"
+            "placement",
+            f"is for tp={p.tp}, cp={p.cp}, pp={p.pp}, dp={p.dp}, not the strategy's sizes",
         )
     vol = kind_volumes(model, s)
     k = p.hb_domain
@@ -187,6 +195,8 @@ def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
     pieces.append(("dp", _scale(edp, edp_bytes)))
     ep, ep_bytes = ep_edges(model, s, p)
     pieces.append(("ep", _scale(ep, ep_bytes)))
+    if p.cp > 1:
+        pieces.append(("cp", _scale(ring_edges(p.groups("cp"), 1.0), vol["cp"])))
     src = np.concatenate([x[0] for _, x in pieces])
     dst = np.concatenate([x[1] for _, x in pieces])
     size = np.concatenate([x[2] for _, x in pieces])

@@ -70,14 +70,14 @@ def test_vectorized_equals_estimate(
 def brute_force(model: Model, gpus: int, batch: int) -> set[tuple[int, ...]]:
     """Every valid strategy by plain loops and the model's own validity rules."""
     out: set[tuple[int, ...]] = set()
-    for tp, pp in itertools.product(range(1, gpus + 1), repeat=2):
-        if gpus % (tp * pp):
+    for tp, pp, cp in itertools.product(range(1, gpus + 1), repeat=3):
+        if gpus % (tp * pp * cp):
             continue
-        dp = gpus // (tp * pp)
+        dp = gpus // (tp * pp * cp)
         for mb, v, rc, sp, z in itertools.product(
             range(1, batch + 1), range(1, model.layers + 1), (0, 1, 2), (0, 1), (0, 1, 2, 3)
         ):
-            if (sp and tp == 1) or (z and dp == 1):
+            if (sp and tp == 1) or (z and dp * cp == 1):
                 continue
             s = (
                 Strategy(
@@ -90,12 +90,13 @@ def brute_force(model: Model, gpus: int, batch: int) -> set[tuple[int, ...]]:
                     recompute=("none", "selective", "full")[rc],
                     sequence_parallel=bool(sp),
                     zero=z,
+                    cp=cp,
                 )
                 if batch % dp == 0
                 else None
             )
             if s is not None and bool(valid_mask(model, from_strategies(s))):
-                out.add((tp, pp, dp, v, mb, rc, sp, z))
+                out.add((tp, pp, dp, v, mb, rc, sp, z, cp))
     return out
 
 
@@ -104,7 +105,7 @@ def test_enumeration_is_complete_and_valid() -> None:
     ev = enumerate_and_evaluate(TINY, small_system(4), Network(), gpus, batch)
     s = ev.strategies
     assert bool(np.all(valid_mask(TINY, s)))
-    assert bool(np.all(s.tp * s.pp * s.dp == gpus))
+    assert bool(np.all(s.tp * s.cp * s.pp * s.dp == gpus))
     got = set(
         zip(
             *(
@@ -118,6 +119,7 @@ def test_enumeration_is_complete_and_valid() -> None:
                     s.recompute,
                     s.sequence_parallel,
                     s.zero,
+                    s.cp,
                 )
             ),
             strict=True,
@@ -243,7 +245,7 @@ def test_cli_search_table(cli) -> None:  # type: ignore[no-untyped-def]
     [
         (("--network", "spine"), "network"),
         (("--zero", "0,x"), "zero"),
-        (("--model", "gpt-1.7b", "--gpus", "7", "--global-batch", "3"), "gpus"),
+        (("--model", "gpt-1.7b", "--gpus", "29", "--global-batch", "3"), "gpus"),
         (("--gpus", "0"), "gpus"),
         (("--top", "0"), "top"),
         (("--model", "gpt-1t", "--gpus", "1", "--global-batch", "1"), "gpus"),

@@ -80,12 +80,12 @@ def test_local_processes_match_in_process(tmp_path: Path) -> None:
 
 
 def test_bad_point_is_recorded_not_fatal(tmp_path: Path) -> None:
-    s = SweepSpec.build(base=BASE, vary={"gpus": [16, 7]})
+    s = SweepSpec.build(base=BASE, vary={"gpus": [16, 29]})
     r = run_sweep(s, tmp_path / "e.csv", workers=1, progress=False)
     rows = {row["gpus"]: row for row in r.rows}
     assert rows[16]["error"] is None and rows[16]["iteration_s"] > 0
-    assert rows[7]["error"].startswith("no valid strategy (")  # 7 ∤ heads, batch 32
-    assert rows[7]["iteration_s"] is None and rows[7]["configurations_evaluated"] == 0
+    assert rows[29]["error"].startswith("no valid strategy (")  # 29 ∤ heads, > layers
+    assert rows[29]["iteration_s"] is None and rows[29]["configurations_evaluated"] == 0
 
 
 def test_parquet_when_pyarrow(tmp_path: Path) -> None:
@@ -305,7 +305,7 @@ def test_error_rows_are_retried_on_resume(tmp_path: Path, monkeypatch: pytest.Mo
         return real(*args, **kwargs)
 
     out = tmp_path / "f.csv"
-    s = SweepSpec.build(base=BASE, vary={"hb_domain": [1, 2, 4], "gpus": [16, 7]})
+    s = SweepSpec.build(base=BASE, vary={"hb_domain": [1, 2, 4], "gpus": [16, 29]})
     monkeypatch.setattr(railplan.search, "search", flaky)
     first = run_sweep(s, out, workers=1, progress=False)
     assert first.computed == 6 and first.failed == 1
@@ -314,11 +314,11 @@ def test_error_rows_are_retried_on_resume(tmp_path: Path, monkeypatch: pytest.Mo
     assert failed[0]["error"] == "gpus: simulated failure"
     monkeypatch.setattr(railplan.search, "search", real)
     again = run_sweep(s, out, workers=1, progress=False)
-    # the failed point is computed again; gpus=7 (no valid strategy) is an answer and is kept
+    # the failed point is computed again; gpus=29 (no valid strategy) is an answer and is kept
     assert again.computed == 1 and again.skipped == 5 and again.failed == 0
     assert len(again.rows) == 6 and len({r["key"] for r in again.rows}) == 6
     assert len(read_rows(out)) == 6
-    no_strategy = [r for r in again.rows if r["gpus"] == 7]
+    no_strategy = [r for r in again.rows if r["gpus"] == 29]
     assert len(no_strategy) == 3 and all(r["error"].startswith("no valid") for r in no_strategy)
 
 

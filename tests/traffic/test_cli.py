@@ -24,7 +24,7 @@ KEYS = {
 def test_traffic_json(cli: Any) -> None:
     r = cli.json(*BASE, "--tp", "4", "--pp", "2")
     assert set(r) >= KEYS
-    assert set(r["bytes_by_kind"]) == {"tp", "pp", "dp", "ep"}
+    assert set(r["bytes_by_kind"]) == {"tp", "pp", "dp", "ep", "cp"}
     assert r["bytes_by_kind"]["ep"] == 0
     assert r["hb_bytes"] + r["nic_bytes"] == pytest.approx(sum(r["bytes_by_kind"].values()))
     assert r["nic_cross_rail_bytes"] == 0

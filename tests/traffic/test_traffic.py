@@ -27,7 +27,8 @@ def analytical(model: Model, strategy: Strategy) -> dict[str, float]:
     A ring or hierarchical all-reduce of D over n ranks moves 2(n−1)·D bytes in all, an
     all-gather or reduce-scatter (n−1)·D."""
     s = from_strategies(strategy)
-    tp, pp, dp = strategy.tp, strategy.pp, strategy.dp
+    tp, pp, cp = strategy.tp, strategy.pp, strategy.cp
+    dp = strategy.dp * cp  # gradients are reduced over the dp·cp ranks
     m = float(s.micro_batches)
     ops = comm.tp_ops_per_layer(s)
     ar = float(ops["forward"] + ops["recompute"] + ops["backward"])
@@ -47,12 +48,15 @@ def analytical(model: Model, strategy: Strategy) -> dict[str, float]:
     # two passes, a reduce-scatter or all-gather one. ZeRO 2 reduce-scatters every micro-batch;
     # ZeRO 3 also gathers the weights for every forward and backward (and recomputed) pass.
     full = strategy.recompute == "full"
+    stage = strategy.zero
+    if stage >= 2 and strategy.zero_schedule == "step":
+        stage = 1  # once per step: ZeRO-2/3 communicate like ZeRO-1
     grad_passes, weight_passes = {
         0: (2.0, 0.0),
         1: (1.0, 1.0),
         2: (m, 1.0),
         3: (m, m * (2.0 + full)),
-    }[strategy.zero]
+    }[stage]
 
     def dp_one_group(embedding: bool) -> float:
         grad = float(comm.dp_gradient_bytes(model, s, embedding))
@@ -80,11 +84,16 @@ def analytical(model: Model, strategy: Strategy) -> dict[str, float]:
         * m
         * per_layer
     )
+    steps = comm.cp_steps_per_layer(s)
+    sends = float(steps["forward"] + steps["recompute"] + steps["backward"])
+    rings = tp * strategy.dp * pp  # cp ranks each, every one sending to its successor
+    cp_total = rings * cp * (model.layers / pp) * m * sends * float(comm.cp_block_bytes(model, s))
     return {
         "tp": tp_total,
         "pp": pp_total,
         "dp": tp * dp_stages + embed + expert_dp,
         "ep": ep_total,
+        "cp": cp_total if cp > 1 else 0.0,
     }
 
 
@@ -100,6 +109,8 @@ strategy_st: st.SearchStrategy[dict[str, Any]] = st.builds(
     sequence_parallel=st.booleans(),
     zero=st.sampled_from([0, 1, 2, 3]),
     grad_reduce_bytes=st.sampled_from([2, 4]),
+    cp=st.sampled_from([1, 2, 4]),
+    zero_schedule=st.sampled_from(["micro_batch", "step"]),
 )
 
 
@@ -107,15 +118,19 @@ strategy_st: st.SearchStrategy[dict[str, Any]] = st.builds(
 @given(
     cfg=strategy_st,
     k=st.sampled_from([1, 2, 4, 8, 16]),
-    order=st.permutations(["tp", "dp", "pp"]),
+    order=st.permutations(["tp", "cp", "dp", "pp"]),
     tied=st.booleans(),
 )
 def test_conservation(cfg: dict[str, Any], k: int, order: list[str], tied: bool) -> None:
+    """Every kind, with context parallelism, ZeRO-2/3 under pipelines and both ZeRO
+    schedules, moves exactly the bytes comm's sizes and counts say."""
     model = TINY if tied else UNTIED
     per_replica = int(cfg.pop("batch_per_replica"))
     strategy = Strategy.model_validate(cfg | {"global_batch": per_replica * int(cfg["dp"])})
     assume(bool(valid_mask(model, from_strategies(strategy))))
-    p = place(strategy.tp, strategy.pp, strategy.dp, k, tuple(order))
+    if strategy.cp == 1:
+        order = [o for o in order if o != "cp"]
+    p = place(strategy.tp, strategy.pp, strategy.dp, k, tuple(order), strategy.cp)
     t = traffic(model, strategy, p)
     st_ = stats(t)
     want = analytical(model, strategy)
@@ -131,9 +146,10 @@ def test_conservation(cfg: dict[str, Any], k: int, order: list[str], tied: bool)
         assert st_.nic_bytes_by_kind["tp"] == 0.0
     # Megatron-style alignment: no cross-rail bytes
     if (
-        order == ["tp", "dp", "pp"]
+        order in (["tp", "dp", "pp"], ["tp", "cp", "dp", "pp"])
         and k % strategy.tp == 0
-        and (strategy.tp * strategy.dp) % k == 0
+        and (strategy.tp * strategy.cp * strategy.dp) % k == 0
+        and (strategy.tp * strategy.cp) % k in (0, strategy.tp * strategy.cp)
     ):
         assert st_.nic_cross_rail_bytes == 0.0
 
@@ -163,7 +179,6 @@ def test_conservation_moe(
     tp: int, pp: int, ep_dp: tuple[int, int], recompute: str, zero: int, k: int
 ) -> None:
     ep, dp = ep_dp
-    assume(zero <= 1 or pp == 1)  # ZeRO 2/3 need pp = 1
     strategy = Strategy(
         tp=tp, pp=pp, dp=dp, ep=ep, global_batch=2 * dp, recompute=recompute, zero=zero
     )

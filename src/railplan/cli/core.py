@@ -10,8 +10,10 @@ from rich.console import Console
 from rich.table import Table
 
 from railplan.cli.options import (
+    CpOpt,
     DpOpt,
     EpOpt,
+    FirstStageLayersOpt,
     GlobalBatchOpt,
     GpusOpt,
     GradAccFusionOpt,
@@ -19,6 +21,7 @@ from railplan.cli.options import (
     HbTbpsOpt,
     InterleaveOpt,
     JsonOpt,
+    LastStageLayersOpt,
     ModelOpt,
     NetworkOpt,
     NicGbpsOpt,
@@ -29,12 +32,14 @@ from railplan.cli.options import (
     SequenceParallelOpt,
     SystemOpt,
     ZeroOpt,
+    ZeroScheduleOpt,
 )
 from railplan.errors import RailplanError
 from railplan.specs import ARCHITECTURES, Network, Strategy, System, load_model, load_system, names
 from railplan.specs.base import from_validation_error
 
 RECOMPUTE = ("none", "selective", "full")
+ZERO_SCHEDULES = ("micro_batch", "step")
 
 
 def _choice(field: str, value: str, allowed: tuple[str, ...]) -> str:
@@ -78,6 +83,8 @@ def build_network(network: str, oversubscription: float | None) -> Network:
 
 def build_strategy(**kwargs: Any) -> Strategy:
     _choice("recompute", kwargs["recompute"], RECOMPUTE)
+    if "zero_schedule" in kwargs:
+        _choice("zero_schedule", kwargs["zero_schedule"], ZERO_SCHEDULES)
     try:
         return Strategy.model_validate(kwargs)
     except Exception as err:
@@ -119,19 +126,23 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         nic_gbps: NicGbpsOpt = None,
         nics_per_gpu: NicsPerGpuOpt = None,
         as_json: JsonOpt = False,
+        cp: CpOpt = 1,
+        first_stage_layers: FirstStageLayersOpt = 0,
+        last_stage_layers: LastStageLayersOpt = 0,
+        zero_schedule: ZeroScheduleOpt = "micro_batch",
     ) -> None:
         """Predict one training iteration: time, MFU/HFU, memory, and where the time goes."""
         from railplan.estimate import estimate as run
 
         if gpus <= 0:
             raise RailplanError("gpus", "must be a positive integer")
-        for field, val in (("tp", tp), ("pp", pp)):
+        for field, val in (("tp", tp), ("pp", pp), ("cp", cp)):
             if val <= 0:
                 raise RailplanError(field, "must be a positive integer")
         if dp is None:
-            if gpus % (tp * pp):
-                raise RailplanError("gpus", f"must be a multiple of tp·pp = {tp * pp}")
-            dp = gpus // (tp * pp)
+            if gpus % (tp * cp * pp):
+                raise RailplanError("gpus", f"must be a multiple of tp·cp·pp = {tp * cp * pp}")
+            dp = gpus // (tp * cp * pp)
         m = load_model(model)
         sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu)
         net = build_network(network, oversubscription)
@@ -148,6 +159,10 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             overlap_dp=overlap_dp,
             ep=ep,
             grad_accumulation_fusion=grad_accumulation_fusion,
+            cp=cp,
+            first_stage_layers=first_stage_layers,
+            last_stage_layers=last_stage_layers,
+            zero_schedule=zero_schedule,
         )
         e = run(m, sy, strat, net, gpus=gpus)
         if as_json:

@@ -41,3 +41,27 @@ GradAccFusionOpt = Annotated[
         "micro-batch, as Megatron-LM of 2021)",
     ),
 ]
+CpOpt = Annotated[
+    int, typer.Option(help="context-parallel degree (ring attention); gpus = tp·cp·pp·dp")
+]
+FirstStageLayersOpt = Annotated[
+    int,
+    typer.Option(
+        help="layers of the first pipeline stage (0 = spread evenly; Megatron "
+        "--decoder-first-pipeline-num-layers)"
+    ),
+]
+LastStageLayersOpt = Annotated[
+    int,
+    typer.Option(
+        help="layers of the last pipeline stage (0 = spread evenly; Megatron "
+        "--decoder-last-pipeline-num-layers)"
+    ),
+]
+ZeroScheduleOpt = Annotated[
+    str,
+    typer.Option(
+        help="when ZeRO-2/3 gather and reduce-scatter: micro_batch (FSDP/DeepSpeed default) "
+        "| step (once per step)"
+    ),
+]

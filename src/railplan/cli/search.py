@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 
 def _strategy_text(s: dict[str, Any]) -> str:
     extra = []
+    if s.get("cp", 1) > 1:
+        extra.append(f"cp={s['cp']}")
+    if s.get("ep", 1) > 1:
+        extra.append(f"ep={s['ep']}")
     if s["interleave"] > 1:
         extra.append(f"v={s['interleave']}")
     if s["sequence_parallel"]:
@@ -104,6 +108,11 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         overlap_dp: OverlapDpOpt = True,
         top: Annotated[int, typer.Option(help="how many of the fastest to list")] = 5,
         as_json: JsonOpt = False,
+        tp: Annotated[str | None, typer.Option(help="fix tp (values, comma-separated)")] = None,
+        pp: Annotated[str | None, typer.Option(help="fix pp (values, comma-separated)")] = None,
+        dp: Annotated[str | None, typer.Option(help="fix dp (values, comma-separated)")] = None,
+        cp: Annotated[str | None, typer.Option(help="fix cp (values, comma-separated)")] = None,
+        ep: Annotated[str | None, typer.Option(help="fix ep (values, comma-separated)")] = None,
     ) -> None:
         """Find the fastest parallelization that fits in memory (and the time/memory Pareto set)."""
         from railplan.cli.core import build_network, build_system, print_json
@@ -115,13 +124,25 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         m = load_model(model)
         sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu)
         net = build_network(network, oversubscription)
-        space = SearchSpace(zero=tuple(int_list("zero", zero)), overlap_dp=overlap_dp)
+        def fixed(name: str, text: str | None) -> tuple[int, ...] | None:
+            return None if text is None else tuple(int_list(name, text))
+
+        space = SearchSpace(
+            zero=tuple(int_list("zero", zero)),
+            overlap_dp=overlap_dp,
+            tp=fixed("tp", tp),
+            pp=fixed("pp", pp),
+            dp=fixed("dp", dp),
+            cp=fixed("cp", cp),
+            ep=fixed("ep", ep),
+        )
         r = run(m, sy, net, gpus, global_batch, space, top=top)
         if r.configurations_evaluated == 0:
             raise RailplanError(
                 "gpus",
                 f"no valid strategy for {gpus} GPUs and global batch {global_batch}: "
-                "tp·pp·dp = gpus needs dp to divide the batch, tp the heads, pp the layers",
+                "tp·cp·pp·dp = gpus needs dp to divide the batch, tp the heads, pp at most "
+                "the layers, 2·cp to divide seq (and the fixed values to agree)",
             )
         if r.best is None:
             raise RailplanError(

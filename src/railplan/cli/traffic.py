@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from railplan.cli.options import (
+    CpOpt,
     DpOpt,
     EpOpt,
     GlobalBatchOpt,
@@ -47,7 +48,9 @@ def stats_table(title: str, r: dict[str, Any]) -> Table:
     table.add_column("value", justify="right")
     table.add_column("HB domain", justify="right")
     table.add_column("NIC domain", justify="right")
-    for k in KINDS:
+    # CP rows only when the run has context parallelism (the other kinds always show)
+    kinds = [k for k in KINDS if k != "cp" or r["bytes_by_kind"][k]]
+    for k in kinds:
         table.add_row(
             f"{k.upper()} bytes",
             f"{_bytes(r['bytes_by_kind'][k])} ({r['share_by_kind'][k]:.2%})",
@@ -65,7 +68,7 @@ def stats_table(title: str, r: dict[str, Any]) -> Table:
         "",
         "",
     )
-    for k in KINDS:
+    for k in kinds:
         table.add_row(
             f"  pairs carrying {k.upper()}", f"{r['pairs_by_kind_fraction'][k]:.4%}", "", ""
         )
@@ -122,8 +125,9 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             str | None, typer.Option(help="write src,dst,kind,bytes to FILE.csv or FILE.parquet")
         ] = None,
         as_json: JsonOpt = False,
+        cp: CpOpt = 1,
     ) -> None:
-        """Bytes every GPU pair exchanges in one iteration, by kind (TP, PP, DP, EP)."""
+        """Bytes every GPU pair exchanges in one iteration, by kind (TP, PP, DP, EP, CP)."""
         from railplan.cli.core import build_strategy, build_system, print_json
         from railplan.placement import build_placement
         from railplan.specs import load_model
@@ -135,11 +139,12 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         _positive("gpus", gpus)
         _positive("tp", tp)
         _positive("pp", pp)
+        _positive("cp", cp)
         _positive("first_gpus", first_gpus)
         if dp is None:
-            if gpus % (tp * pp):
-                raise RailplanError("gpus", f"must be a multiple of tp·pp = {tp * pp}")
-            dp = gpus // (tp * pp)
+            if gpus % (tp * cp * pp):
+                raise RailplanError("gpus", f"must be a multiple of tp·cp·pp = {tp * cp * pp}")
+            dp = gpus // (tp * cp * pp)
         _positive("dp", dp)
         if grad_reduce_bytes not in (2, 4):
             raise RailplanError("grad_reduce_bytes", "must be 2 or 4")
@@ -162,13 +167,15 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             zero=zero,
             ep=ep,
             grad_reduce_bytes=grad_reduce_bytes,
+            cp=cp,
         )
         if strat.gpus != gpus:
             raise RailplanError(
-                "gpus", f"tp·pp·dp = {strat.gpus} but gpus = {gpus}; tp·pp·dp must equal gpus"
+                "gpus",
+                f"tp·cp·pp·dp = {strat.gpus} but gpus = {gpus}; tp·cp·pp·dp must equal gpus",
             )
         p = build_placement(
-            placement, tp, pp, dp, sy.hb_domain, order, interleave, m.tied_embeddings
+            placement, tp, pp, dp, sy.hb_domain, order, interleave, m.tied_embeddings, cp
         )
         t = traffic(m, strat, p)
         r = stats(t)
