@@ -124,6 +124,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         m = load_model(model)
         sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu)
         net = build_network(network, oversubscription)
+
         def fixed(name: str, text: str | None) -> tuple[int, ...] | None:
             return None if text is None else tuple(int_list(name, text))
 
