@@ -286,7 +286,7 @@ def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, An
     )
     if r.best is None:
         row["error"] = (
-            "no valid strategy (tp·pp·dp = gpus, dp | batch, tp | heads, pp | layers)"
+            "no valid strategy (tp·cp·pp·dp = gpus, dp | batch, tp | heads, pp ≤ layers)"
             if r.configurations_evaluated == 0
             else "no valid strategy fits in memory"
         )

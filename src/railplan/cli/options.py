@@ -9,7 +9,7 @@ import typer
 from railplan.specs import ARCHITECTURES
 
 ModelOpt = Annotated[str, typer.Option(help="catalog name or YAML file")]
-GpusOpt = Annotated[int, typer.Option(help="GPUs in the job (tp·pp·dp)")]
+GpusOpt = Annotated[int, typer.Option(help="GPUs in the job (tp·cp·pp·dp)")]
 GlobalBatchOpt = Annotated[int, typer.Option(help="sequences per iteration")]
 SystemOpt = Annotated[str, typer.Option(help="catalog name or YAML file")]
 NetworkOpt = Annotated[str, typer.Option(help=" | ".join(ARCHITECTURES))]

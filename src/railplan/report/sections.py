@@ -103,7 +103,7 @@ def performance(inp: ReportInputs) -> dict[str, Any]:
         raise RailplanError(
             "gpus",
             f"no valid strategy for {inp.gpus} GPUs and global batch {inp.global_batch}: "
-            "tp·pp·dp = gpus needs dp to divide the batch, tp the heads, pp the layers",
+            "tp·cp·pp·dp = gpus needs dp to divide the batch, tp the heads, pp at most the layers",
         )
     if ro.best is None:
         raise RailplanError(

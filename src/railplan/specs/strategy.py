@@ -15,7 +15,7 @@ ZERO_SCHEDULE_CODES: dict[str, int] = {"micro_batch": 0, "step": 1}
 
 
 class Strategy(Spec):
-    """tp·pp·dp GPUs; `interleave` virtual stages per pipeline stage (1 = plain 1F1B).
+    """tp·cp·pp·dp GPUs; `interleave` virtual stages per pipeline stage (1 = plain 1F1B).
 
     `overlap_dp` overlaps the data-parallel gradient reduction with the backward pass (modern
     Megatron/FSDP); Megatron-LM of 2021-22 reduced after the backward pass (False).
