@@ -181,9 +181,17 @@ def _shapes(
     # local ranks: for a chain spanning domains, whenever the stage size is not a multiple of k
     # (the wrap-around send of the interleaved schedule spans (pp-1)·stage, covered alike).
     chain = replace(chain, cross_rail=np.asarray((chain.domains > 1) & (stage % k != 0)))
+    # The cp ring sends from each rank to the next (tp apart) and from the last back to the
+    # first ((cp−1)·tp apart): a send between domains changes rail unless that distance is a
+    # multiple of k.
+    ring = worst_shape(cp, tp, tp * cp, tp, dp * pp, k)
+    ring = replace(
+        ring,
+        cross_rail=np.asarray((ring.domains > 1) & ((tp % k != 0) | ((cp - 1) * tp % k != 0))),
+    )
     return {
         "tp": worst_shape(tp, one, tp, one, cp * dp * pp, k),
-        "cp": worst_shape(cp, tp, tp * cp, tp, dp * pp, k),
+        "cp": ring,
         "dp": worst_shape(dp * cp, tp, stage, tp, pp, k),
         "pp": chain,
         "ep": worst_shape(ep, tp, tp * ep, tp, edp * pp, k),

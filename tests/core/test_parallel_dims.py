@@ -166,6 +166,10 @@ def test_cp_layout_fills_the_domain_with_tp_cp_first() -> None:
     assert float(g["dp"].domains) == 2  # the two dp ranks are in different domains
     g = megatron_shapes(8, 1, 1, 1, 8, 2)
     assert float(g["cp"].domains) == 2 and not bool(g["cp"].cross_rail)
+    # tp 8 · cp 4 on K = 16: the ring's send from local rank 8 of one domain to local rank 0
+    # of the next changes rail (rail-only must forward it)
+    g = megatron_shapes(8, 1, 1, 1, 16, 4)
+    assert float(g["cp"].domains) == 2 and bool(g["cp"].cross_rail)
 
 
 # --- ZeRO-2/3 with pipelines -------------------------------------------------------------------
