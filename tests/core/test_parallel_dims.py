@@ -325,3 +325,15 @@ def test_search_cli_shows_cp_and_fixes_values() -> None:
         ],
     )
     assert text.exit_code == 0 and "cp=2" in text.output
+
+
+def test_report_traffic_section_places_a_cp_strategy() -> None:
+    from railplan.report.html import strategy_text
+    from railplan.report.sections import traffic_section
+    from tests.report.conftest import small_inputs
+
+    inp = small_inputs(gpus=16, global_batch=16)
+    s = Strategy(tp=4, cp=2, dp=2, global_batch=16).model_dump()
+    out = traffic_section(inp, s)
+    assert out["stats"]["bytes_by_kind"]["cp"] > 0
+    assert "cp=2" in strategy_text(s)

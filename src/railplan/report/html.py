@@ -85,6 +85,8 @@ def strategy_text(s: dict[str, Any] | None) -> str:
     if s is None:
         return "no strategy fits"
     parts = [f"tp={s['tp']}", f"pp={s['pp']}", f"dp={s['dp']}"]
+    if s.get("cp", 1) > 1:
+        parts.append(f"cp={s['cp']}")
     if s.get("ep", 1) > 1:
         parts.append(f"ep={s['ep']}")
     parts.append(f"mb={s['micro_batch']}")

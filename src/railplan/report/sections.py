@@ -179,12 +179,20 @@ def traffic_section(inp: ReportInputs, strategy: dict[str, Any]) -> dict[str, An
     placement = "rail-aligned"
     try:
         p = build_placement(
-            "rail-aligned", s.tp, s.pp, s.dp, k, None, s.interleave, inp.model.tied_embeddings
+            "rail-aligned",
+            s.tp,
+            s.pp,
+            s.dp,
+            k,
+            None,
+            s.interleave,
+            inp.model.tied_embeddings,
+            s.cp,
         )
     except RailplanError:
         placement = "megatron"
         p = build_placement(
-            "megatron", s.tp, s.pp, s.dp, k, None, s.interleave, inp.model.tied_embeddings
+            "megatron", s.tp, s.pp, s.dp, k, None, s.interleave, inp.model.tied_embeddings, s.cp
         )
     t = traffic(inp.model, s, p)
     first = min(inp.gpus, HEATMAP_MAX_GPUS)
