@@ -140,41 +140,45 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
     )
 
 
-def stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
-    """Transformer layers of the `first`, the fullest `middle` and the `last` pipeline stage,
-    and their `max` and `mean` (layers/pp). Unless given (`first_stage_layers`,
-    `last_stage_layers`, as Megatron's --decoder-first/last-pipeline-num-layers), the layers are
-    spread so that stages differ by at most one, the extra layers on the middle stages first
-    (the end stages also hold the embedding and the LM head). With pp = 1 the one stage is
-    both first and last."""
+def layers_of_stage(model: Model, s: StrategyArrays, stage: IntArray | int) -> IntArray:
+    """Transformer layers of pipeline stage `stage` (0 = first; broadcasts with `s`).
+
+    Unless given (`first_stage_layers`, `last_stage_layers`, as Megatron's
+    --decoder-first/last-pipeline-num-layers), the layers are spread so that stages differ by at
+    most one: the stages not given get ⌊rest/n⌋, and the remainder goes one layer each to the
+    middle stages from the first on, then to the end stages (which also hold the embedding and
+    the LM head). With pp = 1 the one stage holds every layer."""
+    i = np.asarray(stage, dtype=np.int64)
     pp = np.maximum(s.pp, 1).astype(np.int64)
-    layers = model.layers
     given_f, given_l = s.first_stage_layers, s.last_stage_layers
-    # Layers left for the stages not given, spread evenly with remainder r.
-    fixed = np.where(given_f > 0, 1, 0) + np.where(given_l > 0, 1, 0)
-    free_stages = np.maximum(pp - fixed, 1)
-    free_layers = layers - given_f - given_l
-    base, r = free_layers // free_stages, free_layers % free_stages
-    # Stages not given: the r extra layers go to middle stages first, then to the ends.
-    middles = np.maximum(pp - 2, 0)
-    mid_extra = np.minimum(r, middles)
-    end_extra = r - mid_extra  # left for the free end stages (0, 1 or 2 of them)
     first_free, last_free = given_f == 0, given_l == 0
-    first = np.where(first_free, base + np.where(end_extra >= 1, 1, 0), given_f)
-    last_extra = np.where(first_free, end_extra - 1, end_extra) >= 1
-    last = np.where(last_free, base + np.where(last_extra, 1, 0), given_l)
-    middle = np.where(middles > 0, base + np.where(mid_extra > 0, 1, 0), 0)
-    one = pp == 1
-    first = np.where(one, layers, first)
-    last = np.where(one, layers, last)
-    middle = np.where(one, 0, middle)
+    free_stages = np.maximum(pp - (~first_free).astype(np.int64) - (~last_free), 1)
+    free_layers = model.layers - given_f - given_l
+    base, r = free_layers // free_stages, free_layers % free_stages
+    mid_extra = np.minimum(r, np.maximum(pp - 2, 0))
+    end_extra = r - mid_extra  # left for the free end stages: the first, then the last
+    first = np.where(first_free, base + (end_extra >= 1), given_f)
+    last = np.where(last_free, base + (end_extra - first_free >= 1), given_l)
+    middle = base + (i - 1 < mid_extra)
+    out = np.where(i == 0, first, np.where(i == pp - 1, last, middle))
+    return np.asarray(np.where(pp == 1, model.layers, out), dtype=np.int64)
+
+
+def stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
+    """Layers of the `first`, the fullest `middle` (stage 1, which takes the first extra layer;
+    0 when pp ≤ 2) and the `last` stage (`layers_of_stage`), their `max`, and the `mean`
+    layers/pp."""
+    pp = np.maximum(s.pp, 1)
+    first = layers_of_stage(model, s, 0)
+    middle = np.where(pp > 2, layers_of_stage(model, s, 1), 0)
+    last = layers_of_stage(model, s, pp - 1)
     f = [np.asarray(x, dtype=np.float64) for x in (first, middle, last)]
     return {
         "first": f[0],
         "middle": f[1],
         "last": f[2],
         "max": np.asarray(np.maximum(np.maximum(f[0], f[1]), f[2])),
-        "mean": np.asarray(layers / pp.astype(np.float64)),
+        "mean": np.asarray(model.layers / pp.astype(np.float64)),
     }
 
 

@@ -3,16 +3,16 @@
 Sizes and counts come only from `railplan.workload.comm` (the source the iteration-time model
 uses); who sends to whom comes from `railplan.placement` (ring, or hierarchical when a group
 spans HB and NIC domains: SYSTEM.md formula 2, the algorithm `collectives.all_reduce_s` times).
-Per iteration and TP group: layers/pp · m micro-batches · (forward + recompute + backward)
-all-reduces of b·s·h activations, plus the sequence-parallel backward re-gathers; per pipeline
-boundary: b·s·h/t each way per micro-batch; per DP group: the gradient and weight collectives
-of its ZeRO stage (`comm.dp_schedule`: ZeRO 2/3 communicate every micro-batch); tied
-embeddings: first and last stage all-reduce the embedding gradient (counted as `dp`: it is a
-gradient reduction). MoE (ep > 1): per MoE layer and micro-batch, uniform all-to-alls among
-the ep ranks (`ep`), and the expert gradients reduced over the dp/ep expert-data-parallel
-ranks (counted as `dp`). Context parallelism (cp > 1): per layer and micro-batch each GPU sends
-`comm.cp_steps_per_layer` K/V (and K/V-gradient) blocks to its successor on the cp ring (`cp`);
-gradients are reduced over the dp·cp ranks.
+Per iteration and TP group: the stage's layers (`strategies.layers_of_stage`) · m micro-batches
+· (forward + recompute + backward) all-reduces of b·s·h activations, plus the sequence-parallel
+backward re-gathers; per pipeline boundary: b·s·h/t each way per micro-batch; per DP group: the
+gradient and weight collectives of its ZeRO stage (`comm.dp_schedule`: ZeRO 2/3 communicate
+every micro-batch); tied embeddings: first and last stage all-reduce the embedding gradient
+(counted as `dp`: it is a gradient reduction). MoE (ep > 1): per MoE layer and micro-batch,
+uniform all-to-alls among the ep ranks (`ep`), and the expert gradients reduced over the dp/ep
+expert-data-parallel ranks (counted as `dp`). Context parallelism (cp > 1): per layer and
+micro-batch each GPU sends `comm.cp_steps_per_layer` K/V (and K/V-gradient) blocks to its
+successor on the cp ring (`cp`); gradients are reduced over the dp·cp ranks.
 
 Storage is sparse: COO arrays (src, dst, kind, bytes), coalesced per (src, dst, kind); per-kind
 scipy.sparse matrices on demand. Statistics use unordered pairs {i, j}, i < j, of distinct GPUs;
@@ -42,7 +42,7 @@ from railplan.placement import (
     ring_edges,
 )
 from railplan.specs import Model, Strategy
-from railplan.strategies import StrategyArrays, check, from_strategies
+from railplan.strategies import StrategyArrays, check, from_strategies, layers_of_stage
 from railplan.workload import comm
 
 KINDS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "cp")
@@ -110,66 +110,60 @@ def _scale(e: Edges, factor: float) -> tuple[IntArray, IntArray, FloatArray]:
 
 def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
     """Multipliers that turn placement edges into bytes, all from `railplan.workload.comm`:
-    `tp`: bytes per unit all-gather share per TP group per iteration; `pp`: bytes per message
-    per micro-batch count; `dp_grad`, `dp_weights`, `embedding`: collective buffers and passes."""
-    layers_per_stage = model.layers / float(s.pp)
+    `tp`, `cp`: bytes per unit edge share per group per layer of the stage per iteration;
+    `ep`: bytes per all-to-all edge per MoE layer; `pp`: bytes per message per micro-batch
+    count; `embedding`: the tied-embedding all-reduce buffer, two passes."""
     m = float(s.micro_batches)
     ops = comm.tp_ops_per_layer(s)
     all_reduces = float(ops["forward"] + ops["recompute"] + ops["backward"])
     gathers = float(ops["sp_regather"])
     tp_d = float(comm.tp_message_bytes(model, s))
-
-    def dp_bytes(embedding: bool) -> float:
-        grad = comm.dp_gradient_bytes(model, s, embedding)
-        weights = comm.dp_weight_gather_bytes(model, s, embedding)
-        return float(comm.dp_iteration_bytes(s, grad, weights))
-
     cp_steps = comm.cp_steps_per_layer(s)
     sends = float(cp_steps["forward"] + cp_steps["recompute"] + cp_steps["backward"])
+    a2a = comm.ep_all_to_alls_per_moe_layer(s)
+    a2a_count = float(a2a["forward"] + a2a["recompute"] + a2a["backward"])
     return {
-        # per ring edge: every layer's K/V (and gradient) blocks of every micro-batch
-        "cp": layers_per_stage * m * sends * float(comm.cp_block_bytes(model, s)),
+        # per ring edge: the K/V (and gradient) blocks of every micro-batch
+        "cp": m * sends * float(comm.cp_block_bytes(model, s)),
         # each all-reduce (or SP reduce-scatter + all-gather) is two gather passes
-        "tp": layers_per_stage * m * tp_d * (2.0 * all_reduces + gathers),
+        "tp": m * tp_d * (2.0 * all_reduces + gathers),
+        "ep": m * a2a_count * float(comm.ep_pair_bytes(model, s)),
         "pp": m * float(comm.pp_message_bytes(model, s)),
-        # Gradient and weight collectives by ZeRO stage (comm.dp_schedule), per iteration.
-        # First and last stage also hold the vocabulary matrix; middle stages do not.
-        "dp": dp_bytes(True),
-        "dp_middle": dp_bytes(False),
         "embedding": 2.0 * float(comm.embedding_gradient_bytes(model, s)),
     }
 
 
-def ep_edges(model: Model, s: StrategyArrays, p: Placement) -> tuple[Edges, float]:
-    """Expert-parallel all-to-all of MoE layers (empty for dense models or ep = 1): in each EP
-    group every GPU sends `comm.ep_pair_bytes` to every other member per all-to-all, with
-    moe_layers/pp layers per stage · m micro-batches · `comm.ep_all_to_alls_per_moe_layer`
-    all-to-alls per iteration. The matrix holds the logical demand src → dst; how a rail-only
-    network forwards it is the all-to-all timing's concern (SYSTEM.md formula 3)."""
-    ep = int(s.ep)
-    if model.moe_layers == 0 or ep == 1:
-        return Edges.empty(), 0.0
-    ops = comm.ep_all_to_alls_per_moe_layer(s)
-    count = float(ops["forward"] + ops["recompute"] + ops["backward"])
-    per_edge = (model.moe_layers / float(s.pp)) * float(s.micro_batches) * count
-    groups, _ = expert_groups(p, ep)
-    return all_to_all_edges(groups), per_edge * float(comm.ep_pair_bytes(model, s))
+def dp_stage_bytes(model: Model, s: StrategyArrays, layers: int, end: bool) -> dict[str, float]:
+    """Gradient and weight collectives of one stage of `layers` layers by ZeRO stage
+    (comm.dp_schedule), per iteration, in gather passes: `dense` over the dp·cp ranks (an end
+    stage also holds the vocabulary matrix) and `expert` over the dp/ep ranks."""
+    n = np.asarray(float(layers))
+    grad = comm.dp_gradient_bytes(model, s, end, n)
+    weights = comm.dp_weight_gather_bytes(model, s, end, n)
+    e_grad = comm.dp_expert_gradient_bytes(model, s, n)
+    e_weights = comm.dp_expert_weight_gather_bytes(model, s, n)
+    return {
+        "dense": float(comm.dp_iteration_bytes(s, grad, weights)),
+        "expert": float(comm.dp_iteration_bytes(s, e_grad, e_weights)),
+    }
 
 
-def expert_dp_edges(model: Model, s: StrategyArrays, p: Placement) -> tuple[Edges, float]:
-    """MoE expert gradients over the dp/ep expert-data-parallel ranks, with the same ZeRO
-    schedule as the dense gradients (comm.dp_schedule), counted as `dp`."""
-    grad = comm.dp_expert_gradient_bytes(model, s)
-    if model.moe_layers == 0 or float(grad) == 0.0:
-        return Edges.empty(), 0.0
-    _, groups = expert_groups(p, int(s.ep))
-    weights = comm.dp_expert_weight_gather_bytes(model, s)
-    size = float(comm.dp_iteration_bytes(s, grad, weights))
-    return collective_edges(groups, p.hb_domain), size
+def _per_stage(
+    groups: IntArray, rows_per_stage: int, keys: list[tuple[int, bool]]
+) -> list[tuple[tuple[int, bool], IntArray]]:
+    """The group rows (stage-major, `rows_per_stage` per stage) of the stages sharing each
+    distinct key of `keys` (one key per stage)."""
+    stage_of_row = np.arange(groups.shape[0]) // max(rows_per_stage, 1)
+    out = []
+    for key in dict.fromkeys(keys):
+        stage_has_key = np.array([k == key for k in keys])
+        out.append((key, groups[stage_has_key[stage_of_row]]))
+    return out
 
 
 def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
-    """Bytes each GPU pair exchanges in one iteration of `strategy` placed by `p`."""
+    """Bytes each GPU pair exchanges in one iteration of `strategy` placed by `p`; every stage
+    with its own layers (`strategies.layers_of_stage`: pipelines need not divide the layers)."""
     s = from_strategies(strategy)
     check(model, s, p.gpus)
     if (int(s.tp), int(s.pp), int(s.dp), int(s.cp)) != (p.tp, p.pp, p.dp, p.cp):
@@ -179,24 +173,36 @@ def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
         )
     vol = kind_volumes(model, s)
     k = p.hb_domain
+    stages = np.arange(p.pp)
+    layers = layers_of_stage(model, s, stages).tolist()
+    end = ((stages == 0) | (stages == p.pp - 1)).tolist()
+    keys = [(int(n), bool(e)) for n, e in zip(layers, end, strict=True)]
+    only_layers = [(n, False) for n, _ in keys]
     pieces: list[tuple[str, tuple[IntArray, IntArray, FloatArray]]] = [
-        ("tp", _scale(collective_edges(p.groups("tp"), k), vol["tp"])),
         ("pp", _scale(pipeline_edges(p.groups("pp"), int(s.interleave)), vol["pp"])),
     ]
-    dp_groups = p.groups("dp")  # one row per (stage, tp rank)
-    stage = np.arange(dp_groups.shape[0]) // p.tp
-    end = (stage == 0) | (stage == p.pp - 1)
-    pieces.append(("dp", _scale(collective_edges(dp_groups[end], k), vol["dp"])))
-    if (~end).any():
-        pieces.append(("dp", _scale(collective_edges(dp_groups[~end], k), vol["dp_middle"])))
+    for (n, _), rows in _per_stage(p.groups("tp"), p.dp * p.cp, only_layers):
+        pieces.append(("tp", _scale(collective_edges(rows, k), vol["tp"] * n)))
+    if p.cp > 1:
+        for (n, _), rows in _per_stage(p.groups("cp"), p.dp * p.tp, only_layers):
+            pieces.append(("cp", _scale(ring_edges(rows, 1.0), vol["cp"] * n)))
+    for (n, e), rows in _per_stage(p.groups("dp"), p.tp, keys):
+        dense_bytes = dp_stage_bytes(model, s, n, e)["dense"]
+        pieces.append(("dp", _scale(collective_edges(rows, k), dense_bytes)))
     if vol["embedding"] > 0:
         pieces.append(("dp", _scale(collective_edges(p.groups("embedding"), k), vol["embedding"])))
-    edp, edp_bytes = expert_dp_edges(model, s, p)
-    pieces.append(("dp", _scale(edp, edp_bytes)))
-    ep, ep_bytes = ep_edges(model, s, p)
-    pieces.append(("ep", _scale(ep, ep_bytes)))
-    if p.cp > 1:
-        pieces.append(("cp", _scale(ring_edges(p.groups("cp"), 1.0), vol["cp"])))
+    if model.moe_layers:
+        ep = int(s.ep)
+        ep_groups, edp_groups = expert_groups(p, ep)
+        for (n, _), rows in _per_stage(edp_groups, ep * p.tp, only_layers):
+            expert_bytes = dp_stage_bytes(model, s, n, False)["expert"]
+            pieces.append(("dp", _scale(collective_edges(rows, k), expert_bytes)))
+        if ep > 1:
+            # uniform all-to-alls among the ep ranks of each MoE layer of the stage: the
+            # logical demand src → dst (forwarding is the timing's concern, SYSTEM.md 3)
+            moe_share = model.moe_layers / model.layers
+            for (n, _), rows in _per_stage(ep_groups, (p.dp // ep) * p.tp, only_layers):
+                pieces.append(("ep", _scale(all_to_all_edges(rows), vol["ep"] * moe_share * n)))
     src = np.concatenate([x[0] for _, x in pieces])
     dst = np.concatenate([x[1] for _, x in pieces])
     size = np.concatenate([x[2] for _, x in pieces])

@@ -19,7 +19,7 @@ from railplan.iteration import iteration
 from railplan.layout import megatron_shapes
 from railplan.search import SearchSpace, enumerate_and_evaluate
 from railplan.specs import Model, Network, Strategy, load_model, load_system
-from railplan.strategies import check, from_strategies, stage_layers, valid_mask
+from railplan.strategies import check, from_strategies, layers_of_stage, stage_layers, valid_mask
 from railplan.workload.memory import memory
 from tests.conftest import Cli
 
@@ -75,25 +75,34 @@ def test_stage_layers(
     assert (int(st_["first"]), int(st_["middle"]), int(st_["last"])) == want
 
 
-@settings(max_examples=60, deadline=None)
-@given(layers=st.integers(1, 130), pp=st.integers(1, 40))
-def test_spread_adds_up_and_differs_by_at_most_one(layers: int, pp: int) -> None:
-    assume(pp <= layers)
+@settings(max_examples=80, deadline=None)
+@given(
+    layers=st.integers(1, 130),
+    pp=st.integers(1, 40),
+    first=st.sampled_from([0, 0, 1, 3, 7]),
+    last=st.sampled_from([0, 0, 1, 5, 7]),
+)
+def test_stages_add_up_and_spread_differs_by_at_most_one(
+    layers: int, pp: int, first: int, last: int
+) -> None:
     m = LLAMA.model_copy(update={"layers": layers})
-    st_ = stage_layers(m, from_strategies(Strategy(pp=pp, global_batch=pp)))
-    first, middle, last = (int(st_[k]) for k in ("first", "middle", "last"))
-    if pp == 1:
-        assert first == last == layers
-        return
-    # the middle stages hold `middle` or `middle − 1` layers; count them from the total
-    rest = layers - first - last
-    assert rest >= 0
-    if pp > 2:
-        assert (pp - 2) * (middle - 1) < rest <= (pp - 2) * middle
-    else:
-        assert rest == 0
-    sizes = [first, last] + ([middle] if pp > 2 else [])
-    assert max(sizes) - min(sizes) <= 1
+    s = from_strategies(
+        Strategy(pp=pp, global_batch=pp, first_stage_layers=first, last_stage_layers=last)
+    )
+    assume(bool(valid_mask(m, s)))
+    counts = layers_of_stage(m, s, np.arange(pp))
+    assert int(counts.sum()) == layers and int(counts.min()) >= 1
+    if first:
+        assert int(counts[0]) == first
+    if last:
+        assert int(counts[-1]) == last
+    free = counts[(first > 0) :] if pp > 1 else counts
+    free = free[: len(free) - (last > 0)] if pp > 1 else free
+    if len(free):
+        assert int(free.max()) - int(free.min()) <= (1 if not (first or last) else 0)
+    st_ = stage_layers(m, s)
+    assert float(st_["max"]) == float(counts.max())
+    assert float(st_["first"]) == counts[0] and float(st_["last"]) == counts[-1]
 
 
 # --- uneven pipelines: the slowest stage sets the pace, never below the balanced bound ----------

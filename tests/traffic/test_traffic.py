@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from railplan.errors import RailplanError
 from railplan.placement import place, rail_aligned
 from railplan.specs import Model, Strategy, load_model
-from railplan.strategies import FULL, from_strategies, valid_mask
+from railplan.strategies import FULL, from_strategies, layers_of_stage, valid_mask
 from railplan.traffic import KINDS, stats, to_columns, traffic
 from railplan.workload import comm
 
@@ -58,19 +58,27 @@ def analytical(model: Model, strategy: Strategy) -> dict[str, float]:
         3: (m, m * (2.0 + full)),
     }[stage]
 
-    def dp_one_group(embedding: bool) -> float:
-        grad = float(comm.dp_gradient_bytes(model, s, embedding))
-        weights = float(comm.dp_weight_gather_bytes(model, s, embedding))
+    # every stage with its own layers; first and last stage hold the vocabulary matrix
+    stage_layers = [int(layers_of_stage(model, s, i)) for i in range(pp)]
+    assert sum(stage_layers) == model.layers
+
+    def dp_one_group(embedding: bool, layers: int) -> float:
+        n = np.asarray(float(layers))
+        grad = float(comm.dp_gradient_bytes(model, s, embedding, n))
+        weights = float(comm.dp_weight_gather_bytes(model, s, embedding, n))
         return (dp - 1) * (grad_passes * grad + weight_passes * weights)
 
-    end_stages = min(pp, 2)  # first and last stage hold the vocabulary matrix
-    dp_stages = end_stages * dp_one_group(True) + (pp - end_stages) * dp_one_group(False)
+    dp_stages = sum(dp_one_group(i in (0, pp - 1), n) for i, n in enumerate(stage_layers))
     embed = tp * dp * 2 * (2 - 1) * float(comm.embedding_gradient_bytes(model, s))
     ep = strategy.ep
-    expert = float(comm.dp_expert_gradient_bytes(model, s))
-    expert_weights = float(comm.dp_expert_weight_gather_bytes(model, s))
-    edp_one = (dp // ep - 1) * (grad_passes * expert + weight_passes * expert_weights)
-    expert_dp = tp * pp * ep * edp_one  # tp·pp·ep groups of dp/ep ranks
+
+    def edp_one(layers: int) -> float:
+        n = np.asarray(float(layers))
+        expert = float(comm.dp_expert_gradient_bytes(model, s, n))
+        expert_weights = float(comm.dp_expert_weight_gather_bytes(model, s, n))
+        return (dp // ep - 1) * (grad_passes * expert + weight_passes * expert_weights)
+
+    expert_dp = tp * ep * sum(edp_one(n) for n in stage_layers)  # tp·ep groups per stage
     a2a = comm.ep_all_to_alls_per_moe_layer(s)
     per_layer = float(a2a["forward"] + a2a["recompute"] + a2a["backward"])
     ep_total = (
@@ -100,7 +108,7 @@ def analytical(model: Model, strategy: Strategy) -> dict[str, float]:
 strategy_st: st.SearchStrategy[dict[str, Any]] = st.builds(
     dict,
     tp=st.sampled_from([1, 2, 4, 8]),
-    pp=st.sampled_from([1, 2, 3, 4]),
+    pp=st.sampled_from([1, 2, 3, 4, 5, 7]),  # 5 and 7 do not divide the 12 layers
     dp=st.integers(1, 6),
     interleave=st.sampled_from([1, 2]),
     micro_batch=st.sampled_from([1, 2]),
@@ -111,6 +119,8 @@ strategy_st: st.SearchStrategy[dict[str, Any]] = st.builds(
     grad_reduce_bytes=st.sampled_from([2, 4]),
     cp=st.sampled_from([1, 2, 4]),
     zero_schedule=st.sampled_from(["micro_batch", "step"]),
+    first_stage_layers=st.sampled_from([0, 0, 1, 2, 5]),
+    last_stage_layers=st.sampled_from([0, 0, 1, 3]),
 )
 
 
@@ -171,7 +181,7 @@ MOE = Model(
 @settings(max_examples=40, deadline=None)
 @given(
     tp=st.sampled_from([1, 2]),
-    pp=st.sampled_from([1, 2]),
+    pp=st.sampled_from([1, 2, 3]),
     ep_dp=st.sampled_from([(1, 2), (2, 2), (2, 4), (4, 4), (8, 8), (4, 8)]),
     recompute=st.sampled_from(["none", "full"]),
     zero=st.sampled_from([0, 1, 2, 3]),

@@ -90,10 +90,13 @@ def pp_boundaries_per_micro_batch(s: StrategyArrays) -> FloatArray:
     return np.asarray((s.pp - 1) * s.interleave + (s.interleave - 1), dtype=float)
 
 
-def dp_gradient_bytes(model: Model, s: StrategyArrays, embedding: bool = True) -> FloatArray:
+def dp_gradient_bytes(
+    model: Model, s: StrategyArrays, embedding: bool = True, layers: FloatArray | None = None
+) -> FloatArray:
     """Non-expert gradient buffer each GPU reduces over its data-parallel group per iteration
-    (all gradients for a dense model); `embedding`: first/last stage (the critical one)."""
-    return np.asarray(dense_stage_params(model, s, embedding) * s.grad_reduce_bytes)
+    (all gradients for a dense model); `embedding`: first/last stage (the critical one);
+    `layers`: the stage's layers (default: the fullest stage's)."""
+    return np.asarray(dense_stage_params(model, s, embedding, layers) * s.grad_reduce_bytes)
 
 
 DP_TIMINGS = ("end", "micro_batch_forward", "micro_batch_backward")
@@ -150,16 +153,21 @@ def dp_iteration_bytes(
     return np.asarray(total)
 
 
-def dp_weight_gather_bytes(model: Model, s: StrategyArrays, embedding: bool = True) -> FloatArray:
+def dp_weight_gather_bytes(
+    model: Model, s: StrategyArrays, embedding: bool = True, layers: FloatArray | None = None
+) -> FloatArray:
     """With a distributed optimizer (ZeRO ≥ 1): the non-expert bf16 weights all-gathered over
     the data-parallel group after the step."""
-    params = dense_stage_params(model, s, embedding)
+    params = dense_stage_params(model, s, embedding, layers)
     return np.asarray(np.where(s.zero >= 1, params * WEIGHT_BYTES, 0.0))
 
 
-def dp_expert_weight_gather_bytes(model: Model, s: StrategyArrays) -> FloatArray:
+def dp_expert_weight_gather_bytes(
+    model: Model, s: StrategyArrays, layers: FloatArray | None = None
+) -> FloatArray:
     """With ZeRO ≥ 1: the expert bf16 weights all-gathered over the dp/ep expert group."""
-    return np.asarray(np.where(s.zero >= 1, expert_stage_params(model, s) * WEIGHT_BYTES, 0.0))
+    params = expert_stage_params(model, s, layers)
+    return np.asarray(np.where(s.zero >= 1, params * WEIGHT_BYTES, 0.0))
 
 
 def embedding_gradient_bytes(model: Model, s: StrategyArrays) -> FloatArray:
@@ -187,6 +195,8 @@ def ep_all_to_alls_per_moe_layer(s: StrategyArrays) -> dict[str, FloatArray]:
     }
 
 
-def dp_expert_gradient_bytes(model: Model, s: StrategyArrays) -> FloatArray:
+def dp_expert_gradient_bytes(
+    model: Model, s: StrategyArrays, layers: FloatArray | None = None
+) -> FloatArray:
     """Expert gradients each GPU reduces over its expert-data-parallel group (dp/ep ranks)."""
-    return np.asarray(expert_stage_params(model, s) * s.grad_reduce_bytes)
+    return np.asarray(expert_stage_params(model, s, layers) * s.grad_reduce_bytes)

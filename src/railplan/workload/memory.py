@@ -111,10 +111,13 @@ def dense_stage_params(
     return np.asarray((layers * per_layer + embed * embedding) / s.tp, dtype=np.float64)
 
 
-def expert_stage_params(model: Model, s: StrategyArrays) -> FloatArray:
+def expert_stage_params(
+    model: Model, s: StrategyArrays, layers: FloatArray | None = None
+) -> FloatArray:
     """Expert parameters one GPU holds: its stage's MoE layers × experts/ep experts, split by tp
-    (the fullest stage's share of MoE layers)."""
-    moe_layers = model.moe_layers / model.layers * stage_layers(model, s)["max"]
+    (a moe_layers/layers share of the stage's `layers`; default: the fullest stage's)."""
+    layers = stage_layers(model, s)["max"] if layers is None else layers
+    moe_layers = model.moe_layers / model.layers * layers
     return np.asarray(
         moe_layers * (model.experts / s.ep) * model.expert_params() / s.tp, dtype=np.float64
     )
