@@ -8,7 +8,7 @@ can never disagree.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -168,6 +168,17 @@ def stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     """Layers of the `first`, the fullest `middle` (stage 1, which takes the first extra layer;
     0 when pp ≤ 2) and the `last` stage (`layers_of_stage`), their `max`, and the `mean`
     layers/pp."""
+    first_given, last_given = s.first_stage_layers, s.last_stage_layers
+    if np.ndim(first_given) == 0 and np.ndim(last_given) == 0 and np.size(s.pp) > 64:
+        # Many strategies, one stage split rule: a table over pp = 1…max, then a lookup.
+        top = max(int(np.max(s.pp)), 1)
+        table = _stage_layers(model, replace(s, pp=np.arange(1, top + 1, dtype=np.int64)))
+        at = np.maximum(s.pp, 1) - 1
+        return {k: np.asarray(v[at]) for k, v in table.items()}
+    return _stage_layers(model, s)
+
+
+def _stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     pp = np.maximum(s.pp, 1)
     first = layers_of_stage(model, s, 0)
     middle = np.where(pp > 2, layers_of_stage(model, s, 1), 0)
