@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,9 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from railplan.cli import app
 from railplan.errors import RailplanError
 from railplan.iteration import iteration
 from railplan.layout import megatron_shapes
@@ -227,7 +224,6 @@ def test_llama3_405b_tp8_pp16_on_16384_h100_is_accepted_and_fits_with_zero() -> 
 
 # --- one-line errors, exit 2 ------------------------------------------------------------------
 
-RUN = CliRunner()
 EST = ["estimate", "--model", "llama-3-8b", "--system", "dgx-h100", "--global-batch", "16"]
 
 
@@ -290,49 +286,17 @@ def test_search_enumerates_cp_and_uneven_pp_and_takes_fixed_values() -> None:
         SearchSpace(cp=(0,))
 
 
-def test_search_cli_shows_cp_and_fixes_values() -> None:
-    r = RUN.invoke(
-        app,
-        [
-            "search",
-            "--model",
-            "llama-3-8b",
-            "--system",
-            "dgx-h100",
-            "--gpus",
-            "16",
-            "--global-batch",
-            "32",
-            "--cp",
-            "2",
-            "--tp",
-            "2",
-            "--json",
-        ],
-    )
-    assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+SEARCH = [
+    "search",
+    *("--model", "llama-3-8b", "--system", "dgx-h100", "--gpus", "16", "--global-batch", "32"),
+    *("--cp", "2", "--tp", "2"),
+]
+
+
+def test_search_cli_shows_cp_and_fixes_values(cli: Cli) -> None:
+    out = cli.json(*SEARCH)
     assert all(c["strategy"]["cp"] == 2 and c["strategy"]["tp"] == 2 for c in out["top"])
-    text = RUN.invoke(
-        app,
-        [
-            "search",
-            "--model",
-            "llama-3-8b",
-            "--system",
-            "dgx-h100",
-            "--gpus",
-            "16",
-            "--global-batch",
-            "32",
-            "--cp",
-            "2",
-            "--tp",
-            "2",
-            "--top",
-            "1",
-        ],
-    )
+    text = cli(*SEARCH, "--top", "1")
     assert text.exit_code == 0 and "cp=2" in text.output
 
 
