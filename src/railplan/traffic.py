@@ -47,6 +47,14 @@ from railplan.workload import comm
 
 KINDS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "cp")
 KIND_CODE: dict[str, int] = {k: i for i, k in enumerate(KINDS)}
+# One colour per kind for every figure (matplotlib's tab10 colours)
+KIND_COLOURS = {
+    "tp": "#1f77b4",
+    "pp": "#2ca02c",
+    "dp": "#d62728",
+    "ep": "#9467bd",
+    "cp": "#8c564b",
+}
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

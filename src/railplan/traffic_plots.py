@@ -14,10 +14,9 @@ import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.fileio import atomic_write
-from railplan.traffic import KINDS, Traffic, TrafficStats
+from railplan.traffic import KIND_COLOURS, KINDS, Traffic, TrafficStats
 
 FIGURE_SUFFIXES = (".png", ".svg")
-KIND_COLOURS = {"tp": "#1f77b4", "pp": "#2ca02c", "dp": "#d62728", "ep": "#9467bd"}
 
 
 def check_suffix(path: str | Path, allowed: tuple[str, ...], field: str) -> Path:

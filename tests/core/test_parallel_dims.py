@@ -310,3 +310,15 @@ def test_report_traffic_section_places_a_cp_strategy() -> None:
     out = traffic_section(inp, s)
     assert out["stats"]["bytes_by_kind"]["cp"] > 0
     assert "cp=2" in strategy_text(s)
+
+
+def test_traffic_figures_draw_the_cp_kind(tmp_path: Path) -> None:
+    from railplan.placement import place
+    from railplan.traffic import stats, traffic
+    from railplan.traffic_plots import heatmap, kind_bars
+
+    s = Strategy(tp=2, cp=4, pp=2, dp=1, global_batch=4)
+    t = traffic(LLAMA, s, place(2, 2, 1, 8, cp=4))
+    assert stats(t).bytes_by_kind["cp"] > 0
+    assert heatmap(t, tmp_path / "h.png", 16, "cp").stat().st_size > 0
+    assert kind_bars([stats(t)], ["cp"], tmp_path / "b.svg", "cp").stat().st_size > 0

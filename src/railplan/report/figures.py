@@ -15,7 +15,6 @@ from plotly.subplots import make_subplots
 from railplan.traffic import KINDS
 
 NETWORK_COLOURS = {"rail-optimized": "#1f77b4", "rail-only": "#ff7f0e", "ideal": "#2ca02c"}
-KIND_COLOURS = {"tp": "#1f77b4", "pp": "#2ca02c", "dp": "#d62728", "ep": "#9467bd"}
 BREAKDOWN_ORDER = (
     "compute",
     "recompute",
