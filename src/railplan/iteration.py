@@ -436,7 +436,7 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
             system.gpu,
             (
                 dense_params / np.where(zero >= 2, dp, 1.0)
-                + expert_params / np.where(zero >= 2, s.dp / s.ep, 1.0)
+                + expert_params / np.where(zero >= 2, dp / s.ep, 1.0)
             )
             * (WEIGHT_BYTES + 2.0 * s.grad_reduce_bytes),
             GRAD_TENSORS_PER_LAYER * stages["max"],

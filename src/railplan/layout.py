@@ -175,7 +175,7 @@ def _shapes(
     gpus = tp * cp * dp * pp
     one = np.ones_like(gpus)
     stage = tp * cp * dp
-    edp = np.maximum(dp // np.maximum(ep, 1), 1)
+    edp = np.maximum(dp * cp // np.maximum(ep, 1), 1)  # ep > 1 only with cp = 1
     chain = worst_shape(pp, stage, gpus, stage, one, k)
     # A pipeline send crosses rails when its two ends sit in different domains at different
     # local ranks: for a chain spanning domains, whenever the stage size is not a multiple of k
