@@ -32,18 +32,17 @@ if TYPE_CHECKING:
 
 def _strategy_text(s: dict[str, Any]) -> str:
     extra = []
-    if s.get("cp", 1) > 1:
-        extra.append(f"cp={s['cp']}")
-    if s.get("ep", 1) > 1:
-        extra.append(f"ep={s['ep']}")
     if s["interleave"] > 1:
         extra.append(f"v={s['interleave']}")
     if s["sequence_parallel"]:
         extra.append("SP")
     if s["zero"]:
         extra.append(f"ZeRO-{s['zero']}")
-    return f"tp={s['tp']} pp={s['pp']} dp={s['dp']} mb={s['micro_batch']} rc={s['recompute']}" + (
-        "" if not extra else " " + " ".join(extra)
+    cp = f" cp={s['cp']}" if s.get("cp", 1) > 1 else ""
+    ep = f" ep={s['ep']}" if s.get("ep", 1) > 1 else ""
+    return (
+        f"tp={s['tp']}{cp} pp={s['pp']} dp={s['dp']}{ep} mb={s['micro_batch']} "
+        f"rc={s['recompute']}" + ("" if not extra else " " + " ".join(extra))
     )
 
 
