@@ -322,3 +322,17 @@ def test_traffic_figures_draw_the_cp_kind(tmp_path: Path) -> None:
     assert stats(t).bytes_by_kind["cp"] > 0
     assert heatmap(t, tmp_path / "h.png", 16, "cp").stat().st_size > 0
     assert kind_bars([stats(t)], ["cp"], tmp_path / "b.svg", "cp").stat().st_size > 0
+
+
+def test_placement_orders_cp_after_tp() -> None:
+    from railplan.placement import parse_order, place
+
+    p = place(2, 1, 2, 8, cp=2)  # GPU id = t + 2·(c + 2·d)
+    assert p.order == ("tp", "cp", "dp", "pp") and p.gpus == 8
+    assert p.groups("cp").tolist() == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert p.groups("dp").tolist() == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert p.groups("tp").tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    q = place(2, 1, 2, 8, ("dp", "tp", "cp", "pp"), cp=2)  # id = d + 2·(t + 2·c)
+    assert q.groups("cp").tolist() == [[0, 4], [2, 6], [1, 5], [3, 7]]
+    with pytest.raises(RailplanError, match="order"):
+        parse_order("tp,cp,pp")
