@@ -336,3 +336,15 @@ def test_placement_orders_cp_after_tp() -> None:
     assert q.groups("cp").tolist() == [[0, 4], [2, 6], [1, 5], [3, 7]]
     with pytest.raises(RailplanError, match="order"):
         parse_order("tp,cp,pp")
+
+
+def test_traffic_cli_takes_cp_and_stage_layers(cli: Cli) -> None:
+    base = ["traffic", "--model", "llama-3-8b", "--system", "dgx-h100", "--global-batch", "8"]
+    out = cli.json(*base, "--gpus", "16", "--tp", "2", "--cp", "2", "--pp", "4")
+    assert out["bytes_by_kind"]["cp"] > 0 and out["placement"]["order"] == ["tp", "cp", "dp", "pp"]
+    even = cli.json(*base, "--gpus", "4", "--pp", "4", "--zero", "2", "--dp", "1")
+    uneven = cli.json(*base, "--gpus", "4", "--pp", "4", "--first-stage-layers", "5")
+    # the same layers in all: TP and PP bytes agree, only their spread over stages differs
+    assert even["bytes_by_kind"]["pp"] == pytest.approx(uneven["bytes_by_kind"]["pp"])
+    r = cli(*base, "--gpus", "4", "--pp", "4", "--first-stage-layers", "6")  # 26 ∤ 3 stages
+    assert r.exit_code == 2 and str(r.exception).startswith("first_stage_layers:")

@@ -13,16 +13,19 @@ from railplan.cli.options import (
     CpOpt,
     DpOpt,
     EpOpt,
+    FirstStageLayersOpt,
     GlobalBatchOpt,
     GpusOpt,
     HbDomainOpt,
     InterleaveOpt,
     JsonOpt,
+    LastStageLayersOpt,
     ModelOpt,
     RecomputeOpt,
     SequenceParallelOpt,
     SystemOpt,
     ZeroOpt,
+    ZeroScheduleOpt,
 )
 from railplan.errors import RailplanError
 
@@ -126,6 +129,9 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         ] = None,
         as_json: JsonOpt = False,
         cp: CpOpt = 1,
+        first_stage_layers: FirstStageLayersOpt = 0,
+        last_stage_layers: LastStageLayersOpt = 0,
+        zero_schedule: ZeroScheduleOpt = "micro_batch",
     ) -> None:
         """Bytes every GPU pair exchanges in one iteration, by kind (TP, PP, DP, EP, CP)."""
         from railplan.cli.core import build_strategy, build_system, print_json
@@ -168,6 +174,9 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             ep=ep,
             grad_reduce_bytes=grad_reduce_bytes,
             cp=cp,
+            first_stage_layers=first_stage_layers,
+            last_stage_layers=last_stage_layers,
+            zero_schedule=zero_schedule,
         )
         if strat.gpus != gpus:
             raise RailplanError(
