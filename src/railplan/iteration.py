@@ -410,17 +410,23 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     # Data parallelism: gradients of this stage over the dp·cp ranks tp apart (ZeRO stages as
     # in dp_reduce_s); MoE expert gradients over the dp/ep expert-data-parallel ranks, tp·ep
     # apart.
-    dense_params, expert_params = dense_stage_params(model, s), expert_stage_params(model, s)
+    most = stages["max"]  # the fullest stage's layers (its weights and gradients)
+    dense_params = dense_stage_params(model, s, True, most)
+    expert_params = expert_stage_params(model, s, most)
     params = dense_params + expert_params
     zero = s.zero_sharding
     dense = dp_reduce_s(
-        lk, groups["dp"], comm.dp_gradient_bytes(model, s), comm.dp_weight_gather_bytes(model, s), s
+        lk,
+        groups["dp"],
+        comm.dp_gradient_bytes(model, s, True, most),
+        comm.dp_weight_gather_bytes(model, s, True, most),
+        s,
     )
     expert = dp_reduce_s(
         lk,
         groups["expert_dp"],
-        comm.dp_expert_gradient_bytes(model, s),
-        comm.dp_expert_weight_gather_bytes(model, s),
+        comm.dp_expert_gradient_bytes(model, s, most),
+        comm.dp_expert_weight_gather_bytes(model, s, most),
         s,
     )
     dp_time = dense["end"] + expert["end"]
