@@ -133,17 +133,15 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
     dominate), with ZeRO stage 1/2/3 sharding optimizer states / gradients / weights over the
     dp·cp ranks (`zero_sharding`: ZeRO-2/3 once per step keep weights and gradients whole).
     Context parallelism divides every activation by cp (each GPU holds s/cp tokens)."""
-    st = stage_layers(model, s)
-    params = dense_stage_params(model, s, True, st["max"]) + expert_stage_params(
-        model, s, st["max"]
-    )
+    params = stage_params(model, s)
     dp = s.grad_ranks.astype(np.float64)
     z = s.zero_sharding
     weights = params * WEIGHT_BYTES / np.where(z >= 3, dp, 1.0)
     grads = params * s.grad_reduce_bytes / np.where(z >= 2, dp, 1.0)
     optimizer = params * OPTIMIZER_BYTES / np.where(z >= 1, dp, 1.0)
     first = activation_bytes(model, s)
-    last_stage_acts = layer_activation_bytes(model, s) * st["last"] + logits_bytes(model, s)
+    last = stage_layers(model, s)["last"]
+    last_stage_acts = layer_activation_bytes(model, s) * last + logits_bytes(model, s)
     acts = np.maximum(first, last_stage_acts) / s.cp
     reserved = np.full_like(acts, RESERVED_BYTES)
     total = weights + grads + optimizer + acts + reserved
