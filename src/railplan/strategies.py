@@ -14,13 +14,15 @@ import numpy as np
 import numpy.typing as npt
 
 from railplan.errors import RailplanError
-from railplan.specs import RECOMPUTE_CODES, Model, Strategy
+from railplan.specs import ATTENTION_CODES, PRECISION_CODES, RECOMPUTE_CODES, Model, Strategy
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
 NONE, SELECTIVE, FULL = 0, 1, 2
+FLASH, UNFUSED = ATTENTION_CODES["flash"], ATTENTION_CODES["unfused"]
+BF16, FP8 = PRECISION_CODES["bf16"], PRECISION_CODES["fp8"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ class StrategyArrays:
     overlap_tp: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
     overlap_p2p: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
     grad_accumulation_fusion: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
+    attention: IntArray = field(default_factory=lambda: np.full((), FLASH, dtype=np.int64))
+    precision: IntArray = field(default_factory=lambda: np.full((), BF16, dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
@@ -67,6 +71,8 @@ class StrategyArrays:
         cols = [np.ravel(c) for c in np.broadcast_arrays(*self.columns())]
         v = {f.name: int(c[i]) for f, c in zip(fields(self), cols, strict=True)}
         code_to_name = {c: n for n, c in RECOMPUTE_CODES.items()}
+        attention_name = {c: n for n, c in ATTENTION_CODES.items()}
+        precision_name = {c: n for n, c in PRECISION_CODES.items()}
         return Strategy(
             tp=v["tp"],
             pp=v["pp"],
@@ -83,6 +89,8 @@ class StrategyArrays:
             overlap_tp=bool(v["overlap_tp"]),
             overlap_p2p=bool(v["overlap_p2p"]),
             grad_accumulation_fusion=bool(v["grad_accumulation_fusion"]),
+            attention=attention_name[v["attention"]],
+            precision=precision_name[v["precision"]],
         )
 
 
@@ -111,6 +119,8 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         overlap_tp=col(lambda s: int(s.overlap_tp)),
         overlap_p2p=col(lambda s: int(s.overlap_p2p)),
         grad_accumulation_fusion=col(lambda s: int(s.grad_accumulation_fusion)),
+        attention=col(lambda s: ATTENTION_CODES[s.attention]),
+        precision=col(lambda s: PRECISION_CODES[s.precision]),
     )
 
 

@@ -16,7 +16,9 @@ tuned), from the papers and the Megatron-LM code of the time:
   `param.main_grad.add_(param.grad)`): the linear layers of 2021 and of the early-2022 code in
   which sequence parallelism is still `model_parallel_memory_opt` (commit 02bb1f5) return the
   weight gradient from a plain GEMM; fused accumulation (`--gradient-accumulation-fusion`)
-  came later.
+  came later;
+- attention was unfused: the score matrix was written to HBM, softmax and dropout ran as
+  separate kernels (Megatron's fused softmax), and the scores were kept for backward.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ def _korthikanti_run(r: dict[str, str]) -> tuple[Model, Strategy]:
         overlap_p2p=False,
         grad_reduce_bytes=4,
         grad_accumulation_fusion=False,  # see the module doc
+        attention="unfused",
     )
 
 
@@ -104,6 +107,7 @@ def _narayanan_run(r: dict[str, str]) -> tuple[Model, Strategy]:
         overlap_p2p=False,
         grad_reduce_bytes=2,
         grad_accumulation_fusion=False,
+        attention="unfused",
     )
 
 
@@ -170,6 +174,7 @@ def layer_rows() -> list[dict[str, Any]]:
             sequence_parallel=r["sequence_parallel"] == "true",
             overlap_dp=False,
             overlap_tp=r["sequence_parallel"] != "true",
+            attention="unfused",
         )
         arrays = from_strategies(strat)
         lt = layer_times(model, system, arrays)

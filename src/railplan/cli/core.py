@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from railplan.cli.options import (
+    AttentionOpt,
+    GpuMemoryGibOpt,
     DpOpt,
     EpOpt,
     GlobalBatchOpt,
@@ -25,6 +27,7 @@ from railplan.cli.options import (
     NicsPerGpuOpt,
     OverlapDpOpt,
     OversubscriptionOpt,
+    PrecisionOpt,
     RecomputeOpt,
     SequenceParallelOpt,
     SystemOpt,
@@ -35,6 +38,8 @@ from railplan.specs import ARCHITECTURES, Network, Strategy, System, load_model,
 from railplan.specs.base import from_validation_error
 
 RECOMPUTE = ("none", "selective", "full")
+ATTENTION = ("flash", "unfused")
+PRECISION = ("bf16", "fp8")
 
 
 def _choice(field: str, value: str, allowed: tuple[str, ...]) -> str:
@@ -49,9 +54,13 @@ def build_system(
     hb_tbps: float | None,
     nic_gbps: float | None,
     nics_per_gpu: float | None,
+    gpu_memory_gib: float | None = None,
 ) -> System:
     """The catalog system with the command line's overrides applied (validated again)."""
     base = load_system(system)
+    if gpu_memory_gib is not None:
+        gpu = base.gpu.model_dump() | {"memory_gib": gpu_memory_gib}
+        base = System.parse(base.model_dump() | {"gpu": gpu}, "system")
     over = {
         k: v
         for k, v in {
@@ -78,6 +87,9 @@ def build_network(network: str, oversubscription: float | None) -> Network:
 
 def build_strategy(**kwargs: Any) -> Strategy:
     _choice("recompute", kwargs["recompute"], RECOMPUTE)
+    for field, allowed in (("attention", ATTENTION), ("precision", PRECISION)):
+        if field in kwargs:
+            _choice(field, kwargs[field], allowed)
     try:
         return Strategy.model_validate(kwargs)
     except Exception as err:
@@ -119,6 +131,9 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         nic_gbps: NicGbpsOpt = None,
         nics_per_gpu: NicsPerGpuOpt = None,
         as_json: JsonOpt = False,
+        attention: AttentionOpt = "flash",
+        precision: PrecisionOpt = "bf16",
+        gpu_memory_gib: GpuMemoryGibOpt = None,
     ) -> None:
         """Predict one training iteration: time, MFU/HFU, memory, and where the time goes."""
         from railplan.estimate import estimate as run
@@ -133,7 +148,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
                 raise RailplanError("gpus", f"must be a multiple of tp·pp = {tp * pp}")
             dp = gpus // (tp * pp)
         m = load_model(model)
-        sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu)
+        sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu, gpu_memory_gib)
         net = build_network(network, oversubscription)
         strat = build_strategy(
             tp=tp,
@@ -148,6 +163,8 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             overlap_dp=overlap_dp,
             ep=ep,
             grad_accumulation_fusion=grad_accumulation_fusion,
+            attention=attention,
+            precision=precision,
         )
         e = run(m, sy, strat, net, gpus=gpus)
         if as_json:

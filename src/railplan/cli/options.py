@@ -41,3 +41,13 @@ GradAccFusionOpt = Annotated[
         "micro-batch, as Megatron-LM of 2021)",
     ),
 ]
+AttentionOpt = Annotated[
+    str,
+    typer.Option(help="flash (fused, no s×s scores in HBM; default) | unfused (2021-22 Megatron)"),
+]
+PrecisionOpt = Annotated[
+    str, typer.Option(help="bf16 | fp8 (linear GEMMs at the GPU's fp8 peak, Transformer Engine)")
+]
+GpuMemoryGibOpt = Annotated[
+    float | None, typer.Option(help="override the GPU's memory, GiB (1-65536), for what-ifs")
+]

@@ -10,6 +10,10 @@ from railplan.specs.base import Spec
 
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
+Attention = Literal["flash", "unfused"]
+ATTENTION_CODES: dict[str, int] = {"flash": 0, "unfused": 1}
+Precision = Literal["bf16", "fp8"]
+PRECISION_CODES: dict[str, int] = {"bf16": 0, "fp8": 1}
 
 
 class Strategy(Spec):
@@ -29,6 +33,11 @@ class Strategy(Spec):
     for bf16; 2: bf16/fp16 reduction). `ep` experts-parallel ranks are taken from the dp ranks
     (DeepSpeed-MoE / Megatron-core): experts are sharded over ep, and expert weights are
     data-parallel over dp/ep.
+    `attention`: `flash` is a fused attention kernel (FlashAttention-2/3, cuDNN/TE fused
+    attention: no s×s score matrix in HBM, causal blocks skipped); `unfused` is the 2021-22
+    Megatron path (score matrix written, softmax and dropout as separate kernels, kept for
+    backward). `precision`: `fp8` runs the linear-layer GEMMs in FP8 (Transformer Engine),
+    `bf16` everything in BF16.
     """
 
     tp: PositiveInt = 1
@@ -55,6 +64,10 @@ class Strategy(Spec):
         default=True,
         description="weight-gradient GEMMs accumulate into the main-grad buffer (no extra pass)",
     )
+    attention: Attention = Field(
+        default="flash", description="fused (flash) or unfused attention kernels"
+    )
+    precision: Precision = Field(default="bf16", description="GEMM precision of the linear layers")
 
     @property
     def gpus(self) -> int:
