@@ -104,8 +104,10 @@ def flash_attention_time_s(gpu: GPU, forward_flops: FloatArray) -> dict[str, Flo
     2.5x the forward FLOPs, both at the fused kernel's measured efficiency
     (`gpu.flash_attention_efficiency`; the GEMM efficiency where the catalog has none)."""
     eff = gpu.flash_attention_efficiency or gpu.matmul_efficiency
-    fwd = np.asarray(forward_flops, dtype=np.float64) * CAUSAL_WORK_FRACTION / (
-        gpu.peak_tflops * 1e12 * eff
+    fwd = (
+        np.asarray(forward_flops, dtype=np.float64)
+        * CAUSAL_WORK_FRACTION
+        / (gpu.peak_tflops * 1e12 * eff)
     )
     overhead = gpu.kernel_overhead_us * 1e-6
     return {

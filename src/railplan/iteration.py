@@ -28,8 +28,8 @@ import numpy as np
 
 from railplan import collectives as coll
 from railplan.compute import (
-    fp8_peak_tflops,
     flash_attention_time_s,
+    fp8_peak_tflops,
     gemm_time_s,
     memory_time_s,
 )
@@ -440,7 +440,6 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     # Data parallelism: gradients of this stage over dp ranks tp apart (ZeRO stages as in
     # dp_reduce_s); MoE expert gradients over the dp/ep expert-data-parallel ranks, tp·ep apart.
     dense_params, expert_params = dense_stage_params(model, s), expert_stage_params(model, s)
-    params = dense_params + expert_params
     zero = s.zero
     dense = dp_reduce_s(
         lk, groups["dp"], comm.dp_gradient_bytes(model, s), comm.dp_weight_gather_bytes(model, s), s

@@ -11,10 +11,10 @@ from rich.table import Table
 
 from railplan.cli.options import (
     AttentionOpt,
-    GpuMemoryGibOpt,
     DpOpt,
     EpOpt,
     GlobalBatchOpt,
+    GpuMemoryGibOpt,
     GpusOpt,
     GradAccFusionOpt,
     HbDomainOpt,
@@ -268,6 +268,30 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
                 f"{r['narayanan2021_predicted_s']:.2f}",
             )
         console.print(same)
+        modern = Table(
+            title="Modern runs (2023-24 stacks, data/validation/modern_runs.csv): seconds per "
+            "iteration; accuracy is not tuned here"
+        )
+        for col in ("run", "measured", "predicted", "error", "memory", "fits"):
+            modern.add_column(col, justify="left" if col == "run" else "right")
+        for r in v["modern_runs"]["rows"]:
+            if "skipped" in r:
+                modern.add_row(r["id"], f"{r['measured_s']:.2f}", r["skipped"], "", "", "")
+                continue
+            modern.add_row(
+                r["id"],
+                f"{r['measured_s']:.2f}",
+                f"{r['predicted_s']:.2f}",
+                f"{r['error_pct']:+.1f} %",
+                f"{r['memory_gib_per_gpu']:.1f} GiB",
+                "yes" if r["fits"] else "no",
+            )
+        console.print(modern)
+        for src, s in v["modern_runs"]["by_source"].items():
+            console.print(
+                f"modern runs, {src}: mean |error| {s['mean_abs_pct']:.2f} %, max "
+                f"{s['max_abs_pct']:.2f} % over {s['rows']} rows"
+            )
         c = v["calculon_korthikanti"]
         console.print(
             f"Calculon on the Korthikanti rows: mean {c['mean_abs_pct']} %, "

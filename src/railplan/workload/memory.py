@@ -91,8 +91,9 @@ def layer_activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     )
     sp = s.sequence_parallel.astype(bool)
     whole = np.where(sp, replicated / t, replicated)
-    dropped = (s.recompute == SELECTIVE) & (s.attention != FLASH)
-    stored = whole + (split + np.where(dropped, 0.0, scores)) / t
+    # Selective recompute reruns the attention core (unfused: the score tensors; flash: the
+    # fused kernel, Megatron-Core's checkpointed core attention), keeping neither.
+    stored = whole + (split + np.where(s.recompute == SELECTIVE, 0.0, scores)) / t
     checkpoint = np.where(sp, 2.0 * sbh / t, 2.0 * sbh)
     return np.asarray(np.where(s.recompute == FULL, checkpoint, stored))
 
