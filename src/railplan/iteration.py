@@ -48,6 +48,7 @@ from railplan.strategies import (
 from railplan.workload import comm, elementwise, routing
 from railplan.workload.flops import hardware_flops, model_flops
 from railplan.workload.gemms import (
+    ATTENTION_INPUT_GEMMS,
     Gemm,
     expert_gemms,
     layer_gemms,
@@ -231,9 +232,9 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
         "forward": np.asarray(forward),
         "backward": np.asarray(backward),
         "recompute": np.asarray(recompute),
-        "wgrad_qkv": wgrad["qkv"],
+        "wgrad_qkv": total([wgrad[n] for n in ATTENTION_INPUT_GEMMS if n in wgrad]),
         "wgrad_mlp_up": wgrad["mlp_up"],
-        "dgrad_qkv": dgrad["qkv"],
+        "dgrad_qkv": total([dgrad[n] for n in ATTENTION_INPUT_GEMMS if n in dgrad]),
         "dgrad_mlp_up": dgrad["mlp_up"],
     }
 
@@ -246,6 +247,9 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
     b, t, ep = s.micro_batch.astype(float), s.tp.astype(float), s.ep.astype(float)
     dense = mlp_gemms(model, b, t)
     experts = expert_gemms(model, b, t, ep)
+    if model.shared_experts:
+        # Shared experts: a dense MLP of shared·expert_ffn width on every token.
+        experts += mlp_gemms(model, b, t, model.shared_experts * model.expert_ffn_)
 
     def fwd_bwd(gs: list[Gemm]) -> tuple[FloatArray, FloatArray]:
         f = sum((linear_time_s(gpu, g, s) for g in gs), np.zeros(()))
@@ -257,7 +261,7 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
     router = router_gemm(model, b)
     rf = gemm_time_s(gpu, router)
     rb = sum((gemm_time_s(gpu, h) for h in router.backward()), np.zeros(()))
-    slots = b * model.seq * model.top_k * routing.slot_factor(model, s.ep)
+    slots = b * model.seq * (model.top_k * routing.slot_factor(model, s.ep) + model.shared_experts)
     extra = elementwise.activation_function_bytes(
         model, (slots * model.expert_ffn_ - b * model.seq * model.ffn_) / t
     )

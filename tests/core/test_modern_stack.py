@@ -184,3 +184,36 @@ def test_modern_rows_enter_and_fit() -> None:
         assert r.estimate is not None
         assert np.isfinite(r.estimate.iteration_s)
         assert r.estimate.fits == (r.id not in KNOWN_MISFITS), r.id
+
+
+@pytest.mark.parametrize(
+    ("name", "published_b"),
+    [
+        ("deepseek-v3", 671.0),  # DeepSeek-V3 report: 671B total (MTP module excluded)
+        ("mixtral-8x7b", 46.7),  # Mixtral paper: 47B total
+        ("mixtral-8x22b", 141.0),  # Mistral: 141B total
+        ("llama-3.1-405b", 405.0),
+        ("mpt-7b", 6.658859008),  # llm-foundry benchmark table NumParams
+        ("mpt-30b", 29.97521408),
+        ("mpt-70b", 64.862437376),
+    ],
+)
+def test_catalog_parameter_counts(name: str, published_b: float) -> None:
+    assert load_model(name).params() / 1e9 == pytest.approx(published_b, rel=0.01)
+
+
+def test_mla_and_shared_experts_enter_gemms_flops_and_memory() -> None:
+    v3 = load_model("deepseek-v3")
+    assert v3.moe_layers == 58  # 61 layers, the first 3 dense
+    no_shared = v3.model_copy(update={"shared_experts": 0})
+    s = from_strategies(Strategy(dp=64, ep=64, zero=1, global_batch=64))
+    assert float(memory(v3, s).weights_bytes) > float(memory(no_shared, s).weights_bytes)
+    from railplan.workload.flops import model_flops
+
+    assert float(model_flops(v3, 1)) > float(model_flops(no_shared, 1))
+    # MLA's score products use the 192-wide (128 nope + 64 rope) heads, context the 128-wide V.
+    from railplan.workload.gemms import attention_gemms
+
+    g = {x.name: x for x in attention_gemms(v3, 1.0, 1.0)}
+    assert float(g["score"].k) == 192 and float(g["context"].n) == 128
+    assert {"q_down", "q_up", "kv_down", "kv_up", "proj"} <= set(g)

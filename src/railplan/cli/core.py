@@ -186,6 +186,8 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             + ("" if e.fits else "  [red]does not fit[/red]"),
         )
         for k, v in e.memory_breakdown_gib.items():
+            if k == "zero3_gathered" and strat.zero < 3:
+                continue  # only ZeRO-3 gathers layers
             table.add_row(f"  {k}", f"{v:.1f} GiB")
         for k, v in e.breakdown_s.items():
             table.add_row(f"time: {k}", f"{v:.3f} s ({v / e.iteration_s:.1%})")

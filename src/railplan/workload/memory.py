@@ -5,7 +5,8 @@ Activation bytes per layer follow Korthikanti et al. 2022 §4 (sbh·(34 + 5as/h)
 tp = 1), generalized to GQA, other MLP widths and gated MLPs by counting the same tensors:
 - kept whole on every tensor-parallel rank (split by tp only with sequence parallelism):
   10·sbh = two layer-norm inputs (4), attention input + dropout mask (3), MLP input + mask (3);
-- split by tp: Q and context output 4·sbh, K and V 4·sb·kv_dim, MLP 4·sb·ffn (non-gated:
+- split by tp: Q and context output 4·sbh, K and V 4·sb·kv_dim (MLA: its Q, K, V and context
+  widths, Model.attention_widths), MLP 4·sb·ffn (non-gated:
   up output + activation output) or 6·sb·ffn (gated: gate, up, product), and the attention
   score tensors 5·a·s²·b (softmax output 2, dropout mask 1, dropout output 2).
 Selective recompute drops the 5·a·s²·b term; full recompute keeps only each layer's input
@@ -79,11 +80,12 @@ def layer_activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     mlp_per_token = mlp_bytes * model.ffn_
     if model.moe_layers:
         # Expert layers keep top_k·slot_factor slots of expert_ffn activations per token.
-        per_slot = mlp_bytes * model.expert_ffn_ * model.top_k
-        expert = per_slot * slot_factor(model, s.ep)
+        per_slot = mlp_bytes * model.expert_ffn_
+        expert = per_slot * (model.top_k * slot_factor(model, s.ep) + model.shared_experts)
         share = model.moe_layers / model.layers
         mlp_per_token = (1 - share) * mlp_per_token + share * expert
-    split = seq * b * ((4.0 - fp8) * h + 4.0 * model.kv_dim + mlp_per_token)
+    q, k, v, context = model.attention_widths
+    split = seq * b * (2.0 * (q + k + v) + (2.0 - fp8) * context + mlp_per_token)
     scores = np.where(
         s.attention == FLASH,
         SOFTMAX_STATS_BYTES * model.heads * seq * b,
@@ -130,6 +132,7 @@ def dense_stage_params(model: Model, s: StrategyArrays, embedding: bool = True) 
     moe_share = model.moe_layers / model.layers
     per_layer = model.layer_params() - moe_share * model.mlp_params_dense()
     per_layer += moe_share * model.hidden * model.experts  # router
+    per_layer += moe_share * model.shared_experts * model.expert_params()
     # Tied: one vocab×h matrix per end stage; untied with pp = 1: input and output matrices.
     embed = model.vocab * model.hidden * np.where((s.pp == 1) & (not model.tied_embeddings), 2, 1)
     return np.asarray((layers * per_layer + embed * embedding) / s.tp, dtype=np.float64)
@@ -153,8 +156,13 @@ def gemm_stage_params(model: Model, s: StrategyArrays) -> tuple[FloatArray, Floa
     (non-expert, expert): everything but the embedding, norms, biases and routers."""
     h = model.hidden
     share = model.moe_layers / model.layers
-    dense = h * (h + 2 * model.kv_dim) + h * h + (1 - share) * model.mlp_matrices * h * model.ffn_
-    expert = share * model.mlp_matrices * h * model.expert_ffn_ * model.experts / s.ep
+    expert_mlp = model.mlp_matrices * h * model.expert_ffn_
+    dense = (
+        model.attention_params()
+        + (1 - share) * model.mlp_matrices * h * model.ffn_
+        + share * model.shared_experts * expert_mlp
+    )
+    expert = share * expert_mlp * model.experts / s.ep
     layers = model.layers / s.pp
     return (
         np.asarray(layers * dense / s.tp, dtype=np.float64),
