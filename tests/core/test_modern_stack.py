@@ -217,3 +217,37 @@ def test_mla_and_shared_experts_enter_gemms_flops_and_memory() -> None:
     g = {x.name: x for x in attention_gemms(v3, 1.0, 1.0)}
     assert float(g["score"].k) == 192 and float(g["context"].n) == 128
     assert {"q_down", "q_up", "kv_down", "kv_up", "proj"} <= set(g)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from([1, 2, 4, 8]),
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from([1024, 4096, 8192]),
+    st.sampled_from(["none", "selective", "full"]),
+)
+def test_fp8_never_beats_twice_bf16(tp: int, mb: int, h: int, recompute: str) -> None:
+    # FP8 doubles only the GEMM peak: an iteration can never run more than 2x faster.
+    m = Model(hidden=h, layers=4, heads=32, seq=2048)
+    sy = load_system("dgx-h100")
+
+    def time_s(precision: str) -> float:
+        s = Strategy(
+            tp=tp,
+            micro_batch=mb,
+            global_batch=mb,
+            recompute=recompute,
+            precision=precision,
+        )
+        return float(iteration(m, sy, Network(), from_strategies(s)).iteration_s)
+
+    assert time_s("fp8") >= 0.5 * time_s("bf16")
+
+
+def test_partial_mla_spec_is_a_one_line_error() -> None:
+    with pytest.raises(RailplanError) as err:
+        load_model({"hidden": 1024, "layers": 2, "heads": 8, "kv_lora_rank": 512})
+    assert "MLA needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim" in str(
+        err.value
+    )
+    assert "\n" not in str(err.value)
