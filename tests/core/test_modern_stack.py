@@ -251,3 +251,12 @@ def test_partial_mla_spec_is_a_one_line_error() -> None:
         err.value
     )
     assert "\n" not in str(err.value)
+
+
+def test_search_takes_the_gpu_memory_override(cli) -> None:  # type: ignore[no-untyped-def]
+    args = ["search", "--model", "gpt-175b", "--gpus", "64", "--global-batch", "64"]
+    args += ["--system", "dgx-h100", "--top", "1"]
+    assert cli.json(*args)["best"] is not None
+    r = cli(*args, "--gpu-memory-gib", "40")
+    assert r.exit_code == 2
+    assert "fits in 40 GiB per GPU" in str(r.exception)

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from railplan.cli.options import (
     GlobalBatchOpt,
+    GpuMemoryGibOpt,
     GpusOpt,
     HbDomainOpt,
     HbTbpsOpt,
@@ -104,6 +105,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         overlap_dp: OverlapDpOpt = True,
         top: Annotated[int, typer.Option(help="how many of the fastest to list")] = 5,
         as_json: JsonOpt = False,
+        gpu_memory_gib: GpuMemoryGibOpt = None,
     ) -> None:
         """Find the fastest parallelization that fits in memory (and the time/memory Pareto set)."""
         from railplan.cli.core import build_network, build_system, print_json
@@ -113,7 +115,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         from railplan.sweep import int_list
 
         m = load_model(model)
-        sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu)
+        sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu, gpu_memory_gib)
         net = build_network(network, oversubscription)
         space = SearchSpace(zero=tuple(int_list("zero", zero)), overlap_dp=overlap_dp)
         r = run(m, sy, net, gpus, global_batch, space, top=top)

@@ -153,7 +153,8 @@ def stage_params(model: Model, s: StrategyArrays) -> FloatArray:
 
 def gemm_stage_params(model: Model, s: StrategyArrays) -> tuple[FloatArray, FloatArray]:
     """Weights of the linear GEMMs of one GPU's stage (what FP8 runs and caches in FP8), as
-    (non-expert, expert): everything but the embedding, norms, biases and routers."""
+    (non-expert, expert): everything but the embedding, norms and routers (the projections'
+    biases are counted with them: a negligible share)."""
     h = model.hidden
     share = model.moe_layers / model.layers
     expert_mlp = model.mlp_matrices * h * model.expert_ffn_
