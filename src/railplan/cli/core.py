@@ -173,7 +173,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         console = Console()
         table = Table(
             title=f"{m.name} on {gpus} × {sy.gpu.name} ({sy.name}, K={sy.hb_domain}, "
-            f"{net.architecture})"
+            f"{net.architecture}; {strat.attention} attention, {strat.precision})"
         )
         table.add_column("quantity")
         table.add_column("value", justify="right")
