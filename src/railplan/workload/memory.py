@@ -172,12 +172,15 @@ def gemm_stage_params(model: Model, s: StrategyArrays) -> tuple[FloatArray, Floa
 
 
 def zero3_gathered_bytes(model: Model, s: StrategyArrays) -> FloatArray:
-    """ZeRO-3: full BF16 weights of the gathered layers and one layer's full gradient (0 for
-    ZeRO < 3). A layer's experts are gathered over their dp/ep group (ep experts per rank)."""
+    """ZeRO-3: full BF16 weights of the gathered layers (two, or the stage's only one) and one
+    layer's full gradient (0 for ZeRO < 3). A layer's experts are gathered over their dp/ep
+    group (experts/ep full experts per rank)."""
+    layers = model.layers / s.pp
     per_layer = (dense_stage_params(model, s, embedding=False) + expert_stage_params(model, s)) / (
-        model.layers / s.pp
+        layers
     )
-    live = per_layer * (ZERO3_GATHERED_LAYERS * WEIGHT_BYTES + s.grad_reduce_bytes)
+    gathered = np.minimum(ZERO3_GATHERED_LAYERS, layers)  # a 1-layer stage has nothing to prefetch
+    live = per_layer * (gathered * WEIGHT_BYTES + s.grad_reduce_bytes)
     return np.asarray(np.where(s.zero >= 3, live, 0.0))
 
 
