@@ -3,7 +3,9 @@
 GEMM efficiency is not one constant. A GEMM runs as output tiles spread over the SMs in waves
 (cuBLAS/CUTLASS thread-block tiles); its efficiency is the best, over the usual tile shapes, of
     matmul_efficiency · wave_fill · padding_fill · min(1, tile_intensity / l2_flops_per_byte)
-bounded by the HBM roofline (operands read once, result written once). `matmul_efficiency` is the
+bounded by the HBM roofline (operands read once, result written once). FP8 GEMMs (Transformer
+Engine) run at the GPU's dense FP8 peak with 1-byte operands; the tile factors are the same,
+since FP8 doubles both the FLOPs per clock and the elements per L2 byte. `matmul_efficiency` is the
 measured best case for large GEMMs (MAMF); the other factors come from the shape alone:
 - wave_fill: tiles / (waves · SMs): the last wave leaves SMs idle;
 - padding_fill: useful share of the padded output (M, N rounded up to the tile);
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from railplan.errors import RailplanError
 from railplan.specs import GPU
 from railplan.strategies import FloatArray
 from railplan.workload.gemms import Gemm
@@ -31,6 +34,13 @@ TILES: tuple[tuple[int, int], ...] = (
     (64, 64),
 )
 BYTES_PER_ELEMENT = 2.0  # bf16/fp16 operands
+FP8_BYTES_PER_ELEMENT = 1.0
+# Fused attention with a causal mask skips the key blocks above the diagonal: about half the
+# score and context work (FlashAttention-2, Dao 2023, §3.1.1: causal blocks skipped, 1.7-1.8x).
+CAUSAL_WORK_FRACTION = 0.5
+# The fused backward pass runs five matmuls to the forward's two (it recomputes the scores):
+# 2.5x the forward FLOPs (FlashAttention-2, Dao 2023, §4.1 FLOP count).
+FLASH_BACKWARD_FLOPS_RATIO = 2.5
 
 
 _TILE_M = np.array([t[0] for t in TILES], dtype=np.float64)
@@ -56,10 +66,22 @@ def gemm_efficiency(gpu: GPU, g: Gemm) -> FloatArray:
     return np.asarray(gpu.matmul_efficiency * best)
 
 
-def gemm_time_s(gpu: GPU, g: Gemm) -> FloatArray:
-    """Time of one GEMM: compute at its shape efficiency, or the HBM roofline, plus overhead."""
-    compute_s = g.flops / (gpu.peak_tflops * 1e12 * gemm_efficiency(gpu, g))
-    moved_bytes = BYTES_PER_ELEMENT * g.batch * (g.m * g.k + g.k * g.n + g.m * g.n)
+def fp8_peak_tflops(gpu: GPU) -> float:
+    """The GPU's dense FP8 peak; a one-line error for a GPU without FP8 tensor cores."""
+    if gpu.fp8_tflops is None:
+        raise RailplanError(
+            "precision", f"fp8 needs a GPU with fp8 tensor cores ({gpu.name} has none)"
+        )
+    return gpu.fp8_tflops
+
+
+def gemm_time_s(gpu: GPU, g: Gemm, fp8: bool = False) -> FloatArray:
+    """Time of one GEMM: compute at its shape efficiency, or the HBM roofline, plus overhead;
+    `fp8`: at the FP8 peak with 1-byte operands."""
+    peak = fp8_peak_tflops(gpu) if fp8 else gpu.peak_tflops
+    width = FP8_BYTES_PER_ELEMENT if fp8 else BYTES_PER_ELEMENT
+    compute_s = g.flops / (peak * 1e12 * gemm_efficiency(gpu, g))
+    moved_bytes = width * g.batch * (g.m * g.k + g.k * g.n + g.m * g.n)
     memory_s = moved_bytes / (gpu.memory_tbps * 1e12 * gpu.memory_efficiency)
     return np.maximum(compute_s, memory_s) + gpu.kernel_overhead_us * 1e-6
 
@@ -74,3 +96,21 @@ def memory_time_s(
     peak bandwidth (default: the streaming efficiency `gpu.memory_efficiency`)."""
     bw = gpu.memory_tbps * 1e12 * (gpu.memory_efficiency if efficiency is None else efficiency)
     return np.asarray(moved_bytes, dtype=np.float64) / bw + kernels * gpu.kernel_overhead_us * 1e-6
+
+
+def flash_attention_time_s(gpu: GPU, forward_flops: FloatArray) -> dict[str, FloatArray]:
+    """Forward and backward time of a fused causal attention kernel whose unmasked score and
+    context products would take `forward_flops`: the causal half of the work, the backward at
+    2.5x the forward FLOPs, both at the fused kernel's measured efficiency
+    (`gpu.flash_attention_efficiency`; the GEMM efficiency where the catalog has none)."""
+    eff = gpu.flash_attention_efficiency or gpu.matmul_efficiency
+    fwd = (
+        np.asarray(forward_flops, dtype=np.float64)
+        * CAUSAL_WORK_FRACTION
+        / (gpu.peak_tflops * 1e12 * eff)
+    )
+    overhead = gpu.kernel_overhead_us * 1e-6
+    return {
+        "forward": np.asarray(fwd + overhead),
+        "backward": np.asarray(FLASH_BACKWARD_FLOPS_RATIO * fwd + overhead),
+    }

@@ -95,6 +95,7 @@ def estimate(
             "optimizer": float(mem.optimizer_bytes) / gib,
             "activations": float(mem.activations_bytes) / gib,
             "reserved": float(mem.reserved_bytes) / gib,
+            "zero3_gathered": float(mem.gathered_bytes) / gib,
         },
         model_tflops_per_gpu=float(it.model_flops) / float(it.iteration_s) / n / 1e12,
         hardware_tflops_per_gpu=float(it.hardware_flops) / float(it.iteration_s) / n / 1e12,

@@ -30,10 +30,17 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 
 from railplan import collectives as coll
-from railplan.compute import gemm_time_s, memory_time_s
+from railplan.compute import (
+    flash_attention_time_s,
+    fp8_peak_tflops,
+    gemm_time_s,
+    memory_time_s,
+)
 from railplan.layout import Shape, megatron_shapes
-from railplan.specs import Model, Network, System
+from railplan.specs import GPU, Model, Network, System
 from railplan.strategies import (
+    FLASH,
+    FP8,
     FULL,
     SELECTIVE,
     BoolArray,
@@ -45,6 +52,7 @@ from railplan.strategies import (
 from railplan.workload import comm, elementwise, routing
 from railplan.workload.flops import hardware_flops, model_flops
 from railplan.workload.gemms import (
+    ATTENTION_INPUT_GEMMS,
     Gemm,
     expert_gemms,
     layer_gemms,
@@ -67,6 +75,8 @@ OPTIMIZER_STEP_BYTES = 34.0
 GRAD_TENSORS_PER_LAYER = 12.0  # QKV, projection, MLP up/down weights and biases, 2 LayerNorms
 ELEMENTWISE_KERNELS_PER_LAYER = 8.0  # 2 layer norms, 2 bias-dropout-adds, activation,
 # softmax, attention dropout, embedding/misc: Megatron's fused kernels per layer forward
+# (flash attention fuses the softmax and attention dropout into its kernel: two fewer)
+FP8_CAST_BYTES = 4.0  # TE cast-transpose: read 2 (bf16), write 1 (fp8) + 1 (fp8 transpose)
 
 
 @dataclass(frozen=True)
@@ -161,32 +171,73 @@ def local(gemms: list[Gemm], s: StrategyArrays) -> list[Gemm]:
     return [replace(g, m=np.asarray(g.m / cp)) for g in gemms]
 
 
+def linear_time_s(gpu: GPU, g: Gemm, s: StrategyArrays) -> FloatArray:
+    """A linear layer's GEMM in the strategy's precision (BF16, or FP8 where `precision` is
+    fp8); FP8 timing is only evaluated when some strategy asks for it."""
+    bf16 = gemm_time_s(gpu, g)
+    fp8 = s.precision == FP8
+    if not bool(np.any(fp8)):
+        return bf16
+    return np.asarray(np.where(fp8, gemm_time_s(gpu, g, fp8=True), bf16))
+
+
+def fp8_cast_times_s(gpu: GPU, gemms: list[Gemm], s: StrategyArrays) -> dict[str, FloatArray]:
+    """Transformer Engine's FP8 casts around the linear GEMMs: forward, a fused cast-transpose
+    of each GEMM input (read BF16, write FP8 and its FP8 transpose: 4 bytes per element);
+    backward, the same for each output gradient; at the element-wise kernel efficiencies.
+    Weights are cast once per step (TE caches them over micro-batches: not counted here)."""
+    on = (s.precision == FP8).astype(np.float64)
+    inputs = sum((g.batch * g.m * g.k for g in gemms), np.zeros(()))
+    outputs = sum((g.batch * g.m * g.n for g in gemms), np.zeros(()))
+    kernels = float(len(gemms))
+    fwd = memory_time_s(gpu, FP8_CAST_BYTES * inputs, kernels, gpu.elementwise_forward_efficiency)
+    bwd = memory_time_s(gpu, FP8_CAST_BYTES * outputs, kernels, gpu.elementwise_backward_efficiency)
+    return {"forward": np.asarray(on * fwd), "backward": np.asarray(on * bwd)}
+
+
 def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:
-    """Per layer, per micro-batch, on one GPU: forward, backward and recompute compute time."""
+    """Per layer, per micro-batch, on one GPU: forward, backward and recompute compute time.
+
+    Linear GEMMs run in the strategy's precision; the attention core stays BF16: unfused, the
+    score and context GEMMs plus the softmax/dropout kernels on the s×s scores; flash, one fused
+    kernel (compute.flash_attention_time_s) with no score traffic through HBM."""
     gpu = system.gpu
     b, t = s.micro_batch.astype(float), s.tp.astype(float)
     gemms = local(layer_gemms(model, b, t), s)
-    fwd = sum((gemm_time_s(gpu, g) for g in gemms), np.zeros(()))
-    bwd = sum((gemm_time_s(gpu, h) for g in gemms for h in g.backward()), np.zeros(()))
-    attn_fwd = sum((gemm_time_s(gpu, g) for g in gemms if g.attention), np.zeros(()))
-    attn_bwd = sum(
-        (gemm_time_s(gpu, h) for g in gemms if g.attention for h in g.backward()), np.zeros(())
-    )
-    # Weight-gradient GEMMs of the two column-parallel linears (QKV, MLP-up): the backward
-    # all-reduce of their input gradient runs while they compute (Korthikanti et al. 2022 §6.2).
-    wgrad = {g.name: gemm_time_s(gpu, g.backward()[1]) for g in gemms}
-    dgrad = {g.name: gemm_time_s(gpu, g.backward()[0]) for g in gemms}
+    linear = [g for g in gemms if not g.attention]
+    core = [g for g in gemms if g.attention]
+    flash = s.attention == FLASH
+
+    def total(times: list[FloatArray]) -> FloatArray:
+        return np.asarray(sum(times, np.zeros(())))
+
+    wgrad = {g.name: linear_time_s(gpu, g.backward()[1], s) for g in linear}
+    dgrad = {g.name: linear_time_s(gpu, g.backward()[0], s) for g in linear}
+    lin_fwd = total([linear_time_s(gpu, g, s) for g in linear])
+    lin_bwd = total(list(wgrad.values()) + list(dgrad.values()))
+    casts = fp8_cast_times_s(gpu, linear, s)
+
+    zero = np.zeros(())
+    if bool(np.all(flash)):  # the search's usual case: only the fused kernel
+        unfused_fwd = unfused_bwd = zero
+    else:
+        unfused_fwd = total([gemm_time_s(gpu, g) for g in core])
+        unfused_bwd = total([gemm_time_s(gpu, h) for g in core for h in g.backward()])
+    fused = flash_attention_time_s(gpu, total([g.flops for g in core]))
+    attn_fwd = np.where(flash, fused["forward"], unfused_fwd)
+    attn_bwd = np.where(flash, fused["backward"], unfused_bwd)
 
     # Element-wise kernels run well below streaming bandwidth: measured fused-kernel
     # efficiencies (GPU spec) on the bytes of workload/elementwise.py.
     fwd_eff, bwd_eff = gpu.elementwise_forward_efficiency, gpu.elementwise_backward_efficiency
     ew = {k: v / s.cp for k, v in elementwise.layer_bytes(model, s).items()}
-    ew_fwd = memory_time_s(gpu, ew["forward"], ELEMENTWISE_KERNELS_PER_LAYER, fwd_eff)
-    ew_bwd = memory_time_s(gpu, ew["backward"], ELEMENTWISE_KERNELS_PER_LAYER, bwd_eff)
-    ew_scores = memory_time_s(gpu, ew["scores_forward"], 2.0, fwd_eff)
+    kernels = np.where(flash, ELEMENTWISE_KERNELS_PER_LAYER - 2.0, ELEMENTWISE_KERNELS_PER_LAYER)
+    ew_fwd = memory_time_s(gpu, ew["forward"], kernels, fwd_eff)
+    ew_bwd = memory_time_s(gpu, ew["backward"], kernels, bwd_eff)
+    ew_scores = memory_time_s(gpu, ew["scores_forward"], 2.0 * (1.0 - flash), fwd_eff)
 
-    forward = fwd + ew_fwd
-    backward = bwd + ew_bwd
+    forward = lin_fwd + attn_fwd + ew_fwd + casts["forward"]
+    backward = lin_bwd + attn_bwd + ew_bwd + casts["backward"]
     if model.moe_layers:
         # Average layer: a moe_layers/layers share of layers swaps its dense MLP for experts.
         delta = moe_mlp_delta(model, system, s)
@@ -197,12 +248,12 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
         s.recompute == FULL, forward, np.where(s.recompute == SELECTIVE, attn_fwd + ew_scores, 0.0)
     )
     return {
-        "forward": forward,
-        "backward": backward,
-        "recompute": recompute,
-        "wgrad_qkv": wgrad["qkv"],
+        "forward": np.asarray(forward),
+        "backward": np.asarray(backward),
+        "recompute": np.asarray(recompute),
+        "wgrad_qkv": total([wgrad[n] for n in ATTENTION_INPUT_GEMMS if n in wgrad]),
         "wgrad_mlp_up": wgrad["mlp_up"],
-        "dgrad_qkv": dgrad["qkv"],
+        "dgrad_qkv": total([dgrad[n] for n in ATTENTION_INPUT_GEMMS if n in dgrad]),
         "dgrad_mlp_up": dgrad["mlp_up"],
         "attention_forward": np.asarray(attn_fwd),
         "attention_backward": np.asarray(attn_bwd),
@@ -211,25 +262,34 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
 
 def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:
     """Extra compute of one MoE layer over a dense one: router + experts − dense MLP, with the
-    activation-function traffic of the expert slots."""
+    activation-function traffic of the expert slots (experts in the strategy's precision,
+    the router in BF16)."""
     gpu = system.gpu
     b, t, ep = s.micro_batch.astype(float), s.tp.astype(float), s.ep.astype(float)
     dense = local(mlp_gemms(model, b, t), s)
-    experts = local([*expert_gemms(model, b, t, ep), router_gemm(model, b)], s)
+    experts = expert_gemms(model, b, t, ep)
+    if model.shared_experts:
+        # Shared experts: a dense MLP of shared·expert_ffn width on every token.
+        experts += mlp_gemms(model, b, t, model.shared_experts * model.expert_ffn_)
+    experts = local(experts, s)
 
     def fwd_bwd(gs: list[Gemm]) -> tuple[FloatArray, FloatArray]:
-        f = sum((gemm_time_s(gpu, g) for g in gs), np.zeros(()))
-        bw = sum((gemm_time_s(gpu, h) for g in gs for h in g.backward()), np.zeros(()))
-        return np.asarray(f), np.asarray(bw)
+        f = sum((linear_time_s(gpu, g, s) for g in gs), np.zeros(()))
+        bw = sum((linear_time_s(gpu, h, s) for g in gs for h in g.backward()), np.zeros(()))
+        c = fp8_cast_times_s(gpu, gs, s)
+        return np.asarray(f + c["forward"]), np.asarray(bw + c["backward"])
 
     (ef, eb), (df, db) = fwd_bwd(experts), fwd_bwd(dense)
-    slots = b * model.seq * model.top_k * routing.slot_factor(model, s.ep)
+    router = router_gemm(model, b)
+    rf = gemm_time_s(gpu, router)
+    rb = sum((gemm_time_s(gpu, h) for h in router.backward()), np.zeros(()))
+    slots = b * model.seq * (model.top_k * routing.slot_factor(model, s.ep) + model.shared_experts)
     extra = elementwise.activation_function_bytes(
         model, (slots * model.expert_ffn_ - b * model.seq * model.ffn_) / t / s.cp
     )
     ew_f = memory_time_s(gpu, extra["forward"], 0.0, gpu.elementwise_forward_efficiency)
     ew_b = memory_time_s(gpu, extra["backward"], 0.0, gpu.elementwise_backward_efficiency)
-    return {"forward": ef - df + ew_f, "backward": eb - db + ew_b}
+    return {"forward": ef + rf - df + ew_f, "backward": eb + rb - db + ew_b}
 
 
 def ep_comm_time_s(model: Model, lk: Links, s: StrategyArrays, shape: Shape) -> FloatArray:
@@ -342,7 +402,16 @@ def dp_reduce_s(
 
 
 # The strategy fields that per-layer kernel times depend on.
-SHAPE_FIELDS = ("micro_batch", "tp", "sequence_parallel", "recompute", "ep", "cp")
+SHAPE_FIELDS = (
+    "micro_batch",
+    "tp",
+    "sequence_parallel",
+    "recompute",
+    "ep",
+    "cp",
+    "attention",
+    "precision",
+)
 
 
 def shape_classes(s: StrategyArrays) -> tuple[StrategyArrays, IntArray] | None:
@@ -379,7 +448,12 @@ def per_shape(
 
 
 def iteration(model: Model, system: System, network: Network, s: StrategyArrays) -> Iteration:
-    """Critical-path time of one iteration for every strategy in `s` (arrays broadcast)."""
+    """Critical-path time of one iteration for every strategy in `s` (arrays broadcast).
+
+    MFU and HFU are over the BF16 dense peak whatever the precision, and count the full s²
+    attention term (Megatron's convention; a causal fused kernel does about half of it)."""
+    if bool(np.any(s.precision == FP8)):
+        fp8_peak_tflops(system.gpu)  # a one-line error for GPUs without FP8
     gpus = s.gpus.astype(float)
     lk = links(system, network, gpus)
     pp, dp = s.pp.astype(float), s.grad_ranks.astype(float)
@@ -413,7 +487,6 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     most = stages["max"]  # the fullest stage's layers (its weights and gradients)
     dense_params = dense_stage_params(model, s, True, most)
     expert_params = expert_stage_params(model, s, most)
-    params = dense_params + expert_params
     zero = s.zero_sharding
     dense = dp_reduce_s(
         lk,
@@ -489,7 +562,9 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     window = np.where(s.overlap_dp.astype(bool), layers_per_stage * lt["backward"], 0.0)
     dp_exposed = np.maximum(dp_time - window, 0.0) + embed_ar
 
-    opt_params = params / np.where(zero >= 1, dp, 1.0)
+    opt_params = dense_params / np.where(zero >= 1, dp, 1.0) + expert_params / np.where(
+        zero >= 1, dp / s.ep, 1.0
+    )
     optimizer = memory_time_s(system.gpu, opt_params * OPTIMIZER_STEP_BYTES, 4.0)
 
     total = steady + bubble + dp_exposed + optimizer

@@ -32,7 +32,7 @@ import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.iteration import iteration
-from railplan.specs import RECOMPUTE_CODES, Model, Network, Strategy, System
+from railplan.specs import ATTENTION_CODES, RECOMPUTE_CODES, Model, Network, Strategy, System
 from railplan.strategies import BoolArray, FloatArray, IntArray, StrategyArrays
 from railplan.workload.memory import GIB
 
@@ -61,6 +61,7 @@ class SearchSpace:
     cp: tuple[int, ...] | None = None
     dp: tuple[int, ...] | None = None
     uneven_pp: bool = True  # pp need not divide the layers
+    attention: str = "flash"
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "micro_batch", "interleave", "ep", "cp", "dp"):
@@ -76,12 +77,16 @@ class SearchSpace:
             raise RailplanError("zero", "stages are 0, 1, 2, 3")
         if self.grad_reduce_bytes not in (2, 4):
             raise RailplanError("grad_reduce_bytes", "must be 2 or 4")
+        if self.attention not in ATTENTION_CODES:
+            raise RailplanError("attention", "must be flash or unfused")
 
 
 # The strategy space of Megatron-LM as Calculon searches it (the paper's evaluation):
 # TP, PP, DP, interleaving, micro-batch, recompute (none / attention-only / full), sequence
-# parallelism, and the distributed optimizer (ZeRO-1); no ZeRO-2/3, no context parallelism.
-MEGATRON_SPACE = SearchSpace(zero=(0, 1), cp=(1,), uneven_pp=False)
+# parallelism, and the distributed optimizer (ZeRO-1); no ZeRO-2/3, no context parallelism, pp
+# dividing the layers; unfused attention (the paper's model is validated on Korthikanti et al.
+# 2022's Megatron runs, which were unfused).
+MEGATRON_SPACE = SearchSpace(zero=(0, 1), cp=(1,), uneven_pp=False, attention="unfused")
 
 
 @dataclass(frozen=True)
@@ -237,6 +242,7 @@ def _arrays(
         overlap_dp=one * int(space.overlap_dp),
         grad_reduce_bytes=one * space.grad_reduce_bytes,
         cp=r["cp"],
+        attention=one * ATTENTION_CODES[space.attention],
     )
 
 
@@ -296,6 +302,7 @@ def enumerate_and_evaluate(
         overlap_dp=np.full(len(r), int(space.overlap_dp), dtype=np.int64),
         grad_reduce_bytes=np.full(len(r), space.grad_reduce_bytes, dtype=np.int64),
         cp=rows["cp"][r],
+        attention=np.full(len(r), ATTENTION_CODES[space.attention], dtype=np.int64),
     )
     empty_f = np.zeros(0, dtype=np.float64)
     return Evaluated(

@@ -14,13 +14,22 @@ import numpy as np
 import numpy.typing as npt
 
 from railplan.errors import RailplanError
-from railplan.specs import RECOMPUTE_CODES, ZERO_SCHEDULE_CODES, Model, Strategy
+from railplan.specs import (
+    ATTENTION_CODES,
+    PRECISION_CODES,
+    RECOMPUTE_CODES,
+    ZERO_SCHEDULE_CODES,
+    Model,
+    Strategy,
+)
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
 NONE, SELECTIVE, FULL = 0, 1, 2
+FLASH, UNFUSED = ATTENTION_CODES["flash"], ATTENTION_CODES["unfused"]
+BF16, FP8 = PRECISION_CODES["bf16"], PRECISION_CODES["fp8"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,8 @@ class StrategyArrays:
     first_stage_layers: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     last_stage_layers: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     zero_schedule: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
+    attention: IntArray = field(default_factory=lambda: np.full((), FLASH, dtype=np.int64))
+    precision: IntArray = field(default_factory=lambda: np.full((), BF16, dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
@@ -85,6 +96,8 @@ class StrategyArrays:
         v = {f.name: int(c[i]) for f, c in zip(fields(self), cols, strict=True)}
         code_to_name = {c: n for n, c in RECOMPUTE_CODES.items()}
         schedule = {c: n for n, c in ZERO_SCHEDULE_CODES.items()}
+        attention_name = {c: n for n, c in ATTENTION_CODES.items()}
+        precision_name = {c: n for n, c in PRECISION_CODES.items()}
         return Strategy(
             tp=v["tp"],
             pp=v["pp"],
@@ -105,6 +118,8 @@ class StrategyArrays:
             first_stage_layers=v["first_stage_layers"],
             last_stage_layers=v["last_stage_layers"],
             zero_schedule=schedule[v["zero_schedule"]],
+            attention=attention_name[v["attention"]],
+            precision=precision_name[v["precision"]],
         )
 
 
@@ -137,6 +152,8 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         first_stage_layers=col(lambda s: s.first_stage_layers),
         last_stage_layers=col(lambda s: s.last_stage_layers),
         zero_schedule=col(lambda s: ZERO_SCHEDULE_CODES[s.zero_schedule]),
+        attention=col(lambda s: ATTENTION_CODES[s.attention]),
+        precision=col(lambda s: PRECISION_CODES[s.precision]),
     )
 
 

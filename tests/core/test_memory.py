@@ -18,7 +18,7 @@ from railplan.workload.memory import (
 
 def _layer(name: str, **kw: object) -> float:
     m = load_model(name)
-    s = from_strategies(Strategy(global_batch=8, **kw))
+    s = from_strategies(Strategy(global_batch=8, **({"attention": "unfused"} | kw)))
     return float(layer_activation_bytes(m, s))
 
 

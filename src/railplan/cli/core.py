@@ -10,11 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from railplan.cli.options import (
+    AttentionOpt,
     CpOpt,
     DpOpt,
     EpOpt,
     FirstStageLayersOpt,
     GlobalBatchOpt,
+    GpuMemoryGibOpt,
     GpusOpt,
     GradAccFusionOpt,
     HbDomainOpt,
@@ -28,6 +30,7 @@ from railplan.cli.options import (
     NicsPerGpuOpt,
     OverlapDpOpt,
     OversubscriptionOpt,
+    PrecisionOpt,
     RecomputeOpt,
     SequenceParallelOpt,
     SystemOpt,
@@ -40,6 +43,8 @@ from railplan.specs.base import from_validation_error
 
 RECOMPUTE = ("none", "selective", "full")
 ZERO_SCHEDULES = ("micro_batch", "step")
+ATTENTION = ("flash", "unfused")
+PRECISION = ("bf16", "fp8")
 
 
 def _choice(field: str, value: str, allowed: tuple[str, ...]) -> str:
@@ -54,9 +59,13 @@ def build_system(
     hb_tbps: float | None,
     nic_gbps: float | None,
     nics_per_gpu: float | None,
+    gpu_memory_gib: float | None = None,
 ) -> System:
     """The catalog system with the command line's overrides applied (validated again)."""
     base = load_system(system)
+    if gpu_memory_gib is not None:
+        gpu = base.gpu.model_dump() | {"memory_gib": gpu_memory_gib}
+        base = System.parse(base.model_dump() | {"gpu": gpu}, "system")
     over = {
         k: v
         for k, v in {
@@ -85,6 +94,9 @@ def build_strategy(**kwargs: Any) -> Strategy:
     _choice("recompute", kwargs["recompute"], RECOMPUTE)
     if "zero_schedule" in kwargs:
         _choice("zero_schedule", kwargs["zero_schedule"], ZERO_SCHEDULES)
+    for field, allowed in (("attention", ATTENTION), ("precision", PRECISION)):
+        if field in kwargs:
+            _choice(field, kwargs[field], allowed)
     try:
         return Strategy.model_validate(kwargs)
     except Exception as err:
@@ -130,6 +142,9 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         first_stage_layers: FirstStageLayersOpt = 0,
         last_stage_layers: LastStageLayersOpt = 0,
         zero_schedule: ZeroScheduleOpt = "micro_batch",
+        attention: AttentionOpt = "flash",
+        precision: PrecisionOpt = "bf16",
+        gpu_memory_gib: GpuMemoryGibOpt = None,
     ) -> None:
         """Predict one training iteration: time, MFU/HFU, memory, and where the time goes."""
         from railplan.estimate import estimate as run
@@ -144,7 +159,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
                 raise RailplanError("gpus", f"must be a multiple of tp·cp·pp = {tp * cp * pp}")
             dp = gpus // (tp * cp * pp)
         m = load_model(model)
-        sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu)
+        sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu, gpu_memory_gib)
         net = build_network(network, oversubscription)
         strat = build_strategy(
             tp=tp,
@@ -163,6 +178,8 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             first_stage_layers=first_stage_layers,
             last_stage_layers=last_stage_layers,
             zero_schedule=zero_schedule,
+            attention=attention,
+            precision=precision,
         )
         e = run(m, sy, strat, net, gpus=gpus)
         if as_json:
@@ -171,7 +188,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         console = Console()
         table = Table(
             title=f"{m.name} on {gpus} × {sy.gpu.name} ({sy.name}, K={sy.hb_domain}, "
-            f"{net.architecture})"
+            f"{net.architecture}; {strat.attention} attention, {strat.precision})"
         )
         table.add_column("quantity")
         table.add_column("value", justify="right")
@@ -184,6 +201,8 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             + ("" if e.fits else "  [red]does not fit[/red]"),
         )
         for k, v in e.memory_breakdown_gib.items():
+            if k == "zero3_gathered" and strat.zero < 3:
+                continue  # only ZeRO-3 gathers layers
             table.add_row(f"  {k}", f"{v:.1f} GiB")
         for k, v in e.breakdown_s.items():
             table.add_row(f"time: {k}", f"{v:.3f} s ({v / e.iteration_s:.1%})")
@@ -266,6 +285,30 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
                 f"{r['narayanan2021_predicted_s']:.2f}",
             )
         console.print(same)
+        modern = Table(
+            title="Modern runs (2023-24 stacks, data/validation/modern_runs.csv): seconds per "
+            "iteration; accuracy is not tuned here"
+        )
+        for col in ("run", "measured", "predicted", "error", "memory", "fits"):
+            modern.add_column(col, justify="left" if col == "run" else "right")
+        for r in v["modern_runs"]["rows"]:
+            if "skipped" in r:
+                modern.add_row(r["id"], f"{r['measured_s']:.2f}", r["skipped"], "", "", "")
+                continue
+            modern.add_row(
+                r["id"],
+                f"{r['measured_s']:.2f}",
+                f"{r['predicted_s']:.2f}",
+                f"{r['error_pct']:+.1f} %",
+                f"{r['memory_gib_per_gpu']:.1f} GiB",
+                "yes" if r["fits"] else "no",
+            )
+        console.print(modern)
+        for src, s in v["modern_runs"]["by_source"].items():
+            console.print(
+                f"modern runs, {src}: mean |error| {s['mean_abs_pct']:.2f} %, max "
+                f"{s['max_abs_pct']:.2f} % over {s['rows']} rows"
+            )
         c = v["calculon_korthikanti"]
         console.print(
             f"Calculon on the Korthikanti rows: mean {c['mean_abs_pct']} %, "

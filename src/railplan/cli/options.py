@@ -65,3 +65,13 @@ ZeroScheduleOpt = Annotated[
         "| step (once per step)"
     ),
 ]
+AttentionOpt = Annotated[
+    str,
+    typer.Option(help="flash (fused, no s×s scores in HBM; default) | unfused (2021-22 Megatron)"),
+]
+PrecisionOpt = Annotated[
+    str, typer.Option(help="bf16 | fp8 (linear GEMMs at the GPU's fp8 peak, Transformer Engine)")
+]
+GpuMemoryGibOpt = Annotated[
+    float | None, typer.Option(help="override the GPU's memory, GiB (1-65536), for what-ifs")
+]

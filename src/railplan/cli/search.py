@@ -11,6 +11,7 @@ from rich.table import Table
 
 from railplan.cli.options import (
     GlobalBatchOpt,
+    GpuMemoryGibOpt,
     GpusOpt,
     HbDomainOpt,
     HbTbpsOpt,
@@ -112,6 +113,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         dp: Annotated[str | None, typer.Option(help="fix dp (values, comma-separated)")] = None,
         cp: Annotated[str | None, typer.Option(help="fix cp (values, comma-separated)")] = None,
         ep: Annotated[str | None, typer.Option(help="fix ep (values, comma-separated)")] = None,
+        gpu_memory_gib: GpuMemoryGibOpt = None,
     ) -> None:
         """Find the fastest parallelization that fits in memory (and the time/memory Pareto set)."""
         from railplan.cli.core import build_network, build_system, print_json
@@ -121,7 +123,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         from railplan.sweep import int_list
 
         m = load_model(model)
-        sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu)
+        sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu, gpu_memory_gib)
         net = build_network(network, oversubscription)
 
         def fixed(name: str, text: str | None) -> tuple[int, ...] | None:

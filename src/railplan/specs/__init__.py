@@ -4,11 +4,19 @@ from railplan.specs.catalog import load_gpu, load_model, load_system, names
 from railplan.specs.hardware import GPU, System
 from railplan.specs.model import Model
 from railplan.specs.network import ARCHITECTURES, Network
-from railplan.specs.strategy import RECOMPUTE_CODES, ZERO_SCHEDULE_CODES, Strategy
+from railplan.specs.strategy import (
+    ATTENTION_CODES,
+    PRECISION_CODES,
+    RECOMPUTE_CODES,
+    ZERO_SCHEDULE_CODES,
+    Strategy,
+)
 
 __all__ = [
     "ARCHITECTURES",
+    "ATTENTION_CODES",
     "GPU",
+    "PRECISION_CODES",
     "RECOMPUTE_CODES",
     "ZERO_SCHEDULE_CODES",
     "Model",

@@ -57,6 +57,11 @@ class GPU(Spec):
         default=4.0, description="launch/tail overhead added to each kernel"
     )
     source: str = ""
+    flash_attention_efficiency: Efficiency | None = Field(
+        default=None,
+        description="fraction of the bf16 peak a fused (flash) attention kernel reaches, forward "
+        "+ backward, FLOPs counted as FlashAttention does (None: the GEMM efficiency)",
+    )
 
 
 class System(Spec):

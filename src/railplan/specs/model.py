@@ -14,7 +14,14 @@ class Model(Spec):
 
     `ffn_hidden` defaults to 4·hidden; `gated_mlp` means SwiGLU-style MLPs with three matrices
     (up, gate, down). `kv_heads` < `heads` is grouped-query attention. MoE fields describe expert
-    layers (used by the MoE work; a dense model has `experts == 1`).
+    layers (used by the MoE work; a dense model has `experts == 1`): `experts` routed experts of
+    width `expert_ffn_hidden`, `top_k` of them per token, plus `shared_experts` that every token
+    passes (DeepSeekMoE); the first `first_dense_layers` layers are dense, then every
+    `moe_layer_interval`-th layer is an MoE layer.
+    MLA (multi-head latent attention, DeepSeek-V2/V3) when `kv_lora_rank` is set: queries through
+    a `q_lora_rank` bottleneck (or a full projection when None), keys and values from a
+    `kv_lora_rank` latent; per head `qk_nope_head_dim` + `qk_rope_head_dim` for Q·K and
+    `v_head_dim` for V.
     """
 
     name: str = "custom"
@@ -44,6 +51,13 @@ class Model(Spec):
         default=True, description="capacity-based routing (drops overflow); false = dropless"
     )
     source: str = ""
+    shared_experts: int = Field(default=0, ge=0, le=64, description="always-active experts")
+    first_dense_layers: int = Field(default=0, ge=0, description="leading dense layers (MoE)")
+    q_lora_rank: PositiveInt | None = None
+    kv_lora_rank: PositiveInt | None = None
+    qk_nope_head_dim: PositiveInt | None = None
+    qk_rope_head_dim: PositiveInt | None = None
+    v_head_dim: PositiveInt | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -53,6 +67,15 @@ class Model(Spec):
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads")
         if self.top_k > self.experts:
             raise ValueError(f"top_k ({self.top_k}) must be at most experts ({self.experts})")
+        if self.first_dense_layers >= self.layers and self.experts > 1:
+            raise ValueError(f"first_dense_layers must be below layers ({self.layers})")
+        mla = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
+        if any(x is not None for x in mla) and any(x is None for x in mla):
+            raise ValueError(
+                "MLA needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim"
+            )
+        if self.q_lora_rank is not None and self.kv_lora_rank is None:
+            raise ValueError("q_lora_rank needs MLA (kv_lora_rank and the head dims)")
         return self
 
     @property
@@ -68,9 +91,47 @@ class Model(Spec):
         return self.hidden // self.heads
 
     @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
     def kv_dim(self) -> int:
-        """Width of K (and of V): kv_heads × head_dim."""
+        """Width of K (and of V) for standard attention: kv_heads × head_dim."""
         return self.kv_heads_ * self.head_dim
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Per-head width of Q and K (MLA: nope + rope)."""
+        if self.qk_nope_head_dim is not None and self.qk_rope_head_dim is not None:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
+        return self.head_dim
+
+    @property
+    def v_head_dim_(self) -> int:
+        return self.v_head_dim or self.head_dim
+
+    @property
+    def attention_widths(self) -> tuple[int, int, int, int]:
+        """Activation widths per token: Q, K, V (all heads) and the context (heads × v dim)."""
+        if self.mla:
+            q = self.heads * self.qk_head_dim
+            return q, q, self.heads * self.v_head_dim_, self.heads * self.v_head_dim_
+        return self.hidden, self.kv_dim, self.kv_dim, self.hidden
+
+    def attention_params(self) -> int:
+        """Weights and biases of one attention block (projections; norms counted apart)."""
+        h = self.hidden
+        if not self.mla:
+            return h * (h + 2 * self.kv_dim) + (h + 2 * self.kv_dim) + h * h + h
+        assert self.kv_lora_rank is not None and self.qk_rope_head_dim is not None
+        qk, v, a = self.qk_head_dim, self.v_head_dim_, self.heads
+        if self.q_lora_rank:
+            q = h * self.q_lora_rank + self.q_lora_rank * a * qk + self.q_lora_rank  # + q norm
+        else:
+            q = h * a * qk
+        kv_down = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank  # + norm
+        kv_up = self.kv_lora_rank * a * (self.qk_nope_head_dim or 0) + self.kv_lora_rank * a * v
+        return q + kv_down + kv_up + a * v * h
 
     @property
     def mlp_matrices(self) -> int:
@@ -78,7 +139,9 @@ class Model(Spec):
 
     @property
     def moe_layers(self) -> int:
-        return self.layers // self.moe_layer_interval if self.experts > 1 else 0
+        if self.experts == 1:
+            return 0
+        return (self.layers - self.first_dense_layers) // self.moe_layer_interval
 
     @property
     def expert_ffn_(self) -> int:
@@ -87,9 +150,8 @@ class Model(Spec):
     def layer_params(self) -> int:
         """Parameters of one dense transformer layer (weights + biases + 2 layer norms)."""
         h = self.hidden
-        attn = h * (h + 2 * self.kv_dim) + (h + 2 * self.kv_dim) + h * h + h
         mlp = self.mlp_matrices * h * self.ffn_ + self.ffn_ * (self.mlp_matrices - 1) + h
-        return attn + mlp + 4 * h
+        return self.attention_params() + mlp + 4 * h
 
     def expert_params(self) -> int:
         """Parameters of one expert's MLP."""
@@ -105,7 +167,7 @@ class Model(Spec):
         moe = self.moe_layers * (
             self.layer_params()
             - self.mlp_params_dense()
-            + self.experts * self.expert_params()
+            + (self.experts + self.shared_experts) * self.expert_params()
             + self.hidden * self.experts
         )
         return dense_layers * self.layer_params() + moe + self.embedding_params() + 2 * self.hidden

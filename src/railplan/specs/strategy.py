@@ -12,6 +12,10 @@ Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
 ZeroSchedule = Literal["micro_batch", "step"]
 ZERO_SCHEDULE_CODES: dict[str, int] = {"micro_batch": 0, "step": 1}
+Attention = Literal["flash", "unfused"]
+ATTENTION_CODES: dict[str, int] = {"flash": 0, "unfused": 1}
+Precision = Literal["bf16", "fp8"]
+PRECISION_CODES: dict[str, int] = {"bf16": 0, "fp8": 1}
 
 
 class Strategy(Spec):
@@ -38,6 +42,11 @@ class Strategy(Spec):
     `zero_schedule` says when ZeRO-2/3 communicate: `micro_batch` (FSDP and DeepSpeed's default:
     weights gathered before, gradients reduce-scattered after every micro-batch's pass) or
     `step` (once per step, weights and gradients kept whole across the micro-batches).
+    `attention`: `flash` is a fused attention kernel (FlashAttention-2/3, cuDNN/TE fused
+    attention: no s×s score matrix in HBM, causal blocks skipped); `unfused` is the 2021-22
+    Megatron path (score matrix written, softmax and dropout as separate kernels, kept for
+    backward). `precision`: `fp8` runs the linear-layer GEMMs in FP8 (Transformer Engine),
+    `bf16` everything in BF16.
     """
 
     tp: PositiveInt = 1
@@ -68,6 +77,10 @@ class Strategy(Spec):
     first_stage_layers: int = Field(default=0, ge=0, description="0 = spread layers evenly")
     last_stage_layers: int = Field(default=0, ge=0, description="0 = spread layers evenly")
     zero_schedule: ZeroSchedule = "micro_batch"
+    attention: Attention = Field(
+        default="flash", description="fused (flash) or unfused attention kernels"
+    )
+    precision: Precision = Field(default="bf16", description="GEMM precision of the linear layers")
 
     @property
     def gpus(self) -> int:

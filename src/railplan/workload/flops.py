@@ -25,7 +25,8 @@ def forward_flops_per_sequence(model: Model) -> dict[str, float]:
         dense_mlp = sum(float(g.flops) for g in mlp_gemms(model, one, one))
         expert_mlp = sum(float(g.flops) for g in mlp_gemms(model, one, one, model.expert_ffn_))
         router = 2.0 * model.seq * model.hidden * model.experts
-        moe_extra = model.moe_layers * (model.top_k * expert_mlp + router - dense_mlp)
+        per_token_experts = model.top_k + model.shared_experts
+        moe_extra = model.moe_layers * (per_token_experts * expert_mlp + router - dense_mlp)
     return {
         "layers": model.layers * dense_layer + moe_extra,
         "attention_products": model.layers * attn_products,

@@ -48,18 +48,45 @@ def _f(x: object) -> FloatArray:
 
 
 def attention_gemms(model: Model, b: object, t: object) -> list[Gemm]:
-    """QKV, score (QKᵀ), context (softmax·V) and output projection of one layer."""
+    """QKV, score (QKᵀ), context (softmax·V) and output projection of one layer.
+
+    MLA (DeepSeek-V2/V3, Megatron-Core's MLASelfAttention): the down-projections into the
+    query and key-value latents run duplicated on every tensor-parallel rank; the
+    up-projections, the heads and the output projection are split by tp. The column-parallel
+    projections whose backward all-reduce hides behind their weight gradient are named
+    `qkv` (standard) or `q_up`/`kv_up` (MLA): ATTENTION_INPUT_GEMMS."""
     b, t = _f(b), _f(t)
-    s, h, d = float(model.seq), float(model.hidden), float(model.head_dim)
+    s, h = float(model.seq), float(model.hidden)
     tokens = b * s
     one = np.ones_like(b * t)
     heads = b * model.heads / t
-    return [
-        Gemm("qkv", one, tokens, (h + 2.0 * model.kv_dim) / t, h * one),
-        Gemm("score", heads, s * one, s * one, d * one, attention=True),
-        Gemm("context", heads, s * one, d * one, s * one, attention=True),
-        Gemm("proj", one, tokens, h * one, h / t),
+    qk, v = float(model.qk_head_dim), float(model.v_head_dim_)
+    core = [
+        Gemm("score", heads, s * one, s * one, qk * one, attention=True),
+        Gemm("context", heads, s * one, v * one, s * one, attention=True),
+        Gemm("proj", one, tokens, h * one, model.heads * v / t),
     ]
+    if not model.mla:
+        return [Gemm("qkv", one, tokens, (h + 2.0 * model.kv_dim) / t, h * one), *core]
+    a = float(model.heads)
+    kv_lora, rope = float(model.kv_lora_rank or 0), float(model.qk_rope_head_dim or 0)
+    nope = float(model.qk_nope_head_dim or 0)
+    if model.q_lora_rank:
+        q_lora = float(model.q_lora_rank)
+        q = [
+            Gemm("q_down", one, tokens, q_lora * one, h * one),
+            Gemm("q_up", one, tokens, a * qk / t, q_lora * one),
+        ]
+    else:
+        q = [Gemm("q_up", one, tokens, a * qk / t, h * one)]
+    kv = [
+        Gemm("kv_down", one, tokens, (kv_lora + rope) * one, h * one),
+        Gemm("kv_up", one, tokens, a * (nope + v) / t, kv_lora * one),
+    ]
+    return [*q, *kv, *core]
+
+
+ATTENTION_INPUT_GEMMS = ("qkv", "q_up", "kv_up")
 
 
 def mlp_gemms(model: Model, b: object, t: object, ffn: int | None = None) -> list[Gemm]:

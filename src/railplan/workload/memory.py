@@ -5,13 +5,30 @@ Activation bytes per layer follow Korthikanti et al. 2022 §4 (sbh·(34 + 5as/h)
 tp = 1), generalized to GQA, other MLP widths and gated MLPs by counting the same tensors:
 - kept whole on every tensor-parallel rank (split by tp only with sequence parallelism):
   10·sbh = two layer-norm inputs (4), attention input + dropout mask (3), MLP input + mask (3);
-- split by tp: Q and context output 4·sbh, K and V 4·sb·kv_dim, MLP 4·sb·ffn (non-gated:
+- split by tp: Q and context output 4·sbh, K and V 4·sb·kv_dim (MLA: its Q, K, V and context
+  widths, Model.attention_widths), MLP 4·sb·ffn (non-gated:
   up output + activation output) or 6·sb·ffn (gated: gate, up, product), and the attention
   score tensors 5·a·s²·b (softmax output 2, dropout mask 1, dropout output 2).
 Selective recompute drops the 5·a·s²·b term; full recompute keeps only each layer's input
 (2·sbh, split by tp with sequence parallelism) plus one layer's activations while it is
 recomputed. The 1F1B schedule keeps `pp` micro-batches in flight on the first stage;
 the interleaved schedule multiplies that by 1 + (pp−1)/(pp·v) (Korthikanti §4.2.3).
+
+Fused (flash) attention never materializes the score tensors: it keeps only the softmax
+log-sum-exp per query and head (fp32, 4·a·s·b bytes, split by tp) and recomputes the scores
+blockwise in the backward pass (Dao et al. 2022, FlashAttention §3.1; FlashAttention-2 §3.1).
+
+FP8 (Transformer Engine): the inputs of the FP8 GEMMs are saved for backward in FP8, 1 byte
+instead of 2 (QKV input and MLP input in the 10·sbh, the context before the output projection,
+and the MLP-down input); each FP8 GEMM's weight also has a cached FP8 copy and its FP8
+transpose (TE's fp8 weight caching over micro-batches), 2 bytes per GEMM parameter beside the
+BF16 weight and the FP32 master copy (docs/model.md cites the TE documentation).
+
+ZeRO-3 / FSDP gathers each layer's full weights before using it and frees them after; with
+prefetching the next layer's gather overlaps the current layer, so two layers' full BF16 weights
+are live at once, and the backward pass holds one layer's full gradient until it is
+reduce-scattered (PyTorch FSDP, Zhao et al. 2023 §3.3-3.4: at most two in-flight all-gathers
+by the rate limiter; DeepSpeed ZeRO-3 prefetches the same way).
 """
 
 from __future__ import annotations
@@ -21,7 +38,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from railplan.specs import GPU, Model
-from railplan.strategies import FULL, SELECTIVE, FloatArray, StrategyArrays, stage_layers
+from railplan.strategies import (
+    FLASH,
+    FP8,
+    FULL,
+    SELECTIVE,
+    FloatArray,
+    StrategyArrays,
+    stage_layers,
+)
 from railplan.workload.routing import slot_factor
 
 GIB = float(1 << 30)
@@ -30,6 +55,9 @@ OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam m and v
 # CUDA context, NCCL buffers and allocator fragmentation: PyTorch's CUDA context alone is ~0.5-1
 # GiB on A100/H100; Megatron runs reserve ~1-2 GiB more for NCCL and cuBLAS workspaces.
 RESERVED_BYTES = 2.0 * GIB
+FP8_WEIGHT_COPY_BYTES = 2.0  # TE: cached fp8 weight + its fp8 transpose, per GEMM parameter
+SOFTMAX_STATS_BYTES = 4.0  # flash attention: fp32 log-sum-exp per query and head
+ZERO3_GATHERED_LAYERS = 2.0  # FSDP/ZeRO-3: the layer in use + the prefetched one
 
 
 @dataclass(frozen=True)
@@ -42,6 +70,7 @@ class Memory:
     activations_bytes: FloatArray
     reserved_bytes: FloatArray
     total_bytes: FloatArray
+    gathered_bytes: FloatArray  # ZeRO-3: full weights of the gathered layers, one layer's grads
 
     def fits(self, gpu: GPU) -> FloatArray:
         return np.asarray(self.total_bytes <= gpu.memory_gib * GIB)
@@ -52,18 +81,28 @@ def layer_activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     b, t = s.micro_batch.astype(np.float64), s.tp.astype(np.float64)
     seq, h = float(model.seq), float(model.hidden)
     sbh = seq * b * h
-    replicated = 10.0 * sbh
-    mlp_per_token: FloatArray | float = (6.0 if model.gated_mlp else 4.0) * model.ffn_
+    # FP8 saves the QKV and MLP inputs, the context and the MLP-down input in 1 byte.
+    fp8 = (s.precision == FP8).astype(np.float64)
+    replicated = (10.0 - 2.0 * fp8) * sbh
+    mlp_bytes = (6.0 if model.gated_mlp else 4.0) - fp8
+    mlp_per_token = mlp_bytes * model.ffn_
     if model.moe_layers:
         # Expert layers keep top_k·slot_factor slots of expert_ffn activations per token.
-        per_slot = (6.0 if model.gated_mlp else 4.0) * model.expert_ffn_ * model.top_k
-        expert = per_slot * slot_factor(model, s.ep)
+        per_slot = mlp_bytes * model.expert_ffn_
+        expert = per_slot * (model.top_k * slot_factor(model, s.ep) + model.shared_experts)
         share = model.moe_layers / model.layers
         mlp_per_token = (1 - share) * mlp_per_token + share * expert
-    split = seq * b * (4.0 * h + 4.0 * model.kv_dim + mlp_per_token)
-    scores = 5.0 * model.heads * seq * seq * b
+    q, k, v, context = model.attention_widths
+    split = seq * b * (2.0 * (q + k + v) + (2.0 - fp8) * context + mlp_per_token)
+    scores = np.where(
+        s.attention == FLASH,
+        SOFTMAX_STATS_BYTES * model.heads * seq * b,
+        5.0 * model.heads * seq * seq * b,
+    )
     sp = s.sequence_parallel.astype(bool)
     whole = np.where(sp, replicated / t, replicated)
+    # Selective recompute reruns the attention core (unfused: the score tensors; flash: the
+    # fused kernel, Megatron-Core's checkpointed core attention), keeping neither.
     stored = whole + (split + np.where(s.recompute == SELECTIVE, 0.0, scores)) / t
     checkpoint = np.where(sp, 2.0 * sbh / t, 2.0 * sbh)
     return np.asarray(np.where(s.recompute == FULL, checkpoint, stored))
@@ -106,6 +145,7 @@ def dense_stage_params(
     moe_share = model.moe_layers / model.layers
     per_layer = model.layer_params() - moe_share * model.mlp_params_dense()
     per_layer += moe_share * model.hidden * model.experts  # router
+    per_layer += moe_share * model.shared_experts * model.expert_params()
     # Tied: one vocab×h matrix per end stage; untied with pp = 1: input and output matrices.
     embed = model.vocab * model.hidden * np.where((s.pp == 1) & (not model.tied_embeddings), 2, 1)
     return np.asarray((layers * per_layer + embed * embedding) / s.tp, dtype=np.float64)
@@ -128,21 +168,78 @@ def stage_params(model: Model, s: StrategyArrays) -> FloatArray:
     return np.asarray(dense_stage_params(model, s) + expert_stage_params(model, s))
 
 
+def gemm_stage_params(model: Model, s: StrategyArrays) -> tuple[FloatArray, FloatArray]:
+    """Weights of the linear GEMMs of one GPU's stage (what FP8 runs and caches in FP8), as
+    (non-expert, expert): everything but the embedding, norms and routers (the projections'
+    biases are counted with them: a negligible share)."""
+    h = model.hidden
+    share = model.moe_layers / model.layers
+    expert_mlp = model.mlp_matrices * h * model.expert_ffn_
+    dense = (
+        model.attention_params()
+        + (1 - share) * model.mlp_matrices * h * model.ffn_
+        + share * model.shared_experts * expert_mlp
+    )
+    expert = share * expert_mlp * model.experts / s.ep
+    layers = stage_layers(model, s)["max"]
+    return (
+        np.asarray(layers * dense / s.tp, dtype=np.float64),
+        np.asarray(layers * expert / s.tp, dtype=np.float64),
+    )
+
+
+def zero3_gathered_bytes(model: Model, s: StrategyArrays) -> FloatArray:
+    """ZeRO-3: full BF16 weights of the gathered layers (two, or the stage's only one) and one
+    layer's full gradient (0 for ZeRO < 3). A layer's experts are gathered over their dp/ep
+    group (experts/ep full experts per rank)."""
+    layers = stage_layers(model, s)["max"]
+    per_layer = (
+        dense_stage_params(model, s, False, layers) + expert_stage_params(model, s, layers)
+    ) / layers
+    gathered = np.minimum(ZERO3_GATHERED_LAYERS, layers)  # a 1-layer stage has nothing to prefetch
+    live = per_layer * (gathered * WEIGHT_BYTES + s.grad_reduce_bytes)
+    return np.asarray(np.where(s.zero_sharding >= 3, live, 0.0))
+
+
 def memory(model: Model, s: StrategyArrays) -> Memory:
     """Memory per GPU of the most loaded stage (the first with 1F1B; the last if logits
     dominate), with ZeRO stage 1/2/3 sharding optimizer states / gradients / weights over the
-    dp·cp ranks (`zero_sharding`: ZeRO-2/3 once per step keep weights and gradients whole).
-    Context parallelism divides every activation by cp (each GPU holds s/cp tokens)."""
-    params = stage_params(model, s)
+    data-parallel group: the dp·cp ranks for the dense parameters, dp·cp/ep expert-data-parallel
+    ranks for the expert parameters (each expert lives on dp·cp/ep ranks only). `zero_sharding`:
+    ZeRO-2/3 once per step keep weights and gradients whole. Context parallelism divides every
+    activation by cp (each GPU holds s/cp tokens)."""
+    dense, expert = dense_stage_params(model, s), expert_stage_params(model, s)
     dp = s.grad_ranks.astype(np.float64)
+    edp = dp / s.ep
     z = s.zero_sharding
-    weights = params * WEIGHT_BYTES / np.where(z >= 3, dp, 1.0)
-    grads = params * s.grad_reduce_bytes / np.where(z >= 2, dp, 1.0)
-    optimizer = params * OPTIMIZER_BYTES / np.where(z >= 1, dp, 1.0)
+
+    def sharded(
+        per_param: FloatArray | float, stage: int, params: tuple[FloatArray, FloatArray]
+    ) -> FloatArray:
+        return np.asarray(
+            params[0] * per_param / np.where(z >= stage, dp, 1.0)
+            + params[1] * per_param / np.where(z >= stage, edp, 1.0)
+        )
+
+    fp8_copy = np.where(s.precision == FP8, FP8_WEIGHT_COPY_BYTES, 0.0)
+    weights = sharded(WEIGHT_BYTES, 3, (dense, expert)) + sharded(
+        fp8_copy, 3, gemm_stage_params(model, s)
+    )
+    grads = sharded(s.grad_reduce_bytes.astype(np.float64), 2, (dense, expert))
+    optimizer = sharded(OPTIMIZER_BYTES, 1, (dense, expert))
+    gathered = zero3_gathered_bytes(model, s)
     first = activation_bytes(model, s)
     last = stage_layers(model, s)["last"]
     last_stage_acts = layer_activation_bytes(model, s) * last + logits_bytes(model, s)
     acts = np.maximum(first, last_stage_acts) / s.cp
     reserved = np.full_like(acts, RESERVED_BYTES)
-    total = weights + grads + optimizer + acts + reserved
-    return Memory(weights, grads, optimizer, acts, reserved, total)
+    total = weights + grads + optimizer + acts + reserved + gathered
+    return Memory(
+        weights_bytes=weights,
+        gradients_bytes=grads,
+        optimizer_bytes=optimizer,
+        activations_bytes=acts,
+        reserved_bytes=reserved,
+        total_bytes=total,
+        gathered_bytes=np.asarray(np.broadcast_to(gathered, np.shape(total))),
+    )
