@@ -1,0 +1,217 @@
+"""`railplan infer-search`: the serving configuration with the most output tokens/s per GPU
+that meets a TTFT and a TPOT limit, on each network, and whether serving needs a spine.
+
+Candidates, for every tp × pp (× ep for MoE) whose weights fit and that divides the GPUs, and
+batches 1, 2, 4, … up to the largest that fits:
+- aggregated: every group runs prefill and decode in the same steps (`estimate.infer`);
+- disaggregated: P groups only prefill (prompts in chunks of MAX_PREFILL_TOKENS) and D groups
+  only decode, P + D = gpus / (tp·pp), split to balance the two rates (the prefill:decode GPU
+  ratio); the KV cache of each prompt goes from its prefill GPUs to the decode GPUs of the same
+  tp/pp rank: over NVLink when all GPUs share one HB domain, else over the NIC — and on
+  rail-only, when the groups do not start at the same local rank (tp·pp not a multiple of K),
+  through one more HB hop to the peer's rail (forwarding).
+TTFT here is the steady-state estimate without queueing (half a step of waiting plus the step
+carrying the prompt, plus the KV transfer); `serving.serve` gives the loaded values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from railplan.errors import RailplanError
+from railplan.inference.engine import Deployment, StepLoad, step_time_s
+from railplan.inference.estimate import DEFAULT_MAX_BATCH, check_tokens, infer, steady_load
+from railplan.inference.serving import MAX_PREFILL_TOKENS
+from railplan.specs import Model, Network, System
+from railplan.specs.base import Range
+
+SLO = Range(1e-4, 3600.0, "s")
+NETWORKS: tuple[str, ...] = ("rail-optimized", "rail-only", "ideal")
+#: "needs a spine" when rail-only serves this much less than rail-optimized
+SPINE_THRESHOLD = 0.01
+
+
+@dataclass(frozen=True)
+class Choice:
+    mode: str  # aggregated | disaggregated
+    tp: int
+    pp: int
+    ep: int
+    batch: int
+    prefill_gpus: int
+    decode_gpus: int
+    ttft_s: float
+    tpot_s: float
+    tokens_per_s_per_gpu: float
+    kv_transfer_s: float
+    infer: dict[str, Any]  # the keys of `railplan infer` for this tp/pp/ep/batch
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _batches(most: int) -> list[int]:
+    top = min(most, DEFAULT_MAX_BATCH)
+    out = [1 << i for i in range(int(math.log2(top)) + 1)] if top >= 1 else []
+    return sorted(set(out + ([top] if top >= 1 else [])))
+
+
+def kv_transfer_s(dep: Deployment, prompts: float, input_tokens: int) -> float:
+    """Time to ship the KV cache of `prompts` prompts from prefill to decode GPUs (module doc)."""
+    lk = dep.links
+    size = prompts * input_tokens * dep.kv_bytes_per_token
+    k = float(np.max(lk.hb_domain))
+    if dep.gpus <= k:
+        return size / lk.hb_bw + lk.hb_lat_s
+    t = size / lk.nic_bw_spread + lk.nic_lat_s
+    if lk.rail_only and (dep.tp * dep.pp) % int(k):
+        t += size / lk.hb_bw + lk.hb_lat_s
+    return t
+
+
+def _disaggregated(
+    dep: Deployment, batch: int, input_tokens: int, output_tokens: int, base: dict[str, Any]
+) -> Choice | None:
+    groups = dep.gpus // (dep.tp * dep.pp)
+    if groups < 2:
+        return None
+    decode_only = replace(
+        steady_load(batch, input_tokens, output_tokens), prefill_tokens=0.0, prefill_seqs=0.0
+    )
+    tpot = step_time_s(dep, decode_only)[0]
+    chunk = max(1, MAX_PREFILL_TOKENS // input_tokens)
+    t_pre = step_time_s(dep, StepLoad(prefill_tokens=chunk * input_tokens, prefill_seqs=chunk))[0]
+    pre_rate, dec_rate = chunk / t_pre, batch / (tpot * output_tokens)  # requests/s per group
+    p = max(1, min(groups - 1, round(groups * dec_rate / (pre_rate + dec_rate))))
+    requests_per_s = min(p * pre_rate, (groups - p) * dec_rate)
+    xfer = kv_transfer_s(dep, chunk, input_tokens)
+    per_group_gpus = dep.tp * dep.pp
+    return Choice(
+        mode="disaggregated",
+        tp=dep.tp,
+        pp=dep.pp,
+        ep=dep.ep,
+        batch=batch,
+        prefill_gpus=p * per_group_gpus,
+        decode_gpus=(groups - p) * per_group_gpus,
+        ttft_s=1.5 * t_pre + xfer,
+        tpot_s=tpot,
+        tokens_per_s_per_gpu=requests_per_s * output_tokens / dep.gpus,
+        kv_transfer_s=xfer,
+        infer=base,
+    )
+
+
+def candidates(
+    model: Model,
+    system: System,
+    network: Network,
+    gpus: int,
+    precision: str,
+    input_tokens: int,
+    output_tokens: int,
+) -> list[Choice]:
+    """Every configuration evaluated (see the module docstring)."""
+    check_tokens(input_tokens, output_tokens)
+    out: list[Choice] = []
+    eps = [e for e in _divisors(model.experts) if e <= gpus] if model.experts > 1 else [1]
+    for ep in eps:
+        for tp in _divisors(gpus // ep):
+            for pp in _divisors(gpus // (ep * tp)):
+                if pp > model.layers:
+                    continue
+                dep = Deployment(model, system, network, gpus, tp, pp, ep, precision)
+                most = dep.max_batch(input_tokens + output_tokens)
+                for b in _batches(most):
+                    r = infer(dep, b, input_tokens, output_tokens)
+                    base = r.to_dict()
+                    out.append(
+                        Choice(
+                            "aggregated",
+                            tp,
+                            pp,
+                            ep,
+                            b,
+                            0,
+                            gpus,
+                            r.ttft_s,
+                            r.tpot_s,
+                            r.tokens_per_s_per_gpu,
+                            0.0,
+                            base,
+                        )
+                    )
+                    d = _disaggregated(dep, b, input_tokens, output_tokens, base)
+                    if d is not None:
+                        out.append(d)
+    return out
+
+
+def best(choices: list[Choice], ttft_slo_s: float, tpot_slo_s: float) -> Choice | None:
+    ok = [c for c in choices if c.ttft_s <= ttft_slo_s and c.tpot_s <= tpot_slo_s]
+    return max(ok, key=lambda c: c.tokens_per_s_per_gpu) if ok else None
+
+
+def search(
+    model: Model,
+    system: System,
+    gpus: int,
+    precision: str,
+    input_tokens: int,
+    output_tokens: int,
+    ttft_slo_s: float,
+    tpot_slo_s: float,
+    networks: tuple[str, ...] = NETWORKS,
+) -> dict[str, Any]:
+    """The best configuration on each network, the overall best and the spine verdict."""
+    ttft_slo_s = SLO.check("ttft_slo", ttft_slo_s)
+    tpot_slo_s = SLO.check("tpot_slo", tpot_slo_s)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise RailplanError("gpus", f"must be a positive integer; got {gpus!r}")
+    by_net: dict[str, Choice | None] = {}
+    evaluated = 0
+    for arch in networks:
+        cs = candidates(
+            model, system, Network(architecture=arch), gpus, precision, input_tokens, output_tokens
+        )
+        evaluated += len(cs)
+        by_net[arch] = best(cs, ttft_slo_s, tpot_slo_s)
+    found = [c for c in by_net.values() if c is not None]
+    overall = max(found, key=lambda c: c.tokens_per_s_per_gpu) if found else None
+    return {
+        "system": system.name,
+        "hb_domain": system.hb_domain,
+        "gpus": gpus,
+        "evaluated": evaluated,
+        "best": overall.to_dict() if overall else None,
+        "by_network": {k: (v.to_dict() if v else None) for k, v in by_net.items()},
+        "verdict": verdict(by_net),
+    }
+
+
+def verdict(by_net: dict[str, Choice | None]) -> str:
+    ro, rl = by_net.get("rail-optimized"), by_net.get("rail-only")
+    if ro is None or rl is None:
+        return "no configuration meets the limits on " + (
+            "rail-optimized" if ro is None else "rail-only"
+        )
+    loss = 1.0 - rl.tokens_per_s_per_gpu / ro.tokens_per_s_per_gpu
+    if loss > SPINE_THRESHOLD:
+        return f"serving needs a spine: rail-only serves {loss:.1%} fewer tokens/s per GPU"
+    return f"serving needs no spine: rail-only is within {max(loss, 0.0):.1%} of rail-optimized"
+
+
+def with_hb_domain(system: System, k: int) -> System:
+    """`system` with K GPUs per HB domain (e.g. an NVL72 rack's GPUs as NVL8 servers)."""
+    if k < 1:
+        raise RailplanError("hb_domain", f"must be a positive integer; got {k}")
+    data = system.model_dump() | {"hb_domain": k, "name": f"{system.name} (K={k})"}
+    return System.parse(data, "system")
