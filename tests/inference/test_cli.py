@@ -94,3 +94,10 @@ def test_bad_input_is_one_line_exit_2(cli: Cli, args: list[str], field: str) -> 
     assert r.exit_code == 2, r.output
     assert str(r.exception).startswith(field)
     assert "\n" not in str(r.exception)
+
+
+def test_infer_traffic_splits_hb_and_nic(cli: Cli) -> None:
+    out = cli.json("infer", "--gpus", "16", "--tp", "16", "--batch", "8", "--traffic")
+    tr = out["decode_step_traffic"]
+    assert tr["nic_bytes"] > 0 and tr["hb_bytes"] > tr["nic_bytes"]
+    assert tr["hb_bytes"] + tr["nic_bytes"] == pytest.approx(tr["total_bytes"])

@@ -82,6 +82,9 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         plot: Annotated[
             str | None, typer.Option(help="throughput-latency plot of the sweep (PNG or SVG)")
         ] = None,
+        traffic: Annotated[
+            bool, typer.Option("--traffic", help="bytes of one decode step: HB, NIC, cross-rail")
+        ] = False,
         as_json: JsonOpt = False,
     ) -> None:
         """Serve a model: TTFT, TPOT, tokens/s per GPU, KV cache and the largest batch; under
@@ -118,6 +121,10 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         )
         if sweep:
             out["serving"] = [s.to_dict() for s in sweep]
+        if traffic:
+            from railplan.inference.traffic import decode_step_traffic
+
+            out["decode_step_traffic"] = decode_step_traffic(dep, r.batch).summary()
         if plot is not None:
             from railplan.inference.plots import rate_sweep_plot
 
@@ -143,6 +150,15 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             ]
             + [(f"step: {k}", f"{v * 1e3:.2f} ms") for k, v in r.breakdown_s.items() if v > 0],
         )
+        if traffic:
+            tr = out["decode_step_traffic"]
+            _table(
+                f"one decode step, batch {r.batch} per tp·pp group",
+                [
+                    (name.replace("_", " "), f"{tr[name] / 1e6:,.1f} MB")
+                    for name in ("total_bytes", "hb_bytes", "nic_bytes", "cross_rail_bytes")
+                ],
+            )
         if sweep:
             t = Table(title="Poisson arrivals, continuous batching (one replica simulated)")
             for col in (

@@ -114,3 +114,25 @@ def infer(
         fits=batch <= most,
         breakdown_s=parts,
     )
+
+
+def static_batch_tokens_per_s_per_gpu(
+    dep: Deployment, batch: int, input_tokens: int, output_tokens: int
+) -> float:
+    """One static batch: all prompts in one step (which yields the first tokens), then
+    output − 1 decode steps over a context growing from I + 1 to I + O − 1 (the step time is
+    linear in the context, so the mean context gives the sum)."""
+    check_tokens(input_tokens, output_tokens)
+    prefill = step_time_s(
+        dep, StepLoad(prefill_tokens=batch * input_tokens, prefill_seqs=float(batch))
+    )[0]
+    ctx = input_tokens + output_tokens / 2.0
+    decode = step_time_s(dep, StepLoad(decode=batch, context_tokens=batch * ctx))[0]
+    total = prefill + (output_tokens - 1) * decode
+    return batch * output_tokens / total / (dep.tp * dep.pp)
+
+
+def first_token_s(dep: Deployment, input_tokens: int) -> float:
+    """Time to first token of one request alone: its prefill step."""
+    check_tokens(input_tokens, 1)
+    return step_time_s(dep, StepLoad(prefill_tokens=input_tokens, prefill_seqs=1.0))[0]
