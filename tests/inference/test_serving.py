@@ -19,19 +19,27 @@ def test_one_at_a_time_is_md1(rho: float) -> None:
     def step(load: StepLoad) -> float:
         return d
 
-    ttft, _tpot, _ = simulate(step, rho / d, 40_000, 100, 1, max_batch=1, seed=1)
+    run = simulate(step, rho / d, 40_000, 100, 1, max_batch=1, seed=1)
     closed = d + rho * d / (2.0 * (1.0 - rho))
-    assert float(np.mean(ttft)) == pytest.approx(closed, rel=0.02)
+    assert float(np.mean(run.ttft_s)) == pytest.approx(closed, rel=0.02)
+    assert run.stable
 
 
 def test_low_load_first_token_is_one_step_and_tpot_is_a_step() -> None:
     def step(load: StepLoad) -> float:
         return 0.01 + 0.001 * load.decode
 
-    ttft, tpot, rate = simulate(step, 0.5, 2000, 100, 20, max_batch=64, seed=2)
-    assert float(np.median(ttft)) == pytest.approx(0.01, rel=0.01)
-    assert float(np.min(tpot)) >= 0.01
-    assert rate == pytest.approx(0.5, rel=0.15)
+    run = simulate(step, 0.5, 2000, 100, 20, max_batch=64, seed=2)
+    assert float(np.median(run.ttft_s)) == pytest.approx(0.01, rel=0.01)
+    assert float(np.min(run.tpot_s)) >= 0.01
+    assert run.tokens_per_s == pytest.approx(0.5 * 20, rel=0.15)
+
+
+def test_overload_is_unstable_and_capped_at_capacity() -> None:
+    # one sequence at a time, 10 output tokens of 0.01 s: at most 10 requests/s
+    run = simulate(lambda load: 0.01, 30.0, 3000, 10, 10, max_batch=1, seed=4)
+    assert not run.stable
+    assert run.tokens_per_s == pytest.approx(100.0, rel=0.05)
 
 
 def test_every_request_finishes_and_tokens_are_conserved() -> None:
@@ -42,8 +50,8 @@ def test_every_request_finishes_and_tokens_are_conserved() -> None:
         return 0.02
 
     n, out = 500, 7
-    ttft, tpot, _ = simulate(step, 40.0, n, 50, out, max_batch=16, seed=3)
-    assert np.isfinite(ttft).all() and np.isfinite(tpot).all()
+    run = simulate(step, 40.0, n, 50, out, max_batch=16, seed=3)
+    assert np.isfinite(run.ttft_s).all() and np.isfinite(run.tpot_s).all()
     # every step decodes the running sequences and prefills the new ones: n·out tokens in all
     assert sum(s.decode + s.prefill_seqs for s in steps) == n * out
     assert max(s.decode + s.prefill_seqs for s in steps) <= 16
