@@ -259,7 +259,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
                 t.add_row(
                     str(r["hb_domain"]),
                     net,
-                    c["mode"][:5],
+                    c["mode"],
                     str(c["tp"]),
                     str(c["pp"]),
                     str(c["ep"]),
@@ -269,7 +269,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
                     f"{c['tpot_s'] * 1e3:.0f} ms",
                     f"{c['tokens_per_s_per_gpu']:,.0f}",
                 )
-        Console().print(t)
+        Console(width=max(Console().width, 120)).print(t)
         for r in results:
             Console().print(f"K = {r['hb_domain']}: {r['verdict']}")
         if best:
