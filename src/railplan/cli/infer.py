@@ -35,13 +35,6 @@ def _floats(field: str, text: str) -> list[float]:
     return values
 
 
-def _ints(field: str, text: str) -> list[int]:
-    values = _floats(field, text)
-    if any(v != int(v) or v < 1 for v in values):
-        raise RailplanError(field, f"must be comma-separated positive integers; got {text!r}")
-    return [int(v) for v in values]
-
-
 def _table(title: str, rows: list[tuple[str, str]]) -> None:
     t = Table(title=title)
     t.add_column("quantity")
@@ -205,11 +198,12 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         the most output tokens/s per GPU within the TTFT/TPOT limits, on each network; does
         serving need a spine?"""
         from railplan.cli.core import print_json
+        from railplan.cli.network import _int_list
         from railplan.inference.search import search, with_hb_domain
         from railplan.specs.catalog import load_model, load_system
 
         m, base = load_model(model), load_system(system)
-        ks = _ints("hb_domains", hb_domains) if hb_domains else [base.hb_domain]
+        ks = _int_list("hb_domains", hb_domains) if hb_domains else [base.hb_domain]
         results = [
             search(
                 m,
