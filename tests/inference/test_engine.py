@@ -106,3 +106,25 @@ def test_bad_deployments_name_the_field(kwargs: dict[str, object], field: str) -
             **args,  # type: ignore[arg-type]
         )
     assert err.value.field == field
+
+
+def test_moe_wide_ep_pays_forwarding_on_rail_only() -> None:
+    m = load_model("moe-1.3b")
+    sy = load_system("dgx-h100")
+    load = StepLoad(decode=256, context_tokens=256 * 1024)
+
+    def ep_comm(net: str, ep: int) -> float:
+        d = Deployment(m, sy, Network(architecture=net), 16, 1, 1, ep, "bf16")
+        return step_time_s(d, load)[1]["ep_comm"]
+
+    # ep = 8 inside one DGX: the same on both networks; ep = 16 spans two: rail-only forwards
+    assert ep_comm("rail-only", 8) == pytest.approx(ep_comm("rail-optimized", 8))
+    assert ep_comm("rail-only", 16) > ep_comm("rail-optimized", 16) > 0
+
+
+def test_batch_grid() -> None:
+    from railplan.inference.search import batches
+
+    assert batches(16).tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 13, 16]
+    assert batches(12).tolist()[-1] == 12
+    assert batches(0).size == 0

@@ -27,7 +27,7 @@ def test_one_at_a_time_is_md1(rho: float) -> None:
 
 def test_low_load_first_token_is_one_step_and_tpot_is_a_step() -> None:
     def step(load: StepLoad) -> float:
-        return 0.01 + 0.001 * load.decode
+        return 0.01 + 0.001 * float(load.decode)
 
     run = simulate(step, 0.5, 2000, 100, 20, max_batch=64, seed=2)
     assert float(np.median(run.ttft_s)) == pytest.approx(0.01, rel=0.01)

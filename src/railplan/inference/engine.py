@@ -39,6 +39,7 @@ from railplan.iteration import (
 )
 from railplan.layout import Shape, worst_shape
 from railplan.specs import GPU, Model, Network, System
+from railplan.strategies import FloatArray
 from railplan.workload.gemms import Gemm, attention_gemms, expert_gemms, logit_gemm, mlp_gemms
 
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "fp4")
@@ -163,31 +164,33 @@ class Deployment:
         return kvcache.max_batch(cap, self.kv_bytes_per_token, seq_tokens)
 
 
-def gemm_s(gpu: GPU, g: Gemm, peak_tflops: float, weight_bytes: float | None) -> float:
+Num = float | FloatArray
+
+
+def gemm_s(gpu: GPU, g: Gemm, peak_tflops: float, weight_bytes: Num | None) -> FloatArray:
     """Roofline time of a GEMM: compute at `peak_tflops` × shape efficiency, or HBM traffic of
     its operands — an (k × n) weight of `weight_bytes` per element (None: both operands are
     bf16 activations) and bf16 activations in and out — plus the kernel overhead."""
     compute = g.flops / (peak_tflops * 1e12 * gemm_efficiency(gpu, g))
     wb = ACT_BYTES if weight_bytes is None else weight_bytes
     moved = g.batch * (wb * g.k * g.n + ACT_BYTES * (g.m * g.k + g.m * g.n))
-    return float(
-        np.max(np.maximum(compute + gpu.kernel_overhead_us * 1e-6, memory_time_s(gpu, moved)))
-    )
+    return np.maximum(compute + gpu.kernel_overhead_us * 1e-6, memory_time_s(gpu, moved))
 
 
 @dataclass(frozen=True)
 class StepLoad:
     """What one engine step carries on one tp × pp group (one ep rank's share with ep > 1):
     `decode` running sequences whose KV caches hold `context_tokens` in all, and
-    `prefill_tokens` prompt tokens of `prefill_seqs` newly admitted sequences."""
+    `prefill_tokens` prompt tokens of `prefill_seqs` newly admitted sequences. Fields may be
+    numpy arrays (one load per element; the step times come back as arrays)."""
 
-    decode: float = 0.0
-    context_tokens: float = 0.0
-    prefill_tokens: float = 0.0
-    prefill_seqs: float = 0.0
+    decode: Num = 0.0
+    context_tokens: Num = 0.0
+    prefill_tokens: Num = 0.0
+    prefill_seqs: Num = 0.0
 
     @property
-    def tokens(self) -> float:
+    def tokens(self) -> Num:
         return self.decode + self.prefill_tokens
 
 
@@ -202,19 +205,17 @@ BREAKDOWN_KEYS: tuple[str, ...] = (
 )
 
 
-def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, float]:
-    """Time of one pipeline stage for `load`, by component (seconds)."""
+def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
+    """Time of one pipeline stage for `load` (loads with at least one token), by component."""
     m, gpu, t = dep.model, dep.system.gpu, dep.tp
     peak, wb = dep.peak_tflops, WEIGHT_BYTES[dep.precision]
-    out = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
-    tokens = load.tokens
-    if tokens <= 0:
-        return out
+    tokens = np.asarray(load.tokens, dtype=np.float64)
+    zero = np.zeros_like(tokens)
     layers = math.ceil(m.layers / dep.pp)
     moe_layers = m.moe_layers * layers / m.layers
     one = m.model_copy(update={"seq": 1})  # shapes per token: b = tokens, s = 1
     attn = {g.name: g for g in attention_gemms(one, tokens, t)}
-    dense_mlp = sum(gemm_s(gpu, g, peak, wb) for g in mlp_gemms(one, tokens, t))
+    dense_mlp = sum((gemm_s(gpu, g, peak, wb) for g in mlp_gemms(one, tokens, t)), zero)
     per_layer = gemm_s(gpu, attn["qkv"], peak, wb) + gemm_s(gpu, attn["proj"], peak, wb)
     gemm = layers * per_layer + (layers - moe_layers) * dense_mlp
     if moe_layers:
@@ -223,49 +224,56 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, float]:
         routed = tokens * dep.ep * m.top_k
         touched = 1.0 - (1.0 - 1.0 / m.experts) ** routed
         for g in expert_gemms(one, tokens, t, dep.ep):
-            gemm += moe_layers * gemm_s(gpu, g, peak, wb * touched)
-    out["gemm"] = gemm
+            gemm = gemm + moe_layers * gemm_s(gpu, g, peak, wb * touched)
     # attention: fused causal prefill (compute) and decode KV reads (HBM)
     heads = math.ceil(m.heads / t)
     bf16 = gpu.peak_tflops * 1e12 * gpu.matmul_efficiency
-    prefill_len = load.prefill_tokens / max(load.prefill_seqs, 1.0)
+    prefill_len = load.prefill_tokens / np.maximum(load.prefill_seqs, 1.0)
     pre_flops = 4.0 * load.prefill_tokens * prefill_len * heads * m.head_dim * CAUSAL_SHARE
     dec_flops = 4.0 * load.context_tokens * heads * m.head_dim
     kv_layer = dep.kv_bytes_per_token / layers
-    kernels = float(load.prefill_seqs > 0) + float(load.decode > 0)
-    dec_mem = float(memory_time_s(gpu, load.context_tokens * kv_layer, kernels))
-    out["attention"] = layers * max(
-        dec_mem, (pre_flops + dec_flops) / bf16 + kernels * 1e-6 * gpu.kernel_overhead_us
-    )
+    kernels = (np.asarray(load.prefill_seqs) > 0) * 1.0 + (np.asarray(load.decode) > 0) * 1.0
+    dec_mem = memory_time_s(gpu, load.context_tokens * kv_layer, kernels)
+    pre_s = (pre_flops + dec_flops) / bf16 + kernels * 1e-6 * gpu.kernel_overhead_us
     ew_bytes = ELEMENTWISE_KERNELS_PER_LAYER * 2.0 * ACT_BYTES * tokens * m.hidden
-    out["elementwise"] = layers * float(
-        memory_time_s(
-            gpu, ew_bytes, ELEMENTWISE_KERNELS_PER_LAYER, gpu.elementwise_forward_efficiency
-        )
+    ew_s = memory_time_s(
+        gpu, ew_bytes, ELEMENTWISE_KERNELS_PER_LAYER, gpu.elementwise_forward_efficiency
     )
-    act = np.asarray(tokens * m.hidden * ACT_BYTES)
+    act = tokens * m.hidden * ACT_BYTES
     lk, shapes = dep.links, dep.shapes
-    out["tp_comm"] = 2.0 * layers * float(np.max(group_collective_s(lk, shapes["tp"], act)))
+    out = {
+        "gemm": gemm,
+        "attention": layers * np.maximum(dec_mem, pre_s),
+        "elementwise": layers * ew_s,
+        "tp_comm": 2.0 * layers * group_collective_s(lk, shapes["tp"], act),
+        "ep_comm": zero,
+        "pp_comm": zero,
+        # one new token per sequence: the vocabulary GEMM on the last stage
+        "logits": gemm_s(gpu, logit_gemm(one, load.decode + load.prefill_seqs, t), peak, wb),
+    }
     if moe_layers and dep.ep > 1:
         sh = shapes["ep"]
         fn = coll.all_to_all_rail_only_s if lk.rail_only else coll.all_to_all_rail_optimized_s
         pair = tokens * m.top_k * m.hidden * ACT_BYTES / dep.ep
         one_a2a = fn(sh.x, sh.y, pair, lk.hb_bw, lk.nic_bw_spread, lk.hb_lat_s, lk.nic_lat_s)
-        out["ep_comm"] = 2.0 * moe_layers * float(np.max(one_a2a))
+        out["ep_comm"] = 2.0 * moe_layers * one_a2a
     if dep.pp > 1:
-        out["pp_comm"] = float(np.max(p2p_s(lk, act, shapes["pp"])))
-    sampled = load.decode + load.prefill_seqs  # one new token per sequence
-    if sampled > 0:
-        out["logits"] = gemm_s(gpu, logit_gemm(one, sampled, t), peak, wb)  # last stage
-    return out
+        out["pp_comm"] = p2p_s(lk, act, shapes["pp"])
+    return {k: np.where(tokens > 0, v, 0.0) for k, v in out.items()}
 
 
-def step_time_s(dep: Deployment, load: StepLoad) -> tuple[float, dict[str, float]]:
-    """Time between two tokens of a running sequence for a step carrying `load` on a tp × pp
-    group: pp stages, each with the batch split in pp micro-batches in flight."""
+def step_times(dep: Deployment, load: StepLoad) -> tuple[FloatArray, dict[str, FloatArray]]:
+    """Time between two tokens of a running sequence for steps carrying `load` on a tp × pp
+    group, as arrays: pp stages, each with the batch split in pp micro-batches in flight."""
     p = float(dep.pp)
     share = StepLoad(
         load.decode / p, load.context_tokens / p, load.prefill_tokens / p, load.prefill_seqs / p
     )
     parts = {k: p * v for k, v in stage_time_s(dep, share).items()}
-    return sum(parts.values()), parts
+    return np.asarray(sum(parts.values())), parts
+
+
+def step_time_s(dep: Deployment, load: StepLoad) -> tuple[float, dict[str, float]]:
+    """`step_times` of one (scalar) load, in seconds."""
+    total, parts = step_times(dep, load)
+    return float(total), {k: float(v) for k, v in parts.items()}

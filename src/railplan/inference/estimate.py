@@ -11,12 +11,15 @@ its prompt rides in the next step. Queueing under Poisson load is `railplan.infe
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
+
+import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.inference import kvcache
-from railplan.inference.engine import Deployment, StepLoad, step_time_s
+from railplan.inference.engine import Deployment, Num, StepLoad, step_time_s, step_times
+from railplan.strategies import FloatArray
 
 #: the default ceiling of the batch when none is given: TensorRT-LLM's max_batch_size default
 #: (2048, trtllm-build --max_batch_size) — the engines of NVIDIA's MLPerf runs set 806-2048
@@ -51,8 +54,9 @@ class InferenceResult:
         return asdict(self)
 
 
-def steady_load(batch: float, input_tokens: int, output_tokens: int) -> StepLoad:
-    """The load of one step of the offline steady state (module docstring)."""
+def steady_load(batch: Num, input_tokens: int, output_tokens: int) -> StepLoad:
+    """The load of one step of the offline steady state (module docstring); `batch` may be an
+    array of batch sizes."""
     new = batch / output_tokens
     return StepLoad(
         decode=batch,
@@ -60,6 +64,22 @@ def steady_load(batch: float, input_tokens: int, output_tokens: int) -> StepLoad
         prefill_tokens=new * input_tokens,
         prefill_seqs=new,
     )
+
+
+def steady_times(
+    dep: Deployment, batch: Num, input_tokens: int, output_tokens: int
+) -> tuple[FloatArray, FloatArray, dict[str, FloatArray]]:
+    """(TTFT without queueing, TPOT, TPOT by component) of the steady state, over `batch`
+    (scalar or array): a new request waits half a step, then rides in a step with the
+    batch − 1 others and the average number of newcomers."""
+    tpot, parts = step_times(dep, steady_load(batch, input_tokens, output_tokens))
+    others = np.asarray(batch, dtype=np.float64) - 1.0
+    join = replace(
+        steady_load(others, input_tokens, output_tokens),
+        prefill_tokens=input_tokens * (1.0 + others / output_tokens),
+        prefill_seqs=1.0 + others / output_tokens,
+    )
+    return 0.5 * tpot + step_times(dep, join)[0], tpot, parts
 
 
 def check_tokens(input_tokens: int, output_tokens: int) -> None:
@@ -80,14 +100,9 @@ def infer(
         batch = max(1, min(most, DEFAULT_MAX_BATCH))
     elif isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise RailplanError("batch", f"must be a positive integer; got {batch!r}")
-    tpot, parts = step_time_s(dep, steady_load(batch, input_tokens, output_tokens))
-    join = StepLoad(
-        decode=batch - 1,
-        context_tokens=(batch - 1) * (input_tokens + (output_tokens + 1) / 2.0),
-        prefill_tokens=input_tokens * (1.0 + (batch - 1) / output_tokens),
-        prefill_seqs=1.0 + (batch - 1) / output_tokens,
-    )
-    ttft = 0.5 * tpot + step_time_s(dep, join)[0]
+    ttft_a, tpot_a, parts_a = steady_times(dep, batch, input_tokens, output_tokens)
+    ttft, tpot = float(ttft_a), float(tpot_a)
+    parts = {k: float(v) for k, v in parts_a.items()}
     per_group = batch / tpot
     kv = batch * kvcache.paged_tokens(seq) * dep.kv_bytes_per_token
     cap = kvcache.kv_capacity_bytes(dep.memory_bytes, dep.weight_bytes_per_gpu)

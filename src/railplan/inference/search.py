@@ -2,7 +2,7 @@
 that meets a TTFT and a TPOT limit, on each network, and whether serving needs a spine.
 
 Candidates, for every tp × pp (× ep for MoE) whose weights fit and that divides the GPUs, and
-batches 1, 2, 4, … up to the largest that fits:
+batches in quarter-octave steps (1, 2, 3, … 8, 10, 11, 13, …) up to the largest that fits:
 - aggregated: every group runs prefill and decode in the same steps (`estimate.infer`);
 - disaggregated: P groups only prefill (prompts in chunks of MAX_PREFILL_TOKENS) and D groups
   only decode, P + D = gpus / (tp·pp), split to balance the two rates (the prefill:decode GPU
@@ -23,11 +23,18 @@ from typing import Any
 import numpy as np
 
 from railplan.errors import RailplanError
-from railplan.inference.engine import Deployment, StepLoad, step_time_s
-from railplan.inference.estimate import DEFAULT_MAX_BATCH, check_tokens, infer, steady_load
+from railplan.inference.engine import Deployment, StepLoad, step_time_s, step_times
+from railplan.inference.estimate import (
+    DEFAULT_MAX_BATCH,
+    check_tokens,
+    infer,
+    steady_load,
+    steady_times,
+)
 from railplan.inference.serving import MAX_PREFILL_TOKENS
 from railplan.specs import Model, Network, System
 from railplan.specs.base import Range
+from railplan.strategies import IntArray
 
 SLO = Range(1e-4, 3600.0, "s")
 NETWORKS: tuple[str, ...] = ("rail-optimized", "rail-only", "ideal")
@@ -48,7 +55,6 @@ class Choice:
     tpot_s: float
     tokens_per_s_per_gpu: float
     kv_transfer_s: float
-    infer: dict[str, Any]  # the keys of `railplan infer` for this tp/pp/ep/batch
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,10 +64,14 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _batches(most: int) -> list[int]:
+def batches(most: int) -> IntArray:
+    """Batch sizes tried: quarter-octave steps 1, 2, 3, 4, 5, 6, 7, 8, 10, … up to the largest
+    that fits (at most DEFAULT_MAX_BATCH), which is always included."""
     top = min(most, DEFAULT_MAX_BATCH)
-    out = [1 << i for i in range(int(math.log2(top)) + 1)] if top >= 1 else []
-    return sorted(set(out + ([top] if top >= 1 else [])))
+    if top < 1:
+        return np.zeros(0, dtype=np.int64)
+    steps = np.round(2.0 ** (np.arange(int(4 * math.log2(top)) + 1) / 4.0)).astype(np.int64)
+    return np.unique(np.append(steps[steps <= top], top))
 
 
 def kv_transfer_s(dep: Deployment, prompts: float, input_tokens: int) -> float:
@@ -77,37 +87,75 @@ def kv_transfer_s(dep: Deployment, prompts: float, input_tokens: int) -> float:
     return t
 
 
+def _aggregated(
+    dep: Deployment, b: IntArray, input_tokens: int, output_tokens: int
+) -> list[Choice]:
+    ttft, tpot, _ = steady_times(dep, b.astype(np.float64), input_tokens, output_tokens)
+    tokens = b / tpot / (dep.tp * dep.pp)
+    return [
+        Choice(
+            "aggregated",
+            dep.tp,
+            dep.pp,
+            dep.ep,
+            int(bi),
+            0,
+            dep.gpus,
+            float(f),
+            float(t),
+            float(x),
+            0.0,
+        )
+        for bi, f, t, x in zip(b, ttft, tpot, tokens, strict=True)
+    ]
+
+
 def _disaggregated(
-    dep: Deployment, batch: int, input_tokens: int, output_tokens: int, base: dict[str, Any]
-) -> Choice | None:
+    dep: Deployment, b: IntArray, input_tokens: int, output_tokens: int
+) -> list[Choice]:
     groups = dep.gpus // (dep.tp * dep.pp)
     if groups < 2:
-        return None
-    decode_only = replace(
-        steady_load(batch, input_tokens, output_tokens), prefill_tokens=0.0, prefill_seqs=0.0
-    )
-    tpot = step_time_s(dep, decode_only)[0]
+        return []
+    steady = steady_load(b.astype(np.float64), input_tokens, output_tokens)
+    tpot = step_times(dep, replace(steady, prefill_tokens=0.0, prefill_seqs=0.0))[0]
     chunk = max(1, MAX_PREFILL_TOKENS // input_tokens)
     t_pre = step_time_s(dep, StepLoad(prefill_tokens=chunk * input_tokens, prefill_seqs=chunk))[0]
-    pre_rate, dec_rate = chunk / t_pre, batch / (tpot * output_tokens)  # requests/s per group
-    p = max(1, min(groups - 1, round(groups * dec_rate / (pre_rate + dec_rate))))
-    requests_per_s = min(p * pre_rate, (groups - p) * dec_rate)
+    pre_rate, dec_rate = chunk / t_pre, b / (tpot * output_tokens)  # requests/s per group
+    p = np.clip(np.round(groups * dec_rate / (pre_rate + dec_rate)), 1, groups - 1)
+    requests_per_s = np.minimum(p * pre_rate, (groups - p) * dec_rate)
     xfer = kv_transfer_s(dep, chunk, input_tokens)
-    per_group_gpus = dep.tp * dep.pp
-    return Choice(
-        mode="disaggregated",
-        tp=dep.tp,
-        pp=dep.pp,
-        ep=dep.ep,
-        batch=batch,
-        prefill_gpus=p * per_group_gpus,
-        decode_gpus=(groups - p) * per_group_gpus,
-        ttft_s=1.5 * t_pre + xfer,
-        tpot_s=tpot,
-        tokens_per_s_per_gpu=requests_per_s * output_tokens / dep.gpus,
-        kv_transfer_s=xfer,
-        infer=base,
-    )
+    per = dep.tp * dep.pp
+    tokens = requests_per_s * output_tokens / dep.gpus
+    return [
+        Choice(
+            "disaggregated",
+            dep.tp,
+            dep.pp,
+            dep.ep,
+            int(bi),
+            int(pi) * per,
+            (groups - int(pi)) * per,
+            1.5 * t_pre + xfer,
+            float(t),
+            float(x),
+            xfer,
+        )
+        for bi, pi, t, x in zip(b, p, tpot, tokens, strict=True)
+    ]
+
+
+def deployments(
+    model: Model, system: System, network: Network, gpus: int, precision: str
+) -> list[Deployment]:
+    """Every tp × pp (× ep for MoE) that divides the GPUs."""
+    eps = [e for e in _divisors(model.experts) if e <= gpus] if model.experts > 1 else [1]
+    return [
+        Deployment(model, system, network, gpus, tp, pp, ep, precision)
+        for ep in eps
+        for tp in _divisors(gpus // ep)
+        for pp in _divisors(gpus // (ep * tp))
+        if pp <= model.layers
+    ]
 
 
 def candidates(
@@ -122,42 +170,34 @@ def candidates(
     """Every configuration evaluated (see the module docstring)."""
     check_tokens(input_tokens, output_tokens)
     out: list[Choice] = []
-    eps = [e for e in _divisors(model.experts) if e <= gpus] if model.experts > 1 else [1]
-    for ep in eps:
-        for tp in _divisors(gpus // ep):
-            for pp in _divisors(gpus // (ep * tp)):
-                if pp > model.layers:
-                    continue
-                dep = Deployment(model, system, network, gpus, tp, pp, ep, precision)
-                most = dep.max_batch(input_tokens + output_tokens)
-                for b in _batches(most):
-                    r = infer(dep, b, input_tokens, output_tokens)
-                    base = r.to_dict()
-                    out.append(
-                        Choice(
-                            "aggregated",
-                            tp,
-                            pp,
-                            ep,
-                            b,
-                            0,
-                            gpus,
-                            r.ttft_s,
-                            r.tpot_s,
-                            r.tokens_per_s_per_gpu,
-                            0.0,
-                            base,
-                        )
-                    )
-                    d = _disaggregated(dep, b, input_tokens, output_tokens, base)
-                    if d is not None:
-                        out.append(d)
+    for dep in deployments(model, system, network, gpus, precision):
+        b = batches(dep.max_batch(input_tokens + output_tokens))
+        if b.size:
+            out += _aggregated(dep, b, input_tokens, output_tokens)
+            out += _disaggregated(dep, b, input_tokens, output_tokens)
     return out
 
 
 def best(choices: list[Choice], ttft_slo_s: float, tpot_slo_s: float) -> Choice | None:
     ok = [c for c in choices if c.ttft_s <= ttft_slo_s and c.tpot_s <= tpot_slo_s]
     return max(ok, key=lambda c: c.tokens_per_s_per_gpu) if ok else None
+
+
+def _with_infer(
+    c: Choice | None,
+    model: Model,
+    system: System,
+    network: Network,
+    gpus: int,
+    precision: str,
+    input_tokens: int,
+    output_tokens: int,
+) -> dict[str, Any] | None:
+    """The choice with `infer`: the keys of `railplan infer` for its tp/pp/ep/batch."""
+    if c is None:
+        return None
+    dep = Deployment(model, system, network, gpus, c.tp, c.pp, c.ep, precision)
+    return c.to_dict() | {"infer": infer(dep, c.batch, input_tokens, output_tokens).to_dict()}
 
 
 def search(
@@ -184,15 +224,20 @@ def search(
         )
         evaluated += len(cs)
         by_net[arch] = best(cs, ttft_slo_s, tpot_slo_s)
-    found = [c for c in by_net.values() if c is not None]
-    overall = max(found, key=lambda c: c.tokens_per_s_per_gpu) if found else None
+    found = [(k, c) for k, c in by_net.items() if c is not None]
+    top = max(found, key=lambda kc: kc[1].tokens_per_s_per_gpu) if found else None
+
+    def full(arch: str, c: Choice | None) -> dict[str, Any] | None:
+        net = Network(architecture=arch)
+        return _with_infer(c, model, system, net, gpus, precision, input_tokens, output_tokens)
+
     return {
         "system": system.name,
         "hb_domain": system.hb_domain,
         "gpus": gpus,
         "evaluated": evaluated,
-        "best": overall.to_dict() if overall else None,
-        "by_network": {k: (v.to_dict() if v else None) for k, v in by_net.items()},
+        "best": full(*top) if top else None,
+        "by_network": {k: full(k, v) for k, v in by_net.items()},
         "verdict": verdict(by_net),
     }
 
