@@ -22,7 +22,7 @@ def test_one_at_a_time_is_md1(rho: float) -> None:
     run = simulate(step, rho / d, 40_000, 100, 1, max_batch=1, seed=1)
     closed = d + rho * d / (2.0 * (1.0 - rho))
     assert float(np.mean(run.ttft_s)) == pytest.approx(closed, rel=0.02)
-    assert run.stable
+    assert run.stable is True
 
 
 def test_low_load_first_token_is_one_step_and_tpot_is_a_step() -> None:
@@ -38,7 +38,7 @@ def test_low_load_first_token_is_one_step_and_tpot_is_a_step() -> None:
 def test_overload_is_unstable_and_capped_at_capacity() -> None:
     # one sequence at a time, 10 output tokens of 0.01 s: at most 10 requests/s
     run = simulate(lambda load: 0.01, 30.0, 3000, 10, 10, max_batch=1, seed=4)
-    assert not run.stable
+    assert run.stable is False
     assert run.tokens_per_s == pytest.approx(100.0, rel=0.05)
 
 

@@ -172,7 +172,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
                     f"{s.ttft_p99_s * 1e3:.0f} ms",
                     f"{s.tpot_mean_s * 1e3:.1f} ms",
                     f"{s.tpot_p99_s * 1e3:.1f} ms",
-                    "yes" if s.stable else "no (queue grows)",
+                    {True: "yes", False: "no (queue grows)", None: "? (more --requests)"}[s.stable],
                 )
             Console().print(t)
         if plot is not None:

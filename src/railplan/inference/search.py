@@ -60,8 +60,13 @@ class Choice:
         return asdict(self)
 
 
+#: GPUs one search covers: a serving deployment, not a data-centre (keeps the divisor loops short)
+MAX_SEARCH_GPUS = 65_536
+
+
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
 
 
 def batches(most: int) -> IntArray:
@@ -214,8 +219,8 @@ def search(
     """The best configuration on each network, the overall best and the spine verdict."""
     ttft_slo_s = SLO.check("ttft_slo", ttft_slo_s)
     tpot_slo_s = SLO.check("tpot_slo", tpot_slo_s)
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise RailplanError("gpus", f"must be a positive integer; got {gpus!r}")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_SEARCH_GPUS:
+        raise RailplanError("gpus", f"must be an integer in [1, {MAX_SEARCH_GPUS}]; got {gpus!r}")
     by_net: dict[str, Choice | None] = {}
     evaluated = 0
     for arch in networks:

@@ -44,7 +44,7 @@ class ServingResult:
     tpot_p99_s: float
     tokens_per_s: float  # output tokens/s of the whole deployment
     tokens_per_s_per_gpu: float
-    stable: bool  # the queue kept up with the arrivals (Run.stable)
+    stable: bool | None  # the queue kept up (Run.stable; None: too few requests to tell)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -56,20 +56,29 @@ StepFn = Callable[[StepLoad], float]
 @dataclass(frozen=True)
 class Run:
     """One simulation: per-request TTFT and TPOT (s), output tokens/s between the middle and
-    the last arrival, and the requests still waiting when the arrivals stopped."""
+    the last arrival, the requests still waiting when the arrivals stopped, and whether the
+    middle arrival came after the typical lifetime of the first half's requests (`settled`:
+    the batch had filled up before the throughput window opened)."""
 
     ttft_s: FloatArray
     tpot_s: FloatArray
     tokens_per_s: float
+    offered_tokens_per_s: float
     waiting_at_end: int
     prompts_per_step: int
+    settled: bool
 
     @property
-    def stable(self) -> bool:
-        """The queue kept up: at most two steps' worth of prompts (or 5 % of the requests)
-        were waiting when the arrivals stopped; an overloaded queue grows with the run."""
+    def stable(self) -> bool | None:
+        """False when the queue grew: more than two steps' worth of prompts (or 5 % of the
+        requests) still waited when the arrivals stopped; None when the run was too short to
+        tell (not `settled`); else whether ≥ 90 % of the offered tokens/s came out."""
         limit = max(2 * self.prompts_per_step, self.ttft_s.size // 20)
-        return self.waiting_at_end <= limit
+        if self.waiting_at_end > limit:
+            return False
+        if not self.settled:
+            return None
+        return self.tokens_per_s >= 0.9 * self.offered_tokens_per_s
 
 
 def simulate(
@@ -106,6 +115,7 @@ def simulate(
     step_end: list[float] = []
     step_tokens: list[int] = []
     waiting_at_end = -1
+    last_admitted = 0.0
     while done < requests:
         if run_id.size == 0 and nxt < requests and arrivals[nxt] > t:
             t = float(arrivals[nxt])  # idle until the next arrival
@@ -122,6 +132,8 @@ def simulate(
         if waiting_at_end < 0 and t >= arrivals[-1]:
             waiting_at_end = arrived - nxt  # arrived but not admitted when arrivals stop
         t += step_s(load)
+        if new.size and nxt == requests:
+            last_admitted = t  # the step that took the last prompt
         step_end.append(t)
         step_tokens.append(run_id.size + new.size)
         run_left -= 1
@@ -136,12 +148,17 @@ def simulate(
         run_id, run_left, run_ctx = ids[~over], left[~over], ctx[~over]
     ttft = first - arrivals
     tpot = (finish - first) / max(output_tokens - 1, 1)
-    # tokens/s while arrivals continue, after half of them (the batch has filled up)
-    lo, hi = arrivals[requests // 2], arrivals[-1]
+    # tokens/s from the middle arrival until the last one (or, when a queue built up, until
+    # the last prompt was admitted): the engine holds its steady (or full) batch meanwhile
+    lo, hi = arrivals[requests // 2], max(arrivals[-1], last_admitted)
     ends, toks = np.asarray(step_end), np.asarray(step_tokens, dtype=np.float64)
     inside = (ends > lo) & (ends <= hi)
-    rate = float(toks[inside].sum() / (hi - lo)) if hi > lo else float("nan")
-    return Run(ttft, tpot, rate, max(waiting_at_end, 0), per_step)
+    rate = float(toks[inside].sum() / (hi - lo)) if hi > lo else float(toks.sum() / t)
+    half = requests // 2
+    lifetime = float(np.median(finish[: max(half, 1)] - arrivals[: max(half, 1)]))
+    settled = bool(arrivals[half] >= lifetime)
+    offered = rate_per_s * output_tokens
+    return Run(ttft, tpot, rate, offered, max(waiting_at_end, 0), per_step, settled)
 
 
 def rate_sweep(
@@ -182,8 +199,8 @@ def serve(
         step, arrival_rate / groups, requests, input_tokens, output_tokens, limit, seed=seed
     )
     ttft, tpot = run.ttft_s, run.tpot_s
-    # stable: the offered load is served; overloaded: what the full engine produced
-    served = arrival_rate * output_tokens if run.stable else run.tokens_per_s * groups
+    # stable (or too short to tell): the offered load; overloaded: what the full engine made
+    served = run.tokens_per_s * groups if run.stable is False else arrival_rate * output_tokens
     return ServingResult(
         arrival_rate=arrival_rate,
         requests=requests,
