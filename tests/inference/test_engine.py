@@ -128,3 +128,22 @@ def test_batch_grid() -> None:
     assert batches(16).tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 13, 16]
     assert batches(12).tolist()[-1] == 12
     assert batches(0).size == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 4096), st.integers(0, 8192), st.integers(0, 16), st.integers(1, 4096))
+def test_step_never_beats_the_hardware_bounds(batch: int, ctx: int, new: int, prompt: int) -> None:
+    # no step is faster than streaming the weights at peak HBM bandwidth, nor than its GEMM
+    # FLOPs (2 per weight per token) at the precision's dense peak
+    d = dep()
+    load = StepLoad(batch, batch * ctx, new * prompt, new)
+    if batch + new == 0:
+        return
+    gpu = d.system.gpu
+    layer_weights = d.weight_bytes_per_gpu  # fp8: one byte per weight
+    tokens = batch + new * prompt
+    floor = max(
+        0.9 * layer_weights / (gpu.memory_tbps * 1e12),
+        2.0 * 0.9 * layer_weights * tokens / (d.peak_tflops * 1e12),
+    )
+    assert step_time_s(d, load)[0] >= floor
