@@ -187,11 +187,13 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             str | None,
             typer.Option(help="comma list of K to compare with the same GPUs (e.g. 72,8)"),
         ] = None,
-        input_tokens: InputOpt = 2048,
-        output_tokens: OutputOpt = 256,
+        input_tokens: InputOpt = 2048,  # search.EXAMPLE_INPUT_TOKENS
+        output_tokens: OutputOpt = 256,  # search.EXAMPLE_OUTPUT_TOKENS
         precision: PrecisionOpt = "fp8",
-        ttft_slo: Annotated[float, typer.Option(help="TTFT limit, s")] = 6.0,
-        tpot_slo: Annotated[float, typer.Option(help="TPOT limit, s")] = 0.175,
+        ttft_slo: Annotated[float, typer.Option(help="TTFT limit, s (MLPerf server: 6)")] = 6.0,
+        tpot_slo: Annotated[
+            float, typer.Option(help="TPOT limit, s (MLPerf server: 0.175)")
+        ] = 0.175,
         as_json: JsonOpt = False,
     ) -> None:
         """The configuration (tp/pp/ep/batch, aggregated or disaggregated prefill/decode) with

@@ -37,6 +37,12 @@ from railplan.specs.base import Range
 from railplan.strategies import IntArray
 
 SLO = Range(1e-4, 3600.0, "s")
+#: MLPerf Inference server-scenario limits of Llama 3.1 405B (v5.0): TTFT 6 s, TPOT 175 ms
+MLPERF_SERVER_TTFT_S = 6.0
+MLPERF_SERVER_TPOT_S = 0.175
+#: the example request of docs/inference.md and the report (not a data set's mean lengths)
+EXAMPLE_INPUT_TOKENS = 2048
+EXAMPLE_OUTPUT_TOKENS = 256
 NETWORKS: tuple[str, ...] = ("rail-optimized", "rail-only", "ideal")
 #: "needs a spine" when rail-only serves this much less than rail-optimized
 SPINE_THRESHOLD = 0.01
