@@ -495,7 +495,7 @@ def serving_section(r: dict[str, Any]) -> str:
         )
     lim, tok = v["limits"], v["tokens"]
     return (
-        f"<p>Serving {esc(r['inputs']['model'])} on the same {fmt_int(v['gpus'])} GPUs "
+        f"<p>Serving {esc(r['inputs']['model'])} on {fmt_int(v['gpus'])} of the GPUs "
         f"({esc(v['precision'])}; requests of {tok['input']} prompt and {tok['output']} output "
         f"tokens; limits TTFT ≤ {lim['ttft_s']:g} s, TPOT ≤ {lim['tpot_s'] * 1e3:g} ms, "
         f"MLPerf's server scenario). {esc(v['verdict'])}.</p>"

@@ -413,10 +413,11 @@ def serving(inp: ReportInputs) -> dict[str, Any]:
     from railplan.inference import search as inf
 
     precision = "fp8" if inp.system.gpu.fp8_tflops else "bf16"
+    pool = min(inp.gpus, inf.MAX_SEARCH_GPUS)  # a serving fleet, not the data centre
     r = inf.search(
         inp.model,
         inp.system,
-        inp.gpus,
+        pool,
         precision,
         inf.EXAMPLE_INPUT_TOKENS,
         inf.EXAMPLE_OUTPUT_TOKENS,
