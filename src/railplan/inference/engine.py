@@ -129,7 +129,9 @@ class Deployment:
         inst = self.instance_gpus
         return {
             "tp": worst_shape(self.tp, 1, self.tp, 1, self.gpus // self.tp, k),
-            "ep": worst_shape(self.ep, self.tp, inst, self.tp, self.replicas * self.pp, k),
+            "ep": worst_shape(
+                self.ep, self.tp, self.tp * self.ep, self.tp, self.replicas * self.pp, k
+            ),
             "pp": worst_shape(
                 self.pp, self.tp * self.ep, inst, self.tp * self.ep, self.replicas, k
             ),

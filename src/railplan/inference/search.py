@@ -1,15 +1,15 @@
 """`railplan infer-search`: the serving configuration with the most output tokens/s per GPU
 that meets a TTFT and a TPOT limit, on each network, and whether serving needs a spine.
 
-Candidates, for every tp × pp (× ep for MoE) whose weights fit and that divides the GPUs, and
-batches in quarter-octave steps (1, 2, 3, … 8, 10, 11, 13, …) up to the largest that fits:
+Candidates, for every tp × pp (× ep for MoE) that divides the GPUs, and batches in
+quarter-octave steps (1, 2, 3, … 8, 10, 11, 13, …) up to the largest that fits:
 - aggregated: every group runs prefill and decode in the same steps (`estimate.infer`);
-- disaggregated: P groups only prefill (prompts in chunks of MAX_PREFILL_TOKENS) and D groups
-  only decode, P + D = gpus / (tp·pp), split to balance the two rates (the prefill:decode GPU
-  ratio); the KV cache of each prompt goes from its prefill GPUs to the decode GPUs of the same
-  tp/pp rank: over NVLink when all GPUs share one HB domain, else over the NIC — and on
-  rail-only, when the groups do not start at the same local rank (tp·pp not a multiple of K),
-  through one more HB hop to the peer's rail (forwarding).
+- disaggregated: P instances only prefill (prompts in chunks of MAX_PREFILL_TOKENS) and D
+  instances only decode, P + D = gpus / (tp·pp·ep), split to balance the two rates (the
+  prefill:decode GPU ratio); the KV cache of each prompt goes from its prefill GPUs to the
+  decode GPUs of the same rank: over NVLink when all GPUs share one HB domain, else over the
+  NIC — and on rail-only, when the instances do not start at the same local rank (tp·pp·ep not
+  a multiple of K), through one more HB hop to the peer's rail (forwarding).
 TTFT here is the steady-state estimate without queueing (half a step of waiting plus the step
 carrying the prompt, plus the KV transfer); `serving.serve` gives the loaded values.
 """
@@ -93,7 +93,7 @@ def kv_transfer_s(dep: Deployment, prompts: float, input_tokens: int) -> float:
     if dep.gpus <= k:
         return size / lk.hb_bw + lk.hb_lat_s
     t = size / lk.nic_bw_spread + lk.nic_lat_s
-    if lk.rail_only and (dep.tp * dep.pp) % int(k):
+    if lk.rail_only and dep.instance_gpus % int(k):
         t += size / lk.hb_bw + lk.hb_lat_s
     return t
 
@@ -124,18 +124,19 @@ def _aggregated(
 def _disaggregated(
     dep: Deployment, b: IntArray, input_tokens: int, output_tokens: int
 ) -> list[Choice]:
-    groups = dep.gpus // (dep.tp * dep.pp)
+    groups = dep.replicas  # instances of tp·pp·ep GPUs; each of the ep ranks runs a batch
     if groups < 2:
         return []
     steady = steady_load(b.astype(np.float64), input_tokens, output_tokens)
     tpot = step_times(dep, replace(steady, prefill_tokens=0.0, prefill_seqs=0.0))[0]
     chunk = max(1, MAX_PREFILL_TOKENS // input_tokens)
     t_pre = step_time_s(dep, StepLoad(prefill_tokens=chunk * input_tokens, prefill_seqs=chunk))[0]
-    pre_rate, dec_rate = chunk / t_pre, b / (tpot * output_tokens)  # requests/s per group
+    # requests/s per instance
+    pre_rate, dec_rate = dep.ep * chunk / t_pre, dep.ep * b / (tpot * output_tokens)
     p = np.clip(np.round(groups * dec_rate / (pre_rate + dec_rate)), 1, groups - 1)
     requests_per_s = np.minimum(p * pre_rate, (groups - p) * dec_rate)
     xfer = kv_transfer_s(dep, chunk, input_tokens)
-    per = dep.tp * dep.pp
+    per = dep.instance_gpus
     tokens = requests_per_s * output_tokens / dep.gpus
     return [
         Choice(

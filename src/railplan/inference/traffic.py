@@ -6,9 +6,9 @@ group: every layer all-reduces the bf16 activations of the batch twice in its tp
 all-reduce = reduce-scatter + all-gather, with the ring/hierarchical pattern of the training
 traffic, `placement.collective_edges`); every MoE layer dispatches and combines each token's
 top_k copies among the ep ranks (uniform all-to-all); each pipeline boundary forwards the
-batch's activations once. Disaggregated serving: the first `prefill_groups` tp × pp groups
-prefill, the others decode; GPU j of a prefill group sends the KV cache of its prompts to GPU j
-of a decode group (round robin over the decode groups).
+batch's activations once. Disaggregated serving: the first `prefill_groups` tp·pp·ep instances
+prefill, the others decode; GPU j of a prefill instance sends the KV cache of its prompts to GPU
+j of a decode instance (round robin over the decode instances).
 """
 
 from __future__ import annotations
@@ -106,12 +106,12 @@ def kv_transfer_traffic(
 ) -> InferenceTraffic:
     """Pair bytes of shipping the KV caches of `prompts` prompts (per prefill group) to the
     decode groups."""
-    groups = dep.gpus // (dep.tp * dep.pp)
+    groups = dep.replicas
     if not 1 <= prefill_groups < groups:
         raise RailplanError(
-            "prefill_groups", f"must be in [1, {groups - 1}] (tp·pp groups: {groups})"
+            "prefill_groups", f"must be in [1, {groups - 1}] (tp·pp·ep instances: {groups})"
         )
-    g = np.arange(dep.gpus, dtype=np.int64).reshape(groups, -1)  # tp·pp (·ep) per group
+    g = np.arange(dep.gpus, dtype=np.int64).reshape(groups, -1)  # tp·pp·ep per instance
     pre, dec = g[:prefill_groups], g[prefill_groups:]
     target = dec[np.arange(prefill_groups) % dec.shape[0]]
     size = prompts * input_tokens * dep.kv_bytes_per_token
