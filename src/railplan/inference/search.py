@@ -195,23 +195,6 @@ def best(choices: list[Choice], ttft_slo_s: float, tpot_slo_s: float) -> Choice 
     return max(ok, key=lambda c: c.tokens_per_s_per_gpu) if ok else None
 
 
-def _with_infer(
-    c: Choice | None,
-    model: Model,
-    system: System,
-    network: Network,
-    gpus: int,
-    precision: str,
-    input_tokens: int,
-    output_tokens: int,
-) -> dict[str, Any] | None:
-    """The choice with `infer`: the keys of `railplan infer` for its tp/pp/ep/batch."""
-    if c is None:
-        return None
-    dep = Deployment(model, system, network, gpus, c.tp, c.pp, c.ep, precision)
-    return c.to_dict() | {"infer": infer(dep, c.batch, input_tokens, output_tokens).to_dict()}
-
-
 def search(
     model: Model,
     system: System,
@@ -240,8 +223,12 @@ def search(
     top = max(found, key=lambda kc: kc[1].tokens_per_s_per_gpu) if found else None
 
     def full(arch: str, c: Choice | None) -> dict[str, Any] | None:
+        """The choice with `infer`: the keys of `railplan infer` for its tp/pp/ep/batch."""
+        if c is None:
+            return None
         net = Network(architecture=arch)
-        return _with_infer(c, model, system, net, gpus, precision, input_tokens, output_tokens)
+        dep = Deployment(model, system, net, gpus, c.tp, c.pp, c.ep, precision)
+        return c.to_dict() | {"infer": infer(dep, c.batch, input_tokens, output_tokens).to_dict()}
 
     return {
         "system": system.name,
