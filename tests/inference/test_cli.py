@@ -101,3 +101,12 @@ def test_infer_traffic_splits_hb_and_nic(cli: Cli) -> None:
     tr = out["decode_step_traffic"]
     assert tr["nic_bytes"] > 0 and tr["hb_bytes"] > tr["nic_bytes"]
     assert tr["hb_bytes"] + tr["nic_bytes"] == pytest.approx(tr["total_bytes"])
+
+
+def test_infer_heatmap(cli: Cli, tmp_path: Path) -> None:
+    out = tmp_path / "step.svg"
+    r = cli("infer", "--gpus", "16", "--tp", "16", "--batch", "8", "--heatmap", str(out))
+    assert r.exit_code == 0, r.output
+    assert out.read_text().lstrip().startswith("<?xml")
+    bad = cli("infer", "--heatmap", str(tmp_path / "step.txt"))
+    assert bad.exit_code == 2 and str(bad.exception).startswith("heatmap")

@@ -78,6 +78,10 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         traffic: Annotated[
             bool, typer.Option("--traffic", help="bytes of one decode step: HB, NIC, cross-rail")
         ] = False,
+        heatmap: Annotated[
+            str | None,
+            typer.Option(help="heatmap of one decode step's bytes, first 64 GPUs (PNG or SVG)"),
+        ] = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Serve a model: TTFT, TPOT, tokens/s per GPU, KV cache and the largest batch; under
@@ -96,6 +100,11 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             from railplan.traffic_plots import FIGURE_SUFFIXES, check_suffix
 
             check_target(check_suffix(plot, FIGURE_SUFFIXES, "plot"), "plot")
+        if heatmap is not None:
+            from railplan.fileio import check_target
+            from railplan.traffic_plots import FIGURE_SUFFIXES, check_suffix
+
+            check_target(check_suffix(heatmap, FIGURE_SUFFIXES, "heatmap"), "heatmap")
         sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu)
         dep = Deployment(
             load_model(model),
@@ -114,10 +123,22 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         )
         if sweep:
             out["serving"] = [s.to_dict() for s in sweep]
-        if traffic:
+        if traffic or heatmap is not None:
             from railplan.inference.traffic import decode_step_traffic
 
-            out["decode_step_traffic"] = decode_step_traffic(dep, r.batch).summary()
+            step = decode_step_traffic(dep, r.batch)
+            if traffic:
+                out["decode_step_traffic"] = step.summary()
+            if heatmap is not None:
+                from railplan.traffic_plots import heatmap as draw
+
+                draw(
+                    step,
+                    heatmap,
+                    64,
+                    f"one decode step of {r.model}, batch {r.batch}",
+                    "bytes per decode step",
+                )
         if plot is not None:
             from railplan.inference.plots import rate_sweep_plot
 

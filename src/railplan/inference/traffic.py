@@ -53,10 +53,12 @@ class InferenceTraffic:
             "pairs_with_traffic": int(np.unique(self.src * self.gpus + self.dst).size),
         }
 
-    def matrix(self) -> FloatArray:
-        """Dense gpus × gpus byte matrix (src row, dst column)."""
-        m = np.zeros((self.gpus, self.gpus))
-        np.add.at(m, (self.src, self.dst), self.bytes)
+    def dense(self, first_gpus: int) -> FloatArray:
+        """Dense byte matrix of GPUs 0…first_gpus−1 (src row, dst column), for heatmaps."""
+        n = min(int(first_gpus), self.gpus)
+        sel = (self.src < n) & (self.dst < n)
+        m = np.zeros((n, n))
+        np.add.at(m, (self.src[sel], self.dst[sel]), self.bytes[sel])
         return m
 
 
