@@ -223,12 +223,15 @@ def search(
     top = max(found, key=lambda kc: kc[1].tokens_per_s_per_gpu) if found else None
 
     def full(arch: str, c: Choice | None) -> dict[str, Any] | None:
-        """The choice with `infer`: the keys of `railplan infer` for its tp/pp/ep/batch."""
+        """The choice with the keys of `railplan infer` for its tp/pp/ep/batch; the choice's own
+        TTFT, TPOT and tokens/s win (they include the disaggregated split), `breakdown_s` is
+        the aggregated step's."""
         if c is None:
             return None
         net = Network(architecture=arch)
         dep = Deployment(model, system, net, gpus, c.tp, c.pp, c.ep, precision)
-        return c.to_dict() | {"infer": infer(dep, c.batch, input_tokens, output_tokens).to_dict()}
+        own = c.to_dict() | {"tokens_per_s": c.tokens_per_s_per_gpu * gpus}
+        return infer(dep, c.batch, input_tokens, output_tokens).to_dict() | own
 
     return {
         "system": system.name,
