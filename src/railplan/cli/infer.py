@@ -52,8 +52,8 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         model: Annotated[str, typer.Option(help="catalog name or YAML file")] = "llama-2-70b",
         system: Annotated[str, typer.Option(help="catalog name or YAML file")] = "dgx-h100",
         gpus: Annotated[int, typer.Option(help="GPUs serving the model (replicas × tp·pp·ep)")] = 8,
-        tp: int = 1,
-        pp: int = 1,
+        tp: Annotated[int, typer.Option(help="tensor-parallel degree")] = 1,
+        pp: Annotated[int, typer.Option(help="pipeline stages")] = 1,
         ep: Annotated[int, typer.Option(help="expert-parallel degree (MoE)")] = 1,
         batch: Annotated[
             int | None, typer.Option(help="sequences per tp·pp group (default: most that fit)")
@@ -71,7 +71,9 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             str | None,
             typer.Option(help="requests/s (Poisson); a comma list sweeps the rates"),
         ] = None,
-        requests: Annotated[int, typer.Option(help="requests simulated per rate")] = 2000,
+        requests: Annotated[
+            int, typer.Option(help="requests simulated per rate, on one replica (1-200000)")
+        ] = 2000,
         plot: Annotated[
             str | None, typer.Option(help="throughput-latency plot of the sweep (PNG or SVG)")
         ] = None,
