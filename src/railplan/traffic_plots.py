@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.fileio import atomic_write
-from railplan.traffic import KIND_COLOURS, KINDS, Traffic, TrafficStats
+from railplan.traffic import KIND_COLOURS, KINDS, TrafficStats
 
 FIGURE_SUFFIXES = (".png", ".svg")
 
@@ -50,7 +50,26 @@ def _pyplot() -> Any:
     return plt
 
 
-def heatmap(t: Traffic, path: str | Path, first_gpus: int = 64, title: str = "") -> Path:
+class DenseTraffic(Protocol):
+    """What a heatmap needs: GPU count, HB-domain size and a dense byte matrix of the first GPUs
+    (`traffic.Traffic`, `inference.traffic.InferenceTraffic`)."""
+
+    @property
+    def gpus(self) -> int: ...
+
+    @property
+    def hb_domain(self) -> int: ...
+
+    def dense(self, first_gpus: int) -> Any: ...
+
+
+def heatmap(
+    t: DenseTraffic,
+    path: str | Path,
+    first_gpus: int = 64,
+    title: str = "",
+    unit: str = "bytes per iteration",
+) -> Path:
     """Bytes src (row) → dst (column) of GPUs 0…first_gpus−1, log colour scale; GPU pairs in
     the same HB domain are shaded orange, pairs on the same rail in different domains pink
     (the paper's "Same HBD" / "Same Rail" highlights)."""
@@ -80,7 +99,7 @@ def heatmap(t: Traffic, path: str | Path, first_gpus: int = 64, title: str = "")
             cmap="viridis",
             interpolation="nearest",
         )
-        fig.colorbar(img, ax=ax, label="bytes per iteration (src → dst)")
+        fig.colorbar(img, ax=ax, label=f"{unit} (src → dst)")
     ax.set_xlabel("destination GPU")
     ax.set_ylabel("source GPU")
     ax.set_title(title or f"traffic of GPUs 0–{n - 1} (K = {k})")

@@ -164,4 +164,4 @@ def test_write_is_atomic(
 def test_build_reports_progress() -> None:
     seen: list[str] = []
     build(small_inputs(model="gpt-1.7b", gpus=64, global_batch=128), on_step=seen.append)
-    assert len(seen) == 6 and seen[0].startswith("best strategy")
+    assert len(seen) == 7 and seen[0].startswith("best strategy")

@@ -475,12 +475,54 @@ def assumptions_section(r: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def serving_section(r: dict[str, Any]) -> str:
+    """The best serving configuration per network (railplan infer-search)."""
+    v = r["serving"]
+    rows = []
+    for net, c in v["by_network"].items():
+        if c is None:
+            rows.append([net, "no configuration meets the limits", "", "", "", "", ""])
+            continue
+        split = f"{c['prefill_gpus']}:{c['decode_gpus']}" if c["prefill_gpus"] else "-"
+        rows.append(
+            [
+                net,
+                f"{c['mode']}, tp {c['tp']} pp {c['pp']} ep {c['ep']}",
+                fmt_int(c["batch"]),
+                split,
+                f"{c['ttft_s']:.2f} s",
+                f"{c['tpot_s'] * 1e3:.0f} ms",
+                fmt_int(c["tokens_per_s_per_gpu"]),
+            ]
+        )
+    lim, tok = v["limits"], v["tokens"]
+    return (
+        f"<p>Serving {esc(r['inputs']['model'])} on {fmt_int(v['gpus'])} of the GPUs "
+        f"({esc(v['precision'])}; requests of {tok['input']} prompt and {tok['output']} output "
+        f"tokens; limits TTFT ≤ {lim['ttft_s']:g} s, TPOT ≤ {lim['tpot_s'] * 1e3:g} ms, "
+        f"MLPerf's server scenario). {esc(v['verdict'])}.</p>"
+        + table(
+            [
+                "network",
+                "configuration",
+                "batch",
+                "prefill:decode GPUs",
+                "TTFT",
+                "TPOT",
+                "tokens/s per GPU",
+            ],
+            rows,
+        )
+    )
+
+
 SECTIONS: tuple[tuple[str, str, Callable[[dict[str, Any], dict[str, str]], str]], ...] = (
     ("performance", "Best strategy and iteration time", performance_section),
     ("cost", "Cost and power", cost_section),
     ("traffic", "Traffic", traffic_section),
     ("sensitivity", "Sensitivities", sensitivity_section),
     ("failures", "Failures", failures_section),
+    ("serving", "Serving (inference)", lambda r, _: serving_section(r)),
     ("assumptions", "Assumptions and sources", lambda r, _: assumptions_section(r)),
 )
 

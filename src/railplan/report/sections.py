@@ -415,6 +415,28 @@ def _traffic_step(inp: ReportInputs, done: dict[str, Any]) -> dict[str, Any]:
     return traffic_section(inp, best["strategy"])
 
 
+def serving(inp: ReportInputs) -> dict[str, Any]:
+    """Serving the model on the same GPUs (docs/inference.md): the best configuration on each
+    network under MLPerf's server limits, for the example request; fp8 where the GPU has it."""
+    from railplan.inference import search as inf
+
+    precision = "fp8" if inp.system.gpu.fp8_tflops else "bf16"
+    pool = min(inp.gpus, inf.MAX_SEARCH_GPUS)  # a serving fleet, not the data centre
+    r = inf.search(
+        inp.model,
+        inp.system,
+        pool,
+        precision,
+        inf.EXAMPLE_INPUT_TOKENS,
+        inf.EXAMPLE_OUTPUT_TOKENS,
+        inf.MLPERF_SERVER_TTFT_S,
+        inf.MLPERF_SERVER_TPOT_S,
+    )
+    limits = {"ttft_s": inf.MLPERF_SERVER_TTFT_S, "tpot_s": inf.MLPERF_SERVER_TPOT_S}
+    tokens = {"input": inf.EXAMPLE_INPUT_TOKENS, "output": inf.EXAMPLE_OUTPUT_TOKENS}
+    return r | {"precision": precision, "limits": limits, "tokens": tokens}
+
+
 Step = tuple[str, str, Callable[[ReportInputs, dict[str, Any]], dict[str, Any]]]
 
 STEPS: tuple[Step, ...] = (
@@ -423,6 +445,7 @@ STEPS: tuple[Step, ...] = (
     ("traffic", "traffic of the best rail-only strategy", lambda i, done: _traffic_step(i, done)),
     ("sensitivity", "sensitivities (HB domain, bandwidths, batch)", lambda i, _: sensitivity(i)),
     ("failures", "failure impact and Monte Carlo", lambda i, _: failures(i)),
+    ("serving", "serving the model (inference)", lambda i, _: serving(i)),
     ("assumptions", "assumptions, sources and validation", lambda i, _: assumptions(i)),
 )
 

@@ -1,0 +1,281 @@
+"""Time of one serving-engine step: prefill and decode tokens through a tp × pp (× ep) instance.
+
+One step is one forward pass of the engine (continuous batching: TensorRT-LLM's in-flight
+batching, vLLM's chunked prefill fuse the prompts of newly admitted requests into the decode
+step of the running ones). Per layer on one GPU:
+- weight GEMMs (QKV, projection, MLP or experts) over all tokens of the step, shapes from
+  `workload.gemms` (Megatron tensor parallelism), each the roofline max of compute — at the
+  precision's dense peak times the shape efficiency of `compute.gemm_efficiency` — and HBM
+  traffic (weights at the precision's bytes, bf16 activations) at the GPU's streaming
+  efficiency (`compute.memory_time_s`): a decode GEMV is a weight stream;
+- attention: prefill is fused causal attention (FlashAttention: the masked half skipped,
+  compute at the MAMF efficiency), decode reads every running sequence's KV cache from HBM;
+- the fused element-wise kernels (norms, residual, activation, RoPE) as in training;
+- tensor-parallel all-reduces (2 per layer) and expert all-to-alls (dispatch and combine per MoE
+  layer) of bf16 activations, timed by the training model's collectives on the network's links
+  (`iteration.links`): inside an HB domain or over the NIC, with rail-only forwarding.
+Pipeline parallelism splits the batch into pp micro-batches in flight; a token then advances
+once every pp stage times (plus the sends between stages).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from railplan import collectives as coll
+from railplan.compute import gemm_efficiency, memory_time_s
+from railplan.errors import RailplanError
+from railplan.inference import kvcache
+from railplan.iteration import (
+    ELEMENTWISE_KERNELS_PER_LAYER,
+    Links,
+    group_collective_s,
+    links,
+    p2p_s,
+)
+from railplan.layout import Shape, worst_shape
+from railplan.specs import GPU, Model, Network, System
+from railplan.strategies import FloatArray
+from railplan.workload.gemms import Gemm, attention_gemms, expert_gemms, logit_gemm, mlp_gemms
+
+PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "fp4")
+#: bytes per weight: bf16; fp8 (E4M3, per-tensor scales); NVFP4 (4-bit values plus one fp8
+#: scale per 16: NVIDIA "Introducing NVFP4", 2025) = 0.5 + 1/16
+WEIGHT_BYTES: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625}
+#: KV-cache element bytes: bf16, or fp8 with fp8/fp4 weights (TensorRT-LLM's FP8 KV cache)
+KV_BYTES: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 1.0}
+ACT_BYTES = 2.0  # bf16 activations between layers and in the collectives
+CAUSAL_SHARE = 0.5  # fused causal attention skips the masked half of the score blocks
+
+
+def check_precision(precision: str, gpu: GPU) -> float:
+    """The dense tensor peak (TFLOP/s) of `precision` on `gpu`, or a one-line error."""
+    if precision not in PRECISIONS:
+        raise RailplanError(
+            "precision", f"{precision!r} is not allowed; choose one of {', '.join(PRECISIONS)}"
+        )
+    peak = {"bf16": gpu.peak_tflops, "fp8": gpu.fp8_tflops, "fp4": gpu.fp4_tflops}[precision]
+    if peak is None:
+        allowed = [p for p in PRECISIONS if p == "bf16" or getattr(gpu, f"{p}_tflops")]
+        raise RailplanError(
+            "precision", f"{gpu.name} has no {precision} tensor cores; choose {', '.join(allowed)}"
+        )
+    return float(peak)
+
+
+def _positive(field: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RailplanError(field, f"must be a positive integer; got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A model served on `gpus` GPUs of `system` as replicas of tp × pp × ep GPUs.
+
+    With ep > 1 (MoE) the ep ranks each run their own batch through the dense layers
+    (attention data-parallel) and share the experts: E/ep per rank (DeepSeek-style wide EP).
+    """
+
+    model: Model
+    system: System
+    network: Network
+    gpus: int
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    precision: str = "fp8"
+
+    def __post_init__(self) -> None:
+        for field in ("gpus", "tp", "pp", "ep"):
+            _positive(field, getattr(self, field))
+        self.peak_tflops  # noqa: B018 — validates the precision
+        if self.gpus % self.instance_gpus:
+            raise RailplanError(
+                "gpus", f"must be a multiple of tp·pp·ep = {self.instance_gpus}; got {self.gpus}"
+            )
+        if self.pp > self.model.layers:
+            raise RailplanError("pp", f"must be at most the {self.model.layers} layers")
+        if self.ep > 1 and (self.model.experts == 1 or self.model.experts % self.ep):
+            raise RailplanError(
+                "ep", f"must divide the model's {self.model.experts} experts (1 for dense models)"
+            )
+
+    @cached_property
+    def peak_tflops(self) -> float:
+        return check_precision(self.precision, self.system.gpu)
+
+    @property
+    def instance_gpus(self) -> int:
+        return self.tp * self.pp * self.ep
+
+    @property
+    def replicas(self) -> int:
+        return self.gpus // self.instance_gpus
+
+    @cached_property
+    def links(self) -> Links:
+        return links(self.system, self.network, np.asarray(float(self.gpus)))
+
+    @cached_property
+    def shapes(self) -> dict[str, Shape]:
+        """Layouts of the tp group (consecutive ranks), the ep group (tp apart) and the
+        pipeline chain (tp·ep apart) over the HB domains, replicas packed in rank order."""
+        k = self.links.hb_domain
+        inst = self.instance_gpus
+        return {
+            "tp": worst_shape(self.tp, 1, self.tp, 1, self.gpus // self.tp, k),
+            "ep": worst_shape(
+                self.ep, self.tp, self.tp * self.ep, self.tp, self.replicas * self.pp, k
+            ),
+            "pp": worst_shape(
+                self.pp, self.tp * self.ep, inst, self.tp * self.ep, self.replicas, k
+            ),
+        }
+
+    @cached_property
+    def weight_bytes_per_gpu(self) -> float:
+        """Weights one GPU holds: its stage's layers split by tp, experts also by ep."""
+        m = self.model
+        wb = WEIGHT_BYTES[self.precision]
+        layers = math.ceil(m.layers / self.pp)
+        moe = m.moe_layers * layers / m.layers
+        dense = (layers - moe) * m.layer_params() + moe * (m.layer_params() - m.mlp_params_dense())
+        experts = moe * m.experts * m.expert_params() / self.ep
+        embed = m.embedding_params() / (2 if not m.tied_embeddings and self.pp > 1 else 1)
+        return wb * (dense + experts + embed) / self.tp
+
+    @cached_property
+    def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes per token on one GPU of the instance."""
+        return kvcache.model_kv_bytes_per_token(
+            self.model, KV_BYTES[self.precision], self.tp, self.pp
+        )
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.system.gpu.memory_gib * kvcache.GIB
+
+    def max_batch(self, seq_tokens: int) -> int:
+        """Most sequences of `seq_tokens` one tp × pp group can hold in its KV cache."""
+        cap = kvcache.kv_capacity_bytes(self.memory_bytes, self.weight_bytes_per_gpu)
+        return kvcache.max_batch(cap, self.kv_bytes_per_token, seq_tokens)
+
+
+Num = float | FloatArray
+
+
+def gemm_s(gpu: GPU, g: Gemm, peak_tflops: float, weight_bytes: Num | None) -> FloatArray:
+    """Roofline time of a GEMM: compute at `peak_tflops` × shape efficiency, or HBM traffic of
+    its operands — an (k × n) weight of `weight_bytes` per element (None: both operands are
+    bf16 activations) and bf16 activations in and out — plus the kernel overhead."""
+    compute = g.flops / (peak_tflops * 1e12 * gemm_efficiency(gpu, g))
+    wb = ACT_BYTES if weight_bytes is None else weight_bytes
+    moved = g.batch * (wb * g.k * g.n + ACT_BYTES * (g.m * g.k + g.m * g.n))
+    return np.maximum(compute + gpu.kernel_overhead_us * 1e-6, memory_time_s(gpu, moved))
+
+
+@dataclass(frozen=True)
+class StepLoad:
+    """What one engine step carries on one tp × pp group (one ep rank's share with ep > 1):
+    `decode` running sequences whose KV caches hold `context_tokens` in all, and
+    `prefill_tokens` prompt tokens of `prefill_seqs` newly admitted sequences. Fields may be
+    numpy arrays (one load per element; the step times come back as arrays)."""
+
+    decode: Num = 0.0
+    context_tokens: Num = 0.0
+    prefill_tokens: Num = 0.0
+    prefill_seqs: Num = 0.0
+
+    @property
+    def tokens(self) -> Num:
+        return self.decode + self.prefill_tokens
+
+
+BREAKDOWN_KEYS: tuple[str, ...] = (
+    "gemm",
+    "attention",
+    "elementwise",
+    "tp_comm",
+    "ep_comm",
+    "pp_comm",
+    "logits",
+)
+
+
+def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
+    """Time of one pipeline stage for `load` (loads with at least one token), by component."""
+    m, gpu, t = dep.model, dep.system.gpu, dep.tp
+    peak, wb = dep.peak_tflops, WEIGHT_BYTES[dep.precision]
+    tokens = np.asarray(load.tokens, dtype=np.float64)
+    zero = np.zeros_like(tokens)
+    layers = math.ceil(m.layers / dep.pp)
+    moe_layers = m.moe_layers * layers / m.layers
+    one = m.model_copy(update={"seq": 1})  # shapes per token: b = tokens, s = 1
+    attn = {g.name: g for g in attention_gemms(one, tokens, t)}
+    dense_mlp = sum((gemm_s(gpu, g, peak, wb) for g in mlp_gemms(one, tokens, t)), zero)
+    per_layer = gemm_s(gpu, attn["qkv"], peak, wb) + gemm_s(gpu, attn["proj"], peak, wb)
+    gemm = layers * per_layer + (layers - moe_layers) * dense_mlp
+    if moe_layers:
+        # Each ep rank receives tokens·top_k routed tokens over its E/ep experts; at small
+        # batch only the experts some token picks are read: 1 − (1 − 1/E)^(routed tokens).
+        routed = tokens * dep.ep * m.top_k
+        touched = 1.0 - (1.0 - 1.0 / m.experts) ** routed
+        for g in expert_gemms(one, tokens, t, dep.ep):
+            gemm = gemm + moe_layers * gemm_s(gpu, g, peak, wb * touched)
+    # attention: fused causal prefill (compute) and decode KV reads (HBM)
+    heads = math.ceil(m.heads / t)
+    bf16 = gpu.peak_tflops * 1e12 * gpu.matmul_efficiency
+    prefill_len = load.prefill_tokens / np.maximum(load.prefill_seqs, 1.0)
+    pre_flops = 4.0 * load.prefill_tokens * prefill_len * heads * m.head_dim * CAUSAL_SHARE
+    dec_flops = 4.0 * load.context_tokens * heads * m.head_dim
+    kv_layer = dep.kv_bytes_per_token / layers
+    kernels = (np.asarray(load.prefill_seqs) > 0) * 1.0 + (np.asarray(load.decode) > 0) * 1.0
+    dec_mem = memory_time_s(gpu, load.context_tokens * kv_layer, kernels)
+    pre_s = (pre_flops + dec_flops) / bf16 + kernels * 1e-6 * gpu.kernel_overhead_us
+    ew_bytes = ELEMENTWISE_KERNELS_PER_LAYER * 2.0 * ACT_BYTES * tokens * m.hidden
+    ew_s = memory_time_s(
+        gpu, ew_bytes, ELEMENTWISE_KERNELS_PER_LAYER, gpu.elementwise_forward_efficiency
+    )
+    act = tokens * m.hidden * ACT_BYTES
+    lk, shapes = dep.links, dep.shapes
+    out = {
+        "gemm": gemm,
+        "attention": layers * np.maximum(dec_mem, pre_s),
+        "elementwise": layers * ew_s,
+        "tp_comm": 2.0 * layers * group_collective_s(lk, shapes["tp"], act),
+        "ep_comm": zero,
+        "pp_comm": zero,
+        # one new token per sequence: the vocabulary GEMM on the last stage
+        "logits": gemm_s(gpu, logit_gemm(one, load.decode + load.prefill_seqs, t), peak, wb),
+    }
+    if moe_layers and dep.ep > 1:
+        sh = shapes["ep"]
+        fn = coll.all_to_all_rail_only_s if lk.rail_only else coll.all_to_all_rail_optimized_s
+        pair = tokens * m.top_k * m.hidden * ACT_BYTES / dep.ep
+        one_a2a = fn(sh.x, sh.y, pair, lk.hb_bw, lk.nic_bw_spread, lk.hb_lat_s, lk.nic_lat_s)
+        out["ep_comm"] = 2.0 * moe_layers * one_a2a
+    if dep.pp > 1:
+        out["pp_comm"] = p2p_s(lk, act, shapes["pp"])
+    return {k: np.where(tokens > 0, v, 0.0) for k, v in out.items()}
+
+
+def step_times(dep: Deployment, load: StepLoad) -> tuple[FloatArray, dict[str, FloatArray]]:
+    """Time between two tokens of a running sequence for steps carrying `load` on a tp × pp
+    group, as arrays: pp stages, each with the batch split in pp micro-batches in flight."""
+    p = float(dep.pp)
+    share = StepLoad(
+        load.decode / p, load.context_tokens / p, load.prefill_tokens / p, load.prefill_seqs / p
+    )
+    parts = {k: p * v for k, v in stage_time_s(dep, share).items()}
+    return np.asarray(sum(parts.values())), parts
+
+
+def step_time_s(dep: Deployment, load: StepLoad) -> tuple[float, dict[str, float]]:
+    """`step_times` of one (scalar) load, in seconds."""
+    total, parts = step_times(dep, load)
+    return float(total), {k: float(v) for k, v in parts.items()}

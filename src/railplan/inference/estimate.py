@@ -1,0 +1,153 @@
+"""`railplan infer`: TTFT, TPOT, tokens/s per GPU and KV-cache capacity of one deployment at
+steady state (the offline scenario: the engine always holds `batch` sequences).
+
+At steady state with B running sequences of I prompt and O output tokens, every step decodes
+B tokens over KV caches of I + (O + 1)/2 tokens on average, and B/O sequences finish — so B/O
+new ones are admitted and their prompts (B·I/O tokens) are fused into the step. TPOT is that
+step's time; tokens/s per GPU = B / TPOT / (tp·pp) (each ep rank runs its own B).
+TTFT without queueing: a new request waits on average half a step for the step boundary, then
+its prompt rides in the next step. Queueing under Poisson load is `railplan.inference.serving`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from railplan.errors import RailplanError
+from railplan.inference import kvcache
+from railplan.inference.engine import Deployment, Num, StepLoad, step_time_s, step_times
+from railplan.strategies import FloatArray
+
+#: the default ceiling of the batch when none is given: TensorRT-LLM's max_batch_size default
+#: (2048, trtllm-build --max_batch_size) — the engines of NVIDIA's MLPerf runs set 806-2048
+DEFAULT_MAX_BATCH = 2048
+
+
+@dataclass(frozen=True)
+class InferenceResult:
+    model: str
+    system: str
+    network: str
+    gpus: int
+    tp: int
+    pp: int
+    ep: int
+    precision: str
+    batch: int
+    input_tokens: int
+    output_tokens: int
+    ttft_s: float
+    tpot_s: float
+    tokens_per_s_per_gpu: float
+    tokens_per_s: float
+    weights_gib_per_gpu: float
+    kv_cache_gib_per_gpu: float
+    kv_capacity_gib_per_gpu: float
+    max_batch: int
+    fits: bool
+    breakdown_s: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def steady_load(batch: Num, input_tokens: int, output_tokens: int) -> StepLoad:
+    """The load of one step of the offline steady state (module docstring); `batch` may be an
+    array of batch sizes."""
+    new = batch / output_tokens
+    return StepLoad(
+        decode=batch,
+        context_tokens=batch * (input_tokens + (output_tokens + 1) / 2.0),
+        prefill_tokens=new * input_tokens,
+        prefill_seqs=new,
+    )
+
+
+def steady_times(
+    dep: Deployment, batch: Num, input_tokens: int, output_tokens: int
+) -> tuple[FloatArray, FloatArray, dict[str, FloatArray]]:
+    """(TTFT without queueing, TPOT, TPOT by component) of the steady state, over `batch`
+    (scalar or array): a new request waits half a step, then rides in a step with the
+    batch − 1 others and the average number of newcomers."""
+    tpot, parts = step_times(dep, steady_load(batch, input_tokens, output_tokens))
+    others = np.asarray(batch, dtype=np.float64) - 1.0
+    join = replace(
+        steady_load(others, input_tokens, output_tokens),
+        prefill_tokens=input_tokens * (1.0 + others / output_tokens),
+        prefill_seqs=1.0 + others / output_tokens,
+    )
+    return 0.5 * tpot + step_times(dep, join)[0], tpot, parts
+
+
+def check_tokens(input_tokens: int, output_tokens: int) -> None:
+    for field, v in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 10_000_000:
+            raise RailplanError(field, f"must be an integer in [1, 1e7]; got {v!r}")
+
+
+def infer(
+    dep: Deployment, batch: int | None, input_tokens: int, output_tokens: int
+) -> InferenceResult:
+    """Steady-state serving of `dep` with `batch` sequences per tp × pp group (None: the largest
+    that fits, at most DEFAULT_MAX_BATCH)."""
+    check_tokens(input_tokens, output_tokens)
+    seq = input_tokens + output_tokens
+    most = dep.max_batch(seq)
+    if batch is None:
+        batch = max(1, min(most, DEFAULT_MAX_BATCH))
+    elif isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise RailplanError("batch", f"must be a positive integer; got {batch!r}")
+    ttft_a, tpot_a, parts_a = steady_times(dep, batch, input_tokens, output_tokens)
+    ttft, tpot = float(ttft_a), float(tpot_a)
+    parts = {k: float(v) for k, v in parts_a.items()}
+    per_group = batch / tpot
+    kv = batch * kvcache.paged_tokens(seq) * dep.kv_bytes_per_token
+    cap = kvcache.kv_capacity_bytes(dep.memory_bytes, dep.weight_bytes_per_gpu)
+    return InferenceResult(
+        model=dep.model.name,
+        system=dep.system.name,
+        network=dep.network.architecture,
+        gpus=dep.gpus,
+        tp=dep.tp,
+        pp=dep.pp,
+        ep=dep.ep,
+        precision=dep.precision,
+        batch=batch,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        ttft_s=ttft,
+        tpot_s=tpot,
+        tokens_per_s_per_gpu=per_group / (dep.tp * dep.pp),
+        tokens_per_s=per_group * dep.gpus / (dep.tp * dep.pp),
+        weights_gib_per_gpu=dep.weight_bytes_per_gpu / kvcache.GIB,
+        kv_cache_gib_per_gpu=kv / kvcache.GIB,
+        kv_capacity_gib_per_gpu=max(cap, 0.0) / kvcache.GIB,
+        max_batch=most,
+        fits=batch <= most,
+        breakdown_s=parts,
+    )
+
+
+def static_batch_tokens_per_s_per_gpu(
+    dep: Deployment, batch: int, input_tokens: int, output_tokens: int
+) -> float:
+    """One static batch: all prompts in one step (which yields the first tokens), then
+    output − 1 decode steps over a context growing from I + 1 to I + O − 1 (the step time is
+    linear in the context, so the mean context gives the sum)."""
+    check_tokens(input_tokens, output_tokens)
+    prefill = step_time_s(
+        dep, StepLoad(prefill_tokens=batch * input_tokens, prefill_seqs=float(batch))
+    )[0]
+    ctx = input_tokens + output_tokens / 2.0
+    decode = step_time_s(dep, StepLoad(decode=batch, context_tokens=batch * ctx))[0]
+    total = prefill + (output_tokens - 1) * decode
+    return batch * output_tokens / total / (dep.tp * dep.pp)
+
+
+def first_token_s(dep: Deployment, input_tokens: int) -> float:
+    """Time to first token of one request alone: its prefill step."""
+    check_tokens(input_tokens, 1)
+    return step_time_s(dep, StepLoad(prefill_tokens=input_tokens, prefill_seqs=1.0))[0]

@@ -1,0 +1,264 @@
+"""`railplan infer-search`: the serving configuration with the most output tokens/s per GPU
+that meets a TTFT and a TPOT limit, on each network, and whether serving needs a spine.
+
+Candidates, for every tp × pp (× ep for MoE) that divides the GPUs, and batches in
+quarter-octave steps (1, 2, 3, … 8, 10, 11, 13, …) up to the largest that fits:
+- aggregated: every group runs prefill and decode in the same steps (`estimate.infer`);
+- disaggregated: P instances only prefill (prompts in chunks of MAX_PREFILL_TOKENS) and D
+  instances only decode, P + D = gpus / (tp·pp·ep), split to balance the two rates (the
+  prefill:decode GPU ratio); the KV cache of each prompt goes from its prefill GPUs to the
+  decode GPUs of the same rank: over NVLink when all GPUs share one HB domain, else over the
+  NIC — and on rail-only, when the instances do not start at the same local rank (tp·pp·ep not
+  a multiple of K), through one more HB hop to the peer's rail (forwarding).
+TTFT here is the steady-state estimate without queueing (half a step of waiting plus the step
+carrying the prompt, plus the KV transfer); `serving.serve` gives the loaded values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from railplan.errors import RailplanError
+from railplan.inference.engine import Deployment, StepLoad, step_time_s, step_times
+from railplan.inference.estimate import (
+    DEFAULT_MAX_BATCH,
+    check_tokens,
+    infer,
+    steady_load,
+    steady_times,
+)
+from railplan.inference.serving import MAX_PREFILL_TOKENS
+from railplan.specs import Model, Network, System
+from railplan.specs.base import Range
+from railplan.strategies import IntArray
+
+SLO = Range(1e-4, 3600.0, "s")
+#: MLPerf Inference server-scenario limits of Llama 3.1 405B (v5.0): TTFT 6 s, TPOT 175 ms
+MLPERF_SERVER_TTFT_S = 6.0
+MLPERF_SERVER_TPOT_S = 0.175
+#: the example request of docs/inference.md and the report (not a data set's mean lengths)
+EXAMPLE_INPUT_TOKENS = 2048
+EXAMPLE_OUTPUT_TOKENS = 256
+NETWORKS: tuple[str, ...] = ("rail-optimized", "rail-only", "ideal")
+#: "needs a spine" when rail-only serves this much less than rail-optimized
+SPINE_THRESHOLD = 0.01
+
+
+@dataclass(frozen=True)
+class Choice:
+    mode: str  # aggregated | disaggregated
+    tp: int
+    pp: int
+    ep: int
+    batch: int
+    prefill_gpus: int
+    decode_gpus: int
+    ttft_s: float
+    tpot_s: float
+    tokens_per_s_per_gpu: float
+    kv_transfer_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: GPUs one search covers: a serving deployment, not a data-centre (keeps the divisor loops short)
+MAX_SEARCH_GPUS = 65_536
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def batches(most: int) -> IntArray:
+    """Batch sizes tried: quarter-octave steps 1, 2, 3, 4, 5, 6, 7, 8, 10, … up to the largest
+    that fits (at most DEFAULT_MAX_BATCH), which is always included."""
+    top = min(most, DEFAULT_MAX_BATCH)
+    if top < 1:
+        return np.zeros(0, dtype=np.int64)
+    steps = np.round(2.0 ** (np.arange(int(4 * math.log2(top)) + 1) / 4.0)).astype(np.int64)
+    return np.unique(np.append(steps[steps <= top], top))
+
+
+def kv_transfer_s(dep: Deployment, prompts: float, input_tokens: int) -> float:
+    """Time to ship the KV cache of `prompts` prompts from prefill to decode GPUs (module doc)."""
+    lk = dep.links
+    size = prompts * input_tokens * dep.kv_bytes_per_token
+    k = float(np.max(lk.hb_domain))
+    if dep.gpus <= k:
+        return size / lk.hb_bw + lk.hb_lat_s
+    t = size / lk.nic_bw_spread + lk.nic_lat_s
+    if lk.rail_only and dep.instance_gpus % int(k):
+        t += size / lk.hb_bw + lk.hb_lat_s
+    return t
+
+
+def _aggregated(
+    dep: Deployment, b: IntArray, input_tokens: int, output_tokens: int
+) -> list[Choice]:
+    ttft, tpot, _ = steady_times(dep, b.astype(np.float64), input_tokens, output_tokens)
+    tokens = b / tpot / (dep.tp * dep.pp)
+    return [
+        Choice(
+            "aggregated",
+            dep.tp,
+            dep.pp,
+            dep.ep,
+            int(bi),
+            0,
+            dep.gpus,
+            float(f),
+            float(t),
+            float(x),
+            0.0,
+        )
+        for bi, f, t, x in zip(b, ttft, tpot, tokens, strict=True)
+    ]
+
+
+def _disaggregated(
+    dep: Deployment, b: IntArray, input_tokens: int, output_tokens: int
+) -> list[Choice]:
+    groups = dep.replicas  # instances of tp·pp·ep GPUs; each of the ep ranks runs a batch
+    if groups < 2:
+        return []
+    steady = steady_load(b.astype(np.float64), input_tokens, output_tokens)
+    tpot = step_times(dep, replace(steady, prefill_tokens=0.0, prefill_seqs=0.0))[0]
+    chunk = max(1, MAX_PREFILL_TOKENS // input_tokens)
+    t_pre = step_time_s(dep, StepLoad(prefill_tokens=chunk * input_tokens, prefill_seqs=chunk))[0]
+    # requests/s per instance
+    pre_rate, dec_rate = dep.ep * chunk / t_pre, dep.ep * b / (tpot * output_tokens)
+    p = np.clip(np.round(groups * dec_rate / (pre_rate + dec_rate)), 1, groups - 1)
+    requests_per_s = np.minimum(p * pre_rate, (groups - p) * dec_rate)
+    xfer = kv_transfer_s(dep, chunk, input_tokens)
+    per = dep.instance_gpus
+    tokens = requests_per_s * output_tokens / dep.gpus
+    return [
+        Choice(
+            "disaggregated",
+            dep.tp,
+            dep.pp,
+            dep.ep,
+            int(bi),
+            int(pi) * per,
+            (groups - int(pi)) * per,
+            1.5 * t_pre + xfer,
+            float(t),
+            float(x),
+            xfer,
+        )
+        for bi, pi, t, x in zip(b, p, tpot, tokens, strict=True)
+    ]
+
+
+def deployments(
+    model: Model, system: System, network: Network, gpus: int, precision: str
+) -> list[Deployment]:
+    """Every tp × pp (× ep for MoE) that divides the GPUs."""
+    eps = [e for e in _divisors(model.experts) if e <= gpus] if model.experts > 1 else [1]
+    return [
+        Deployment(model, system, network, gpus, tp, pp, ep, precision)
+        for ep in eps
+        for tp in _divisors(gpus // ep)
+        for pp in _divisors(gpus // (ep * tp))
+        if pp <= model.layers
+    ]
+
+
+def candidates(
+    model: Model,
+    system: System,
+    network: Network,
+    gpus: int,
+    precision: str,
+    input_tokens: int,
+    output_tokens: int,
+) -> list[Choice]:
+    """Every configuration evaluated (see the module docstring)."""
+    check_tokens(input_tokens, output_tokens)
+    out: list[Choice] = []
+    for dep in deployments(model, system, network, gpus, precision):
+        b = batches(dep.max_batch(input_tokens + output_tokens))
+        if b.size:
+            out += _aggregated(dep, b, input_tokens, output_tokens)
+            out += _disaggregated(dep, b, input_tokens, output_tokens)
+    return out
+
+
+def best(choices: list[Choice], ttft_slo_s: float, tpot_slo_s: float) -> Choice | None:
+    ok = [c for c in choices if c.ttft_s <= ttft_slo_s and c.tpot_s <= tpot_slo_s]
+    return max(ok, key=lambda c: c.tokens_per_s_per_gpu) if ok else None
+
+
+def search(
+    model: Model,
+    system: System,
+    gpus: int,
+    precision: str,
+    input_tokens: int,
+    output_tokens: int,
+    ttft_slo_s: float,
+    tpot_slo_s: float,
+    networks: tuple[str, ...] = NETWORKS,
+) -> dict[str, Any]:
+    """The best configuration on each network, the overall best and the spine verdict."""
+    ttft_slo_s = SLO.check("ttft_slo", ttft_slo_s)
+    tpot_slo_s = SLO.check("tpot_slo", tpot_slo_s)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_SEARCH_GPUS:
+        raise RailplanError("gpus", f"must be an integer in [1, {MAX_SEARCH_GPUS}]; got {gpus!r}")
+    by_net: dict[str, Choice | None] = {}
+    evaluated = 0
+    for arch in networks:
+        cs = candidates(
+            model, system, Network(architecture=arch), gpus, precision, input_tokens, output_tokens
+        )
+        evaluated += len(cs)
+        by_net[arch] = best(cs, ttft_slo_s, tpot_slo_s)
+    found = [(k, c) for k, c in by_net.items() if c is not None]
+    top = max(found, key=lambda kc: kc[1].tokens_per_s_per_gpu) if found else None
+
+    def full(arch: str, c: Choice | None) -> dict[str, Any] | None:
+        """The choice with the keys of `railplan infer` for its tp/pp/ep/batch; the choice's own
+        TTFT, TPOT and tokens/s win (they include the disaggregated split), `breakdown_s` is
+        the aggregated step's."""
+        if c is None:
+            return None
+        net = Network(architecture=arch)
+        dep = Deployment(model, system, net, gpus, c.tp, c.pp, c.ep, precision)
+        own = c.to_dict() | {"tokens_per_s": c.tokens_per_s_per_gpu * gpus}
+        return infer(dep, c.batch, input_tokens, output_tokens).to_dict() | own
+
+    return {
+        "system": system.name,
+        "hb_domain": system.hb_domain,
+        "gpus": gpus,
+        "evaluated": evaluated,
+        "best": full(*top) if top else None,
+        "by_network": {k: full(k, v) for k, v in by_net.items()},
+        "verdict": verdict(by_net),
+    }
+
+
+def verdict(by_net: dict[str, Choice | None]) -> str:
+    ro, rl = by_net.get("rail-optimized"), by_net.get("rail-only")
+    if ro is None or rl is None:
+        return "no configuration meets the limits on " + (
+            "rail-optimized" if ro is None else "rail-only"
+        )
+    loss = 1.0 - rl.tokens_per_s_per_gpu / ro.tokens_per_s_per_gpu
+    if loss > SPINE_THRESHOLD:
+        return f"serving needs a spine: rail-only serves {loss:.1%} fewer tokens/s per GPU"
+    return f"serving needs no spine: rail-only is within {max(loss, 0.0):.1%} of rail-optimized"
+
+
+def with_hb_domain(system: System, k: int) -> System:
+    """`system` with K GPUs per HB domain (e.g. an NVL72 rack's GPUs as NVL8 servers)."""
+    if k < 1:
+        raise RailplanError("hb_domain", f"must be a positive integer; got {k}")
+    data = system.model_dump() | {"hb_domain": k, "name": f"{system.name} (K={k})"}
+    return System.parse(data, "system")

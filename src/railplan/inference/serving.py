@@ -1,0 +1,214 @@
+"""Serving under load: continuous batching with Poisson arrivals, step by step.
+
+One replica (tp × pp group) is simulated; `gpus / (tp·pp)` replicas share the arrivals evenly
+(a Poisson stream split at random stays Poisson, at rate λ / replicas). The engine runs
+iteration-level scheduling (Orca, OSDI'22; vLLM; TensorRT-LLM in-flight batching): at every
+step boundary the waiting requests that have arrived are admitted, first come first served,
+while the batch has room (`max_batch`) and the step's prompt budget (`max_prefill_tokens`, the
+chunk size) allows; their prompts ride in that step together with one decode token of every
+running sequence. A request's first token comes at the end of the step that carried its prompt
+(TTFT = that time − arrival); each later step gives one more token (TPOT = (finish − first
+token) / (output − 1)). When nothing runs, the engine idles until the next arrival.
+
+The events are the engine steps themselves, so a plain loop over steps is the discrete-event
+simulation (a process library would add nothing: there is one server and no other resource);
+the running batch is held in numpy arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from railplan.errors import RailplanError
+from railplan.inference.engine import Deployment, StepLoad, step_time_s
+from railplan.strategies import FloatArray
+
+#: prompt tokens one step may carry: TensorRT-LLM's max_num_tokens default (8192)
+MAX_PREFILL_TOKENS = 8192
+#: requests simulated per rate by default (per replica)
+DEFAULT_REQUESTS = 2000
+MAX_REQUESTS = 200_000
+
+
+@dataclass(frozen=True)
+class ServingResult:
+    arrival_rate: float  # requests/s offered to the whole deployment
+    requests: int  # simulated (on one replica)
+    ttft_mean_s: float
+    ttft_p99_s: float
+    tpot_mean_s: float
+    tpot_p99_s: float
+    tokens_per_s: float  # output tokens/s of the whole deployment
+    tokens_per_s_per_gpu: float
+    stable: bool | None  # the queue kept up (Run.stable; None: too few requests to tell)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+StepFn = Callable[[StepLoad], float]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One simulation: per-request TTFT and TPOT (s), output tokens/s between the middle and
+    the last arrival, the requests still waiting when the arrivals stopped, and whether the
+    middle arrival came after the typical lifetime of the first half's requests (`settled`:
+    the batch had filled up before the throughput window opened)."""
+
+    ttft_s: FloatArray
+    tpot_s: FloatArray
+    tokens_per_s: float
+    offered_tokens_per_s: float
+    waiting_at_end: int
+    prompts_per_step: int
+    settled: bool
+
+    @property
+    def stable(self) -> bool | None:
+        """False when the queue grew: more than two steps' worth of prompts (or 5 % of the
+        requests) still waited when the arrivals stopped; None when the run was too short to
+        tell (not `settled`); else whether ≥ 90 % of the offered tokens/s came out."""
+        limit = max(2 * self.prompts_per_step, self.ttft_s.size // 20)
+        if self.waiting_at_end > limit:
+            return False
+        if not self.settled:
+            return None
+        return self.tokens_per_s >= 0.9 * self.offered_tokens_per_s
+
+
+def simulate(
+    step_s: StepFn,
+    rate_per_s: float,
+    requests: int,
+    input_tokens: int,
+    output_tokens: int,
+    max_batch: int,
+    max_prefill_tokens: int = MAX_PREFILL_TOKENS,
+    seed: int = 0,
+) -> Run:
+    """Every request's TTFT and TPOT on one engine whose step time is `step_s(load)`, and
+    whether the queue kept up with the arrivals."""
+    if not 0 < rate_per_s < 1e9:
+        raise RailplanError(
+            "arrival_rate", f"must be a positive number of requests/s; got {rate_per_s!r}"
+        )
+    if not 1 <= requests <= MAX_REQUESTS:
+        raise RailplanError(
+            "requests", f"must be an integer in [1, {MAX_REQUESTS}]; got {requests!r}"
+        )
+    if max_batch < 1:
+        raise RailplanError("batch", "no sequence fits in the KV cache; use more GPUs or tp")
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate_per_s, requests))
+    first = np.full(requests, np.nan)
+    finish = np.full(requests, np.nan)
+    per_step = max(1, max_prefill_tokens // input_tokens)  # prompts one step may carry
+    run_id = np.zeros(0, dtype=np.int64)
+    run_left = np.zeros(0, dtype=np.int64)
+    run_ctx = np.zeros(0, dtype=np.float64)
+    t, nxt, done = 0.0, 0, 0
+    step_end: list[float] = []
+    step_tokens: list[int] = []
+    waiting_at_end = -1
+    last_admitted = 0.0
+    while done < requests:
+        if run_id.size == 0 and nxt < requests and arrivals[nxt] > t:
+            t = float(arrivals[nxt])  # idle until the next arrival
+        room = min(max_batch - run_id.size, per_step)
+        arrived = int(np.searchsorted(arrivals, t, side="right"))
+        new = np.arange(nxt, min(arrived, nxt + room), dtype=np.int64)
+        nxt += new.size
+        load = StepLoad(
+            decode=float(run_id.size),
+            context_tokens=float(run_ctx.sum()),
+            prefill_tokens=float(new.size * input_tokens),
+            prefill_seqs=float(new.size),
+        )
+        if waiting_at_end < 0 and t >= arrivals[-1]:
+            waiting_at_end = arrived - nxt  # arrived but not admitted when arrivals stop
+        t += step_s(load)
+        if new.size and nxt == requests:
+            last_admitted = t  # the step that took the last prompt
+        step_end.append(t)
+        step_tokens.append(run_id.size + new.size)
+        run_left -= 1
+        run_ctx += 1.0
+        first[new] = t
+        ids = np.concatenate([run_id, new])
+        left = np.concatenate([run_left, np.full(new.size, output_tokens - 1, dtype=np.int64)])
+        ctx = np.concatenate([run_ctx, np.full(new.size, float(input_tokens + 1))])
+        over = left <= 0
+        finish[ids[over]] = t
+        done += int(over.sum())
+        run_id, run_left, run_ctx = ids[~over], left[~over], ctx[~over]
+    ttft = first - arrivals
+    tpot = (finish - first) / max(output_tokens - 1, 1)
+    # tokens/s from the middle arrival until the last one (or, when a queue built up, until
+    # the last prompt was admitted): the engine holds its steady (or full) batch meanwhile
+    lo, hi = arrivals[requests // 2], max(arrivals[-1], last_admitted)
+    ends, toks = np.asarray(step_end), np.asarray(step_tokens, dtype=np.float64)
+    inside = (ends > lo) & (ends <= hi)
+    rate = float(toks[inside].sum() / (hi - lo)) if hi > lo else float(toks.sum() / t)
+    half = requests // 2
+    lifetime = float(np.median(finish[: max(half, 1)] - arrivals[: max(half, 1)]))
+    settled = bool(arrivals[half] >= lifetime)
+    offered = rate_per_s * output_tokens
+    return Run(ttft, tpot, rate, offered, max(waiting_at_end, 0), per_step, settled)
+
+
+def rate_sweep(
+    dep: Deployment,
+    rates: list[float],
+    input_tokens: int,
+    output_tokens: int,
+    batch: int | None = None,
+    requests: int = DEFAULT_REQUESTS,
+) -> list[ServingResult]:
+    """`serve` at each arrival rate: the throughput-latency curve."""
+    return [serve(dep, r, input_tokens, output_tokens, batch, requests) for r in rates]
+
+
+def serve(
+    dep: Deployment,
+    arrival_rate: float,
+    input_tokens: int,
+    output_tokens: int,
+    batch: int | None = None,
+    requests: int = DEFAULT_REQUESTS,
+    seed: int = 0,
+) -> ServingResult:
+    """Simulate `dep` under Poisson arrivals at `arrival_rate` requests/s (whole deployment)."""
+    groups = dep.gpus // (dep.tp * dep.pp)  # replicas × ep ranks, each with its own batch
+    most = dep.max_batch(input_tokens + output_tokens)
+    limit = most if batch is None else min(batch, most)
+    cache: dict[tuple[int, int, int], float] = {}
+
+    def step(load: StepLoad) -> float:
+        # the step time is linear in the context tokens between cached points 256 tokens apart
+        key = (int(load.decode), int(load.prefill_seqs), int(load.context_tokens) // 256)
+        if key not in cache:
+            cache[key] = step_time_s(dep, load)[0]
+        return cache[key]
+
+    run = simulate(
+        step, arrival_rate / groups, requests, input_tokens, output_tokens, limit, seed=seed
+    )
+    ttft, tpot = run.ttft_s, run.tpot_s
+    # stable (or too short to tell): the offered load; overloaded: what the full engine made
+    served = run.tokens_per_s * groups if run.stable is False else arrival_rate * output_tokens
+    return ServingResult(
+        arrival_rate=arrival_rate,
+        requests=requests,
+        ttft_mean_s=float(ttft.mean()),
+        ttft_p99_s=float(np.quantile(ttft, 0.99)),
+        tpot_mean_s=float(tpot.mean()),
+        tpot_p99_s=float(np.quantile(tpot, 0.99)),
+        tokens_per_s=served,
+        tokens_per_s_per_gpu=served / dep.gpus,
+        stable=run.stable,
+    )

@@ -1,0 +1,70 @@
+"""Published serving measurements against `railplan infer` (data/validation/inference_mlperf.csv).
+
+Nothing is fitted to these rows: every constant of the model has its own source
+(docs/inference.md). Offline rows compare the steady-state tokens/s per GPU, server rows the
+TTFT of the continuous-batching simulation at the measured throughput (Poisson arrivals at
+tokens/s ÷ output tokens), static rows one static batch, first-token rows a lone prefill.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from railplan.inference.engine import Deployment
+from railplan.inference.estimate import first_token_s, infer, static_batch_tokens_per_s_per_gpu
+from railplan.inference.serving import serve
+from railplan.specs import Network
+from railplan.specs.catalog import load_model, load_system
+from railplan.validation import _rows
+
+DATA = "inference_mlperf.csv"
+
+
+def _pct(predicted: float, measured: float) -> float:
+    return 100.0 * (predicted - measured) / measured
+
+
+def rows(requests: int = 4000) -> list[dict[str, Any]]:
+    """One dict per comparison: id, quantity, measured, predicted, error_pct, goal_pct."""
+    out: list[dict[str, Any]] = []
+    for r in _rows(DATA):
+        dep = Deployment(
+            load_model(r["model"]),
+            load_system(r["system"]),
+            Network(),
+            int(r["gpus"]),
+            int(r["tp"]),
+            int(r["pp"]),
+            1,
+            r["precision"],
+        )
+        b, i, o = int(r["batch"]), int(r["input_tokens"]), int(r["output_tokens"])
+        goal = float(r["goal_pct"]) if r["goal_pct"] else None
+        found: list[tuple[str, float, float, float | None]] = []
+        if r["scenario"] == "offline":
+            pred = infer(dep, b, i, o).tokens_per_s_per_gpu
+            found.append(("tokens/s per GPU", float(r["tokens_per_s_per_gpu"]), pred, goal))
+        elif r["scenario"] == "server":
+            rate = float(r["tokens_per_s_per_gpu"]) * dep.gpus / o
+            s = serve(dep, rate, i, o, b, requests=requests)
+            found.append(("TTFT mean (s)", float(r["ttft_mean_s"]), s.ttft_mean_s, goal))
+            found.append(("TTFT p99 (s)", float(r["ttft_p99_s"]), s.ttft_p99_s, None))
+        elif r["scenario"] == "static":
+            pred = static_batch_tokens_per_s_per_gpu(dep, b, i, o)
+            found.append(("tokens/s per GPU", float(r["tokens_per_s_per_gpu"]), pred, goal))
+        elif r["scenario"] == "first-token":
+            found.append(("TTFT batch 1 (s)", float(r["ttft_mean_s"]), first_token_s(dep, i), goal))
+        for quantity, measured, predicted, g in found:
+            out.append(
+                {
+                    "id": r["id"],
+                    "scenario": r["scenario"],
+                    "quantity": quantity,
+                    "measured": measured,
+                    "predicted": predicted,
+                    "error_pct": _pct(predicted, measured),
+                    "goal_pct": g,
+                    "source": r["source"],
+                }
+            )
+    return out

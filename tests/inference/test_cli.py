@@ -1,0 +1,112 @@
+"""`railplan infer` and `infer-search`: JSON keys, bad input as one-line errors (exit 2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Cli
+
+INFER_KEYS = {
+    "ttft_s",
+    "tpot_s",
+    "tokens_per_s_per_gpu",
+    "kv_cache_gib_per_gpu",
+    "max_batch",
+    "fits",
+    "breakdown_s",
+}
+
+
+def test_infer_json_has_the_keys(cli: Cli) -> None:
+    out = cli.json("infer", "--tp", "2", "--input-tokens", "222", "--output-tokens", "219")
+    assert set(out) >= INFER_KEYS
+    assert out["fits"] and out["tokens_per_s_per_gpu"] > 0
+
+
+def test_infer_sweep_writes_a_plot(cli: Cli, tmp_path: Path) -> None:
+    plot = tmp_path / "curve.png"
+    out = cli.json(
+        "infer",
+        "--tp",
+        "2",
+        "--arrival-rate",
+        "5,20",
+        "--requests",
+        "300",
+        "--plot",
+        str(plot),
+    )
+    assert [s["arrival_rate"] for s in out["serving"]] == [5.0, 20.0]
+    ttft = [s["ttft_mean_s"] for s in out["serving"]]
+    assert ttft[0] <= ttft[1]
+    assert plot.stat().st_size > 0
+
+
+def test_infer_search_json(cli: Cli) -> None:
+    out = cli.json(
+        "infer-search",
+        "--model",
+        "llama-2-70b",
+        "--system",
+        "dgx-h100",
+        "--gpus",
+        "16",
+        "--input-tokens",
+        "512",
+        "--output-tokens",
+        "128",
+        "--ttft-slo",
+        "2",
+        "--tpot-slo",
+        "0.2",
+    )
+    best = out["best"]
+    assert best["ttft_s"] <= 2 and best["tpot_s"] <= 0.2
+    assert set(best) >= INFER_KEYS
+    nets = out["by_hb_domain"][0]["by_network"]
+    assert set(nets) == {"rail-optimized", "rail-only", "ideal"}
+    assert nets["ideal"]["tokens_per_s_per_gpu"] >= nets["rail-only"]["tokens_per_s_per_gpu"]
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["infer", "--precision", "int3"], "precision"),
+        (["infer", "--precision", "fp4"], "precision"),
+        (["infer", "--gpus", "7", "--tp", "2"], "gpus"),
+        (["infer", "--tp", "0"], "tp"),
+        (["infer", "--batch", "0"], "batch"),
+        (["infer", "--input-tokens", "0"], "input_tokens"),
+        (["infer", "--arrival-rate", "fast"], "arrival_rate"),
+        (["infer", "--arrival-rate", "-3"], "arrival_rate"),
+        (["infer", "--plot", "x.png"], "plot"),
+        (["infer", "--arrival-rate", "1", "--plot", "x.txt"], "plot"),
+        (["infer", "--network", "torus"], "network"),
+        (["infer", "--model", "llama-9"], "model"),
+        (["infer-search", "--ttft-slo", "0"], "ttft_slo"),
+        (["infer-search", "--hb-domains", "8,x"], "hb_domains"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(cli: Cli, args: list[str], field: str) -> None:
+    r = cli(*args)
+    assert r.exit_code == 2, r.output
+    assert str(r.exception).startswith(field)
+    assert "\n" not in str(r.exception)
+
+
+def test_infer_traffic_splits_hb_and_nic(cli: Cli) -> None:
+    out = cli.json("infer", "--gpus", "16", "--tp", "16", "--batch", "8", "--traffic")
+    tr = out["decode_step_traffic"]
+    assert tr["nic_bytes"] > 0 and tr["hb_bytes"] > tr["nic_bytes"]
+    assert tr["hb_bytes"] + tr["nic_bytes"] == pytest.approx(tr["total_bytes"])
+
+
+def test_infer_heatmap(cli: Cli, tmp_path: Path) -> None:
+    out = tmp_path / "step.svg"
+    r = cli("infer", "--gpus", "16", "--tp", "16", "--batch", "8", "--heatmap", str(out))
+    assert r.exit_code == 0, r.output
+    assert out.read_text().lstrip().startswith("<?xml")
+    bad = cli("infer", "--heatmap", str(tmp_path / "step.txt"))
+    assert bad.exit_code == 2 and str(bad.exception).startswith("heatmap")

@@ -1,0 +1,149 @@
+"""Step times: monotone in batch, context and bandwidth; the network's effect on serving."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from railplan.errors import RailplanError
+from railplan.inference.engine import Deployment, StepLoad, step_time_s
+from railplan.inference.estimate import infer
+from railplan.inference.search import kv_transfer_s
+from railplan.specs import Network
+from railplan.specs.catalog import load_model, load_system
+
+
+@cache
+def dep(tp: int = 2, network: str = "rail-optimized", gpus: int = 8, k: int = 8) -> Deployment:
+    sy = load_system("dgx-h100")
+    sy = sy.model_copy(update={"hb_domain": k})
+    return Deployment(load_model("llama-2-70b"), sy, Network(architecture=network), gpus, tp)
+
+
+def decode_s(d: Deployment, batch: int, context: int) -> float:
+    return step_time_s(d, StepLoad(decode=batch, context_tokens=batch * context))[0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 2048),
+    st.integers(1, 2048),
+    st.integers(1, 8192),
+    st.integers(0, 8192),
+)
+def test_decode_time_monotone_in_batch_and_context(b: int, db: int, c: int, dc: int) -> None:
+    d = dep()
+    base = decode_s(d, b, c)
+    assert decode_s(d, b + db, c) >= base
+    assert decode_s(d, b, c + dc) >= base
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 1024), st.floats(1.0, 4.0))
+def test_decode_time_monotone_in_hbm_bandwidth(b: int, faster: float) -> None:
+    d = dep()
+    gpu = d.system.gpu
+    quick_gpu = gpu.model_copy(update={"memory_tbps": gpu.memory_tbps * faster})
+    quick = Deployment(d.model, d.system.model_copy(update={"gpu": quick_gpu}), d.network, 8, 2)
+    assert decode_s(quick, b, 512) <= decode_s(d, b, 512)
+
+
+def test_small_batch_decode_is_a_weight_stream() -> None:
+    # batch 1: reading the weights at HBM speed bounds the step from below
+    d = dep()
+    gpu = d.system.gpu
+    floor = d.weight_bytes_per_gpu / (gpu.memory_tbps * 1e12)
+    assert floor < decode_s(d, 1, 256) < 3 * floor
+
+
+def test_infer_reports_fit_and_tokens() -> None:
+    r = infer(dep(), None, 222, 219)
+    assert r.fits and r.batch == r.max_batch
+    assert r.kv_cache_gib_per_gpu <= r.kv_capacity_gib_per_gpu
+    assert r.tokens_per_s == pytest.approx(r.tokens_per_s_per_gpu * 8)
+    too_big = infer(dep(), r.max_batch + 1, 222, 219)
+    assert not too_big.fits
+
+
+def test_tp_across_domains_is_slower_on_the_nic() -> None:
+    inside = dep(tp=8, gpus=8, k=8)
+    spanning = dep(tp=8, gpus=8, k=4)  # the tp group spans two 4-GPU domains
+    # large all-reduces (1024 tokens · 16 KiB) are bandwidth-bound: the NIC phase costs more
+    assert decode_s(spanning, 1024, 512) > decode_s(inside, 1024, 512)
+
+
+def test_kv_transfer_pays_forwarding_on_rail_only_only_across_rails() -> None:
+    # tp 4 on 8-GPU domains: prefill and decode groups start at different local ranks
+    ro, rl = dep(4, "rail-optimized", 16), dep(4, "rail-only", 16)
+    assert kv_transfer_s(rl, 4, 1024) > kv_transfer_s(ro, 4, 1024)
+    # tp 8 fills a domain: the peer sits on the same rail, no forwarding
+    ro8, rl8 = dep(8, "rail-optimized", 16), dep(8, "rail-only", 16)
+    assert kv_transfer_s(rl8, 4, 1024) == pytest.approx(kv_transfer_s(ro8, 4, 1024))
+    # inside one HB domain the transfer uses NVLink
+    assert kv_transfer_s(dep(4, "rail-only", 8), 4, 1024) < kv_transfer_s(ro, 4, 1024)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"precision": "int4"}, "precision"),
+        ({"precision": "fp4"}, "precision"),  # H100 has no fp4 tensor cores
+        ({"tp": 3}, "gpus"),
+        ({"ep": 2}, "ep"),
+        ({"tp": 0}, "tp"),
+    ],
+)
+def test_bad_deployments_name_the_field(kwargs: dict[str, object], field: str) -> None:
+    args: dict[str, object] = {"gpus": 8, "tp": 1} | kwargs
+    with pytest.raises(RailplanError) as err:
+        Deployment(
+            load_model("llama-2-70b"),
+            load_system("dgx-h100"),
+            Network(),
+            **args,  # type: ignore[arg-type]
+        )
+    assert err.value.field == field
+
+
+def test_moe_wide_ep_pays_forwarding_on_rail_only() -> None:
+    m = load_model("moe-1.3b")
+    sy = load_system("dgx-h100")
+    load = StepLoad(decode=256, context_tokens=256 * 1024)
+
+    def ep_comm(net: str, ep: int) -> float:
+        d = Deployment(m, sy, Network(architecture=net), 16, 1, 1, ep, "bf16")
+        return step_time_s(d, load)[1]["ep_comm"]
+
+    # ep = 8 inside one DGX: the same on both networks; ep = 16 spans two: rail-only forwards
+    assert ep_comm("rail-only", 8) == pytest.approx(ep_comm("rail-optimized", 8))
+    assert ep_comm("rail-only", 16) > ep_comm("rail-optimized", 16) > 0
+
+
+def test_batch_grid() -> None:
+    from railplan.inference.search import batches
+
+    assert batches(16).tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 13, 16]
+    assert batches(12).tolist()[-1] == 12
+    assert batches(0).size == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 4096), st.integers(0, 8192), st.integers(0, 16), st.integers(1, 4096))
+def test_step_never_beats_the_hardware_bounds(batch: int, ctx: int, new: int, prompt: int) -> None:
+    # no step is faster than streaming the weights at peak HBM bandwidth, nor than its GEMM
+    # FLOPs (2 per weight per token) at the precision's dense peak
+    d = dep()
+    load = StepLoad(batch, batch * ctx, new * prompt, new)
+    if batch + new == 0:
+        return
+    gpu = d.system.gpu
+    layer_weights = d.weight_bytes_per_gpu  # fp8: one byte per weight
+    tokens = batch + new * prompt
+    floor = max(
+        0.9 * layer_weights / (gpu.memory_tbps * 1e12),
+        2.0 * 0.9 * layer_weights * tokens / (d.peak_tflops * 1e12),
+    )
+    assert step_time_s(d, load)[0] >= floor

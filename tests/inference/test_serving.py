@@ -1,0 +1,62 @@
+"""The continuous-batching queue against closed forms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from railplan.errors import RailplanError
+from railplan.inference.engine import StepLoad
+from railplan.inference.serving import simulate
+
+
+@pytest.mark.parametrize("rho", [0.1, 0.2, 0.3])
+def test_one_at_a_time_is_md1(rho: float) -> None:
+    # batch 1, one output token, a constant step D: an M/D/1 queue. Mean time in system
+    # (Pollaczek-Khinchine): D + rho·D / (2·(1 − rho)).
+    d = 0.05
+
+    def step(load: StepLoad) -> float:
+        return d
+
+    run = simulate(step, rho / d, 40_000, 100, 1, max_batch=1, seed=1)
+    closed = d + rho * d / (2.0 * (1.0 - rho))
+    assert float(np.mean(run.ttft_s)) == pytest.approx(closed, rel=0.02)
+    assert run.stable is True
+
+
+def test_low_load_first_token_is_one_step_and_tpot_is_a_step() -> None:
+    def step(load: StepLoad) -> float:
+        return 0.01 + 0.001 * float(load.decode)
+
+    run = simulate(step, 0.5, 2000, 100, 20, max_batch=64, seed=2)
+    assert float(np.median(run.ttft_s)) == pytest.approx(0.01, rel=0.01)
+    assert float(np.min(run.tpot_s)) >= 0.01
+    assert run.tokens_per_s == pytest.approx(0.5 * 20, rel=0.15)
+
+
+def test_overload_is_unstable_and_capped_at_capacity() -> None:
+    # one sequence at a time, 10 output tokens of 0.01 s: at most 10 requests/s
+    run = simulate(lambda load: 0.01, 30.0, 3000, 10, 10, max_batch=1, seed=4)
+    assert run.stable is False
+    assert run.tokens_per_s == pytest.approx(100.0, rel=0.05)
+
+
+def test_every_request_finishes_and_tokens_are_conserved() -> None:
+    steps: list[StepLoad] = []
+
+    def step(load: StepLoad) -> float:
+        steps.append(load)
+        return 0.02
+
+    n, out = 500, 7
+    run = simulate(step, 40.0, n, 50, out, max_batch=16, seed=3)
+    assert np.isfinite(run.ttft_s).all() and np.isfinite(run.tpot_s).all()
+    # every step decodes the running sequences and prefills the new ones: n·out tokens in all
+    assert sum(s.decode + s.prefill_seqs for s in steps) == n * out
+    assert max(s.decode + s.prefill_seqs for s in steps) <= 16
+
+
+def test_bad_rate_is_a_one_line_error() -> None:
+    with pytest.raises(RailplanError, match="arrival_rate"):
+        simulate(lambda load: 1.0, 0.0, 10, 10, 10, 4)
