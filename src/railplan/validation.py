@@ -259,8 +259,8 @@ def _lead(value: str) -> str:
     return value.replace("assumed", "").split("(")[0].strip()
 
 
-def modern_run(r: dict[str, str]) -> tuple[Model, System, Strategy, int]:
-    """Model, system, strategy and cp of one modern_runs.csv row (cp > 1 is not modelled yet)."""
+def modern_run(r: dict[str, str]) -> tuple[Model, System, Strategy]:
+    """Model, system and strategy of one modern_runs.csv row."""
     model = Model(
         name=r["model_name"],
         hidden=int(r["hidden"]),
@@ -288,8 +288,9 @@ def modern_run(r: dict[str, str]) -> tuple[Model, System, Strategy, int]:
         sequence_parallel=_lead(r["sequence_parallel"]) == "True",
         zero=3 if "FULL_SHARD" in r["notes"] else 1,
         precision="fp8" if r["precision"].startswith("fp8") else "bf16",
+        cp=int(r["cp"]),
     )
-    return model, system, strategy, int(r["cp"])
+    return model, system, strategy
 
 
 @dataclass(frozen=True)
@@ -297,40 +298,34 @@ class ModernRow:
     id: str
     source: str
     measured_s: float
-    cp: int
-    estimate: Estimate | None  # None: needs context parallelism (not modelled yet)
+    estimate: Estimate
 
     @property
-    def error_pct(self) -> float | None:
-        if self.estimate is None:
-            return None
+    def error_pct(self) -> float:
         return 100.0 * (self.estimate.iteration_s - self.measured_s) / self.measured_s
 
 
 def modern_rows() -> list[ModernRow]:
-    """Every modern run predicted as published (cp > 1 rows skipped until cp is modelled)."""
+    """Every modern run predicted as published."""
     out = []
     for r in _rows(MODERN_FILE):
-        model, system, strat, cp = modern_run(r)
-        e = None if cp > 1 else estimate(model, system, strat, Network(), gpus=int(r["gpus"]))
+        model, system, strat = modern_run(r)
+        e = estimate(model, system, strat, Network(), gpus=int(r["gpus"]))
         source = r["id"].split("-")[0]
-        out.append(ModernRow(r["id"], source, float(r["measured_iteration_s"]), cp, e))
+        out.append(ModernRow(r["id"], source, float(r["measured_iteration_s"]), e))
     return out
 
 
 def modern_summary(rows: list[ModernRow] | None = None) -> dict[str, Any]:
     """Modern rows (predicted iteration time vs measured) and mean/max |error| per source
-    (dgxc, meg, mosaic); rows that need cp are listed with `skipped`. Reported, not tuned:
+    (dgxc, meg, mosaic). Reported, not tuned:
     accuracy on these runs is issue 13."""
     rows = modern_rows() if rows is None else rows
     out: list[dict[str, Any]] = []
     errors: dict[str, list[float]] = {}
     for r in rows:
         item: dict[str, Any] = {"id": r.id, "source": r.source, "measured_s": r.measured_s}
-        if r.estimate is None:
-            out.append(item | {"skipped": f"needs cp {r.cp}"})
-            continue
-        err = float(r.error_pct or 0.0)
+        err = r.error_pct
         errors.setdefault(r.source, []).append(abs(err))
         out.append(
             item

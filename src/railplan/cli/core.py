@@ -292,9 +292,6 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         for col in ("run", "measured", "predicted", "error", "memory", "fits"):
             modern.add_column(col, justify="left" if col == "run" else "right")
         for r in v["modern_runs"]["rows"]:
-            if "skipped" in r:
-                modern.add_row(r["id"], f"{r['measured_s']:.2f}", r["skipped"], "", "", "")
-                continue
             modern.add_row(
                 r["id"],
                 f"{r['measured_s']:.2f}",
