@@ -38,6 +38,7 @@ from typing import Any
 
 from railplan.errors import RailplanError
 from railplan.fileio import atomic_write, check_target, load_yaml, show_path
+from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
 
 # Spec fields a sweep can vary, with their parser; the defaults of a point.
 FIELDS: dict[str, Callable[[str], Any]] = {
@@ -204,10 +205,9 @@ class SweepSpec:
         def distinct(*names: str) -> list[tuple[Any, ...]]:
             return list(dict.fromkeys(tuple(p[n] for n in names) for p in points))
 
-        for name in ("gpus", "global_batch"):
+        for name, high in (("gpus", MAX_GPUS), ("global_batch", MAX_GLOBAL_BATCH)):
             for (value,) in distinct(name):
-                if value < 1:
-                    raise RailplanError(name, f"{value} is not a positive integer")
+                check_int(name, value, 1, high)
         for (model,) in distinct("model"):
             load_model(model)
         for system in distinct("system", "hb_domain", "hb_tbps", "nic_gbps", "nics_per_gpu"):

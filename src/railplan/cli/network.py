@@ -244,8 +244,8 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     ) -> None:
         """Failure impact per component and a Monte Carlo of a long job (paper §IV-C)."""
+        from railplan.limits import check_int
         from railplan.network.faults import Policy, fault_table, monte_carlo
-        from railplan.network.topology import check_int
 
         check_int("spare_per_domain", spare_per_domain, 0, hb_domain)
         check_int("swap_group", swap_group, 1, 1 << 20)
@@ -346,9 +346,10 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         price_book: Annotated[str | None, typer.Option(help="YAML price book")] = None,
     ) -> None:
         """Plot cost and power vs cluster size for both designs and several radices."""
+        from railplan.limits import check_int
         from railplan.network.cost import load_price_book
         from railplan.network.plots import cost_plot
-        from railplan.network.topology import check_int, check_radix
+        from railplan.network.topology import check_radix
 
         check_int("hb_domain", hb_domain, 1, 1 << 20)
         rs = [check_radix(r) for r in _int_list("radices", radices)]

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from railplan.errors import RailplanError
-from railplan.network.topology import NetworkCounts, check_int, rail_only, rail_optimized
+from railplan.limits import check_int
+from railplan.network.topology import NetworkCounts, rail_only, rail_optimized
 
 COMPONENTS: tuple[str, ...] = ("gpu_leaf_link", "leaf_switch", "spine_switch", "gpu", "server")
 VARIANTS: tuple[str, ...] = ("rail-optimized", "rail-only", "rail-only+ocs")

@@ -902,8 +902,8 @@ def run(
     ``oversubscription`` is for arch ``oversubscribed`` only (default 3); with any other arch
     it is an error rather than a silently ignored option.
     """
+    from railplan.limits import check_int
     from railplan.network.graph import MAX_GRAPH_GPUS
-    from railplan.network.topology import check_int
     from railplan.specs import load_system
     from railplan.specs.base import BYTES
 
