@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -85,3 +87,82 @@ def test_strategies_never_overflow_int64(tp: int, pp: int, dp: int) -> None:
     else:
         with pytest.raises(RailplanError, match=r"^(tp|pp|dp|gpus|global_batch): "):
             from_strategies(s)
+
+
+def _one_line_error(cli: Cli, *args: str) -> str:
+    r = cli(*args)
+    assert r.exit_code == 2 and isinstance(r.exception, RailplanError), r.output
+    text = str(r.exception)
+    assert "\n" not in text
+    return text
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--days", "3650", "--json"], "trial-hours is over the budget of 25,000,000"),
+        (
+            ["--radix", "32", "--swap-group", "1", "--days", "365", "--trials", "100000"],
+            "trial-hours is over the budget of 25,000,000",
+        ),
+        (["--gpus", "1000000", "--days", "3650"], "over the budget"),
+        (["--gpus", "1000000", "--days", "54"], "events is over the budget of 20,000,000"),
+        (["--seed", "-1", "--quantile", "0.5"], "seed: must be an integer in [0, "),
+    ],
+)
+def test_faults_monte_carlo_budget(cli: Cli, args: list[str], needle: str) -> None:
+    assert needle in _one_line_error(cli, "faults", *args)
+
+
+def test_faults_within_budget_runs(cli: Cli) -> None:
+    from railplan.network.faults import MC_CELLS_BUDGET
+
+    data = cli.json("faults", "--gpus", "1024", "--days", "365", "--trials", "20")
+    assert data["monte_carlo"]["trials"] == 20
+    assert MC_CELLS_BUDGET >= 20 * (365 * 24 + 25)
+
+
+def test_alltoall_on_one_gpu_is_refused(cli: Cli) -> None:
+    text = _one_line_error(cli, "alltoall", "--line-rate", "--hb-domain", "1")
+    assert text.startswith("gpus: an all-to-all needs at least 2 GPUs")
+
+
+def test_topology_export_checks_path_and_size_before_building(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import railplan.network.graph as graph
+
+    def never(*args: object) -> None:
+        raise AssertionError("the graph was built")
+
+    monkeypatch.setattr(graph, "build_graph", never)
+    big = ["topology", "--gpus", "65536", "--hb-domain", "8", "--radix", "64", "--arch"]
+    text = _one_line_error(cli, *big, "rail-only", "--export", str(tmp_path / "no" / "g.graphml"))
+    assert text.startswith("export: directory ")
+    text = _one_line_error(
+        cli, *big, "multi-plane", "--planes", "16", "--export", str(tmp_path / "g.json")
+    )
+    assert f"over the budget of {graph.MAX_GRAPH_ELEMENTS:,}" in text
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--gpus", "4096", "--schedule", "forwarding", "--no-aggregate"],
+        ["--gpus", "1024", "--schedule", "direct", "--no-aggregate"],
+    ],
+)
+def test_flowsim_flow_budget_on_every_schedule(cli: Cli, args: list[str]) -> None:
+    from railplan.network.flowsim import MAX_INCIDENCE_NNZ
+
+    text = _one_line_error(cli, "flowsim", "--system", "dgx-h100", *args)
+    assert f"budget of {MAX_INCIDENCE_NNZ:,}" in text or "per-pair limit" in text
+
+
+def test_incidence_budget_is_exact() -> None:
+    from railplan.network.flowsim import MAX_INCIDENCE_NNZ, check_incidence
+
+    check_incidence(MAX_INCIDENCE_NNZ, "x")
+    with pytest.raises(RailplanError, match="budget of"):
+        check_incidence(MAX_INCIDENCE_NNZ + 1, "x")

@@ -188,6 +188,11 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         """Counts of one architecture; with --export also its graph (GraphML or node-link JSON)."""
         from railplan.network.topology import build_counts
 
+        if export:
+            from railplan.network.graph import check_export
+
+            check_export(export)  # before any work
+
         c = build_counts(
             arch,
             gpus,
@@ -201,8 +206,14 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         )
         data: dict[str, Any] = {"counts": c.to_dict()}
         if export:
-            from railplan.network.graph import build_graph, export_graph, graph_summary
+            from railplan.network.graph import (
+                build_graph,
+                check_graph_size,
+                export_graph,
+                graph_summary,
+            )
 
+            check_graph_size(c)
             g = build_graph(c)
             export_graph(g, export)
             data["graph"] = graph_summary(g) | {"file": export}
