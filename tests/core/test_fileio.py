@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from railplan.fileio import (
     load_yaml,
     read_input_text,
 )
+from tests.conftest import Cli
 
 
 def _text(text: str) -> Callable[[Path], None]:
@@ -182,3 +185,38 @@ def test_bad_names_are_one_line_errors(tmp_path: Path, kind: str) -> None:
     assert text.startswith("export: ") and "\n" not in text
     text.encode("utf-8")  # printable
     assert list(tmp_path.iterdir()) == ([target] if kind == "loop" else [])
+
+
+def test_a_killed_export_leaves_no_temp_after_the_next_write(cli: Cli, tmp_path: Path) -> None:
+    """A process killed (SIGKILL) half-way through an export leaves its temporary file; the
+    next export to the same target removes it."""
+    out = tmp_path / "t.csv"
+    script = (
+        "import os, signal, sys\n"
+        "from pathlib import Path\n"
+        "from railplan.fileio import atomic_write\n"
+        "def write(tmp):\n"
+        "    Path(tmp).write_text('src,dst,kind,bytes\\n0,1,tp,')\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "atomic_write(Path(sys.argv[1]), write)\n"
+    )
+    killed = subprocess.run([sys.executable, "-c", script, str(out)], check=False)
+    assert killed.returncode == -signal.SIGKILL
+    left = [p.name for p in tmp_path.iterdir()]
+    assert len(left) == 1 and left[0].startswith(".t.csv.railplan-")  # the killed write's temp
+    r = cli(
+        "traffic",
+        "--model",
+        "gpt-1.7b",
+        "--gpus",
+        "16",
+        "--global-batch",
+        "32",
+        "--tp",
+        "2",
+        "--export",
+        str(out),
+    )
+    assert r.exit_code == 0, r.output
+    assert [p.name for p in tmp_path.iterdir()] == ["t.csv"]
+    assert out.read_text().startswith("src,dst,kind,bytes")
