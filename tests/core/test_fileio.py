@@ -204,19 +204,8 @@ def test_a_killed_export_leaves_no_temp_after_the_next_write(cli: Cli, tmp_path:
     assert killed.returncode == -signal.SIGKILL
     left = [p.name for p in tmp_path.iterdir()]
     assert len(left) == 1 and left[0].startswith(".t.csv.railplan-")  # the killed write's temp
-    r = cli(
-        "traffic",
-        "--model",
-        "gpt-1.7b",
-        "--gpus",
-        "16",
-        "--global-batch",
-        "32",
-        "--tp",
-        "2",
-        "--export",
-        str(out),
-    )
+    small = ["--model", "gpt-1.7b", "--gpus", "16", "--global-batch", "32", "--tp", "2"]
+    r = cli("traffic", *small, "--export", str(out))
     assert r.exit_code == 0, r.output
     assert [p.name for p in tmp_path.iterdir()] == ["t.csv"]
     assert out.read_text().startswith("src,dst,kind,bytes")

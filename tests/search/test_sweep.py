@@ -452,19 +452,11 @@ def test_a_second_sweep_on_a_locked_output_names_the_holder(tmp_path: Path) -> N
 def _sweep_cmd(out: Path, *extra: str) -> list[str]:
     return [
         RAILPLAN,
-        "sweep",
-        "--model",
-        "gpt-1.7b",
-        "--gpus",
-        "16",
-        "--global-batch",
-        "32",
+        *SWEEP,  # one worker, gpt-1.7b on 16 GPUs
         "--vary",
         "hb_domain=1,2,4,8",
         "--vary",
         "nic_gbps=100,200,400",
-        "--workers",
-        "1",
         "--output",
         str(out),
         "--json",
