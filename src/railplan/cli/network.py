@@ -214,8 +214,9 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             )
 
             check_graph_size(c)
-            g = build_graph(c)
-            export_graph(g, export)
+            with Console(stderr=True).status(f"building and writing the graph of {gpus:,} GPUs"):
+                g = build_graph(c)
+                export_graph(g, export)
             data["graph"] = graph_summary(g) | {"file": export}
         if as_json:
             _echo_json(data)
