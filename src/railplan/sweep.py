@@ -55,6 +55,8 @@ FIELDS: dict[str, Callable[[str], Any]] = {
 }
 DEFAULTS: dict[str, Any] = {"system": "dgx-a100", "network": "rail-optimized"}
 REQUIRED = ("model", "gpus", "global_batch")
+MAX_POINTS = 100_000
+"""Most grid points one sweep may have (each is a strategy search)."""
 RESULT_COLUMNS = (
     "iteration_s",
     "mfu",
@@ -192,6 +194,11 @@ class SweepSpec:
         for name, values in self.vary.items():
             if not values:
                 raise RailplanError(name, "give at least one value")
+        size = math.prod(len(dict.fromkeys(v)) for v in self.vary.values())
+        if size > MAX_POINTS:
+            raise RailplanError(
+                "vary", f"the grid has {size:,} points; at most {MAX_POINTS:,} per sweep"
+            )
         self._check_points()
 
     def _check_points(self) -> None:
@@ -372,11 +379,16 @@ def is_done(row: dict[str, str]) -> bool:
 def _read_log(path: Path) -> str:
     """The CSV's text, "" when it does not exist yet; OS errors are one-line errors."""
     try:
-        return path.read_text()
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return ""
+    except UnicodeDecodeError:
+        raise RailplanError(
+            "output",
+            f"{show_path(path)} exists but is not a railplan sweep CSV; choose another file",
+        ) from None
     except OSError as err:
-        raise RailplanError("output", f"cannot read {str(path)!r}: {err.strerror}") from None
+        raise RailplanError("output", f"cannot read {show_path(path)}: {err.strerror}") from None
 
 
 def _prepare(path: Path) -> set[str]:

@@ -623,3 +623,20 @@ def test_without_pyarrow_the_output_says_so(
     assert "no Parquet copy: pyarrow is not installed" in r.output
     assert "100.0" not in r.output and "400.0" not in r.output  # integral values as ints
     assert not (tmp_path / "n.parquet").exists()
+
+
+def test_grid_size_is_bounded() -> None:
+    from railplan.sweep import MAX_POINTS
+
+    with pytest.raises(RailplanError, match=f"at most {MAX_POINTS:,} per sweep"):
+        SweepSpec.build(
+            base=BASE, vary={"hb_domain": list(range(1, 1001)), "nic_gbps": list(range(1, 1001))}
+        )
+
+
+def test_a_binary_output_is_not_a_sweep_log(tmp_path: Path) -> None:
+    out = tmp_path / "x.csv"
+    out.write_bytes(b"PAR1\xff\xfe\x00binary")
+    with pytest.raises(RailplanError, match="not a railplan sweep CSV"):
+        run_sweep(spec(), out, workers=1, progress=False)
+    assert out.read_bytes() == b"PAR1\xff\xfe\x00binary"
