@@ -575,13 +575,21 @@ def _ray(
     resources: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call]
     limit = in_flight or max(1, int(resources.get("CPU", 1)) * 2)
     pending: list[Any] = []
+    point_of: dict[Any, dict[str, Any]] = {}
     todo = list(points)
     while todo or pending:
         while todo and len(pending) < limit:
-            pending.append(remote.remote(todo.pop(0), zero))
+            point = todo.pop(0)
+            ref = remote.remote(point, zero)
+            point_of[ref] = point
+            pending.append(ref)
         done, pending = ray.wait(pending, num_returns=1)
         for ref in done:
-            yield ray.get(ref)
+            point = point_of.pop(ref)
+            try:
+                yield ray.get(ref)
+            except Exception as err:  # a task or worker that died: that point failed
+                yield failed_row(point, zero, err)
 
 
 def _with_progress(rows: Rows, total: int, label: str, show: bool) -> Iterator[dict[str, Any]]:
