@@ -55,6 +55,10 @@ def compare(
     n = gpus if gpus is not None else k * k
     if n <= 0 or n % k:
         raise RailplanError("gpus", f"must be a positive multiple of the HB-domain size {k}")
+    if n < 2:
+        raise RailplanError(
+            "gpus", f"an all-to-all needs at least 2 GPUs; got {n} (K={k}: give --gpus ≥ 2)"
+        )
     pair_bytes = BYTES.check("bytes_per_pair", pair_bytes)
     if achievable:
         cf, cs = system.hb_bytes_per_s, system.nic_bytes_per_s

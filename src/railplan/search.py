@@ -32,6 +32,7 @@ import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.iteration import iteration
+from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_TOP, check_int
 from railplan.specs import ATTENTION_CODES, RECOMPUTE_CODES, Model, Network, Strategy, System
 from railplan.strategies import BoolArray, FloatArray, IntArray, StrategyArrays
 from railplan.workload.memory import GIB
@@ -355,12 +356,9 @@ def search(
 ) -> SearchResult:
     """Evaluate every valid strategy for `gpus` GPUs; return the fastest that fit, the `top`
     fastest, and the time-vs-memory Pareto set. Raises RailplanError on impossible input."""
-    if gpus < 1:
-        raise RailplanError("gpus", "must be a positive integer")
-    if global_batch < 1:
-        raise RailplanError("global_batch", "must be a positive integer")
-    if top < 1:
-        raise RailplanError("top", "must be a positive integer")
+    check_int("gpus", gpus, 1, MAX_GPUS)
+    check_int("global_batch", global_batch, 1, MAX_GLOBAL_BATCH)
+    check_int("top", top, 1, MAX_TOP)
     t0 = time.perf_counter()
     ev = enumerate_and_evaluate(model, system, network, gpus, global_batch, space)
     n = len(ev.iteration_s)

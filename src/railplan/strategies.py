@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from railplan.errors import RailplanError
+from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
 from railplan.specs import (
     ATTENTION_CODES,
     PRECISION_CODES,
@@ -123,10 +124,23 @@ class StrategyArrays:
         )
 
 
+def check_bounds(s: Strategy) -> None:
+    """Degrees, GPUs and batch sizes within `railplan.limits` before they enter int64 arrays."""
+    for name in ("tp", "pp", "dp", "interleave", "ep", "cp"):
+        check_int(name, getattr(s, name), 1, MAX_GPUS)
+    for name in ("first_stage_layers", "last_stage_layers"):
+        check_int(name, getattr(s, name), 0, MAX_GPUS)
+    for name in ("micro_batch", "global_batch"):
+        check_int(name, getattr(s, name), 1, MAX_GLOBAL_BATCH)
+    check_int("gpus", s.gpus, 1, MAX_GPUS)  # tp·cp·pp·dp
+
+
 def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays:
     """Arrays from one Strategy (0-d) or a sequence of them (1-d)."""
     many = not isinstance(strategies, Strategy)
     items = list(strategies) if isinstance(strategies, Sequence) else [strategies]
+    for s in items:
+        check_bounds(s)
 
     def col(get: Callable[[Strategy], int]) -> IntArray:
         vals = np.array([get(s) for s in items], dtype=np.int64)

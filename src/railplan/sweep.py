@@ -4,8 +4,15 @@ Every value of the grid is checked before any point runs. Results go to a CSV fi
 directory must exist), one line per finished point, appended and flushed as soon as the point
 is done, so a killed sweep loses nothing: on restart, points already in the file are skipped (a
 torn last line of a killed write is dropped first). A point where no strategy is valid or fits
-is an answer; a point whose evaluation raised an error is computed again on restart. When
-pyarrow is importable, a Parquet copy of the whole CSV replaces the old one atomically at the end.
+is an answer; a point whose evaluation raised an error (any exception) is recorded as failed,
+the sweep goes on, and the point is computed again on restart. When pyarrow is importable, a
+Parquet copy of the whole CSV replaces the old one atomically at the end (`--output x.parquet`
+logs to `x.csv`: the two never share a path); without pyarrow the result says so.
+
+One sweep at a time writes an output: an exclusive `flock` on `OUTPUT.lock` beside it, holding
+the holder's pid and host. A second sweep on the same output is a one-line error naming the
+holder, or waits for it (`wait=True`). Worker processes of the local backend poll their parent
+and exit when it is gone, so a kill -9 of the sweep leaves no process behind.
 
 Backends: `local` (processes of concurrent.futures; the default) and `ray` (tasks on an existing
 cluster via `ray.init(address=...)`, or a local one). Both call `evaluate_point`.
@@ -14,19 +21,24 @@ cluster via `ray.init(address=...)`, or a local one). Both call `evaluate_point`
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import itertools
 import json
 import math
 import os
+import socket
+import threading
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from railplan.errors import RailplanError
-from railplan.fileio import atomic_write, check_target
+from railplan.fileio import atomic_write, check_target, load_yaml, show_path
+from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
 
 # Spec fields a sweep can vary, with their parser; the defaults of a point.
 FIELDS: dict[str, Callable[[str], Any]] = {
@@ -43,6 +55,8 @@ FIELDS: dict[str, Callable[[str], Any]] = {
 }
 DEFAULTS: dict[str, Any] = {"system": "dgx-a100", "network": "rail-optimized"}
 REQUIRED = ("model", "gpus", "global_batch")
+MAX_POINTS = 100_000
+"""Most grid points one sweep may have (each is a strategy search)."""
 RESULT_COLUMNS = (
     "iteration_s",
     "mfu",
@@ -129,9 +143,7 @@ def _read_spec_file(
     path: Path,
 ) -> tuple[dict[str, Any], dict[str, list[Any]], tuple[int, ...] | None]:
     """Base fields, varied fields and ZeRO stages of a YAML sweep file; one-line errors."""
-    from railplan.specs.catalog import read_yaml
-
-    data = read_yaml(Path(path), "spec")
+    data = load_yaml(Path(path), "spec")
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -182,6 +194,11 @@ class SweepSpec:
         for name, values in self.vary.items():
             if not values:
                 raise RailplanError(name, "give at least one value")
+        size = math.prod(len(dict.fromkeys(v)) for v in self.vary.values())
+        if size > MAX_POINTS:
+            raise RailplanError(
+                "vary", f"the grid has {size:,} points; at most {MAX_POINTS:,} per sweep"
+            )
         self._check_points()
 
     def _check_points(self) -> None:
@@ -195,10 +212,9 @@ class SweepSpec:
         def distinct(*names: str) -> list[tuple[Any, ...]]:
             return list(dict.fromkeys(tuple(p[n] for n in names) for p in points))
 
-        for name in ("gpus", "global_batch"):
+        for name, high in (("gpus", MAX_GPUS), ("global_batch", MAX_GLOBAL_BATCH)):
             for (value,) in distinct(name):
-                if value < 1:
-                    raise RailplanError(name, f"{value} is not a positive integer")
+                check_int(name, value, 1, high)
         for (model,) in distinct("model"):
             load_model(model)
         for system in distinct("system", "hb_domain", "hb_tbps", "nic_gbps", "nics_per_gpu"):
@@ -246,10 +262,25 @@ def point_key(point: dict[str, Any], zero: tuple[int, ...]) -> str:
     return json.dumps({**{k: point.get(k) for k in FIELDS}, "zero": list(zero)}, sort_keys=True)
 
 
+def failure_text(err: BaseException) -> str:
+    """One line for the `error` column of a point that raised: the type and first line."""
+    first = (str(err).strip().splitlines() or [""])[0][:200]
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+
+def failed_row(point: dict[str, Any], zero: tuple[int, ...], err: BaseException) -> dict[str, Any]:
+    """The row of a point whose evaluation raised (only `error` set: retried on resume)."""
+    row: dict[str, Any] = {k: point.get(k) for k in FIELDS}
+    row["key"] = point_key(point, zero)
+    row.update({c: None for c in RESULT_COLUMNS})
+    row["error"] = failure_text(err)
+    return row
+
+
 def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, Any]:
     """Search the best strategy for one point. When no strategy is valid or none fits, the
-    row says so in `error` and is a finished answer; a `RailplanError` raised on the way gives
-    a row with only `error` set, which a resumed sweep computes again (see `is_done`)."""
+    row says so in `error` and is a finished answer; any exception raised on the way gives a
+    row with only `error` set, which a resumed sweep computes again (see `is_done`)."""
     from railplan.cli.core import build_network, build_system
     from railplan.search import SearchSpace, search
     from railplan.specs import load_model
@@ -278,6 +309,9 @@ def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, An
         )
     except RailplanError as err:
         row["error"] = str(err)
+        return row
+    except Exception as err:  # a point that raises fails alone; the sweep goes on
+        row["error"] = failure_text(err)
         return row
     row.update(
         configurations_evaluated=r.configurations_evaluated,
@@ -346,11 +380,16 @@ def is_done(row: dict[str, str]) -> bool:
 def _read_log(path: Path) -> str:
     """The CSV's text, "" when it does not exist yet; OS errors are one-line errors."""
     try:
-        return path.read_text()
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return ""
+    except UnicodeDecodeError:
+        raise RailplanError(
+            "output",
+            f"{show_path(path)} exists but is not a railplan sweep CSV; choose another file",
+        ) from None
     except OSError as err:
-        raise RailplanError("output", f"cannot read {str(path)!r}: {err.strerror}") from None
+        raise RailplanError("output", f"cannot read {show_path(path)}: {err.strerror}") from None
 
 
 def _prepare(path: Path) -> set[str]:
@@ -391,16 +430,84 @@ def _append(fd: int, path: Path, row: dict[str, Any]) -> None:
         raise RailplanError("output", f"cannot append to {str(path)!r}: {err.strerror}") from None
 
 
-def write_parquet(csv_path: Path) -> Path | None:
-    """A Parquet copy of the CSV (atomic replace) when pyarrow is importable, else None."""
+PARQUET_MISSING = "no Parquet copy: pyarrow is not installed (pip install 'railplan[parquet]')"
+
+
+def output_paths(output: Path) -> tuple[Path, Path]:
+    """The CSV log and the Parquet copy of `--output`: `x.csv` → (x.csv, x.parquet),
+    `x.parquet` → (x.csv, x.parquet); never one path for both."""
+    output = Path(output)
+    if output.suffix == ".parquet":
+        return output.with_suffix(".csv"), output
+    return output, output.with_suffix(".parquet")
+
+
+def write_parquet(csv_path: Path, out: Path | None = None) -> Path | None:
+    """A Parquet copy of the CSV at `out` (default: beside it; atomic replace) when pyarrow is
+    importable, else None."""
     try:
         import pyarrow.csv as pacsv
         import pyarrow.parquet as pq
     except ImportError:
         return None
+    out = output_paths(csv_path)[1] if out is None else out
+    if Path(out) == Path(csv_path):
+        raise RailplanError("output", f"the Parquet copy would overwrite {show_path(csv_path)}")
     table = pacsv.read_csv(csv_path)
-    out = csv_path.with_suffix(".parquet")
     return atomic_write(out, lambda tmp: pq.write_table(table, str(tmp)), field="output")
+
+
+# ---- one sweep per output: an exclusive lock beside it -------------------------------------
+
+_LOCK_FDS: set[int] = set()
+
+
+@contextmanager
+def output_lock(path: Path, wait: bool = False) -> Iterator[Path]:
+    """Hold an exclusive `flock` on `PATH.lock` (created beside `path`, removed on release)
+    while the body runs; the file names the holder's pid and host. When another process holds
+    it, a one-line error names that holder, or with `wait` this blocks until it is released."""
+    lock_path = path.with_name(path.name + ".lock")
+    check_target(lock_path, "output")
+    fd = _acquire(path, lock_path, wait)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        _LOCK_FDS.add(fd)
+        yield lock_path
+    finally:
+        _LOCK_FDS.discard(fd)
+        with suppress(OSError):
+            os.unlink(lock_path)  # still held: a waiter re-checks the inode and retries
+        os.close(fd)  # releases the lock
+
+
+def _acquire(path: Path, lock_path: Path, wait: bool) -> int:
+    """A descriptor of the lock file, locked; retried when the file was replaced meanwhile."""
+    while True:
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as err:
+            raise RailplanError(
+                "output", f"cannot open the lock file {show_path(lock_path)}: {err.strerror}"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
+            raise RailplanError(
+                "output",
+                f"{show_path(path)} is being written by another sweep ({holder}, lock "
+                f"{show_path(lock_path)}); wait for it to end, or pass --wait to queue behind it",
+            ) from None
+        try:
+            same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # the holder removed it as we waited: lock the current file
 
 
 # ---- backends ------------------------------------------------------------------------------
@@ -409,18 +516,44 @@ def write_parquet(csv_path: Path) -> Path | None:
 Rows = Generator[dict[str, Any], None, None]
 
 
+PARENT_POLL_S = 0.5
+"""How often a worker process checks that the sweep that started it is still alive."""
+
+
+def _watch_parent(parent_pid: int) -> None:
+    """Worker initializer: drop the sweep's lock descriptors inherited by fork, and exit as
+    soon as the parent is gone (kill -9 of the sweep), instead of waiting forever on a queue."""
+    for fd in list(_LOCK_FDS):
+        with suppress(OSError):
+            os.close(fd)
+    _LOCK_FDS.clear()
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(1)
+            threading.Event().wait(PARENT_POLL_S)
+
+    threading.Thread(target=watch, name="railplan-parent-watch", daemon=True).start()
+
+
 def _local(points: list[dict[str, Any]], zero: tuple[int, ...], workers: int) -> Rows:
     if workers == 1:
         for p in points:
             yield evaluate_point(p, zero)
         return
-    pool = ProcessPoolExecutor(max_workers=workers or None)
+    pool = ProcessPoolExecutor(
+        max_workers=workers or None, initializer=_watch_parent, initargs=(os.getpid(),)
+    )
     try:
-        futures: list[Future[dict[str, Any]]] = [
-            pool.submit(evaluate_point, p, zero) for p in points
-        ]
+        futures: dict[Future[dict[str, Any]], dict[str, Any]] = {
+            pool.submit(evaluate_point, p, zero): p for p in points
+        }
         for f in as_completed(futures):
-            yield f.result()
+            try:
+                yield f.result()
+            except Exception as err:  # a worker that died: its point failed
+                yield failed_row(futures[f], zero, err)
     finally:  # an error in the caller (disk full) or ^C: do not compute the rest
         pool.shutdown(cancel_futures=True)
 
@@ -443,13 +576,21 @@ def _ray(
     resources: dict[str, float] = ray.available_resources()  # type: ignore[no-untyped-call]
     limit = in_flight or max(1, int(resources.get("CPU", 1)) * 2)
     pending: list[Any] = []
+    point_of: dict[Any, dict[str, Any]] = {}
     todo = list(points)
     while todo or pending:
         while todo and len(pending) < limit:
-            pending.append(remote.remote(todo.pop(0), zero))
+            point = todo.pop(0)
+            ref = remote.remote(point, zero)
+            point_of[ref] = point
+            pending.append(ref)
         done, pending = ray.wait(pending, num_returns=1)
         for ref in done:
-            yield ray.get(ref)
+            point = point_of.pop(ref)
+            try:
+                yield ray.get(ref)
+            except Exception as err:  # a task or worker that died: that point failed
+                yield failed_row(point, zero, err)
 
 
 def _with_progress(rows: Rows, total: int, label: str, show: bool) -> Iterator[dict[str, Any]]:
@@ -477,6 +618,7 @@ class SweepResult:
     skipped: int
     failed: int = 0
     vary: list[str] = field(default_factory=list)
+    note: str | None = None  # why there is no Parquet copy, when there is none
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -487,6 +629,7 @@ class SweepResult:
             "failed": self.failed,
             "vary": self.vary,
             "rows": self.rows,
+            "note": self.note,
         }
 
 
@@ -524,13 +667,30 @@ def run_sweep(
     workers: int = 0,
     address: str | None = None,
     progress: bool = True,
+    wait: bool = False,
 ) -> SweepResult:
-    """Run the points not yet in `output`, appending each as it finishes."""
+    """Run the points not yet in `output`, appending each as it finishes, under the output's
+    lock (see `output_lock`); rows come back in grid order."""
     if backend not in ("local", "ray"):
         raise RailplanError("backend", f"{backend!r} is not one of local, ray")
     if workers < 0:
         raise RailplanError("workers", "must be 0 (all cores) or a positive integer")
-    output = Path(output)
+    csv_path, parquet_path = output_paths(Path(output))
+    csv_path = check_target(csv_path, "output")
+    check_target(parquet_path, "output")
+    with output_lock(csv_path, wait=wait):
+        return _run_locked(spec, csv_path, parquet_path, backend, workers, address, progress)
+
+
+def _run_locked(
+    spec: SweepSpec,
+    output: Path,
+    parquet_path: Path,
+    backend: str,
+    workers: int,
+    address: str | None,
+    progress: bool,
+) -> SweepResult:
     done = _prepare(output)
     points = spec.points()
     todo = [p for p in points if point_key(p, spec.zero) not in done]
@@ -548,14 +708,16 @@ def run_sweep(
     finally:
         results.close()
         os.close(fd)
-    keys = {point_key(p, spec.zero) for p in points}
-    raw = [r for r in read_rows(output) if r["key"] in keys]
+    order = {point_key(p, spec.zero): i for i, p in enumerate(points)}
+    raw = sorted((r for r in read_rows(output) if r["key"] in order), key=lambda r: order[r["key"]])
+    parquet = write_parquet(output, parquet_path)
     return SweepResult(
         csv_path=output,
-        parquet_path=write_parquet(output),
+        parquet_path=parquet,
         rows=[_typed(r) for r in raw],
         computed=computed,
         skipped=len(points) - len(todo),
         failed=sum(not is_done(r) for r in raw),
         vary=list(spec.vary),
+        note=None if parquet is not None else PARQUET_MISSING,
     )

@@ -30,7 +30,7 @@ import numpy.typing as npt
 import scipy.sparse as sp
 
 from railplan.errors import RailplanError
-from railplan.fileio import atomic_write
+from railplan.fileio import atomic_write, check_target
 from railplan.placement import (
     Edges,
     Placement,
@@ -348,8 +348,7 @@ def export(t: Traffic, path: str | Path) -> Path:
         raise RailplanError(
             "export", f"{out.name!r} must end in .csv or .parquet to choose the format"
         )
-    if not out.parent.exists():
-        raise RailplanError("export", f"folder {str(out.parent)!r} does not exist")
+    check_target(out, "export")
     if suffix == ".csv":
         return atomic_write(out, lambda tmp: _write_csv(t, tmp))
     try:

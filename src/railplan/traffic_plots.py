@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from railplan.errors import RailplanError
-from railplan.fileio import atomic_write
+from railplan.fileio import atomic_write, check_target
 from railplan.traffic import KIND_COLOURS, KINDS, TrafficStats
 
 FIGURE_SUFFIXES = (".png", ".svg")
@@ -26,8 +26,7 @@ def check_suffix(path: str | Path, allowed: tuple[str, ...], field: str) -> Path
         raise RailplanError(
             field, f"{p.name!r} must end in one of {', '.join(allowed)} to choose the format"
         )
-    if p.parent and not p.parent.exists():
-        raise RailplanError(field, f"folder {str(p.parent)!r} does not exist")
+    check_target(p, field)  # directory exists, name allowed, no symlink loop
     return p
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import json
 import os
 import sys
 from pathlib import Path
@@ -424,3 +425,218 @@ def test_parquet_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert (tmp_path / "p.parquet").read_bytes() == old
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.csv", "p.parquet"]
     assert len(read_rows(out)) == 5  # the CSV got the new point all the same
+
+
+# ---- one sweep per output, workers die with the sweep, a raising point fails alone ---------
+
+RAILPLAN = str(Path(sys.executable).with_name("railplan"))
+SLOW_ARGS = ["--model", "gpt-1t", "--gpus", "3072", "--global-batch", "1536", "--zero", "0,1,2,3"]
+
+
+def test_a_second_sweep_on_a_locked_output_names_the_holder(tmp_path: Path) -> None:
+    from railplan.sweep import output_lock
+
+    out = tmp_path / "l.csv"
+    with output_lock(out) as lock_path:
+        assert lock_path == tmp_path / "l.csv.lock"
+        with pytest.raises(RailplanError) as err:
+            run_sweep(spec(), out, workers=1, progress=False)
+        text = str(err.value)
+        assert text.startswith("output: ") and "\n" not in text
+        assert f"pid {os.getpid()} on " in text and "--wait" in text
+        assert not out.exists()  # nothing was written
+    done = run_sweep(spec(), out, workers=1, progress=False)  # released: it runs
+    assert done.computed == 4
+
+
+def _sweep_cmd(out: Path, *extra: str) -> list[str]:
+    return [
+        RAILPLAN,
+        *SWEEP,  # one worker, gpt-1.7b on 16 GPUs
+        "--vary",
+        "hb_domain=1,2,4,8",
+        "--vary",
+        "nic_gbps=100,200,400",
+        "--output",
+        str(out),
+        "--json",
+        *extra,
+    ]
+
+
+def test_two_concurrent_sweeps_are_serialized_without_duplicates(tmp_path: Path) -> None:
+    import subprocess
+
+    out = tmp_path / "c.csv"
+    procs = [
+        subprocess.Popen(_sweep_cmd(out, "--wait"), stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    results = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    computed = sorted(json.loads(r)["computed"] for r in results)
+    assert computed == [0, 12]  # the second waited, then found every point done
+    keys = [r["key"] for r in read_rows(out)]
+    assert len(keys) == 12 and len(set(keys)) == 12
+
+
+def test_a_concurrent_sweep_without_wait_is_refused(tmp_path: Path) -> None:
+    import subprocess
+
+    out = tmp_path / "c.csv"
+    first = subprocess.Popen(_sweep_cmd(out), stdout=subprocess.PIPE, text=True)
+    lock = tmp_path / "c.csv.lock"
+    _until(lambda: lock.exists() and f"pid {first.pid}" in lock.read_text(), first)
+    second = subprocess.run(_sweep_cmd(out), capture_output=True, text=True, timeout=120)
+    first.communicate(timeout=300)
+    assert first.returncode == 0
+    if second.returncode == 0:  # the first finished before the second started: no overlap
+        assert json.loads(second.stdout)["computed"] == 0
+    else:
+        assert second.returncode == 2
+        assert second.stderr.count("\n") == 1 and f"pid {first.pid} on " in second.stderr
+    keys = [r["key"] for r in read_rows(out)]
+    assert len(keys) == 12 and len(set(keys)) == 12
+
+
+def _children(pid: int) -> set[int]:
+    """Pids of the live processes whose parent is `pid` (from /proc)."""
+    out = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.add(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return state[state.rfind(")") + 2] != "Z"
+
+
+def _until(check: Any, proc: Any, limit: int = 1200) -> None:
+    import time
+
+    for _ in range(limit):
+        if check():
+            return
+        assert proc.poll() is None, "the sweep ended before the check held"
+        time.sleep(0.1)
+    raise AssertionError("condition never held")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_kill_9_of_a_sweep_leaves_no_worker_behind(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import time
+
+    out = tmp_path / "k.csv"
+    cmd = [
+        RAILPLAN,
+        "sweep",
+        *SLOW_ARGS,
+        "--vary",
+        "hb_domain=1,2,4,8,16,32,64,128,256",
+        "--vary",
+        "nic_gbps=100,200,400,800",
+        "--vary",
+        "global_batch=1536,3072",
+        "--workers",
+        "2",
+        "--output",
+        str(out),
+        "--json",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _until(lambda: len(_children(proc.pid)) >= 2, proc)
+    workers = _children(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    for _ in range(300):  # workers poll their parent every PARENT_POLL_S
+        if not any(_alive(w) for w in workers):
+            break
+        time.sleep(0.1)
+    assert [w for w in workers if _alive(w)] == []
+    # and the lock died with them: a new sweep on the output runs
+    from railplan.sweep import output_lock
+
+    with output_lock(out):
+        pass
+
+
+def test_a_point_that_raises_fails_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import railplan.search
+
+    real = railplan.search.search
+
+    def typeerror(*args: Any, **kwargs: Any) -> Any:
+        if args[1].hb_domain == 2:
+            raise TypeError("'float' object cannot be interpreted as an integer")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(railplan.search, "search", typeerror)
+    for workers in (1, 2):  # in-process and in forked workers (which see the patch)
+        r = run_sweep(spec(), tmp_path / f"t{workers}.csv", workers=workers, progress=False)
+        assert r.computed == 4 and r.failed == 1
+        bad = [row for row in r.rows if row["hb_domain"] == 2]
+        assert bad[0]["error"].startswith("TypeError: 'float' object")
+        assert all(row["iteration_s"] for row in r.rows if row["hb_domain"] != 2)
+
+
+def test_rows_come_back_in_grid_order(tmp_path: Path) -> None:
+    s = spec(hb_domain=[8, 1, 4, 2], nic_gbps=[400, 100])
+    r = run_sweep(s, tmp_path / "o.csv", workers=2, progress=False)
+    assert [(row["hb_domain"], row["nic_gbps"]) for row in r.rows] == [
+        (h, n) for h in (8, 1, 4, 2) for n in (400.0, 100.0)
+    ]
+
+
+def test_parquet_output_name_logs_to_a_csv_beside_it(tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    out = tmp_path / "x.parquet"
+    first = run_sweep(spec(), out, workers=1, progress=False)
+    assert first.csv_path == tmp_path / "x.csv" and first.parquet_path == out
+    assert pq.read_table(out).num_rows == 4
+    again = run_sweep(spec(), out, workers=1, progress=False)  # resumes: the log is intact
+    assert again.computed == 0 and again.skipped == 4
+
+
+def test_without_pyarrow_the_output_says_so(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.csv", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    out = tmp_path / "n.csv"
+    r = cli(*SWEEP, "--vary", "hb_domain=2,8", "--vary", "nic_gbps=100,400", "--output", str(out))
+    assert r.exit_code == 0, r.output
+    assert "no Parquet copy: pyarrow is not installed" in r.output
+    assert "100.0" not in r.output and "400.0" not in r.output  # integral values as ints
+    assert not (tmp_path / "n.parquet").exists()
+
+
+def test_grid_size_is_bounded() -> None:
+    from railplan.sweep import MAX_POINTS
+
+    with pytest.raises(RailplanError, match=f"at most {MAX_POINTS:,} per sweep"):
+        SweepSpec.build(
+            base=BASE, vary={"hb_domain": list(range(1, 1001)), "nic_gbps": list(range(1, 1001))}
+        )
+
+
+def test_a_binary_output_is_not_a_sweep_log(tmp_path: Path) -> None:
+    out = tmp_path / "x.csv"
+    out.write_bytes(b"PAR1\xff\xfe\x00binary")
+    with pytest.raises(RailplanError, match="not a railplan sweep CSV"):
+        run_sweep(spec(), out, workers=1, progress=False)
+    assert out.read_bytes() == b"PAR1\xff\xfe\x00binary"

@@ -54,20 +54,22 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         from railplan.cli.core import print_json
         from railplan.network.flowsim import run
 
-        rep = run(
-            system,
-            gpus,
-            arch,
-            collective,
-            pair_bytes=bytes_per_pair,
-            size_bytes=nbytes,
-            radix=radix,
-            oversubscription=oversubscription,
-            skew=skew,
-            schedule=schedule,
-            aggregate=not no_aggregate,
-            seed=seed,
-        )
+        # a spinner on stderr (terminals only) while a large simulation runs
+        with Console(stderr=True).status(f"simulating {collective} on {gpus:,} GPUs"):
+            rep = run(
+                system,
+                gpus,
+                arch,
+                collective,
+                pair_bytes=bytes_per_pair,
+                size_bytes=nbytes,
+                radix=radix,
+                oversubscription=oversubscription,
+                skew=skew,
+                schedule=schedule,
+                aggregate=not no_aggregate,
+                seed=seed,
+            )
         if as_json:
             print_json(rep.to_dict())
             return

@@ -188,6 +188,11 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         """Counts of one architecture; with --export also its graph (GraphML or node-link JSON)."""
         from railplan.network.topology import build_counts
 
+        if export:
+            from railplan.network.graph import check_export
+
+            check_export(export)  # before any work
+
         c = build_counts(
             arch,
             gpus,
@@ -201,10 +206,17 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         )
         data: dict[str, Any] = {"counts": c.to_dict()}
         if export:
-            from railplan.network.graph import build_graph, export_graph, graph_summary
+            from railplan.network.graph import (
+                build_graph,
+                check_graph_size,
+                export_graph,
+                graph_summary,
+            )
 
-            g = build_graph(c)
-            export_graph(g, export)
+            check_graph_size(c)
+            with Console(stderr=True).status(f"building and writing the graph of {gpus:,} GPUs"):
+                g = build_graph(c)
+                export_graph(g, export)
             data["graph"] = graph_summary(g) | {"file": export}
         if as_json:
             _echo_json(data)
@@ -244,8 +256,8 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     ) -> None:
         """Failure impact per component and a Monte Carlo of a long job (paper §IV-C)."""
+        from railplan.limits import check_int
         from railplan.network.faults import Policy, fault_table, monte_carlo
-        from railplan.network.topology import check_int
 
         check_int("spare_per_domain", spare_per_domain, 0, hb_domain)
         check_int("swap_group", swap_group, 1, 1 << 20)
@@ -346,9 +358,10 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         price_book: Annotated[str | None, typer.Option(help="YAML price book")] = None,
     ) -> None:
         """Plot cost and power vs cluster size for both designs and several radices."""
+        from railplan.limits import check_int
         from railplan.network.cost import load_price_book
         from railplan.network.plots import cost_plot
-        from railplan.network.topology import check_int, check_radix
+        from railplan.network.topology import check_radix
 
         check_int("hb_domain", hb_domain, 1, 1 << 20)
         rs = [check_radix(r) for r in _int_list("radices", radices)]

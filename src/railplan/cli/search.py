@@ -67,14 +67,22 @@ def _fmt(x: float | None, spec: str) -> str:
     return "—" if x is None else format(x, spec)
 
 
+def _field_text(value: Any) -> str:
+    """A grid value as typed: 400.0 Gbps as 400, 0.5 as 0.5."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
 def _sweep_table(keys: list[str], result: SweepResult) -> None:
-    """The varied fields, time, MFU and strategy (or why there is none) of every point."""
+    """The varied fields, time, MFU and strategy (or why there is none) of every point, in
+    grid order."""
     table = Table(title=f"sweep: {len(result.rows)} points → {result.csv_path}")
     for col in [*keys, "iteration_s", "mfu", "strategy"]:
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for row in result.rows:
         table.add_row(
-            *[str(row[k]) for k in keys],
+            *[_field_text(row[k]) for k in keys],
             _fmt(row["iteration_s"], ".4f"),
             _fmt(row["mfu"], ".1%"),
             str(row["strategy"] or row["error"]),
@@ -83,7 +91,7 @@ def _sweep_table(keys: list[str], result: SweepResult) -> None:
     console.print(table)
     console.print(
         f"{result.computed} points computed, {result.skipped} already in {result.csv_path}"
-        + (f"; parquet: {result.parquet_path}" if result.parquet_path else "")
+        + (f"; parquet: {result.parquet_path}" if result.parquet_path else f"; {result.note}")
     )
 
 
@@ -192,7 +200,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             Path,
             typer.Option(
                 help="CSV results, appended as points finish; its directory must exist"
-                " (a .parquet beside it when pyarrow exists)"
+                " (a .parquet beside it when pyarrow exists; x.parquet logs to x.csv)"
             ),
         ] = Path("sweep.csv"),
         backend: Annotated[str, typer.Option(help="local | ray")] = "local",
@@ -204,6 +212,12 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             str | None, typer.Option(help="ZeRO stages to try (default: the spec's, else 0,1,2,3)")
         ] = None,
         as_json: JsonOpt = False,
+        wait: Annotated[
+            bool,
+            typer.Option(
+                "--wait", help="if another sweep is writing the same output, wait for it to end"
+            ),
+        ] = False,
     ) -> None:
         """Search the best strategy at every point of a grid over spec fields; resumable.
 
@@ -231,7 +245,13 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         )
         quiet = as_json
         result = run_sweep(
-            sw, output, backend=backend, workers=workers, address=ray_address, progress=not quiet
+            sw,
+            output,
+            backend=backend,
+            workers=workers,
+            address=ray_address,
+            progress=not quiet,
+            wait=wait,
         )
         if as_json:
             print_json(result.to_dict())

@@ -137,8 +137,8 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         from railplan.cli.core import build_strategy, build_system, print_json
         from railplan.placement import build_placement
         from railplan.specs import load_model
+        from railplan.traffic import EXPORT_SUFFIXES, stats, traffic
         from railplan.traffic import export as export_file
-        from railplan.traffic import stats, traffic
         from railplan.traffic_plots import FIGURE_SUFFIXES, check_suffix, kind_bars
         from railplan.traffic_plots import heatmap as draw
 
@@ -159,6 +159,8 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             check_suffix(heatmap, FIGURE_SUFFIXES, "heatmap")
         if bars:
             check_suffix(bars, FIGURE_SUFFIXES, "bars")
+        if export:
+            check_suffix(export, EXPORT_SUFFIXES, "export")
         m = load_model(model)
         sy = build_system(system, hb_domain, None, None, None)
         strat = build_strategy(

@@ -14,19 +14,20 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Self
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from railplan.errors import RailplanError
+from railplan.fileio import load_yaml, parse_yaml
 from railplan.network.topology import NetworkCounts, rail_only, rail_optimized
 
 DEFAULT_PRICE_BOOK = "rail-only-hoti2024"
 
 
 class SpeedPrices(BaseModel):
-    """Per-port and per-transceiver price (USD) and power (W) at one NIC speed."""
+    """Per-port and per-transceiver price (USD) and power (W) at one NIC speed: finite and
+    not negative (inf/nan refused)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     switch_port_usd: float = Field(ge=0)
     switch_port_usd_source: str = Field(min_length=3)
@@ -93,24 +94,16 @@ def load_price_book(name_or_path: str | Path | None = None) -> PriceBook:
     ref = str(name_or_path) if name_or_path is not None else DEFAULT_PRICE_BOOK
     path = Path(ref)
     if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise RailplanError("price_book", f"file {ref!r} not found")
-        text = path.read_text(encoding="utf-8")
-    else:
-        names = builtin_price_books()
-        if ref not in names:
-            raise RailplanError(
-                "price_book", f"unknown {ref!r}; give a YAML file or one of {', '.join(names)}"
-            )
-        text = (resources.files("railplan.catalog") / "pricebooks" / f"{ref}.yaml").read_text(
-            encoding="utf-8"
-        )
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
+        return parse_price_book(load_yaml(path, "price_book"), ref)
+    names = builtin_price_books()
+    if ref not in names:
         raise RailplanError(
-            "price_book", f"{ref}: not valid YAML ({err.__class__.__name__})"
-        ) from None
+            "price_book", f"unknown {ref!r}; give a YAML file or one of {', '.join(names)}"
+        )
+    text = (resources.files("railplan.catalog") / "pricebooks" / f"{ref}.yaml").read_text(
+        encoding="utf-8"
+    )
+    data = parse_yaml(text, "price_book", ref)
     return parse_price_book(data, ref)
 
 

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 from railplan.errors import RailplanError
-from railplan.network.topology import NetworkCounts, check_int, rail_only, rail_optimized
+from railplan.limits import check_int
+from railplan.network.topology import NetworkCounts, rail_only, rail_optimized
 
 COMPONENTS: tuple[str, ...] = ("gpu_leaf_link", "leaf_switch", "spine_switch", "gpu", "server")
 VARIANTS: tuple[str, ...] = ("rail-optimized", "rail-only", "rail-only+ocs")
@@ -321,6 +322,36 @@ def _event_sizes(c: NetworkCounts, variant: str, policy: Policy) -> dict[str, tu
     }
 
 
+MC_CELLS_BUDGET = 25_000_000
+"""Most trial-hours (trials × (hours + repair hours)) one Monte Carlo holds: int64 arrays of
+that size and their cumulative sums peak at 0.64 GB (measured at the budget, 3650 days)."""
+MC_EVENTS_BUDGET = 20_000_000
+"""Most failure events (expected, summed over trials) one Monte Carlo draws: ~40 bytes each."""
+
+
+def check_budget(trials: int, hours: int, events_per_trial: float) -> None:
+    """Refuse, before any array is made, a Monte Carlo past `MC_CELLS_BUDGET` trial-hours or
+    `MC_EVENTS_BUDGET` expected failure events; the error says how many trials fit."""
+    cells = trials * hours
+    if cells > MC_CELLS_BUDGET:
+        raise RailplanError(
+            "trials",
+            f"{trials:,} trials × {hours:,} hours = {cells:,} trial-hours is over the budget of "
+            f"{MC_CELLS_BUDGET:,}; use at most {max(1, MC_CELLS_BUDGET // hours):,} trials "
+            "or fewer days",
+        )
+    events = trials * events_per_trial
+    if events > MC_EVENTS_BUDGET:
+        fit = int(MC_EVENTS_BUDGET // max(events_per_trial, 1e-300))
+        raise RailplanError(
+            "trials",
+            f"{trials:,} trials × {events_per_trial:,.0f} expected failures each = {events:,.0f} "
+            f"events is over the budget of {MC_EVENTS_BUDGET:,}; use "
+            + (f"at most {fit:,} trials" if fit >= 1 else "fewer GPUs")
+            + " or fewer days",
+        )
+
+
 def monte_carlo(
     job_gpus: int,
     hb_domain: int,
@@ -344,6 +375,7 @@ def monte_carlo(
     """
     check_int("job_gpus", job_gpus)
     check_int("trials", trials, 1, 100_000)
+    check_int("seed", seed, 0, 2**64 - 1)
     if not 1 / 24 <= days <= 3650:  # the simulation steps by the hour
         raise RailplanError("days", f"must be in [1/24 (one hour), 3650]; got {days!r}")
     if not 0 < repair_hours <= 24 * 365:
@@ -364,8 +396,14 @@ def monte_carlo(
         "leaf_switch": rates.network_element_per_h,
         "upper_element": rates.network_element_per_h,
     }
+    variants = (("rail-optimized", ro), ("rail-only", rl), ("rail-only+ocs", rl))
+    events_per_trial = max(
+        sum(per_h[cls] * n * hours for cls, (n, _) in _event_sizes(c, v, policy).items())
+        for v, c in variants
+    )
+    check_budget(trials, hours + rep + 1, events_per_trial)
     out: dict[str, dict[str, float]] = {}
-    for variant, counts in (("rail-optimized", ro), ("rail-only", rl), ("rail-only+ocs", rl)):
+    for variant, counts in variants:
         sizes = _event_sizes(counts, variant, policy)
         # common random numbers: every variant replays the same seed (GPU/server/NIC draws first)
         rng = np.random.default_rng(seed)

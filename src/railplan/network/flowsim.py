@@ -284,11 +284,14 @@ def switch_routes(net: FlowNetwork, s_leaf: IntArray, t_leaf: IntArray) -> sp.cs
     chunk = max(1, 4_000_000 // max(e, 1))
     d, sig = net.switch_dist, net.switch_paths
     u, v = net.fabric_u, net.fabric_v
+    held = 0
     for start in range(0, p, chunk):
         s = s_leaf[start : start + chunk, None]
         t = t_leaf[start : start + chunk, None]
         on = d[s, u[None, :]] + 1 + d[v[None, :], t] == d[s, t]
         r, c = np.nonzero(on)
+        held += len(r)
+        check_incidence(held, f"the ECMP routes of {p:,} leaf pairs")
         sr, tr, ur, vr = s[r, 0], t[r, 0], u[c], v[c]
         frac = sig[sr, ur] * net.fabric_mult[c] * sig[vr, tr] / sig[sr, tr]
         rows.append(r + start)
@@ -329,6 +332,23 @@ class FlowSet:
         return float(self.multiplicity @ self.flow_bytes)
 
 
+MAX_INCIDENCE_NNZ = 30_000_000
+"""Most (flow, link) entries one step's routes may hold, counted while they are built: the
+all-to-all of 4,096 GPUs at radix 64 needs 26.2 million (2.8 GB peak, measured); 4,096 at
+radix 16 is refused at 30 million (1.75 GB peak) instead of passing 4 GiB."""
+
+
+def check_incidence(entries: int, what: str) -> None:
+    """Refuse a step whose flow-by-link incidence would pass `MAX_INCIDENCE_NNZ` entries."""
+    if entries > MAX_INCIDENCE_NNZ:
+        raise RailplanError(
+            "gpus",
+            f"{what} need {entries:,} or more flow-link entries, over the simulator's budget "
+            f"of {MAX_INCIDENCE_NNZ:,}; use fewer GPUs, a larger radix, "
+            "aggregation (drop --no-aggregate) or the closed forms (railplan alltoall)",
+        )
+
+
 def route_pairs(net: FlowNetwork, src: IntArray, dst: IntArray, nbytes: FloatArray) -> FlowSet:
     """One class per (src, dst) GPU pair (no aggregation). Zero-byte pairs are dropped."""
     src = np.asarray(src, dtype=np.int64)
@@ -367,6 +387,8 @@ def route_pairs(net: FlowNetwork, src: IntArray, dst: IntArray, nbytes: FloatArr
         pairs = sl[cross] * len(net.switch_names) + tl[cross]
         uniq, inv = np.unique(pairs, return_inverse=True)
         routes = switch_routes(net, uniq // len(net.switch_names), uniq % len(net.switch_names))
+        per_flow = np.diff(routes.indptr)[inv]
+        check_incidence(2 * len(src) + int(per_flow.sum()), f"{len(src):,} flows")
         fab = routes[inv]
         sel = sp.csr_matrix(
             (np.ones(len(inv)), (fn[cross], np.arange(len(inv)))), shape=(len(src), len(inv))
@@ -902,8 +924,8 @@ def run(
     ``oversubscription`` is for arch ``oversubscribed`` only (default 3); with any other arch
     it is an error rather than a silently ignored option.
     """
+    from railplan.limits import check_int
     from railplan.network.graph import MAX_GRAPH_GPUS
-    from railplan.network.topology import check_int
     from railplan.specs import load_system
     from railplan.specs.base import BYTES
 

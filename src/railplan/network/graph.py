@@ -28,10 +28,13 @@ from typing import Any
 import networkx as nx
 
 from railplan.errors import RailplanError
-from railplan.fileio import atomic_write
+from railplan.fileio import atomic_write, check_target
 from railplan.network.topology import Clos, NetworkCounts, build_counts
 
 MAX_GRAPH_GPUS = 65_536
+MAX_GRAPH_ELEMENTS = 300_000
+"""Most nodes + physical links a graph may have (from the counts, before it is built):
+exporting 70,656 nodes + 196,608 links (65,536 GPUs, radix 64) peaks at 1.07 GB (measured)."""
 
 
 def _add_link(g: nx.Graph, a: str, b: str, gbps: float, **attrs: Any) -> None:
@@ -72,12 +75,24 @@ def _wire_clos(
         g.nodes[sw]["rails"] = ",".join(str(r) for r in sorted(rails))
 
 
-def build_graph(counts: NetworkCounts) -> nx.Graph:
-    """The graph of ``counts`` (rail-optimized, rail-only, oversubscribed, multi-plane, ideal)."""
+def check_graph_size(counts: NetworkCounts) -> None:
+    """Refuse, before building, a graph past `MAX_GRAPH_GPUS` or `MAX_GRAPH_ELEMENTS`."""
     if counts.gpus > MAX_GRAPH_GPUS:
         raise RailplanError(
-            "gpus", f"graph export supports up to {MAX_GRAPH_GPUS} GPUs; got {counts.gpus}"
+            "gpus", f"graph export supports up to {MAX_GRAPH_GPUS:,} GPUs; got {counts.gpus:,}"
         )
+    elements = counts.gpus + counts.switches + counts.links
+    if elements > MAX_GRAPH_ELEMENTS:
+        raise RailplanError(
+            "gpus",
+            f"the graph would have {elements:,} nodes and links, over the budget of "
+            f"{MAX_GRAPH_ELEMENTS:,}; use fewer GPUs or NICs, or a larger radix",
+        )
+
+
+def build_graph(counts: NetworkCounts) -> nx.Graph:
+    """The graph of ``counts`` (rail-optimized, rail-only, oversubscribed, multi-plane, ideal)."""
+    check_graph_size(counts)
     g = nx.Graph(
         arch=counts.arch,
         gpus=counts.gpus,
@@ -121,10 +136,19 @@ def graph_for(
     return build_graph(build_counts(arch, gpus, hb_domain, radix, nic_gbps, **kw))
 
 
+def check_export(path: str | Path) -> Path:
+    """Check an export path before any graph is built: a .graphml or .json name we can write."""
+    p = Path(path)
+    if p.suffix not in (".graphml", ".json"):
+        raise RailplanError("export", f"{p.name!r}: use a .graphml or .json file name")
+    check_target(p, "export")
+    return p
+
+
 def export_graph(g: nx.Graph, path: str | Path) -> Path:
     """Write ``g`` as GraphML (``.graphml``) or node-link JSON (``.json``), all or nothing;
     a missing directory or another OS error is a one-line error naming the path."""
-    p = Path(path)
+    p = check_export(path)
     if p.suffix == ".graphml":
 
         def write(tmp: Path) -> None:
@@ -135,8 +159,8 @@ def export_graph(g: nx.Graph, path: str | Path) -> Path:
         def write(tmp: Path) -> None:
             tmp.write_text(json.dumps(nx.node_link_data(g, edges="links")), encoding="utf-8")
 
-    else:
-        raise RailplanError("export", f"{p.name!r}: use a .graphml or .json file name")
+    else:  # check_export allows only the two
+        raise AssertionError(p.suffix)
     return atomic_write(p, write, field="export")
 
 

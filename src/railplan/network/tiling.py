@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from railplan.errors import RailplanError
-from railplan.network.topology import check_cluster, check_int
+from railplan.limits import check_int
+from railplan.network.topology import check_cluster
 
 
 @dataclass(frozen=True)

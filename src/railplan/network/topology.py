@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from railplan.errors import RailplanError
+from railplan.limits import MAX_GPUS, check_int
 
 Architecture = Literal["rail-optimized", "rail-only", "oversubscribed", "multi-plane", "ideal"]
 ARCHITECTURES: tuple[str, ...] = (
@@ -45,7 +46,6 @@ ARCHITECTURES: tuple[str, ...] = (
 )
 NIC_SPEEDS_GBPS: tuple[int, ...] = (100, 200, 400, 800)
 TIER_NAMES: tuple[str, ...] = ("leaf", "spine", "core")
-MAX_GPUS = 10**9
 #: NIC ports per GPU (= planes of a multi-plane fabric), as railplan.specs.System allows
 MAX_NICS_PER_GPU = 16
 
@@ -168,13 +168,6 @@ class NetworkCounts:
 
 # ---------------------------------------------------------------------------------------------
 # validation
-
-
-def check_int(fld: str, value: int, low: int = 1, high: int = MAX_GPUS) -> int:
-    """``value`` as an int in [low, high], else a one-line RailplanError naming ``fld``."""
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise RailplanError(fld, f"must be an integer in [{low}, {high}]; got {value!r}")
-    return value
 
 
 def check_radix(radix: int) -> int:

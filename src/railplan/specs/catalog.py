@@ -10,23 +10,15 @@ from typing import Any
 import yaml
 
 from railplan.errors import RailplanError, unknown_name
+from railplan.fileio import load_yaml
 from railplan.specs.hardware import GPU, System
 from railplan.specs.model import Model
 
 
 def read_yaml(path: Path, field: str) -> Any:
-    """Parse a YAML file; a missing or malformed file is a one-line error."""
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise RailplanError(field, f"cannot read {str(path)!r}: {err.strerror}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or "invalid YAML"
-        raise RailplanError(field, f"malformed YAML in {str(path)!r}{where}: {problem}") from None
+    """Parse a YAML file with the bounded reader and loader of `railplan.fileio` (regular files
+    only, size cap, UTF-8, alias budget); a missing or malformed file is a one-line error."""
+    return load_yaml(path, field)
 
 
 @cache
