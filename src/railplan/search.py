@@ -33,7 +33,15 @@ import numpy as np
 from railplan.errors import RailplanError
 from railplan.iteration import iteration
 from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_TOP, check_int
-from railplan.specs import ATTENTION_CODES, RECOMPUTE_CODES, Model, Network, Strategy, System
+from railplan.specs import (
+    ATTENTION_CODES,
+    PRECISION_CODES,
+    RECOMPUTE_CODES,
+    Model,
+    Network,
+    Strategy,
+    System,
+)
 from railplan.strategies import BoolArray, FloatArray, IntArray, StrategyArrays
 from railplan.workload.memory import GIB
 
@@ -63,6 +71,9 @@ class SearchSpace:
     dp: tuple[int, ...] | None = None
     uneven_pp: bool = True  # pp need not divide the layers
     attention: str = "flash"
+    # bf16 by default (today's common practice); ("bf16", "fp8") searches both where the GPU
+    # has fp8 tensor cores
+    precision: tuple[str, ...] = ("bf16",)
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "micro_batch", "interleave", "ep", "cp", "dp"):
@@ -80,6 +91,8 @@ class SearchSpace:
             raise RailplanError("grad_reduce_bytes", "must be 2 or 4")
         if self.attention not in ATTENTION_CODES:
             raise RailplanError("attention", "must be flash or unfused")
+        if not self.precision or any(p not in PRECISION_CODES for p in self.precision):
+            raise RailplanError("precision", "give bf16, fp8 or both (bf16,fp8)")
 
 
 # The strategy space of Megatron-LM as Calculon searches it (the paper's evaluation):
@@ -213,10 +226,11 @@ def candidate_rows(
 
 
 def candidate_columns(space: SearchSpace) -> dict[str, IntArray]:
-    """The (recompute, sequence_parallel) pairs as 1-d arrays."""
+    """The (recompute, sequence_parallel, precision) combinations as 1-d arrays."""
     rc = np.array(sorted({RECOMPUTE_CODES[r] for r in space.recompute}), dtype=np.int64)
     sp = np.array(sorted({int(b) for b in space.sequence_parallel}), dtype=np.int64)
-    return _cross({"recompute": rc}, "sequence_parallel", sp)
+    pr = np.array(sorted({PRECISION_CODES[p] for p in space.precision}), dtype=np.int64)
+    return _cross(_cross({"recompute": rc}, "sequence_parallel", sp), "precision", pr)
 
 
 def _arrays(
@@ -244,6 +258,7 @@ def _arrays(
         grad_reduce_bytes=one * space.grad_reduce_bytes,
         cp=r["cp"],
         attention=one * ATTENTION_CODES[space.attention],
+        precision=c["precision"],
     )
 
 
@@ -304,6 +319,7 @@ def enumerate_and_evaluate(
         grad_reduce_bytes=np.full(len(r), space.grad_reduce_bytes, dtype=np.int64),
         cp=rows["cp"][r],
         attention=np.full(len(r), ATTENTION_CODES[space.attention], dtype=np.int64),
+        precision=cols["precision"][c],
     )
     empty_f = np.zeros(0, dtype=np.float64)
     return Evaluated(

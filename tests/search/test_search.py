@@ -273,3 +273,34 @@ def test_search_includes_expert_parallelism() -> None:
     assert r.best.strategy.ep > 1  # all 128 experts on every GPU does not fit
     e = estimate(model, system, r.best.strategy, net)
     assert e.iteration_s == pytest.approx(r.best.iteration_s, rel=1e-12)
+
+
+def test_search_enumerates_precision_where_asked() -> None:
+    from railplan.search import SearchSpace, search
+    from railplan.specs import Network, load_model, load_system
+
+    m, sy = load_model("gpt-22b"), load_system("dgx-h100")
+    space = SearchSpace(tp=(8,), pp=(1, 2), zero=(1,), precision=("bf16", "fp8"))
+    both = search(m, sy, Network(), 64, 256, space, top=50)
+    bf16 = search(m, sy, Network(), 64, 256, SearchSpace(tp=(8,), pp=(1, 2), zero=(1,)), top=50)
+    assert both.configurations_evaluated == 2 * bf16.configurations_evaluated
+    assert both.best is not None and bf16.best is not None
+    assert both.best.strategy.precision == "fp8"
+    assert bf16.best.strategy.precision == "bf16"
+    assert both.best.iteration_s < bf16.best.iteration_s  # fp8 GEMMs run at twice the peak
+
+
+def test_search_fp8_refused_without_fp8_tensor_cores() -> None:
+    from railplan.errors import RailplanError
+    from railplan.search import SearchSpace, search
+    from railplan.specs import Network, load_model, load_system
+
+    with pytest.raises(RailplanError, match="precision"):
+        search(
+            load_model("gpt-22b"),
+            load_system("dgx-a100"),
+            Network(),
+            64,
+            256,
+            SearchSpace(tp=(8,), precision=("fp8",)),
+        )

@@ -39,6 +39,8 @@ def _strategy_text(s: dict[str, Any]) -> str:
         extra.append("SP")
     if s["zero"]:
         extra.append(f"ZeRO-{s['zero']}")
+    if s.get("precision", "bf16") != "bf16":
+        extra.append(s["precision"].upper())
     cp = f" cp={s['cp']}" if s.get("cp", 1) > 1 else ""
     ep = f" ep={s['ep']}" if s.get("ep", 1) > 1 else ""
     return (
@@ -122,6 +124,13 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         cp: Annotated[str | None, typer.Option(help="fix cp (values, comma-separated)")] = None,
         ep: Annotated[str | None, typer.Option(help="fix ep (values, comma-separated)")] = None,
         gpu_memory_gib: GpuMemoryGibOpt = None,
+        precision: Annotated[
+            str,
+            typer.Option(help="precisions to search: bf16 (default), fp8, or bf16,fp8 (both)"),
+        ] = "bf16",
+        attention: Annotated[
+            str, typer.Option(help="attention kernel: flash (default) | unfused")
+        ] = "flash",
     ) -> None:
         """Find the fastest parallelization that fits in memory (and the time/memory Pareto set)."""
         from railplan.cli.core import build_network, build_system, print_json
@@ -145,7 +154,13 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             dp=fixed("dp", dp),
             cp=fixed("cp", cp),
             ep=fixed("ep", ep),
+            precision=tuple(p.strip() for p in precision.split(",") if p.strip()),
+            attention=attention,
         )
+        if "fp8" in space.precision and sy.gpu.fp8_tflops is None:
+            raise RailplanError(
+                "precision", f"fp8 needs a GPU with fp8 tensor cores ({sy.gpu.name} has none)"
+            )
         r = run(m, sy, net, gpus, global_batch, space, top=top)
         if r.configurations_evaluated == 0:
             raise RailplanError(

@@ -93,6 +93,8 @@ def strategy_text(s: dict[str, Any] | None) -> str:
     if s["interleave"] > 1:
         parts.append(f"v={s['interleave']}")
     parts.append(f"recompute={s['recompute']}")
+    if s.get("precision", "bf16") != "bf16":
+        parts.append(s["precision"])
     if s["sequence_parallel"]:
         parts.append("SP")
     if s["zero"]:
