@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -11,11 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from railplan.cli.core import print_json
 from railplan.errors import RailplanError
-
-
-def _echo_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2))
 
 
 def _int_list(field: str, text: str) -> list[int]:
@@ -65,7 +61,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         book = load_price_book(price_book)
         data = compare(gpus, hb_domain, radix, nic_gbps, nics_per_gpu, book).to_dict()
         if as_json:
-            _echo_json(data)
+            print_json(data)
             return
         t = Table(title=f"N={gpus:,} K={hb_domain} radix={radix} {nic_gbps} Gbps ({book.name})")
         t.add_column("")
@@ -96,7 +92,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
 
         rows = reproduce_table2()
         if as_json:
-            _echo_json({"rows": [r.to_dict() for r in rows], "paper_ranges": HOTI24_RANGES})
+            print_json({"rows": [r.to_dict() for r in rows], "paper_ranges": HOTI24_RANGES})
             return
         t = Table(
             title=escape(
@@ -207,7 +203,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             export_graph(g, export)
             data["graph"] = graph_summary(g) | {"file": export}
         if as_json:
-            _echo_json(data)
+            print_json(data)
             return
         t = Table(title=f"{arch}: N={gpus:,} K={hb_domain} radix={radix}")
         t.add_column("tier")
@@ -267,7 +263,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         )
         data = {"single_failures": table, "monte_carlo": mc.to_dict()}
         if as_json:
-            _echo_json(data)
+            print_json(data)
             return
         t = Table(
             title=f"One failure: GPUs cut off / GPUs moved / NIC capacity lost "
@@ -314,7 +310,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
 
         result = do_tile(gpus, hb_domain, _int_list("jobs", jobs))
         if as_json:
-            _echo_json(result.to_dict())
+            print_json(result.to_dict())
             return
         t = Table(title=f"Tiling N={gpus:,} ({result.domains} domains × {hb_domain} rails)")
         for col in ("job", "GPUs", "domains", "rails", "shape"):

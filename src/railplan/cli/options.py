@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from railplan.specs import ARCHITECTURES
+from railplan.names import ARCHITECTURES
 
 ModelOpt = Annotated[str, typer.Option(help="catalog name or YAML file")]
 GpusOpt = Annotated[int, typer.Option(help="GPUs in the job (tp·pp·dp)")]

@@ -57,6 +57,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         from railplan.network.cost import load_price_book
         from railplan.report import STEPS, ReportInputs, build, write_report
         from railplan.report.html import check_output
+        from railplan.report.sections import check_inputs
         from railplan.specs import load_model
 
         check_output(out)
@@ -71,6 +72,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             price_book=load_price_book(price_book),
             mc_trials=trials,
         )
+        check_inputs(inp)  # before the progress bar, not after it
         t0 = time.perf_counter()
         console = Console(stderr=True)
         with Progress(

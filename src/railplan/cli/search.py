@@ -23,10 +23,12 @@ from railplan.cli.options import (
     OversubscriptionOpt,
     SystemOpt,
 )
-from railplan.errors import RailplanError
-from railplan.specs import ARCHITECTURES
+from railplan.errors import RailplanError, near_multiples
+from railplan.names import ARCHITECTURES
 
 if TYPE_CHECKING:
+    from railplan.search import SearchSpace
+    from railplan.specs import Model
     from railplan.sweep import SweepResult
 
 
@@ -38,8 +40,26 @@ def _strategy_text(s: dict[str, Any]) -> str:
         extra.append("SP")
     if s["zero"]:
         extra.append(f"ZeRO-{s['zero']}")
-    return f"tp={s['tp']} pp={s['pp']} dp={s['dp']} mb={s['micro_batch']} rc={s['recompute']}" + (
-        "" if not extra else " " + " ".join(extra)
+    dims = "".join(f" {k}={s[k]}" for k in ("cp", "ep") if s.get(k, 1) > 1)
+    return (
+        f"tp={s['tp']} pp={s['pp']} dp={s['dp']}{dims} mb={s['micro_batch']} rc={s['recompute']}"
+    ) + ("" if not extra else " " + " ".join(extra))
+
+
+def _working_counts(model: Model, gpus: int, global_batch: int, space: SearchSpace) -> str:
+    """GPU counts near `gpus` that have at least one valid strategy, as text."""
+    from railplan.search import candidate_rows
+
+    def works(n: int) -> bool:
+        return n > 0 and len(candidate_rows(model, n, global_batch, space)["tp"]) > 0
+
+    below = next((n for n in range(gpus - 1, max(gpus - 4097, 0), -1) if works(n)), None)
+    above = next((n for n in range(gpus + 1, gpus + 4097) if works(n)), None)
+    found = [f"{n:,}" for n in (below, above) if n is not None]
+    return (
+        ("GPU counts near it that work: " + " or ".join(found))
+        if found
+        else ("no GPU count within 4,096 of it works with this batch")
     )
 
 
@@ -120,8 +140,9 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         if r.configurations_evaluated == 0:
             raise RailplanError(
                 "gpus",
-                f"no valid strategy for {gpus} GPUs and global batch {global_batch}: "
-                "tp·pp·dp = gpus needs dp to divide the batch, tp the heads, pp the layers",
+                f"no valid strategy for {gpus:,} GPUs and global batch {global_batch:,}: "
+                f"tp·pp·dp = gpus needs dp to divide the batch, tp the {m.heads} heads, pp the "
+                f"{m.layers} layers; {_working_counts(m, gpus, global_batch, space)}",
             )
         if r.best is None:
             raise RailplanError(
@@ -145,8 +166,16 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         )
         console.print(
             f"{r.configurations_evaluated:,} valid configurations evaluated, {r.feasible:,} fit, "
-            f"in {r.elapsed_s:.3f} s ({r.configurations_per_s:,.0f} per second)"
+            f"in {r.elapsed_s:.3f} s ({r.configurations_per_s:,.0f} per second). Valid means "
+            f"tp divides the {m.heads} heads, pp the {m.layers} layers, dp = gpus/(tp·pp) the "
+            f"batch of {global_batch:,}, and the micro-batch the per-replica batch."
         )
+        if gpus % sy.hb_domain:
+            console.print(
+                f"note: {gpus:,} GPUs is not a multiple of K={sy.hb_domain}, so one HB domain "
+                f"is partial; cost and report need whole domains: "
+                f"{near_multiples(gpus, sy.hb_domain)} GPUs."
+            )
 
     @app.command()
     def sweep(
