@@ -119,6 +119,10 @@ def run(args: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         return 130
+    except OSError as err:  # a file the user named cannot be read or written
+        name = err.filename if err.filename is not None else "file"
+        typer.echo(f"error: {name!s:.200}: {err.strerror or err}", err=True)
+        return 2
     except Exception as err:
         if not _is_usage_exception(err):
             raise
