@@ -31,7 +31,7 @@ from railplan.cli.options import (
     SystemOpt,
     ZeroOpt,
 )
-from railplan.errors import RailplanError
+from railplan.errors import RailplanError, near_multiples
 from railplan.names import ARCHITECTURES
 
 if TYPE_CHECKING:
@@ -218,6 +218,12 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
                 f"[yellow]{kind} groups: uneven or cross-rail over HB domains[/yellow]",
                 f"fewest {g['fewest_per_domain']} of {g['members']} in a domain, "
                 f"up to {g['domains']} domains" + (", cross-rail" if g["cross_rail"] else ""),
+            )
+        if gpus % sy.hb_domain:
+            table.add_row(
+                "[yellow]partial HB domain[/yellow]",
+                f"{gpus:,} is not a multiple of K={sy.hb_domain}; whole domains: "
+                f"{near_multiples(gpus, sy.hb_domain)} GPUs",
             )
         console.print(table)
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from railplan.names import ARCHITECTURES
+from railplan.names import ARCHITECTURES, price_book_names
 
 ModelOpt = Annotated[str, typer.Option(help="catalog name or YAML file")]
 GpusOpt = Annotated[int, typer.Option(help="GPUs in the job (tp·pp·dp)")]
@@ -39,5 +39,13 @@ GradAccFusionOpt = Annotated[
         "--grad-accumulation-fusion/--no-grad-accumulation-fusion",
         help="weight-gradient GEMMs accumulate into the main grad (off: an extra pass per "
         "micro-batch, as Megatron-LM of 2021)",
+    ),
+]
+PriceBookOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="a YAML price book file or a shipped one: "
+        + ", ".join(price_book_names())
+        + " (default rail-only-hoti2024; public-web-estimates also has 800 Gbps)"
     ),
 ]

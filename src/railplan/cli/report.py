@@ -14,6 +14,7 @@ from railplan.cli.options import (
     ModelOpt,
     NicGbpsOpt,
     NicsPerGpuOpt,
+    PriceBookOpt,
     SystemOpt,
 )
 
@@ -33,9 +34,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             int, typer.Option(help="sequences per iteration (default: GPT-3's 1536)")
         ] = DEFAULT_GLOBAL_BATCH,
         radix: Annotated[int, typer.Option(help="switch radix of the NIC domain")] = 64,
-        price_book: Annotated[
-            str | None, typer.Option(help="YAML price book file or shipped name")
-        ] = None,
+        price_book: PriceBookOpt = None,
         hb_domain: HbDomainOpt = None,
         hb_tbps: HbTbpsOpt = None,
         nic_gbps: NicGbpsOpt = None,

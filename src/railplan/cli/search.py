@@ -83,20 +83,45 @@ def _fmt(x: float | None, spec: str) -> str:
     return "—" if x is None else format(x, spec)
 
 
+def _cell(v: Any) -> str:
+    """A varied value as typed: 400 for a whole number, not 400.0."""
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
 def _sweep_table(keys: list[str], result: SweepResult) -> None:
     """The varied fields, time, MFU and strategy (or why there is none) of every point."""
     table = Table(title=f"sweep: {len(result.rows)} points → {result.csv_path}")
     for col in [*keys, "iteration_s", "mfu", "strategy"]:
         table.add_column(col, justify="left" if col == "strategy" else "right")
-    for row in result.rows:
+
+    def order(row: dict[str, Any]) -> tuple[tuple[int, float, str], ...]:
+        return tuple(
+            (0, float(v), "") if isinstance(v, int | float) else (1, 0.0, str(v))
+            for v in (row[k] for k in keys)
+        )
+
+    partial = sorted(
+        {
+            (int(r["gpus"]), int(r["hb_domain"]))
+            for r in result.rows
+            if r.get("gpus") and r.get("hb_domain") and int(r["gpus"]) % int(r["hb_domain"])
+        }
+    )
+    for row in sorted(result.rows, key=order):  # grid order, not completion order
         table.add_row(
-            *[str(row[k]) for k in keys],
+            *[_cell(row[k]) for k in keys],
             _fmt(row["iteration_s"], ".4f"),
             _fmt(row["mfu"], ".1%"),
             str(row["strategy"] or row["error"]),
         )
     console = Console()
     console.print(table)
+    for gpus, k in partial:
+        console.print(
+            f"note: K={k} does not divide {gpus:,} GPUs: one HB domain is partial and groups "
+            f"straddle domains, which slows those points; whole domains: "
+            f"{near_multiples(gpus, k)} GPUs"
+        )
     console.print(
         f"{result.computed} points computed, {result.skipped} already in {result.csv_path}"
         + (f"; parquet: {result.parquet_path}" if result.parquet_path else "")
@@ -314,5 +339,6 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json")] = False,
         plot: Annotated[Path | None, typer.Option(help="write a PNG/SVG/PDF plot")] = None,
     ) -> None:
-        """Seed 002: GPT-175B on DGX A100 with 8/4/2/1 NICs per node, relative iteration time."""
+        """An operator's experiment (SK Telecom's TITAN talk): GPT-175B on DGX A100 with
+        8/4/2/1 NICs per node, relative iteration time."""
         _reproduce("nic-count", as_json, plot)
