@@ -116,8 +116,10 @@ def shard(seed: int, n: int, timeout_s: int, root: Path) -> list[dict[str, Any]]
 
     rng = random.Random(seed)
     records = []
-    for _ in range(n):
+    for i in range(n):
         records.append(run_one(argv(rng, root, subprocess_only=True), timeout_s))
+        if (i + 1) % 500 == 0:
+            print(f"shard {seed}: {i + 1:,} of {n:,}", file=sys.stderr, flush=True)
     return records
 
 
