@@ -28,3 +28,11 @@ def unknown_name(field: str, name: str, known: Iterable[str]) -> RailplanError:
     else:
         hint = "known: " + ", ".join(names[:30]) + (" …" if len(names) > 30 else "")
     return RailplanError(field, f"unknown name {name!r}; {hint}")
+
+
+def near_multiples(n: int, k: int) -> str:
+    """The multiples of `k` nearest `n` from below and above, as text ("8,136 or 8,208")."""
+    below, above = n // k * k, -(-n // k) * k
+    if below == above:
+        return f"{n:,}"
+    return f"{above:,}" if below == 0 else f"{below:,} or {above:,}"

@@ -305,4 +305,18 @@ def check(model: Model, s: StrategyArrays, gpus: int | None = None) -> None:
         )
     for name, ok, allowed in validity(model, s):
         if not bool(np.all(ok)):
-            raise RailplanError(name, allowed)
+            raise RailplanError(name, f"{allowed}; {_values_text(model, s, name)}")
+
+
+def _values_text(model: Model, s: StrategyArrays, field: str) -> str:
+    """The numbers behind a broken rule of one strategy, and for tp/pp the values that work."""
+    here = ", ".join(
+        f"{k}={int(getattr(s, k).flat[0])}"
+        for k in ("tp", "pp", "dp", "cp", "ep", "global_batch", "micro_batch", "interleave", "zero")
+        if hasattr(s, k)
+    )
+    fits = {
+        "tp": [t for t in range(1, model.heads + 1) if model.heads % t == 0 == model.kv_heads_ % t],
+        "pp": [p for p in range(1, model.layers + 1) if model.layers % p == 0],
+    }.get(field)
+    return f"here {here}" + ("" if fits is None else f"; {field} values that work: {fits}")

@@ -226,7 +226,9 @@ def test_cli_sweep_validates_before_computing(
 
     monkeypatch.setattr(railplan.sweep, "evaluate_point", never)
     out = tmp_path / "v.csv"
-    code, err = run_main([*SWEEP, "--output", str(out), *extra], monkeypatch, capsys)
+    given = {a for a in extra if a.startswith("--")}
+    base = [a for i, a in enumerate(SWEEP) if a not in given and SWEEP[i - 1] not in given]
+    code, err = run_main([*base, "--output", str(out), *extra], monkeypatch, capsys)
     assert code == 2
     assert err.startswith("error: ") and err.count("\n") == 1, err
     named = err.split(": ")[1]  # the field, e.g. system.hb_domain for a varied hb_domain

@@ -1,29 +1,96 @@
 """The `railplan` command line: thin wrappers that parse, call the library and print.
 
 Each command group lives in its own module and registers itself on the shared apps, so the
-pipeline's parts (core model, network, traffic, search, reports) can grow independently.
+pipeline's parts (core model, network, traffic, search, reports) can grow independently. The
+command modules import the library inside their command functions, so `railplan --help` and
+`import railplan.cli` load neither numpy nor pydantic.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
+from railplan import __version__
 from railplan.errors import RailplanError
 
-app = typer.Typer(
+
+class _OnceCommand(TyperCommand):
+    """A command whose single-valued options may be given once: `--gpus 8 --gpus 16` is an
+    error naming the flag, not a silent "last one wins"."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        check_repeated_options(self.params, args)
+        return super().parse_args(ctx, args)
+
+
+def check_repeated_options(params: Sequence[Any], args: Sequence[str]) -> None:
+    """Raise a usage error if an option that takes one value appears more than once in `args`."""
+    owner: dict[str, Any] = {}
+    for p in params:
+        if getattr(p, "param_type_name", "") != "option" or getattr(p, "multiple", False):
+            continue
+        for flag in (*p.opts, *p.secondary_opts):
+            owner[flag] = p
+    seen: dict[str, list[str]] = {}
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        flag = arg.split("=", 1)[0]
+        p = owner.get(flag)
+        if p is not None:
+            takes_value = not getattr(p, "is_flag", False) and "=" not in arg
+            given = f"{arg} {args[i + 1]}" if takes_value and i + 1 < len(args) else arg
+            seen.setdefault(p.name, []).append(given)
+    for flags in seen.values():
+        if len(flags) > 1:
+            raise typer.BadParameter(
+                f"given {len(flags)} times ({', '.join(flags)}); give it once",
+                param_hint=f"'{flags[0].split()[0].split('=')[0]}'",
+            )
+
+
+class _App(typer.Typer):
+    """typer.Typer whose commands refuse repeated single-valued options."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Callable[[Any], Any]:
+        kwargs.setdefault("cls", _OnceCommand)
+        return super().command(*args, **kwargs)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"railplan {__version__}")
+        raise typer.Exit(0)
+
+
+app = _App(
     name="railplan",
     help="Rail-only networks for LLM training: performance, traffic, topology, cost, failures.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: readable at 80 columns, no `<bool>` metavars
 )
-reproduce_app = typer.Typer(
+reproduce_app = _App(
     help="Reproduce the Rail-only paper's tables and figures, ours beside the paper's.",
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 app.add_typer(reproduce_app, name="reproduce")
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", help="print the version and exit", callback=_version, is_eager=True
+    ),
+) -> None:
+    """Rail-only networks for LLM training: performance, traffic, topology, cost, failures."""
 
 
 def _register() -> None:
@@ -36,33 +103,47 @@ def _register() -> None:
 _register()
 
 
-def main() -> None:
-    """Console entry point: bad input prints one line and exits 2, never a traceback."""
+def run(args: Sequence[str] | None = None) -> int:
+    """Run the CLI on `args` (default: sys.argv) and return the exit code; bad input prints one
+    line (or the usage help) to stderr, never a traceback."""
     try:
-        app(standalone_mode=False)
+        app(args=None if args is None else list(args), standalone_mode=False, prog_name="railplan")
     except RailplanError as err:
         typer.echo(f"error: {err}", err=True)
-        sys.exit(2)
+        return 2
     except typer.Exit as ex:
-        sys.exit(ex.exit_code)
+        return int(ex.exit_code)
     except typer.Abort:
         typer.echo("aborted", err=True)
-        sys.exit(130)
+        return 130
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
-        sys.exit(130)
+        return 130
+    except OSError as err:  # a file the user named cannot be read or written
+        name = err.filename if err.filename is not None else "file"
+        typer.echo(f"error: {name!s:.200}: {err.strerror or err}", err=True)
+        return 2
     except Exception as err:
-        if _is_click_exception(err):
-            err.show()  # type: ignore[attr-defined]
-            sys.exit(int(err.exit_code))  # type: ignore[attr-defined]
-        raise
+        if not _is_usage_exception(err):
+            raise
+        err.show()  # type: ignore[attr-defined]
+        return int(err.exit_code)  # type: ignore[attr-defined]
+    return 0
 
 
-def _is_click_exception(err: BaseException) -> bool:
-    """Usage errors from click, or from the copy of click that newer typer bundles."""
-    import click
+def main() -> None:
+    """Console entry point: bad input prints one line and exits 2, never a traceback."""
+    code = run()
+    if code:
+        sys.exit(code)
 
-    if isinstance(err, click.exceptions.ClickException):
+
+def _is_usage_exception(err: BaseException) -> bool:
+    """Usage errors of the click copy typer bundles (typer.exceptions.TyperException), or of a
+    separately installed click, recognised without importing click (a plain install lacks it)."""
+    from typer.exceptions import TyperException
+
+    if isinstance(err, TyperException):
         return True
     return any(
         cls.__name__ == "ClickException" and cls.__module__.endswith("exceptions")

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+import math
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -37,9 +38,11 @@ from railplan.cli.options import (
     ZeroOpt,
     ZeroScheduleOpt,
 )
-from railplan.errors import RailplanError
-from railplan.specs import ARCHITECTURES, Network, Strategy, System, load_model, load_system, names
-from railplan.specs.base import from_validation_error
+from railplan.errors import RailplanError, near_multiples
+from railplan.names import ARCHITECTURES
+
+if TYPE_CHECKING:
+    from railplan.specs import Network, Strategy, System
 
 RECOMPUTE = ("none", "selective", "full")
 ZERO_SCHEDULES = ("micro_batch", "step")
@@ -62,6 +65,8 @@ def build_system(
     gpu_memory_gib: float | None = None,
 ) -> System:
     """The catalog system with the command line's overrides applied (validated again)."""
+    from railplan.specs import System, load_system
+
     base = load_system(system)
     if gpu_memory_gib is not None:
         gpu = base.gpu.model_dump() | {"memory_gib": gpu_memory_gib}
@@ -83,6 +88,8 @@ def build_system(
 
 
 def build_network(network: str, oversubscription: float | None) -> Network:
+    from railplan.specs import Network
+
     arch = _choice("network", network, ARCHITECTURES)
     data: dict[str, Any] = {"architecture": arch}
     if oversubscription is not None:
@@ -91,6 +98,9 @@ def build_network(network: str, oversubscription: float | None) -> Network:
 
 
 def build_strategy(**kwargs: Any) -> Strategy:
+    from railplan.specs import Strategy
+    from railplan.specs.base import from_validation_error
+
     _choice("recompute", kwargs["recompute"], RECOMPUTE)
     if "zero_schedule" in kwargs:
         _choice("zero_schedule", kwargs["zero_schedule"], ZERO_SCHEDULES)
@@ -108,7 +118,36 @@ def build_strategy(**kwargs: Any) -> Strategy:
 
 
 def print_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, default=float))
+    """Print `data` as JSON; a non-finite number (which JSON cannot hold) is an error naming its
+    field, never `Infinity` or `NaN` in the output."""
+    try:
+        text = json.dumps(data, indent=2, default=float, allow_nan=False)
+    except ValueError:
+        field = _non_finite_field(data, "output") or "output"
+        raise RailplanError(
+            field, "is not a finite number (inf or nan); check the inputs that feed it"
+        ) from None
+    typer.echo(text)
+
+
+def _non_finite_field(data: Any, path: str) -> str | None:
+    """The dotted path of the first inf/nan number in `data`, or None."""
+    if isinstance(data, dict):
+        items: list[tuple[str, Any]] = [(f"{path}.{k}", v) for k, v in data.items()]
+    elif isinstance(data, list | tuple):
+        items = [(f"{path}[{i}]", v) for i, v in enumerate(data)]
+    else:
+        if isinstance(data, str | bool) or data is None:
+            return None
+        try:
+            return None if math.isfinite(float(data)) else path
+        except (TypeError, ValueError):
+            return None
+    for sub, value in items:
+        found = _non_finite_field(value, sub)
+        if found is not None:
+            return found
+    return None
 
 
 def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
@@ -148,6 +187,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
     ) -> None:
         """Predict one training iteration: time, MFU/HFU, memory, and where the time goes."""
         from railplan.estimate import estimate as run
+        from railplan.specs import load_model
 
         if gpus <= 0:
             raise RailplanError("gpus", "must be a positive integer")
@@ -212,6 +252,12 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
                 f"[yellow]{kind} groups: uneven or cross-rail over HB domains[/yellow]",
                 f"fewest {g['fewest_per_domain']} of {g['members']} in a domain, "
                 f"up to {g['domains']} domains" + (", cross-rail" if g["cross_rail"] else ""),
+            )
+        if gpus % sy.hb_domain:
+            table.add_row(
+                "[yellow]partial HB domain[/yellow]",
+                f"{gpus:,} is not a multiple of K={sy.hb_domain}; whole domains: "
+                f"{near_multiples(gpus, sy.hb_domain)} GPUs",
             )
         console.print(table)
 
@@ -318,6 +364,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json")] = False,
     ) -> None:
         """List the catalog's models, GPUs or systems with their sources."""
+        from railplan.specs import names
         from railplan.specs.catalog import _catalog
 
         _choice("kind", kind, ("models", "gpus", "systems"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -11,11 +10,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from railplan.cli.core import print_json
+from railplan.cli.options import PriceBookOpt
 from railplan.errors import RailplanError
-
-
-def _echo_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2))
 
 
 def _int_list(field: str, text: str) -> list[int]:
@@ -44,6 +41,26 @@ def _n(x: int | None) -> str:
     return "n/a" if x is None else f"{x:,}"
 
 
+def _same_tiers_note(gpus: int, hb_domain: int, radix: int, nics_per_gpu: int, tiers: int) -> str:
+    """Why rail-only saves nothing when a rail needs as many Clos tiers as the whole cluster."""
+    from railplan.network.topology import folded_clos
+
+    lo = radix  # a 1-tier Clos takes `radix` ports
+    while folded_clos(lo * 2, radix).num_tiers < tiers:
+        lo *= 2
+    hi = 2 * lo - 1
+    while lo < hi:  # the most NIC ports a Clos of one tier fewer takes
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if folded_clos(mid, radix).num_tiers < tiers else (lo, mid - 1)
+    rail_ports = gpus // hb_domain * nics_per_gpu
+    return (
+        f"note: both designs need {tiers} tiers: each rail has {rail_ports:,} NIC ports, more "
+        f"than the {lo:,} a {tiers - 1}-tier Clos of radix {radix} takes, so dropping the spine "
+        f"saves nothing here; rail-only saves when every rail fits in fewer tiers (up to "
+        f"{lo * hb_domain // nics_per_gpu:,} GPUs at K={hb_domain}), with a larger radix or K."
+    )
+
+
 def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
     """Add the network commands to the main app and the `reproduce` group."""
 
@@ -54,9 +71,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         hb_domain: Annotated[int, typer.Option(help="HB-domain size K (divides N)")],
         nic_gbps: Annotated[int, typer.Option(help="NIC speed: 100, 200, 400 or 800")] = 400,
         nics_per_gpu: Annotated[int, typer.Option(help="NIC ports per GPU")] = 1,
-        price_book: Annotated[
-            str | None, typer.Option(help="YAML price book file or shipped name")
-        ] = None,
+        price_book: PriceBookOpt = None,
         as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     ) -> None:
         """Switches, transceivers, cost and power: rail-optimized Clos vs rail-only (paper §V-E)."""
@@ -65,7 +80,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         book = load_price_book(price_book)
         data = compare(gpus, hb_domain, radix, nic_gbps, nics_per_gpu, book).to_dict()
         if as_json:
-            _echo_json(data)
+            print_json(data)
             return
         t = Table(title=f"N={gpus:,} K={hb_domain} radix={radix} {nic_gbps} Gbps ({book.name})")
         t.add_column("")
@@ -88,6 +103,8 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             f"cost {_pct(data['savings']['cost'])}, power {_pct(data['savings']['power'])}",
         )
         Console().print(t)
+        if a["tiers"] == b["tiers"] > 1:
+            typer.echo(_same_tiers_note(gpus, hb_domain, radix, nics_per_gpu, b["tiers"]))
 
     @reproduce_app.command("table2")
     def table2(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
@@ -96,7 +113,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
 
         rows = reproduce_table2()
         if as_json:
-            _echo_json({"rows": [r.to_dict() for r in rows], "paper_ranges": HOTI24_RANGES})
+            print_json({"rows": [r.to_dict() for r in rows], "paper_ranges": HOTI24_RANGES})
             return
         t = Table(
             title=escape(
@@ -219,7 +236,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
                 export_graph(g, export)
             data["graph"] = graph_summary(g) | {"file": export}
         if as_json:
-            _echo_json(data)
+            print_json(data)
             return
         t = Table(title=f"{arch}: N={gpus:,} K={hb_domain} radix={radix}")
         t.add_column("tier")
@@ -279,7 +296,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         )
         data = {"single_failures": table, "monte_carlo": mc.to_dict()}
         if as_json:
-            _echo_json(data)
+            print_json(data)
             return
         t = Table(
             title=f"One failure: GPUs cut off / GPUs moved / NIC capacity lost "
@@ -310,9 +327,27 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         m.add_column("metric")
         for v in mc.variants:
             m.add_column(v, justify="right")
+        whole = ("switches", "spare_gpus_needed")  # counts: printed without decimals
         for key in next(iter(mc.variants.values())):
-            m.add_row(key, *[f"{mc.variants[v][key]:,.1f}" for v in mc.variants])
+            fmt = ",.0f" if key in whole else ",.1f"
+            m.add_row(key, *[format(mc.variants[v][key], fmt) for v in mc.variants])
+        gpu_hours = gpus * days * 24
+        m.add_row(
+            "goodput (GPU-hours not idle)",
+            *[
+                f"{1 - mc.variants[v]['expected_idle_gpu_hours'] / gpu_hours:.2%}"
+                for v in mc.variants
+            ],
+        )
         console.print(m)
+        console.print(
+            "GPUs cut off: lose their network path; GPUs moved: whose work moves to spares or "
+            "another HB domain while the part is repaired. expected_failures counts hardware "
+            "failures (GPU, server, NIC link, switch); expected_interruptions adds the Llama 3 "
+            "report's software and host interruptions, so it is the larger. Idle GPU-hours are "
+            f"GPUs unusable while a part is out ({repair_hours:g} h each); restart time after an "
+            "interruption is not counted in goodput."
+        )
 
     @app.command()
     def tile(
@@ -326,7 +361,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
 
         result = do_tile(gpus, hb_domain, _int_list("jobs", jobs))
         if as_json:
-            _echo_json(result.to_dict())
+            print_json(result.to_dict())
             return
         t = Table(title=f"Tiling N={gpus:,} ({result.domains} domains × {hb_domain} rails)")
         for col in ("job", "GPUs", "domains", "rails", "shape"):
@@ -355,7 +390,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         hb_domain: Annotated[int, typer.Option(help="HB-domain size K")] = 256,
         radices: Annotated[str, typer.Option(help="comma-separated radices")] = "32,64,128,256",
         nic_gbps: Annotated[int, typer.Option(help="NIC speed (Gbps)")] = 400,
-        price_book: Annotated[str | None, typer.Option(help="YAML price book")] = None,
+        price_book: PriceBookOpt = None,
     ) -> None:
         """Plot cost and power vs cluster size for both designs and several radices."""
         from railplan.limits import check_int

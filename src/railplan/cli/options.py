@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from railplan.specs import ARCHITECTURES
+from railplan.names import ARCHITECTURES, price_book_names
 
 ModelOpt = Annotated[str, typer.Option(help="catalog name or YAML file")]
 GpusOpt = Annotated[int, typer.Option(help="GPUs in the job (tp·cp·pp·dp)")]
@@ -74,4 +74,12 @@ PrecisionOpt = Annotated[
 ]
 GpuMemoryGibOpt = Annotated[
     float | None, typer.Option(help="override the GPU's memory, GiB (1-65536), for what-ifs")
+]
+PriceBookOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="a YAML price book file or a shipped one: "
+        + ", ".join(price_book_names())
+        + " (default rail-only-hoti2024; public-web-estimates also has 800 Gbps)"
+    ),
 ]

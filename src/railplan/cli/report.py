@@ -14,6 +14,7 @@ from railplan.cli.options import (
     ModelOpt,
     NicGbpsOpt,
     NicsPerGpuOpt,
+    PriceBookOpt,
     SystemOpt,
 )
 
@@ -33,9 +34,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             int, typer.Option(help="sequences per iteration (default: GPT-3's 1536)")
         ] = DEFAULT_GLOBAL_BATCH,
         radix: Annotated[int, typer.Option(help="switch radix of the NIC domain")] = 64,
-        price_book: Annotated[
-            str | None, typer.Option(help="YAML price book file or shipped name")
-        ] = None,
+        price_book: PriceBookOpt = None,
         hb_domain: HbDomainOpt = None,
         hb_tbps: HbTbpsOpt = None,
         nic_gbps: NicGbpsOpt = None,
@@ -57,6 +56,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         from railplan.network.cost import load_price_book
         from railplan.report import STEPS, ReportInputs, build, write_report
         from railplan.report.html import check_output
+        from railplan.report.sections import check_inputs
         from railplan.specs import load_model
 
         check_output(out)
@@ -71,6 +71,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             price_book=load_price_book(price_book),
             mc_trials=trials,
         )
+        check_inputs(inp)  # before the progress bar, not after it
         t0 = time.perf_counter()
         console = Console(stderr=True)
         with Progress(

@@ -24,10 +24,12 @@ from railplan.cli.options import (
     OversubscriptionOpt,
     SystemOpt,
 )
-from railplan.errors import RailplanError
-from railplan.specs import ARCHITECTURES
+from railplan.errors import RailplanError, near_multiples
+from railplan.names import ARCHITECTURES
 
 if TYPE_CHECKING:
+    from railplan.search import SearchSpace
+    from railplan.specs import Model
     from railplan.sweep import SweepResult
 
 
@@ -41,11 +43,26 @@ def _strategy_text(s: dict[str, Any]) -> str:
         extra.append(f"ZeRO-{s['zero']}")
     if s.get("precision", "bf16") != "bf16":
         extra.append(s["precision"].upper())
-    cp = f" cp={s['cp']}" if s.get("cp", 1) > 1 else ""
-    ep = f" ep={s['ep']}" if s.get("ep", 1) > 1 else ""
+    dims = "".join(f" {k}={s[k]}" for k in ("cp", "ep") if s.get(k, 1) > 1)
     return (
-        f"tp={s['tp']}{cp} pp={s['pp']} dp={s['dp']}{ep} mb={s['micro_batch']} "
-        f"rc={s['recompute']}" + ("" if not extra else " " + " ".join(extra))
+        f"tp={s['tp']} pp={s['pp']} dp={s['dp']}{dims} mb={s['micro_batch']} rc={s['recompute']}"
+    ) + ("" if not extra else " " + " ".join(extra))
+
+
+def _working_counts(model: Model, gpus: int, global_batch: int, space: SearchSpace) -> str:
+    """GPU counts near `gpus` that have at least one valid strategy, as text."""
+    from railplan.search import candidate_rows
+
+    def works(n: int) -> bool:
+        return n > 0 and len(candidate_rows(model, n, global_batch, space)["tp"]) > 0
+
+    below = next((n for n in range(gpus - 1, max(gpus - 4097, 0), -1) if works(n)), None)
+    above = next((n for n in range(gpus + 1, gpus + 4097) if works(n)), None)
+    found = [f"{n:,}" for n in (below, above) if n is not None]
+    return (
+        ("GPU counts near it that work: " + " or ".join(found))
+        if found
+        else ("no GPU count within 4,096 of it works with this batch")
     )
 
 
@@ -69,11 +86,9 @@ def _fmt(x: float | None, spec: str) -> str:
     return "—" if x is None else format(x, spec)
 
 
-def _field_text(value: Any) -> str:
-    """A grid value as typed: 400.0 Gbps as 400, 0.5 as 0.5."""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+def _cell(v: Any) -> str:
+    """A varied value as typed: 400 for a whole number, not 400.0."""
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 
 
 def _sweep_table(keys: list[str], result: SweepResult) -> None:
@@ -82,15 +97,35 @@ def _sweep_table(keys: list[str], result: SweepResult) -> None:
     table = Table(title=f"sweep: {len(result.rows)} points → {result.csv_path}")
     for col in [*keys, "iteration_s", "mfu", "strategy"]:
         table.add_column(col, justify="left" if col == "strategy" else "right")
-    for row in result.rows:
+
+    def order(row: dict[str, Any]) -> tuple[tuple[int, float, str], ...]:
+        return tuple(
+            (0, float(v), "") if isinstance(v, int | float) else (1, 0.0, str(v))
+            for v in (row[k] for k in keys)
+        )
+
+    partial = sorted(
+        {
+            (int(r["gpus"]), int(r["hb_domain"]))
+            for r in result.rows
+            if r.get("gpus") and r.get("hb_domain") and int(r["gpus"]) % int(r["hb_domain"])
+        }
+    )
+    for row in sorted(result.rows, key=order):  # grid order, not completion order
         table.add_row(
-            *[_field_text(row[k]) for k in keys],
+            *[_cell(row[k]) for k in keys],
             _fmt(row["iteration_s"], ".4f"),
             _fmt(row["mfu"], ".1%"),
             str(row["strategy"] or row["error"]),
         )
     console = Console()
     console.print(table)
+    for gpus, k in partial:
+        console.print(
+            f"note: K={k} does not divide {gpus:,} GPUs: one HB domain is partial and groups "
+            f"straddle domains, which slows those points; whole domains: "
+            f"{near_multiples(gpus, k)} GPUs"
+        )
     console.print(
         f"{result.computed} points computed, {result.skipped} already in {result.csv_path}"
         + (f"; parquet: {result.parquet_path}" if result.parquet_path else f"; {result.note}")
@@ -165,9 +200,10 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         if r.configurations_evaluated == 0:
             raise RailplanError(
                 "gpus",
-                f"no valid strategy for {gpus} GPUs and global batch {global_batch}: "
-                "tp·cp·pp·dp = gpus needs dp to divide the batch, tp the heads, pp at most "
-                "the layers, 2·cp to divide seq (and the fixed values to agree)",
+                f"no valid strategy for {gpus:,} GPUs and global batch {global_batch:,}: "
+                f"tp·cp·pp·dp = gpus needs dp to divide the batch, tp the {m.heads} heads, pp at "
+                f"most the {m.layers} layers, 2·cp to divide the sequence ({m.seq}); "
+                f"{_working_counts(m, gpus, global_batch, space)}",
             )
         if r.best is None:
             raise RailplanError(
@@ -191,8 +227,16 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         )
         console.print(
             f"{r.configurations_evaluated:,} valid configurations evaluated, {r.feasible:,} fit, "
-            f"in {r.elapsed_s:.3f} s ({r.configurations_per_s:,.0f} per second)"
+            f"in {r.elapsed_s:.3f} s ({r.configurations_per_s:,.0f} per second). Valid means "
+            f"tp divides the {m.heads} heads, pp the {m.layers} layers, dp = gpus/(tp·pp) the "
+            f"batch of {global_batch:,}, and the micro-batch the per-replica batch."
         )
+        if gpus % sy.hb_domain:
+            console.print(
+                f"note: {gpus:,} GPUs is not a multiple of K={sy.hb_domain}, so one HB domain "
+                f"is partial; cost and report need whole domains: "
+                f"{near_multiples(gpus, sy.hb_domain)} GPUs."
+            )
 
     @app.command()
     def sweep(
@@ -343,5 +387,6 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json")] = False,
         plot: Annotated[Path | None, typer.Option(help="write a PNG/SVG/PDF plot")] = None,
     ) -> None:
-        """Seed 002: GPT-175B on DGX A100 with 8/4/2/1 NICs per node, relative iteration time."""
+        """An operator's experiment (SK Telecom's TITAN talk): GPT-175B on DGX A100 with
+        8/4/2/1 NICs per node, relative iteration time."""
         _reproduce("nic-count", as_json, plot)

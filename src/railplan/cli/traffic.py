@@ -28,13 +28,7 @@ from railplan.cli.options import (
     ZeroScheduleOpt,
 )
 from railplan.errors import RailplanError
-
-
-def _bytes(x: float) -> str:
-    for unit, scale in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.2f} {unit}"
-    return f"{x:.0f} B"
+from railplan.units import fmt_bytes as _bytes
 
 
 def _positive(field: str, value: int) -> None:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from railplan.errors import RailplanError
 from railplan.fileio import load_yaml, parse_yaml
+from railplan.names import price_book_names
 from railplan.network.topology import NetworkCounts, rail_only, rail_optimized
 
 DEFAULT_PRICE_BOOK = "rail-only-hoti2024"
@@ -67,16 +68,21 @@ class PriceBook(BaseModel):
             have = ", ".join(str(s) for s in sorted(self.speeds))
             raise RailplanError(
                 "nic_gbps",
-                f"price book {self.name!r} has no prices for {nic_gbps} Gbps; it has: {have} "
-                "(pass --price-book FILE with that speed)",
+                f"price book {self.name!r} has no prices for {nic_gbps} Gbps; it has: {have}; "
+                f"pass --price-book FILE with that speed or a shipped book that has it: "
+                f"{', '.join(_books_with(nic_gbps)) or 'none'}",
             )
         return self.speeds[nic_gbps]
 
 
 def builtin_price_books() -> list[str]:
     """Names of the price books shipped in railplan/catalog/pricebooks."""
-    root = resources.files("railplan.catalog") / "pricebooks"
-    return sorted(p.name.removesuffix(".yaml") for p in root.iterdir() if p.name.endswith(".yaml"))
+    return price_book_names()
+
+
+def _books_with(nic_gbps: int) -> list[str]:
+    """The shipped price books with prices at ``nic_gbps``."""
+    return [n for n in builtin_price_books() if nic_gbps in load_price_book(n).speeds]
 
 
 def parse_price_book(data: Any, where: str) -> PriceBook:

@@ -33,7 +33,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from railplan.errors import RailplanError
+from railplan.errors import RailplanError, near_multiples
 from railplan.limits import MAX_GPUS, check_int
 
 Architecture = Literal["rail-optimized", "rail-only", "oversubscribed", "multi-plane", "ideal"]
@@ -187,7 +187,9 @@ def check_cluster(gpus: int, hb_domain: int) -> None:
         divisors = [k for k in (8, 16, 32, 64, 72, 128, 256) if gpus % k == 0 and k <= gpus]
         hint = ", ".join(map(str, divisors)) or "1"
         raise RailplanError(
-            "hb_domain", f"{hb_domain} does not divide gpus={gpus}; use a divisor, e.g. {hint}"
+            "hb_domain",
+            f"{hb_domain} does not divide gpus={gpus}; use a divisor, e.g. {hint}, or "
+            f"{near_multiples(gpus, hb_domain)} GPUs",
         )
 
 

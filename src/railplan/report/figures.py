@@ -198,9 +198,15 @@ def sweep_bandwidth(sens: dict[str, Any], key: str, title: str, unit: str) -> go
 def sweep_batch(sens: dict[str, Any]) -> go.Figure:
     """Performance relative to ideal (t_ideal / t) vs global batch."""
     fig = go.Figure(_lines(sens["batch"], "global_batch", "relative_to_ideal"))
+    missing = sorted(
+        {p["global_batch"] for p in sens["batch"] if p.get("relative_to_ideal") is None}
+    )
+    title = "Global batch size" + (
+        f" (no valid strategy at batch {', '.join(map(str, missing))})" if missing else ""
+    )
     return _layout(
         fig,
-        "Global batch size",
+        title,
         xaxis={"title": {"text": "global batch (sequences)"}, "type": "log"},
         yaxis={"title": {"text": "performance relative to ideal"}, "tickformat": ".0%"},
     )

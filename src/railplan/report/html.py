@@ -8,7 +8,6 @@ renamed onto it, so an error or an interrupt never leaves a partial report.
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from railplan.errors import RailplanError
 from railplan.fileio import atomic_write
 from railplan.report.figures import all_figures
 from railplan.traffic import KINDS
+from railplan.units import fmt_bytes
 
 SUFFIXES = (".html", ".htm")
 PLOT_CONFIG: dict[str, Any] = {"displaylogo": False, "responsive": True}
@@ -37,6 +37,10 @@ table { border-collapse: collapse; margin: 10px 0; font-size: 0.9em; }
 th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: right; vertical-align: top; }
 th { background: #f0f3f7; }
 td.l, th.l { text-align: left; }
+td:not(.l), th:not(.l) { white-space: nowrap; }
+.scroll { overflow-x: auto; max-width: 100%; }
+.grid > * { min-width: 0; }
+@media (max-width: 900px) { .grid { grid-template-columns: 1fr; } }
 .answers li { margin: 6px 0; }
 .grid { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }
 .note { color: #8a5300; background: #fff7e6; padding: 6px 10px; border-radius: 4px; }
@@ -51,6 +55,15 @@ nav a { margin-right: 12px; }
 
 def esc(x: Any) -> str:
     return html.escape(str(x))
+
+
+def _space_values(v: object) -> str:
+    """A search-space field: its values, or what None means there (every valid value)."""
+    if v is None:
+        return "every valid value"
+    if isinstance(v, list | tuple):
+        return ", ".join(str(x) for x in v)
+    return str(v)
 
 
 def fmt_s(x: float | None) -> str:
@@ -75,10 +88,6 @@ def fmt_mw(x: float | None) -> str:
     if x is None:
         return "—"
     return f"{x / 1e6:,.2f} MW" if x >= 1e6 else f"{x / 1e3:,.1f} kW"
-
-
-def fmt_gb(x: float) -> str:
-    return f"{x / 1e9:,.1f} GB"
 
 
 def strategy_text(s: dict[str, Any] | None) -> str:
@@ -120,7 +129,10 @@ def table(
     body = "".join(
         "<tr>" + "".join(cell("td", i, v) for i, v in enumerate(r)) + "</tr>" for r in rows
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return (
+        f'<div class="scroll"><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+    )
 
 
 def figure_div(fig: Any, div_id: str) -> str:
@@ -169,13 +181,19 @@ def answers(r: dict[str, Any]) -> str:
         f"<b>What does it cost?</b> Rail-only needs {fmt_int(a['switches'])} switches and "
         f"{fmt_int(a['transceivers'])} transceivers vs {fmt_int(b['switches'])} and "
         f"{fmt_int(b['transceivers'])}: {fmt_musd(a['cost_usd'])} vs {fmt_musd(b['cost_usd'])}, "
-        f"{fmt_mw(a['power_w'])} vs {fmt_mw(b['power_w'])} (saving "
-        f"{fmt_pct(cost['savings']['cost'])} of cost, {fmt_pct(cost['savings']['power'])} of "
-        "power).",
+        + (
+            f"{fmt_mw(a['power_w'])} vs {fmt_mw(b['power_w'])} (saving "
+            f"{fmt_pct(cost['savings']['cost'])} of cost, {fmt_pct(cost['savings']['power'])} "
+            "of power)."
+            if a["power_w"] is not None and b["power_w"] is not None
+            else f"saving {fmt_pct(cost['savings']['cost'])} of cost; power unknown: price book "
+            f"{esc(cost['inputs'].get('price_book', ''))} has no watts at "
+            f"{cost['inputs'].get('nic_gbps', '?')} Gbps."
+        ),
         f"<b>Which strategy?</b> On rail-only: {esc(strategy_text(rl and rl['strategy']))} "
         f"(MFU {fmt_pct(rl and rl['mfu'])}).",
         f"<b>Where do the bytes go?</b> {fmt_pct(hb_share)} of the bytes stay inside HB domains; "
-        f"cross-rail NIC bytes: {fmt_gb(tr['nic_cross_rail_bytes'])}; "
+        f"cross-rail NIC bytes: {fmt_bytes(tr['nic_cross_rail_bytes'])}; "
         f"{fmt_pct(1 - tr['pairs_with_traffic_fraction'], digits=3)} of GPU pairs exchange "
         "nothing.",
         "<b>What if a switch fails?</b> A leaf (rail) switch failure cuts off the same GPUs in "
@@ -266,10 +284,10 @@ def traffic_section(r: dict[str, Any], figs: dict[str, str]) -> str:
     rows = [
         [
             k.upper(),
-            fmt_gb(s["bytes_by_kind"][k]),
+            fmt_bytes(s["bytes_by_kind"][k]),
             fmt_pct(s["share_by_kind"][k]),
-            fmt_gb(s["hb_bytes_by_kind"][k]),
-            fmt_gb(s["nic_bytes_by_kind"][k]),
+            fmt_bytes(s["hb_bytes_by_kind"][k]),
+            fmt_bytes(s["nic_bytes_by_kind"][k]),
             fmt_pct(s["pairs_by_kind_fraction"][k], digits=3),
         ]
         for k in KINDS
@@ -277,19 +295,19 @@ def traffic_section(r: dict[str, Any], figs: dict[str, str]) -> str:
     rows.append(
         [
             "all",
-            fmt_gb(s["total_bytes"]),
+            fmt_bytes(s["total_bytes"]),
             "100.0 %",
-            fmt_gb(s["hb_bytes"]),
-            fmt_gb(s["nic_bytes"]),
+            fmt_bytes(s["hb_bytes"]),
+            fmt_bytes(s["nic_bytes"]),
             fmt_pct(s["pairs_with_traffic_fraction"], digits=3),
         ]
     )
     return (
         f"<p>One iteration of the best rail-only strategy ({esc(strategy_text(t['strategy']))}), "
         f"placed <code>{esc(t['placement'])}</code> (order {esc(', '.join(t['order']))}). "
-        f"Cross-rail NIC bytes: {fmt_gb(s['nic_cross_rail_bytes'])}. Largest pair inside an HB "
-        f"domain: {fmt_gb(s['max_pair_bytes_hb'])}; across the NIC domain: "
-        f"{fmt_gb(s['max_pair_bytes_nic'])}.</p>"
+        f"Cross-rail NIC bytes: {fmt_bytes(s['nic_cross_rail_bytes'])}. Largest pair inside an HB "
+        f"domain: {fmt_bytes(s['max_pair_bytes_hb'])}; across the NIC domain: "
+        f"{fmt_bytes(s['max_pair_bytes_nic'])}.</p>"
         + table(["kind", "bytes", "share", "in HB domains", "over NICs", "GPU pairs"], rows)
         + '<div class="grid">'
         + figs["fig-kinds"]
@@ -433,7 +451,8 @@ def assumptions_section(r: dict[str, Any]) -> str:
     parts.append(
         "<h3>Search space and model constants</h3>"
         + table(
-            ["search field", "values"], [[k, json.dumps(v)] for k, v in a["search_space"].items()]
+            ["search field", "values"],
+            [[k, _space_values(v)] for k, v in a["search_space"].items()],
         )
         + table(
             ["constant", "value", "defined in"],

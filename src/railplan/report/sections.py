@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Any
 
-from railplan.errors import RailplanError
+from railplan.errors import RailplanError, near_multiples
 from railplan.network.cost import Comparison, PriceBook, compare
 from railplan.network.faults import FailureRates, fault_table, monte_carlo
 from railplan.network.topology import NIC_SPEEDS_GBPS
@@ -70,7 +70,11 @@ def check_inputs(inp: ReportInputs) -> None:
         raise RailplanError("global_batch", "must be a positive integer")
     k = inp.system.hb_domain
     if inp.gpus % k:
-        raise RailplanError("gpus", f"must be a multiple of the HB-domain size K={k}")
+        raise RailplanError(
+            "gpus",
+            f"must be a multiple of the HB-domain size K={k} (whole domains for the network "
+            f"counts); nearest: {near_multiples(inp.gpus, k)}",
+        )
     if inp.system.nics_per_gpu != int(inp.system.nics_per_gpu):
         raise RailplanError("nics_per_gpu", "the network counts need a whole number of NICs")
 

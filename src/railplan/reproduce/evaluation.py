@@ -424,7 +424,8 @@ def tables(report: dict[str, Any]) -> list[dict[str, Any]]:
     else:
         out.append(
             {
-                "title": "Seed 002: GPT-175B, NICs per DGX A100 node (relative iteration time)",
+                "title": "SK Telecom's TITAN talk: GPT-175B, NICs per DGX A100 node "
+                "(relative iteration time)",
                 "columns": [
                     "NICs/node",
                     "measured ms",
@@ -563,7 +564,12 @@ def plot(report: dict[str, Any], path: Path) -> None:
     else:
         fig, ax = plt.subplots(figsize=(5, 3.5))
         nics = [p["nics_per_node"] for p in pts]
-        ax.plot(nics, [p["measured_relative"] for p in pts], "o-", label="measured (seed 002)")
+        ax.plot(
+            nics,
+            [p["measured_relative"] for p in pts],
+            "o-",
+            label="measured (SK Telecom TITAN talk)",
+        )
         ax.plot(
             nics,
             [p["fixed_strategy_relative"] for p in pts],

@@ -6,10 +6,12 @@ from typing import Annotated, Literal, Self
 
 from pydantic import model_validator
 
+from railplan.names import ARCHITECTURES
 from railplan.specs.base import Range, Spec
 
+__all__ = ["ARCHITECTURES", "OVERSUBSCRIPTION", "Architecture", "Network"]
+
 Architecture = Literal["rail-optimized", "rail-only", "ideal", "oversubscribed"]
-ARCHITECTURES: tuple[str, ...] = ("rail-optimized", "rail-only", "ideal", "oversubscribed")
 #: down:up bandwidth ratio above the leaves (1 = full bisection)
 OVERSUBSCRIPTION = Range(1.0, 100.0, hint="down:up ratio, 1 = full bisection")
 
