@@ -17,28 +17,6 @@ from hypothesis import strategies as st
 
 from tests.cli.fuzz_cases import argv, commands, run_in_process
 
-#: Causes that belong to issue 17's library-side input bounds (branch i17): the fuzz reports
-#: them but does not fail on them until that branch lands. Each entry: the exception type and
-#: the function it escapes from. Remove an entry once its fix is merged.
-I17_OWNED: list[tuple[str, str]] = [
-    ("ZeroDivisionError", "alltoall.py"),  # alltoall --hb-domain 1
-    ("OverflowError", ""),  # integers beyond int64 (strategies, search)
-    ("TypeError", "divisors"),  # search --gpus beyond int64
-    ("RecursionError", ""),  # deeply nested YAML
-    ("UnicodeDecodeError", ""),  # binary / UTF-16 spec or price book
-    ("MemoryError", ""),  # arrays sized by huge inputs
-    ("_ArrayMemoryError", ""),
-    ("ValueError", "faults.py"),  # faults --seed -1
-    ("ValueError", "null byte"),  # a NUL byte in a file name
-    ("UnicodeEncodeError", ""),  # non-UTF-8 output file names
-    ("RuntimeError", "Symlink loop"),  # a sweep output that is a symlink loop
-]
-
-
-def _owned_by_i17(tb: str) -> bool:
-    exc = tb.strip().splitlines()[-1].split(":")[0].split(".")[-1]
-    return any(exc == e and part in tb for e, part in I17_OWNED)
-
 
 def test_every_command_is_fuzzed() -> None:
     names = {" ".join(c.path) for c in commands()}
@@ -56,8 +34,6 @@ def test_cli_fuzz(seed: int, tmp_path_factory: pytest.TempPathFactory) -> None:
     root: Path = tmp_path_factory.getbasetemp() / "fuzz"
     args = argv(random.Random(seed), root)
     outcome = run_in_process(args, timeout_s=60)
-    if outcome.traceback is not None and _owned_by_i17(outcome.traceback):
-        return
     assert not outcome.findings(), (args, outcome.findings(), outcome.traceback, outcome.stderr)
 
 
