@@ -202,9 +202,9 @@ class SweepSpec:
         self._check_points()
 
     def _check_points(self) -> None:
-        from railplan.cli.core import build_network, build_system
         from railplan.search import SearchSpace
         from railplan.specs import load_model
+        from railplan.specs.build import build_network, build_system
 
         SearchSpace(zero=self.zero)
         points = self.points()
@@ -281,9 +281,9 @@ def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, An
     """Search the best strategy for one point. When no strategy is valid or none fits, the
     row says so in `error` and is a finished answer; any exception raised on the way gives a
     row with only `error` set, which a resumed sweep computes again (see `is_done`)."""
-    from railplan.cli.core import build_network, build_system
     from railplan.search import SearchSpace, search
     from railplan.specs import load_model
+    from railplan.specs.build import build_network, build_system
 
     row: dict[str, Any] = {k: point.get(k) for k in FIELDS}
     row["key"] = point_key(point, zero)

@@ -39,82 +39,9 @@ from railplan.cli.options import (
     ZeroScheduleOpt,
 )
 from railplan.errors import RailplanError, near_multiples
-from railplan.names import ARCHITECTURES
 
 if TYPE_CHECKING:
-    from railplan.specs import Network, Strategy, System
-
-RECOMPUTE = ("none", "selective", "full")
-ZERO_SCHEDULES = ("micro_batch", "step")
-ATTENTION = ("flash", "unfused")
-PRECISION = ("bf16", "fp8")
-
-
-def _choice(field: str, value: str, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise RailplanError(field, f"{value!r} is not allowed; choose one of {', '.join(allowed)}")
-    return value
-
-
-def build_system(
-    system: str,
-    hb_domain: int | None,
-    hb_tbps: float | None,
-    nic_gbps: float | None,
-    nics_per_gpu: float | None,
-    gpu_memory_gib: float | None = None,
-) -> System:
-    """The catalog system with the command line's overrides applied (validated again)."""
-    from railplan.specs import System, load_system
-
-    base = load_system(system)
-    if gpu_memory_gib is not None:
-        gpu = base.gpu.model_dump() | {"memory_gib": gpu_memory_gib}
-        base = System.parse(base.model_dump() | {"gpu": gpu}, "system")
-    over = {
-        k: v
-        for k, v in {
-            "hb_domain": hb_domain,
-            "hb_tbps": hb_tbps,
-            "nic_gbps": nic_gbps,
-            "nics_per_gpu": nics_per_gpu,
-        }.items()
-        if v is not None
-    }
-    if not over:
-        return base
-    data = base.model_dump() | over
-    return System.parse(data, "system")
-
-
-def build_network(network: str, oversubscription: float | None) -> Network:
-    from railplan.specs import Network
-
-    arch = _choice("network", network, ARCHITECTURES)
-    data: dict[str, Any] = {"architecture": arch}
-    if oversubscription is not None:
-        data["oversubscription"] = oversubscription
-    return Network.parse(data, "network")
-
-
-def build_strategy(**kwargs: Any) -> Strategy:
-    from railplan.specs import Strategy
-    from railplan.specs.base import from_validation_error
-
-    _choice("recompute", kwargs["recompute"], RECOMPUTE)
-    if "zero_schedule" in kwargs:
-        _choice("zero_schedule", kwargs["zero_schedule"], ZERO_SCHEDULES)
-    for field, allowed in (("attention", ATTENTION), ("precision", PRECISION)):
-        if field in kwargs:
-            _choice(field, kwargs[field], allowed)
-    try:
-        return Strategy.model_validate(kwargs)
-    except Exception as err:
-        import pydantic
-
-        if isinstance(err, pydantic.ValidationError):
-            raise from_validation_error(err, "strategy") from None
-        raise
+    pass
 
 
 def print_json(data: Any) -> None:
@@ -188,6 +115,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         """Predict one training iteration: time, MFU/HFU, memory, and where the time goes."""
         from railplan.estimate import estimate as run
         from railplan.specs import load_model
+        from railplan.specs.build import build_network, build_strategy, build_system
 
         if gpus <= 0:
             raise RailplanError("gpus", "must be a positive integer")
@@ -365,9 +293,10 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
     ) -> None:
         """List the catalog's models, GPUs or systems with their sources."""
         from railplan.specs import names
+        from railplan.specs.build import choice
         from railplan.specs.catalog import _catalog
 
-        _choice("kind", kind, ("models", "gpus", "systems"))
+        choice("kind", kind, ("models", "gpus", "systems"))
         entries = {n: _catalog(kind)[n] for n in names(kind)}
         if as_json:
             print_json(entries)

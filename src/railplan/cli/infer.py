@@ -88,10 +88,11 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
     ) -> None:
         """Serve a model: TTFT, TPOT, tokens/s per GPU, KV cache and the largest batch; under
         Poisson load with --arrival-rate (mean and p99, a sweep with a plot)."""
-        from railplan.cli.core import build_network, build_system, print_json
+        from railplan.cli.core import print_json
         from railplan.inference.engine import Deployment
         from railplan.inference.estimate import infer as run
         from railplan.inference.serving import rate_sweep
+        from railplan.specs.build import build_network, build_system
         from railplan.specs.catalog import load_model
 
         rates = _floats("arrival_rate", arrival_rate) if arrival_rate is not None else []

@@ -37,7 +37,8 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         """All-to-all time on rail-optimized (direct) vs rail-only (forwarding through the HB
         domain) and the slowdown (paper: 8.2 % DGX A100, 11.2 % DGX H100)."""
         from railplan.alltoall import compare
-        from railplan.cli.core import build_system, print_json
+        from railplan.cli.core import print_json
+        from railplan.specs.build import build_system
 
         sy = build_system(system, hb_domain, hb_tbps, nic_gbps, None)
         r = compare(sy, gpus, bytes_per_pair, achievable, latency)

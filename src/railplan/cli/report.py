@@ -51,13 +51,13 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        from railplan.cli.core import build_system
         from railplan.errors import RailplanError
         from railplan.network.cost import load_price_book
         from railplan.report import STEPS, ReportInputs, build, write_report
         from railplan.report.html import check_output
         from railplan.report.sections import check_inputs
         from railplan.specs import load_model
+        from railplan.specs.build import build_system
 
         check_output(out)
         if trials < 1:

@@ -168,10 +168,11 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         ] = "flash",
     ) -> None:
         """Find the fastest parallelization that fits in memory (and the time/memory Pareto set)."""
-        from railplan.cli.core import build_network, build_system, print_json
+        from railplan.cli.core import print_json
         from railplan.search import SearchSpace
         from railplan.search import search as run
         from railplan.specs import load_model
+        from railplan.specs.build import build_network, build_system
         from railplan.sweep import int_list
 
         m = load_model(model)

@@ -128,9 +128,10 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         zero_schedule: ZeroScheduleOpt = "micro_batch",
     ) -> None:
         """Bytes every GPU pair exchanges in one iteration, by kind (TP, PP, DP, EP, CP)."""
-        from railplan.cli.core import build_strategy, build_system, print_json
+        from railplan.cli.core import print_json
         from railplan.placement import build_placement
         from railplan.specs import load_model
+        from railplan.specs.build import build_strategy, build_system
         from railplan.traffic import EXPORT_SUFFIXES, stats, traffic
         from railplan.traffic import export as export_file
         from railplan.traffic_plots import FIGURE_SUFFIXES, check_suffix, kind_bars

@@ -1,0 +1,82 @@
+"""Specs with overrides: the one place the CLI, the sweep and the report build a system, a
+network or a strategy from names and flag values (each validated again, errors in one line)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from railplan.errors import RailplanError
+from railplan.names import ARCHITECTURES
+from railplan.specs.hardware import System
+from railplan.specs.network import Network
+from railplan.specs.strategy import Strategy
+
+RECOMPUTE = ("none", "selective", "full")
+ZERO_SCHEDULES = ("micro_batch", "step")
+ATTENTION = ("flash", "unfused")
+PRECISION = ("bf16", "fp8")
+
+
+def choice(field: str, value: str, allowed: tuple[str, ...]) -> str:
+    """`value` if it is one of `allowed`, else a one-line error naming the field."""
+    if value not in allowed:
+        raise RailplanError(field, f"{value!r} is not allowed; choose one of {', '.join(allowed)}")
+    return value
+
+
+def build_system(
+    system: str,
+    hb_domain: int | None,
+    hb_tbps: float | None,
+    nic_gbps: float | None,
+    nics_per_gpu: float | None,
+    gpu_memory_gib: float | None = None,
+) -> System:
+    """The catalog system with the command line's overrides applied (validated again)."""
+    from railplan.specs.catalog import load_system
+
+    base = load_system(system)
+    if gpu_memory_gib is not None:
+        gpu = base.gpu.model_dump() | {"memory_gib": gpu_memory_gib}
+        base = System.parse(base.model_dump() | {"gpu": gpu}, "system")
+    over = {
+        k: v
+        for k, v in {
+            "hb_domain": hb_domain,
+            "hb_tbps": hb_tbps,
+            "nic_gbps": nic_gbps,
+            "nics_per_gpu": nics_per_gpu,
+        }.items()
+        if v is not None
+    }
+    if not over:
+        return base
+    data = base.model_dump() | over
+    return System.parse(data, "system")
+
+
+def build_network(network: str, oversubscription: float | None) -> Network:
+    arch = choice("network", network, ARCHITECTURES)
+    data: dict[str, Any] = {"architecture": arch}
+    if oversubscription is not None:
+        data["oversubscription"] = oversubscription
+    return Network.parse(data, "network")
+
+
+def build_strategy(**kwargs: Any) -> Strategy:
+    from railplan.specs.base import from_validation_error
+
+    choice("recompute", kwargs["recompute"], RECOMPUTE)
+    if "zero_schedule" in kwargs:
+        choice("zero_schedule", kwargs["zero_schedule"], ZERO_SCHEDULES)
+    for field, allowed in (("attention", ATTENTION), ("precision", PRECISION)):
+        if field in kwargs:
+            choice(field, kwargs[field], allowed)
+    try:
+        return Strategy.model_validate(kwargs)
+    except Exception as err:
+        import pydantic
+
+        if isinstance(err, pydantic.ValidationError):
+            raise from_validation_error(err, "strategy") from None
+        raise
