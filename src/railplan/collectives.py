@@ -129,3 +129,11 @@ def all_reduce_s(
     """All-reduce of a group = reduce-scatter + all-gather, with `all_gather_s`'s algorithm."""
     args = (n, stride, size_bytes, hb_domain, hb_bw, nic_bw, hb_lat_s, nic_lat_s)
     return np.asarray(2.0 * all_gather_s(*args))
+
+
+def nvls_all_reduce_s(n: Num, size_bytes: Num, bw: Num, latency_s: Num) -> FloatArray:
+    """NVLink SHARP all-reduce inside one NVSwitch domain: each GPU link carries (n+1)/n·D per
+    direction (multimem load-reduce of the inputs, multicast store of its slice;
+    NVIDIA/nccl-tests#212), O(1) steps."""
+    n = _f(n)
+    return in_network_all_reduce_s(n, (n + 1) / n * _f(size_bytes), bw, latency_s)

@@ -27,9 +27,9 @@ app.add_typer(reproduce_app, name="reproduce")
 
 
 def _register() -> None:
-    from railplan.cli import core, flowsim, moe, network, report, search, traffic
+    from railplan.cli import collective, core, flowsim, moe, network, report, search, traffic
 
-    for module in (core, network, traffic, search, moe, flowsim, report):
+    for module in (core, network, traffic, search, moe, flowsim, report, collective):
         module.register(app, reproduce_app)
 
 
