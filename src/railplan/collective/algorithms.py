@@ -15,8 +15,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from railplan import collectives as coll
 from railplan.errors import RailplanError
+from railplan.iteration import Links, links
 from railplan.specs import Network, System
 from railplan.specs.base import BYTES
 
@@ -38,13 +41,32 @@ class Group:
     gpus: int
     x: int  # members per HB domain
     y: int  # HB domains
-    hb_bw: float
-    nic_bw: float
-    nic_bw_spread: float
-    hb_lat_s: float
-    nic_lat_s: float
-    rail_only: bool
+    links: Links  # the bandwidths and latencies the iteration model uses
     nvls_bw: float  # 0: the HB domain has no NVLink SHARP
+
+    @property
+    def hb_bw(self) -> float:
+        return self.links.hb_bw
+
+    @property
+    def nic_bw(self) -> float:
+        return self.links.nic_bw
+
+    @property
+    def nic_bw_spread(self) -> float:
+        return self.links.nic_bw_spread
+
+    @property
+    def hb_lat_s(self) -> float:
+        return self.links.hb_lat_s
+
+    @property
+    def nic_lat_s(self) -> float:
+        return self.links.nic_lat_s
+
+    @property
+    def rail_only(self) -> bool:
+        return self.links.rail_only
 
     @property
     def flat_bw(self) -> float:
@@ -71,12 +93,7 @@ def group(system: System, network: Network, gpus: int, nvls: bool = True) -> Gro
         gpus=gpus,
         x=x,
         y=gpus // x,
-        hb_bw=system.hb_bytes_per_s,
-        nic_bw=system.nic_bytes_per_s,
-        nic_bw_spread=system.nic_bytes_per_s * network.nic_bandwidth_factor,
-        hb_lat_s=system.hb_latency_us * 1e-6,
-        nic_lat_s=system.nic_latency_us * 1e-6,
-        rail_only=network.architecture == "rail-only",
+        links=links(system, network, np.asarray(float(gpus))),
         nvls_bw=min(line_hb * NVLS_LINK_EFFICIENCY, system.hb_bytes_per_s) if has_nvls else 0.0,
     )
 
