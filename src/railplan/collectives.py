@@ -137,3 +137,29 @@ def nvls_all_reduce_s(n: Num, size_bytes: Num, bw: Num, latency_s: Num) -> Float
     NVIDIA/nccl-tests#212), O(1) steps."""
     n = _f(n)
     return in_network_all_reduce_s(n, (n + 1) / n * _f(size_bytes), bw, latency_s)
+
+
+def in_network_hierarchical_all_reduce_s(
+    x: Num,
+    y: Num,
+    size_bytes: Num,
+    hb_bw: Num,
+    nic_bw: Num,
+    hb_lat_s: Num,
+    nic_lat_s: Num,
+    nvls_bw: float,
+    sharp: bool,
+) -> FloatArray:
+    """All-reduce over x GPUs per domain × y domains with in-network aggregation: NVLink SHARP in
+    the domain when `nvls_bw` > 0 (else a ring), and over each rail on the 1/x shard SHARP when
+    `sharp` (else a ring); the two phases pipelined (NCCL's NVLS-tree and CollNet stream chunks)."""
+    x, y, d = _f(x), _f(y), _f(size_bytes)
+    if nvls_bw > 0:
+        intra = nvls_all_reduce_s(x, d, nvls_bw, hb_lat_s)
+    else:
+        intra = ring_all_reduce_s(x, d, hb_bw, hb_lat_s)
+    if sharp:
+        inter = in_network_all_reduce_s(y, d / x, nic_bw, nic_lat_s)
+    else:
+        inter = ring_all_reduce_s(y, d / x, nic_bw, nic_lat_s)
+    return np.asarray(np.where(y > 1, np.maximum(intra, inter), intra))

@@ -103,12 +103,6 @@ def busbw_factor(op: str, n: int) -> float:
     return 2.0 * (n - 1) / n if op == "all-reduce" else (n - 1) / n
 
 
-def _intra_all_reduce_s(g: Group, size: float, nvls: bool) -> float:
-    if nvls:
-        return float(coll.nvls_all_reduce_s(g.x, size, g.nvls_bw, g.hb_lat_s))
-    return float(coll.ring_all_reduce_s(g.x, size, g.hb_bw, g.hb_lat_s))
-
-
 def time_s(g: Group, op: str, algorithm: str, size_bytes: float) -> tuple[float | None, str]:
     """(seconds, note); seconds is None when the algorithm does not apply (the note says why)."""
     d, n, x, y = size_bytes, g.gpus, g.x, g.y
@@ -141,20 +135,16 @@ def time_s(g: Group, op: str, algorithm: str, size_bytes: float) -> tuple[float 
         return None, f"{algorithm} is an all-reduce algorithm"
     if algorithm == "tree":
         return float(coll.tree_all_reduce_s(n, d, g.flat_bw, g.flat_lat_s)), "double binary tree"
+    args = (x, y, d, g.hb_bw, g.nic_bw, g.hb_lat_s, g.nic_lat_s)
     if algorithm == "nvls":
         if g.nvls_bw <= 0:
             return None, "the HB domain has no NVLink SHARP (NVSwitch 3, H100 and later)"
-        sec = _intra_all_reduce_s(g, d, True)
-        if y > 1:  # NVLS inside the domain, ring over each rail on the 1/x shard, pipelined
-            sec = max(sec, float(coll.ring_all_reduce_s(y, d / x, g.nic_bw, g.nic_lat_s)))
+        sec = float(coll.in_network_hierarchical_all_reduce_s(*args, g.nvls_bw, False))
         return sec, "NVLink SHARP in the HB domain" + (", ring across domains" if y > 1 else "")
     if algorithm == "sharp":
         if y == 1:
             return None, "the group lies in one HB domain: no switch to aggregate in"
-        sec = max(  # pipelined, as NCCL's NVLS-tree / CollNet chains stream chunks
-            _intra_all_reduce_s(g, d, g.nvls_bw > 0),
-            float(coll.in_network_all_reduce_s(y, d / x, g.nic_bw, g.nic_lat_s)),
-        )
+        sec = float(coll.in_network_hierarchical_all_reduce_s(*args, g.nvls_bw, True))
         return sec, "InfiniBand SHARP on the rail switches for the 1/x shard of each rail"
     raise RailplanError("algorithm", f"{algorithm!r} is not allowed; choose one of {ALGORITHMS}")
 
