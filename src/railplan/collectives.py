@@ -131,6 +131,17 @@ def all_reduce_s(
     return np.asarray(2.0 * all_gather_s(*args))
 
 
+#: NVLink SHARP link efficiency on NVSwitch 3 (H100/H200 class): nccl-tests on 8× H200 peaks at
+#: busbw 475 GB/s (NVIDIA/nccl-tests#272) = algbw 271 GB/s; NVLS moves (n+1)/n·D per GPU link
+#: (NVIDIA/nccl-tests#212, PR #239), so the link carries 305 GB/s of 450 GB/s line rate: 0.679.
+NVLS_LINK_EFFICIENCY = 0.679
+
+
+def nvls_bytes_per_s(hb_tbps: float, hb_bytes_per_s: float) -> float:
+    """Achievable NVLink SHARP bandwidth per GPU link, never above the ring's."""
+    return min(hb_tbps * 1e12 / 8 * NVLS_LINK_EFFICIENCY, hb_bytes_per_s)
+
+
 def nvls_all_reduce_s(n: Num, size_bytes: Num, bw: Num, latency_s: Num) -> FloatArray:
     """NVLink SHARP all-reduce inside one NVSwitch domain: each GPU link carries (n+1)/n·D per
     direction (multimem load-reduce of the inputs, multicast store of its slice;

@@ -123,3 +123,26 @@ def test_cli_bad_input_one_line_exit_2(args: list[str]) -> None:
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1
     assert "Traceback" not in p.stderr
+
+
+def test_nvls_and_sharp_knobs_reach_the_iteration_model() -> None:
+    """System.nvls and Network.sharp shorten DP/TP all-reduces; both off changes nothing."""
+    from railplan.iteration import iteration
+    from railplan.specs import Strategy, load_model
+    from railplan.strategies import from_strategies
+
+    model = load_model("gpt-22b")
+    s = from_strategies(Strategy(tp=8, pp=1, dp=8, micro_batch=1, global_batch=64))
+    base = H100
+    times = {}
+    for nvls in (False, True):
+        for sharp in (False, True):
+            sy = base.model_copy(update={"nvls": nvls})
+            net = Network(architecture="rail-only", sharp=sharp)
+            it = iteration(model, sy, net, s)
+            times[(nvls, sharp)] = float(it.iteration_s)
+    plain = float(iteration(model, base, Network(architecture="rail-only"), s).iteration_s)
+    assert times[(False, False)] == plain
+    assert times[(True, False)] < plain
+    assert times[(False, True)] <= plain
+    assert times[(True, True)] <= min(times[(True, False)], times[(False, True)]) * (1 + 1e-12)

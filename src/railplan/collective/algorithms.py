@@ -25,10 +25,6 @@ from railplan.specs.base import BYTES
 
 OPS: tuple[str, ...] = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")
 ALGORITHMS: tuple[str, ...] = ("ring", "tree", "hierarchical", "nvls", "sharp")
-#: NVLink SHARP link efficiency on NVSwitch 3 (H100/H200 class): nccl-tests on 8× H200 peaks at
-#: busbw 475 GB/s (NVIDIA/nccl-tests#272) = algbw 271 GB/s; NVLS moves (n+1)/n·D per GPU link
-#: (NVIDIA/nccl-tests#212, PR #239), so the link carries 305 GB/s of 450 GB/s line rate: 0.679.
-NVLS_LINK_EFFICIENCY = 0.679
 #: GPUs whose HB domain is built of NVLink-SHARP switches (NVSwitch 3 and later: H100 whitepaper,
 #: GB200 NVL72 datasheet); A100's NVSwitch 2 and AMD Infinity Fabric have no in-switch reduction
 NVLS_GPUS: frozenset[str] = frozenset({"h100-sxm", "gh200", "b200", "gb200"})
@@ -87,14 +83,13 @@ def group(system: System, network: Network, gpus: int, nvls: bool = True) -> Gro
     if gpus > k and gpus % k:
         raise RailplanError("gpus", f"must be at most {k} or a multiple of the HB-domain size {k}")
     x = min(gpus, k)
-    line_hb = system.hb_tbps * 1e12 / 8
-    has_nvls = nvls and system.gpu.name in NVLS_GPUS
+    has_nvls = system.nvls or (nvls and system.gpu.name in NVLS_GPUS)
     return Group(
         gpus=gpus,
         x=x,
         y=gpus // x,
         links=links(system, network, np.asarray(float(gpus))),
-        nvls_bw=min(line_hb * NVLS_LINK_EFFICIENCY, system.hb_bytes_per_s) if has_nvls else 0.0,
+        nvls_bw=coll.nvls_bytes_per_s(system.hb_tbps, system.hb_bytes_per_s) if has_nvls else 0.0,
     )
 
 
