@@ -146,3 +146,15 @@ def test_nvls_and_sharp_knobs_reach_the_iteration_model() -> None:
     assert times[(True, False)] < plain
     assert times[(False, True)] <= plain
     assert times[(True, True)] <= min(times[(True, False)], times[(False, True)]) * (1 + 1e-12)
+
+
+def test_sweep_plot_written(tmp_path: pytest.TempPathFactory) -> None:
+    from pathlib import Path
+
+    out = Path(str(tmp_path)) / "sweep.png"
+    r = CliRunner().invoke(
+        app, ["collective", "--bytes", "1024,1048576,1073741824", "--plot", str(out), "--json"]
+    )
+    assert r.exit_code == 0, r.output
+    assert out.stat().st_size > 1000
+    assert len(json.loads(r.output)["sizes"]) == 3

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -42,11 +42,15 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         network: NetworkOpt = "rail-optimized",
         radix: Annotated[int, typer.Option(help="switch radix of the built graph")] = 64,
         as_json: JsonOpt = False,
+        plot: Annotated[
+            str | None, typer.Option(help="write time and busbw vs size to a .png/.svg/.pdf")
+        ] = None,
     ) -> None:
         """Time, algbw and busbw (as nccl-tests) per algorithm, and the max-flow lower bound."""
         from railplan.cli.core import build_network, print_json
         from railplan.collective import algorithms as alg
         from railplan.collective.bound import bound_s
+        from railplan.collective.sweep import sweep
         from railplan.errors import RailplanError
         from railplan.specs import load_system
 
@@ -62,11 +66,13 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             )
         g = alg.group(sysm, net, gpus)
         nic = int(sysm.nic_gbps)
-        rows: list[dict[str, Any]] = []
-        for size in _sizes(nbytes):
-            results = [alg.run(g, op, a, size).to_dict() for a in names]
-            b = bound_s(g, op, size, net.architecture, radix, nic)
-            rows.append({"bytes": size, "bound_s": b, "algorithms": results})
+        rows = sweep(g, op, _sizes(nbytes), names)
+        for row in rows:
+            row["bound_s"] = bound_s(g, op, row["bytes"], net.architecture, radix, nic)
+        if plot is not None:
+            from railplan.collective.sweep import plot as plot_sweep
+
+            plot_sweep(rows, plot, f"{op} on {gpus} GPUs of {sysm.name}, {network}")
         if as_json:
             print_json(
                 {"system": sysm.name, "gpus": gpus, "op": op, "network": network, "sizes": rows}
