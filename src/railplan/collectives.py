@@ -129,3 +129,48 @@ def all_reduce_s(
     """All-reduce of a group = reduce-scatter + all-gather, with `all_gather_s`'s algorithm."""
     args = (n, stride, size_bytes, hb_domain, hb_bw, nic_bw, hb_lat_s, nic_lat_s)
     return np.asarray(2.0 * all_gather_s(*args))
+
+
+#: NVLink SHARP link efficiency on NVSwitch 3 (H100/H200 class): nccl-tests on 8× H200 peaks at
+#: busbw 475 GB/s (NVIDIA/nccl-tests#272) = algbw 271 GB/s; NVLS moves (n+1)/n·D per GPU link
+#: (NVIDIA/nccl-tests#212, PR #239), so the link carries 305 GB/s of 450 GB/s line rate: 0.679.
+NVLS_LINK_EFFICIENCY = 0.679
+
+
+def nvls_bytes_per_s(hb_tbps: float, hb_bytes_per_s: float) -> float:
+    """Achievable NVLink SHARP bandwidth per GPU link, never above the ring's."""
+    return min(hb_tbps * 1e12 / 8 * NVLS_LINK_EFFICIENCY, hb_bytes_per_s)
+
+
+def nvls_all_reduce_s(n: Num, size_bytes: Num, bw: Num, latency_s: Num) -> FloatArray:
+    """NVLink SHARP all-reduce inside one NVSwitch domain: each GPU link carries (n+1)/n·D per
+    direction (multimem load-reduce of the inputs, multicast store of its slice;
+    NVIDIA/nccl-tests#212), O(1) steps."""
+    n = _f(n)
+    return in_network_all_reduce_s(n, (n + 1) / n * _f(size_bytes), bw, latency_s)
+
+
+def in_network_hierarchical_all_reduce_s(
+    x: Num,
+    y: Num,
+    size_bytes: Num,
+    hb_bw: Num,
+    nic_bw: Num,
+    hb_lat_s: Num,
+    nic_lat_s: Num,
+    nvls_bw: float,
+    sharp: bool,
+) -> FloatArray:
+    """All-reduce over x GPUs per domain × y domains with in-network aggregation: NVLink SHARP in
+    the domain when `nvls_bw` > 0 (else a ring), and over each rail on the 1/x shard SHARP when
+    `sharp` (else a ring); the two phases pipelined (NCCL's NVLS-tree and CollNet stream chunks)."""
+    x, y, d = _f(x), _f(y), _f(size_bytes)
+    if nvls_bw > 0:
+        intra = nvls_all_reduce_s(x, d, nvls_bw, hb_lat_s)
+    else:
+        intra = ring_all_reduce_s(x, d, hb_bw, hb_lat_s)
+    if sharp:
+        inter = in_network_all_reduce_s(y, d / x, nic_bw, nic_lat_s)
+    else:
+        inter = ring_all_reduce_s(y, d / x, nic_bw, nic_lat_s)
+    return np.asarray(np.where(y > 1, np.maximum(intra, inter), intra))

@@ -97,6 +97,8 @@ class Links:
     nic_lat_s: float
     rail_only: bool
     comm_sm_fraction: float
+    nvls_bw: float = 0.0  # NVLink SHARP bandwidth, 0 = off (System.nvls)
+    sharp: bool = False  # SHARP on the rail switches (Network.sharp)
 
 
 def links(system: System, network: Network, gpus: FloatArray) -> Links:
@@ -111,6 +113,10 @@ def links(system: System, network: Network, gpus: FloatArray) -> Links:
         nic_lat_s=system.nic_latency_us * 1e-6,
         rail_only=network.architecture == "rail-only",
         comm_sm_fraction=system.comm_sm_fraction,
+        nvls_bw=coll.nvls_bytes_per_s(system.hb_tbps, system.hb_bytes_per_s)
+        if system.nvls
+        else 0.0,
+        sharp=network.sharp,
     )
 
 
@@ -124,6 +130,18 @@ def group_collective_s(
     t = phases * coll.hierarchical_all_gather_s(
         shape.x, shape.y, size, lk.hb_bw, lk.nic_bw, lk.hb_lat_s, lk.nic_lat_s
     )
+    if not gather_only and (lk.nvls_bw > 0 or lk.sharp):
+        t = coll.in_network_hierarchical_all_reduce_s(
+            shape.x,
+            shape.y,
+            size,
+            lk.hb_bw,
+            lk.nic_bw,
+            lk.hb_lat_s,
+            lk.nic_lat_s,
+            lk.nvls_bw,
+            lk.sharp,
+        )
     if lk.rail_only:
         # Forwarding: the NIC-phase bytes take one more HB hop to reach the right rail.
         hop = phases * (shape.y - 1) / shape.y * size / shape.x / lk.hb_bw
@@ -332,6 +350,9 @@ def tp_comm_times(
     ops = comm.tp_ops_per_layer(s)
     gather = group_collective_s(lk, shape, act, gather_only=True)
     one_op = 2.0 * gather  # all-reduce = reduce-scatter + all-gather, with or without SP
+    if lk.nvls_bw > 0 or lk.sharp:  # in-network aggregation serves the all-reduce (no SP)
+        sp = s.sequence_parallel.astype(bool)
+        one_op = np.asarray(np.where(sp, one_op, group_collective_s(lk, shape, act)))
 
     hide = s.overlap_tp.astype(bool)
 

@@ -94,9 +94,19 @@ def _root(
 
 
 def _register() -> None:
-    from railplan.cli import core, flowsim, infer, moe, network, report, search, traffic
+    from railplan.cli import (
+        collective,
+        core,
+        flowsim,
+        infer,
+        moe,
+        network,
+        report,
+        search,
+        traffic,
+    )
 
-    for module in (core, network, traffic, search, moe, flowsim, report, infer):
+    for module in (core, network, traffic, search, moe, flowsim, report, infer, collective):
         module.register(app, reproduce_app)
 
 

@@ -92,6 +92,11 @@ class System(Spec):
         "channel, ~16 channels of 108 SMs on 8x A100; Calculon uses 0.15)",
     )
     source: str = ""
+    nvls: bool = Field(
+        default=False,
+        description="all-reduces inside the HB domain use NVLink SHARP (NVSwitch 3 and later; "
+        "docs/collectives.md)",
+    )
 
     @property
     def nic_bytes_per_s(self) -> float:

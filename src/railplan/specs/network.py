@@ -23,6 +23,8 @@ class Network(Spec):
 
     architecture: Architecture = "rail-optimized"
     oversubscription: Annotated[float, OVERSUBSCRIPTION] = 1.0
+    #: the rail switches aggregate all-reduces in the network (InfiniBand SHARP)
+    sharp: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> Self:

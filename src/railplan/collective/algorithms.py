@@ -1,0 +1,172 @@
+"""One collective on one group of GPUs, timed by every algorithm behind one interface.
+
+The group is `gpus` GPUs of a system filling whole HB domains (x = K per domain, y = gpus/K
+domains; one domain when gpus ≤ K). `size_bytes` is the size nccl-tests prints: the all-reduced
+vector, the gathered result, the reduce-scattered input, or each rank's all-to-all send buffer.
+Bandwidths are the system's achievable ones (railplan.specs.System). Every closed form comes from
+railplan.collectives; this module only picks the bandwidth and latency each algorithm sees.
+
+Bus bandwidth as nccl-tests defines it (doc/PERFORMANCE.md): algbw = size/time, busbw = algbw ×
+2(n−1)/n for all-reduce and (n−1)/n for all-gather, reduce-scatter and all-to-all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from railplan import collectives as coll
+from railplan.errors import RailplanError
+from railplan.iteration import Links, links
+from railplan.specs import Network, System
+from railplan.specs.base import BYTES
+
+OPS: tuple[str, ...] = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")
+ALGORITHMS: tuple[str, ...] = ("ring", "tree", "hierarchical", "nvls", "sharp")
+#: GPUs whose HB domain is built of NVLink-SHARP switches (NVSwitch 3 and later: H100 whitepaper,
+#: GB200 NVL72 datasheet); A100's NVSwitch 2 and AMD Infinity Fabric have no in-switch reduction
+NVLS_GPUS: frozenset[str] = frozenset({"h100-sxm", "gh200", "b200", "gb200"})
+
+
+@dataclass(frozen=True)
+class Group:
+    """The shape and bandwidths (bytes/s per GPU per direction) one collective sees."""
+
+    gpus: int
+    x: int  # members per HB domain
+    y: int  # HB domains
+    links: Links  # the bandwidths and latencies the iteration model uses
+    nvls_bw: float  # 0: the HB domain has no NVLink SHARP
+
+    @property
+    def hb_bw(self) -> float:
+        return self.links.hb_bw
+
+    @property
+    def nic_bw(self) -> float:
+        return self.links.nic_bw
+
+    @property
+    def nic_bw_spread(self) -> float:
+        return self.links.nic_bw_spread
+
+    @property
+    def hb_lat_s(self) -> float:
+        return self.links.hb_lat_s
+
+    @property
+    def nic_lat_s(self) -> float:
+        return self.links.nic_lat_s
+
+    @property
+    def rail_only(self) -> bool:
+        return self.links.rail_only
+
+    @property
+    def flat_bw(self) -> float:
+        """Per-GPU bandwidth of a flat ring over the group: NCCL runs one ring per NIC, each
+        crossing a domain once, so x NICs carry x rings: min(C_F, x·C_S)."""
+        return self.hb_bw if self.y == 1 else min(self.hb_bw, self.x * self.nic_bw)
+
+    @property
+    def flat_lat_s(self) -> float:
+        return self.hb_lat_s if self.y == 1 else self.nic_lat_s
+
+
+def group(system: System, network: Network, gpus: int, nvls: bool = True) -> Group:
+    """The group of `gpus` GPUs filling HB domains in turn (`ideal`: one domain of all)."""
+    k = gpus if network.architecture == "ideal" else system.hb_domain
+    if gpus < 2:
+        raise RailplanError("gpus", f"a collective needs at least 2 GPUs; got {gpus}")
+    if gpus > k and gpus % k:
+        raise RailplanError("gpus", f"must be at most {k} or a multiple of the HB-domain size {k}")
+    x = min(gpus, k)
+    has_nvls = system.nvls or (nvls and system.gpu.name in NVLS_GPUS)
+    return Group(
+        gpus=gpus,
+        x=x,
+        y=gpus // x,
+        links=links(system, network, np.asarray(float(gpus))),
+        nvls_bw=coll.nvls_bytes_per_s(system.hb_tbps, system.hb_bytes_per_s) if has_nvls else 0.0,
+    )
+
+
+def busbw_factor(op: str, n: int) -> float:
+    """nccl-tests' bus-bandwidth correction factor."""
+    return 2.0 * (n - 1) / n if op == "all-reduce" else (n - 1) / n
+
+
+def time_s(g: Group, op: str, algorithm: str, size_bytes: float) -> tuple[float | None, str]:
+    """(seconds, note); seconds is None when the algorithm does not apply (the note says why)."""
+    d, n, x, y = size_bytes, g.gpus, g.x, g.y
+    if op == "all-to-all":
+        pair = d / n
+        if algorithm == "ring":
+            if g.rail_only and y > 1:
+                return None, "rail-only has no path between rails: use hierarchical (PXN)"
+            t = coll.all_to_all_rail_optimized_s(
+                x, y, pair, g.hb_bw, g.nic_bw_spread, g.hb_lat_s, g.nic_lat_s
+            )
+            return float(t), "direct pairwise exchange"
+        if algorithm == "hierarchical":
+            t = coll.all_to_all_rail_only_s(
+                x, y, pair, g.hb_bw, g.nic_bw_spread, g.hb_lat_s, g.nic_lat_s
+            )
+            return float(t), "rail phase then HB phase (forwarding, NCCL PXN)"
+        return None, f"{algorithm} does not apply to all-to-all"
+    if algorithm == "ring":
+        t = coll.ring_all_gather_s(n, d, g.flat_bw, g.flat_lat_s)
+        return float(t * (2.0 if op == "all-reduce" else 1.0)), "flat ring, one per rail"
+    if algorithm == "hierarchical":
+        if y == 1:
+            return None, "the group lies in one HB domain: hierarchical is the ring"
+        hier = coll.hierarchical_all_gather_s(
+            x, y, d, g.hb_bw, g.nic_bw, g.hb_lat_s, g.nic_lat_s
+        ) * (2.0 if op == "all-reduce" else 1.0)
+        return float(hier), "rail phase plus HB phase (paper formula 2)"
+    if op != "all-reduce":
+        return None, f"{algorithm} is an all-reduce algorithm"
+    if algorithm == "tree":
+        return float(coll.tree_all_reduce_s(n, d, g.flat_bw, g.flat_lat_s)), "double binary tree"
+    args = (x, y, d, g.hb_bw, g.nic_bw, g.hb_lat_s, g.nic_lat_s)
+    if algorithm == "nvls":
+        if g.nvls_bw <= 0:
+            return None, "the HB domain has no NVLink SHARP (NVSwitch 3, H100 and later)"
+        sec = float(coll.in_network_hierarchical_all_reduce_s(*args, g.nvls_bw, False))
+        return sec, "NVLink SHARP in the HB domain" + (", ring across domains" if y > 1 else "")
+    if algorithm == "sharp":
+        if y == 1:
+            return None, "the group lies in one HB domain: no switch to aggregate in"
+        sec = float(coll.in_network_hierarchical_all_reduce_s(*args, g.nvls_bw, True))
+        return sec, "InfiniBand SHARP on the rail switches for the 1/x shard of each rail"
+    raise RailplanError("algorithm", f"{algorithm!r} is not allowed; choose one of {ALGORITHMS}")
+
+
+@dataclass(frozen=True)
+class Result:
+    algorithm: str
+    time_s: float | None
+    algbw_gb_per_s: float | None
+    busbw_gb_per_s: float | None
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run(g: Group, op: str, algorithm: str, size_bytes: float) -> Result:
+    """Time, algbw and busbw (GB/s, 10^9 bytes/s, as nccl-tests prints) of one algorithm."""
+    if op not in OPS:
+        raise RailplanError("op", f"{op!r} is not allowed; choose one of {', '.join(OPS)}")
+    if algorithm not in ALGORITHMS:
+        allowed = ", ".join(ALGORITHMS)
+        raise RailplanError("algorithm", f"{algorithm!r} is not allowed; choose one of {allowed}")
+    size = BYTES.check("bytes", size_bytes)
+    t, note = time_s(g, op, algorithm, size)
+    if t is None:
+        return Result(algorithm, None, None, None, note)
+    alg = size / t / 1e9 if t > 0 else None
+    bus = None if alg is None else alg * busbw_factor(op, g.gpus)
+    return Result(algorithm, t, alg, bus, note)

@@ -1,0 +1,160 @@
+"""Collective algorithms, the max-flow bound, and the `collective` command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from railplan.cli import app
+from railplan.collective import algorithms as alg
+from railplan.collective.bound import bound_s
+from railplan.errors import RailplanError
+from railplan.specs import Network, load_system
+
+H100 = load_system("dgx-h100")
+
+
+def _group(arch: str, gpus: int, system: str = "dgx-h100") -> alg.Group:
+    return alg.group(load_system(system), Network(architecture=arch), gpus)
+
+
+def test_nccl_tests_h100_ring_and_nvls() -> None:
+    """8x H100: ring busbw 365-370 GB/s, NVLS about 480 GB/s (NVIDIA/nccl-tests#212)."""
+    g = _group("rail-optimized", 8)
+    ring = alg.run(g, "all-reduce", "ring", 2**33)
+    nvls = alg.run(g, "all-reduce", "nvls", 2**33)
+    assert ring.busbw_gb_per_s is not None and nvls.busbw_gb_per_s is not None
+    assert 360 <= ring.busbw_gb_per_s <= 372
+    assert nvls.busbw_gb_per_s == pytest.approx(480, rel=0.03)
+
+
+def test_in_network_never_slower_at_large_sizes_faster_at_small() -> None:
+    for gpus in (8, 64):
+        g = _group("rail-only", gpus)
+        ring_big = alg.time_s(g, "all-reduce", "ring", 2**32)[0]
+        ring_small = alg.time_s(g, "all-reduce", "ring", 1024)[0]
+        assert ring_big is not None and ring_small is not None
+        for a in ("nvls", "sharp"):
+            big, _ = alg.time_s(g, "all-reduce", a, 2**32)
+            small, _ = alg.time_s(g, "all-reduce", a, 1024)
+            if big is None or small is None:
+                continue
+            assert big <= ring_big
+            assert small < 0.5 * ring_small
+
+
+def test_a100_has_no_nvls() -> None:
+    g = _group("rail-optimized", 8, "dgx-a100")
+    assert alg.time_s(g, "all-reduce", "nvls", 2**20)[0] is None
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    arch=st.sampled_from(["rail-optimized", "rail-only", "ideal"]),
+    domains=st.integers(1, 6),
+    op=st.sampled_from(alg.OPS),
+    size=st.floats(1.0, 1e11),
+    nic_gbps=st.sampled_from([100.0, 200.0, 400.0, 800.0]),
+    hb_tbps=st.floats(0.5, 10.0),
+)
+def test_bound_never_above_any_algorithm(
+    arch: str, domains: int, op: str, size: float, nic_gbps: float, hb_tbps: float
+) -> None:
+    system = H100.model_copy(update={"nic_gbps": nic_gbps, "hb_tbps": hb_tbps})
+    gpus = 8 * domains
+    g = alg.group(system, Network(architecture=arch), gpus)
+    b = bound_s(g, op, size, arch, 64, int(nic_gbps))
+    assert b > 0
+    for a in alg.ALGORITHMS:
+        t, _ = alg.time_s(g, op, a, size)
+        if t is not None:
+            assert b <= t * (1 + 1e-9), (a, b, t)
+
+
+def test_bound_monotone_in_nic_bandwidth() -> None:
+    times = []
+    for gbps in (100.0, 200.0, 400.0):
+        s = H100.model_copy(update={"nic_gbps": gbps})
+        g = alg.group(s, Network(architecture="rail-only"), 32)
+        times.append(bound_s(g, "all-gather", 2**30, "rail-only", 64, int(gbps)))
+    assert times[0] > times[1] > times[2]
+
+
+def test_bad_inputs_raise() -> None:
+    g = _group("rail-optimized", 8)
+    with pytest.raises(RailplanError, match="op"):
+        alg.run(g, "broadcast", "ring", 1e6)
+    with pytest.raises(RailplanError, match="algorithm"):
+        alg.run(g, "all-reduce", "magic", 1e6)
+    with pytest.raises(RailplanError, match="gpus"):
+        _group("rail-optimized", 12)
+
+
+def test_cli_json_and_errors() -> None:
+    r = CliRunner().invoke(app, ["collective", "--gpus", "16", "--network", "rail-only", "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    row = data["sizes"][0]
+    assert row["bound_s"] > 0
+    ring = next(a for a in row["algorithms"] if a["algorithm"] == "ring")
+    assert ring["busbw_gb_per_s"] == pytest.approx(ring["algbw_gb_per_s"] * 2 * 15 / 16)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--op", "bcast"],
+        ["--algorithm", "x"],
+        ["--gpus", "12"],
+        ["--bytes", "abc"],
+        ["--network", "oversubscribed"],
+    ],
+)
+def test_cli_bad_input_one_line_exit_2(args: list[str]) -> None:
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-c", "from railplan.cli import main; main()", "collective", *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert p.returncode == 2
+    assert len(p.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in p.stderr
+
+
+def test_nvls_and_sharp_knobs_reach_the_iteration_model() -> None:
+    """System.nvls and Network.sharp shorten DP/TP all-reduces; both off changes nothing."""
+    from railplan.iteration import iteration
+    from railplan.specs import Strategy, load_model
+    from railplan.strategies import from_strategies
+
+    model = load_model("gpt-22b")
+    s = from_strategies(Strategy(tp=8, pp=1, dp=8, micro_batch=1, global_batch=64))
+    base = H100
+    times = {}
+    for nvls in (False, True):
+        for sharp in (False, True):
+            sy = base.model_copy(update={"nvls": nvls})
+            net = Network(architecture="rail-only", sharp=sharp)
+            it = iteration(model, sy, net, s)
+            times[(nvls, sharp)] = float(it.iteration_s)
+    plain = float(iteration(model, base, Network(architecture="rail-only"), s).iteration_s)
+    assert times[(False, False)] == plain
+    assert times[(True, False)] < plain
+    assert times[(False, True)] <= plain
+    assert times[(True, True)] <= min(times[(True, False)], times[(False, True)]) * (1 + 1e-12)
+
+
+def test_sweep_plot_written(tmp_path: pytest.TempPathFactory) -> None:
+    from pathlib import Path
+
+    out = Path(str(tmp_path)) / "sweep.png"
+    r = CliRunner().invoke(
+        app, ["collective", "--bytes", "1024,1048576,1073741824", "--plot", str(out), "--json"]
+    )
+    assert r.exit_code == 0, r.output
+    assert out.stat().st_size > 1000
+    assert len(json.loads(r.output)["sizes"]) == 3
