@@ -29,7 +29,7 @@ from importlib import resources
 from typing import Any
 
 from railplan.estimate import Estimate, estimate
-from railplan.specs import Model, Network, Strategy, System, load_gpu, load_system
+from railplan.specs import Model, Network, Strategy, System, load_system
 from railplan.workload.flops import narayanan_flops
 
 GOAL_MEAN_PCT = 3.0
@@ -244,13 +244,13 @@ def cross_paper_rows(
 # - sharding: MosaicML llm-foundry rows run FSDP FULL_SHARD (ZeRO-3, stated in their notes);
 #   Megatron-Core/NeMo rows run the distributed optimizer (ZeRO-1);
 # - precision: bf16, amp_bf16 and "bf16 PURE" are bf16; "fp8 (hybrid)" is fp8;
-# - system: H100 rows on DGX H100, A100 rows on DGX A100 (the 40 GB rows with the a100-40gb GPU).
+# - system: H100 rows on DGX H100, A100 rows on DGX A100 (the 40 GB rows on dgx-a100-40gb).
 MODERN_FILE = "modern_runs.csv"
 _GPU_SYSTEM = {
-    "H100-SXM-80GB": ("dgx-h100", "h100-sxm"),
-    "H100-80GB": ("dgx-h100", "h100-sxm"),
-    "A100-80GB": ("dgx-a100", "a100-80gb"),
-    "A100-40GB": ("dgx-a100", "a100-40gb"),
+    "H100-SXM-80GB": "dgx-h100",
+    "H100-80GB": "dgx-h100",
+    "A100-80GB": "dgx-a100",
+    "A100-40GB": "dgx-a100-40gb",
 }
 
 
@@ -273,9 +273,7 @@ def modern_run(r: dict[str, str]) -> tuple[Model, System, Strategy]:
         tied_embeddings=r["tied_embeddings"] == "True",
         seq=int(r["seq"]),
     )
-    system_name, gpu_name = _GPU_SYSTEM[r["gpu_type"]]
-    base = load_system(system_name)
-    system = System.parse(base.model_dump() | {"gpu": load_gpu(gpu_name).model_dump()}, "system")
+    system = load_system(_GPU_SYSTEM[r["gpu_type"]])
     strategy = Strategy(
         tp=int(r["tp"]),
         pp=int(r["pp"]),
