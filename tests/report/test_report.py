@@ -165,3 +165,16 @@ def test_build_reports_progress() -> None:
     seen: list[str] = []
     build(small_inputs(model="gpt-1.7b", gpus=64, global_batch=128), on_step=seen.append)
     assert len(seen) == 7 and seen[0].startswith("best strategy")
+
+
+def test_power_panel_says_when_the_price_book_has_no_watts() -> None:
+    from railplan.network.cost import load_price_book
+    from railplan.report.figures import cost_power
+
+    book = load_price_book("public-web-estimates")
+    cost = compare(2048, 8, 64, nic_gbps=800, book=book).to_dict()
+    assert cost["rail_only"]["power_w"] is None  # the book's 800 Gbps entry has no watts
+    fig = cost_power(cost)
+    assert any("no watts" in a.text for a in fig.layout.annotations)
+    with_watts = cost_power(compare(2048, 8, 64, nic_gbps=400).to_dict())
+    assert not any("no watts" in (a.text or "") for a in with_watts.layout.annotations)

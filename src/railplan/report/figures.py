@@ -103,6 +103,17 @@ def cost_power(cost: dict[str, Any]) -> go.Figure:
                 row=1,
                 col=2,
             )
+    if any(cost[n]["power_w"] is None for n in nets):
+        # A price book without watts (e.g. public-web-estimates at 800 Gbps): say so in the
+        # panel instead of leaving it blank.
+        fig.add_annotation(
+            text="no watts in this price book<br>(give one with power figures)",
+            xref="x2 domain",
+            yref="y2 domain",
+            x=0.5,
+            y=0.5,
+            showarrow=False,
+        )
     return _layout(fig, "Network cost and power", barmode="stack")
 
 
