@@ -193,10 +193,6 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             precision=tuple(p.strip() for p in precision.split(",") if p.strip()),
             attention=attention,
         )
-        if "fp8" in space.precision and sy.gpu.fp8_tflops is None:
-            raise RailplanError(
-                "precision", f"fp8 needs a GPU with fp8 tensor cores ({sy.gpu.name} has none)"
-            )
         r = run(m, sy, net, gpus, global_batch, space, top=top)
         if r.configurations_evaluated == 0:
             raise RailplanError(
