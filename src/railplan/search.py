@@ -35,6 +35,7 @@ from railplan.iteration import iteration
 from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_TOP, check_int
 from railplan.specs import (
     ATTENTION_CODES,
+    OPTIMIZER_STATE_CODES,
     PRECISION_CODES,
     RECOMPUTE_CODES,
     Model,
@@ -74,6 +75,7 @@ class SearchSpace:
     # bf16 by default (today's common practice); ("bf16", "fp8") searches both where the GPU
     # has fp8 tensor cores
     precision: tuple[str, ...] = ("bf16",)
+    optimizer_state: str = "fp32"
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "micro_batch", "interleave", "ep", "cp", "dp"):
@@ -93,6 +95,8 @@ class SearchSpace:
             raise RailplanError("attention", "must be flash or unfused")
         if not self.precision or any(p not in PRECISION_CODES for p in self.precision):
             raise RailplanError("precision", "give bf16, fp8 or both (bf16,fp8)")
+        if self.optimizer_state not in OPTIMIZER_STATE_CODES:
+            raise RailplanError("optimizer_state", "must be fp32, fp32-remainder or bf16")
 
 
 # The strategy space of Megatron-LM as Calculon searches it (the paper's evaluation):
@@ -259,6 +263,7 @@ def _arrays(
         cp=r["cp"],
         attention=one * ATTENTION_CODES[space.attention],
         precision=c["precision"],
+        optimizer_state=one * OPTIMIZER_STATE_CODES[space.optimizer_state],
     )
 
 
@@ -320,6 +325,9 @@ def enumerate_and_evaluate(
         cp=rows["cp"][r],
         attention=np.full(len(r), ATTENTION_CODES[space.attention], dtype=np.int64),
         precision=cols["precision"][c],
+        optimizer_state=np.full(
+            len(r), OPTIMIZER_STATE_CODES[space.optimizer_state], dtype=np.int64
+        ),
     )
     empty_f = np.zeros(0, dtype=np.float64)
     return Evaluated(

@@ -17,6 +17,7 @@ from railplan.errors import RailplanError
 from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
 from railplan.specs import (
     ATTENTION_CODES,
+    OPTIMIZER_STATE_CODES,
     PRECISION_CODES,
     RECOMPUTE_CODES,
     ZERO_SCHEDULE_CODES,
@@ -58,6 +59,7 @@ class StrategyArrays:
     zero_schedule: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     attention: IntArray = field(default_factory=lambda: np.full((), FLASH, dtype=np.int64))
     precision: IntArray = field(default_factory=lambda: np.full((), BF16, dtype=np.int64))
+    optimizer_state: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
@@ -99,6 +101,7 @@ class StrategyArrays:
         schedule = {c: n for n, c in ZERO_SCHEDULE_CODES.items()}
         attention_name = {c: n for n, c in ATTENTION_CODES.items()}
         precision_name = {c: n for n, c in PRECISION_CODES.items()}
+        optimizer_name = {c: n for n, c in OPTIMIZER_STATE_CODES.items()}
         return Strategy(
             tp=v["tp"],
             pp=v["pp"],
@@ -121,6 +124,7 @@ class StrategyArrays:
             zero_schedule=schedule[v["zero_schedule"]],
             attention=attention_name[v["attention"]],
             precision=precision_name[v["precision"]],
+            optimizer_state=optimizer_name[v["optimizer_state"]],
         )
 
 
@@ -168,6 +172,7 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         zero_schedule=col(lambda s: ZERO_SCHEDULE_CODES[s.zero_schedule]),
         attention=col(lambda s: ATTENTION_CODES[s.attention]),
         precision=col(lambda s: PRECISION_CODES[s.precision]),
+        optimizer_state=col(lambda s: OPTIMIZER_STATE_CODES[s.optimizer_state]),
     )
 
 

@@ -246,6 +246,7 @@ def cross_paper_rows(
 # - precision: bf16, amp_bf16 and "bf16 PURE" are bf16; "fp8 (hybrid)" is fp8;
 # - system: H100 rows on DGX H100, A100 rows on DGX A100 (the 40 GB rows on dgx-a100-40gb).
 MODERN_FILE = "modern_runs.csv"
+OPTIMIZER_FILE = "modern_optimizer.csv"  # optimizer facts of the rows, from their configs
 _GPU_SYSTEM = {
     "H100-SXM-80GB": "dgx-h100",
     "H100-80GB": "dgx-h100",
@@ -274,6 +275,7 @@ def modern_run(r: dict[str, str]) -> tuple[Model, System, Strategy]:
         seq=int(r["seq"]),
     )
     system = load_system(_GPU_SYSTEM[r["gpu_type"]])
+    facts = {f["id"]: f for f in _rows(OPTIMIZER_FILE)}.get(r["id"], {})
     strategy = Strategy(
         tp=int(r["tp"]),
         pp=int(r["pp"]),
@@ -287,6 +289,8 @@ def modern_run(r: dict[str, str]) -> tuple[Model, System, Strategy]:
         zero=3 if "FULL_SHARD" in r["notes"] else 1,
         precision="fp8" if r["precision"].startswith("fp8") else "bf16",
         cp=int(r["cp"]),
+        optimizer_state=facts.get("optimizer_state", "fp32"),
+        grad_reduce_bytes=int(facts.get("grad_reduce_bytes", "4")),
     )
     return model, system, strategy
 

@@ -165,24 +165,12 @@ def test_flash_attention_time_is_the_causal_half_at_the_catalog_efficiency() -> 
     assert times["flash"] < times["unfused"]
 
 
-# Rows of modern_runs.csv that railplan's memory model does not fit although they ran, with the
-# reason; a row that starts to fit fails this test (strict), so the list stays true.
-KNOWN_MISFITS = {
-    "dgxc-nemotron4-340b-128": "dp 2 leaves 6 of the 12 optimizer bytes/param on each GPU "
-    "(distributed optimizer: 2 + 4 + 12/dp) and the 256k-vocab embedding on stage 1; "
-    "94 GiB predicted — NeMo's memory savings here are not modelled (issue 13)",
-    "dgxc-llama31-405b-576": "81.1 GiB predicted on an 80 GiB GPU (1.4 % over): activations of "
-    "TP8 PP9 VP7 CP2 with 9 micro-batches in flight; which of Transformer Engine's saved tensors "
-    "we over-count is open (issue 13)",
-}
-
-
 def test_modern_rows_enter_and_fit() -> None:
     rows = modern_rows()
     assert len(rows) == 32
     for r in rows:
         assert np.isfinite(r.estimate.iteration_s)
-        assert r.estimate.fits == (r.id not in KNOWN_MISFITS), r.id
+        assert r.estimate.fits, r.id
 
 
 @pytest.mark.parametrize(

@@ -242,6 +242,8 @@ EST = ["estimate", "--model", "llama-3-8b", "--system", "dgx-h100", "--global-ba
         (["--gpus", "8", "--zero", "2", "--zero-schedule", "sometimes"], "zero_schedule"),
         (["--gpus", "8", "--cp", "0"], "cp"),
         (["--gpus", "9", "--cp", "2"], "gpus"),
+        (["--gpus", "8", "--optimizer-state", "fp16"], "optimizer_state"),
+        (["--gpus", "8", "--grad-reduce-bytes", "3"], "strategy.grad_reduce_bytes"),
     ],
 )
 def test_bad_values_are_one_line_errors(cli: Cli, args: list[str], field: str) -> None:

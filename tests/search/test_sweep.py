@@ -622,7 +622,8 @@ def test_without_pyarrow_the_output_says_so(
     out = tmp_path / "n.csv"
     r = cli(*SWEEP, "--vary", "hb_domain=2,8", "--vary", "nic_gbps=100,400", "--output", str(out))
     assert r.exit_code == 0, r.output
-    assert "no Parquet copy: pyarrow is not installed" in r.output
+    text = " ".join(r.output.split())  # rich wraps at the terminal width
+    assert "no Parquet copy: pyarrow is not installed (pip install 'railplan[parquet]')" in text
     assert "100.0" not in r.output and "400.0" not in r.output  # integral values as ints
     assert not (tmp_path / "n.parquet").exists()
 

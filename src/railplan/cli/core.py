@@ -20,6 +20,7 @@ from railplan.cli.options import (
     GpuMemoryGibOpt,
     GpusOpt,
     GradAccFusionOpt,
+    GradReduceBytesOpt,
     HbDomainOpt,
     HbTbpsOpt,
     InterleaveOpt,
@@ -29,6 +30,7 @@ from railplan.cli.options import (
     NetworkOpt,
     NicGbpsOpt,
     NicsPerGpuOpt,
+    OptimizerStateOpt,
     OverlapDpOpt,
     OversubscriptionOpt,
     PrecisionOpt,
@@ -111,6 +113,8 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         attention: AttentionOpt = "flash",
         precision: PrecisionOpt = "bf16",
         gpu_memory_gib: GpuMemoryGibOpt = None,
+        grad_reduce_bytes: GradReduceBytesOpt = 4,
+        optimizer_state: OptimizerStateOpt = "fp32",
     ) -> None:
         """Predict one training iteration: time, MFU/HFU, memory, and where the time goes."""
         from railplan.estimate import estimate as run
@@ -148,6 +152,8 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             zero_schedule=zero_schedule,
             attention=attention,
             precision=precision,
+            grad_reduce_bytes=grad_reduce_bytes,
+            optimizer_state=optimizer_state,
         )
         e = run(m, sy, strat, net, gpus=gpus)
         if as_json:

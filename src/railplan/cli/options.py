@@ -72,6 +72,17 @@ AttentionOpt = Annotated[
 PrecisionOpt = Annotated[
     str, typer.Option(help="bf16 | fp8 (linear GEMMs at the GPU's fp8 peak, Transformer Engine)")
 ]
+OptimizerStateOpt = Annotated[
+    str,
+    typer.Option(
+        help="Adam state per parameter: fp32 (12 B: fp32 master + moments; Megatron, DeepSpeed, "
+        "FSDP) | fp32-remainder (10 B: Apex/NeMo distributed_fused_adam) | bf16 (4 B: bf16 "
+        "moments, no master)"
+    ),
+]
+GradReduceBytesOpt = Annotated[
+    int, typer.Option(help="bytes per gradient element kept and reduced: 4 (fp32) | 2 (bf16)")
+]
 GpuMemoryGibOpt = Annotated[
     float | None, typer.Option(help="override the GPU's memory, GiB (1-65536), for what-ifs")
 ]

@@ -13,6 +13,7 @@ from railplan.cli.options import (
     GlobalBatchOpt,
     GpuMemoryGibOpt,
     GpusOpt,
+    GradReduceBytesOpt,
     HbDomainOpt,
     HbTbpsOpt,
     JsonOpt,
@@ -20,6 +21,7 @@ from railplan.cli.options import (
     NetworkOpt,
     NicGbpsOpt,
     NicsPerGpuOpt,
+    OptimizerStateOpt,
     OverlapDpOpt,
     OversubscriptionOpt,
     SystemOpt,
@@ -126,9 +128,10 @@ def _sweep_table(keys: list[str], result: SweepResult) -> None:
             f"straddle domains, which slows those points; whole domains: "
             f"{near_multiples(gpus, k)} GPUs"
         )
-    console.print(
+    console.print(  # paths and notes are text, not rich markup ("railplan[parquet]")
         f"{result.computed} points computed, {result.skipped} already in {result.csv_path}"
-        + (f"; parquet: {result.parquet_path}" if result.parquet_path else f"; {result.note}")
+        + (f"; parquet: {result.parquet_path}" if result.parquet_path else f"; {result.note}"),
+        markup=False,
     )
 
 
@@ -166,6 +169,8 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         attention: Annotated[
             str, typer.Option(help="attention kernel: flash (default) | unfused")
         ] = "flash",
+        grad_reduce_bytes: GradReduceBytesOpt = 4,
+        optimizer_state: OptimizerStateOpt = "fp32",
     ) -> None:
         """Find the fastest parallelization that fits in memory (and the time/memory Pareto set)."""
         from railplan.cli.core import print_json
@@ -192,6 +197,8 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             ep=fixed("ep", ep),
             precision=tuple(p.strip() for p in precision.split(",") if p.strip()),
             attention=attention,
+            grad_reduce_bytes=grad_reduce_bytes,
+            optimizer_state=optimizer_state,
         )
         r = run(m, sy, net, gpus, global_batch, space, top=top)
         if r.configurations_evaluated == 0:

@@ -6,6 +6,7 @@ from railplan.specs.model import Model
 from railplan.specs.network import ARCHITECTURES, Network
 from railplan.specs.strategy import (
     ATTENTION_CODES,
+    OPTIMIZER_STATE_CODES,
     PRECISION_CODES,
     RECOMPUTE_CODES,
     ZERO_SCHEDULE_CODES,
@@ -16,6 +17,7 @@ __all__ = [
     "ARCHITECTURES",
     "ATTENTION_CODES",
     "GPU",
+    "OPTIMIZER_STATE_CODES",
     "PRECISION_CODES",
     "RECOMPUTE_CODES",
     "ZERO_SCHEDULE_CODES",

@@ -15,6 +15,7 @@ RECOMPUTE = ("none", "selective", "full")
 ZERO_SCHEDULES = ("micro_batch", "step")
 ATTENTION = ("flash", "unfused")
 PRECISION = ("bf16", "fp8")
+OPTIMIZER_STATES = ("fp32", "fp32-remainder", "bf16")
 
 
 def choice(field: str, value: str, allowed: tuple[str, ...]) -> str:
@@ -69,7 +70,11 @@ def build_strategy(**kwargs: Any) -> Strategy:
     choice("recompute", kwargs["recompute"], RECOMPUTE)
     if "zero_schedule" in kwargs:
         choice("zero_schedule", kwargs["zero_schedule"], ZERO_SCHEDULES)
-    for field, allowed in (("attention", ATTENTION), ("precision", PRECISION)):
+    for field, allowed in (
+        ("attention", ATTENTION),
+        ("precision", PRECISION),
+        ("optimizer_state", OPTIMIZER_STATES),
+    ):
         if field in kwargs:
             choice(field, kwargs[field], allowed)
     try:

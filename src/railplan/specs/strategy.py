@@ -16,6 +16,8 @@ Attention = Literal["flash", "unfused"]
 ATTENTION_CODES: dict[str, int] = {"flash": 0, "unfused": 1}
 Precision = Literal["bf16", "fp8"]
 PRECISION_CODES: dict[str, int] = {"bf16": 0, "fp8": 1}
+OptimizerState = Literal["fp32", "fp32-remainder", "bf16"]
+OPTIMIZER_STATE_CODES: dict[str, int] = {"fp32": 0, "fp32-remainder": 1, "bf16": 2}
 
 
 class Strategy(Spec):
@@ -47,6 +49,13 @@ class Strategy(Spec):
     Megatron path (score matrix written, softmax and dropout as separate kernels, kept for
     backward). `precision`: `fp8` runs the linear-layer GEMMs in FP8 (Transformer Engine),
     `bf16` everything in BF16.
+    `optimizer_state` is what the (sharded) Adam optimizer keeps per parameter: `fp32` an FP32
+    master weight and FP32 moments (12 bytes: Megatron's distributed optimizer, DeepSpeed,
+    FSDP mixed precision); `fp32-remainder` FP32 moments and only the 16 low bits of the FP32
+    master beside the BF16 weight (10 bytes: Apex DistributedFusedAdam with
+    `store_param_remainders`, NeMo's choice for a BF16 model with an FP32 optimizer);
+    `bf16` BF16 moments and no master copy (4 bytes: NeMo's `distributed_fused_adam` with
+    `optim.dtype: bf16`).
     """
 
     tp: PositiveInt = 1
@@ -81,6 +90,9 @@ class Strategy(Spec):
         default="flash", description="fused (flash) or unfused attention kernels"
     )
     precision: Precision = Field(default="bf16", description="GEMM precision of the linear layers")
+    optimizer_state: OptimizerState = Field(
+        default="fp32", description="Adam state per parameter: fp32 | fp32-remainder | bf16"
+    )
 
     @property
     def gpus(self) -> int:

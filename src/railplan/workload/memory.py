@@ -52,6 +52,11 @@ from railplan.workload.routing import slot_factor
 GIB = float(1 << 30)
 WEIGHT_BYTES = 2.0  # bf16 weights
 OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam m and v
+# Adam state bytes per parameter by Strategy.optimizer_state code (docs/model.md "Optimizer
+# state"): fp32 master + fp32 m, v (Megatron distributed optimizer); fp32 m, v + the 16-bit
+# remainder of the fp32 master (Apex DistributedFusedAdam `store_param_remainders`); bf16 m, v
+# and no master (NeMo `distributed_fused_adam` with `optim.dtype: bf16`).
+OPTIMIZER_STATE_BYTES = np.array([OPTIMIZER_BYTES, 4.0 + 4.0 + 2.0, 2.0 + 2.0])
 # CUDA context, NCCL buffers and allocator fragmentation: PyTorch's CUDA context alone is ~0.5-1
 # GiB on A100/H100; Megatron runs reserve ~1-2 GiB more for NCCL and cuBLAS workspaces.
 RESERVED_BYTES = 2.0 * GIB
@@ -226,7 +231,7 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
         fp8_copy, 3, gemm_stage_params(model, s)
     )
     grads = sharded(s.grad_reduce_bytes.astype(np.float64), 2, (dense, expert))
-    optimizer = sharded(OPTIMIZER_BYTES, 1, (dense, expert))
+    optimizer = sharded(OPTIMIZER_STATE_BYTES[s.optimizer_state], 1, (dense, expert))
     gathered = zero3_gathered_bytes(model, s)
     first = activation_bytes(model, s)
     last = stage_layers(model, s)["last"]
