@@ -166,3 +166,17 @@ def test_incidence_budget_is_exact() -> None:
     check_incidence(MAX_INCIDENCE_NNZ, "x")
     with pytest.raises(RailplanError, match="budget of"):
         check_incidence(MAX_INCIDENCE_NNZ + 1, "x")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["infer", "--model", "gpt-1.7b", "--traffic"],  # fuzz find: OverflowError in the summary
+        ["estimate", *GPT, "--gpus", "8", "--global-batch", "8"],
+    ],
+)
+def test_hb_domain_past_the_limit_is_a_one_line_error(cli: Cli, args: list[str]) -> None:
+    r = cli(*args, "--hb-domain", str(2**63 - 1))
+    assert r.exit_code == 2 and isinstance(r.exception, RailplanError), r.output
+    text = str(r.exception)
+    assert text.startswith("system.hb_domain:") and f"{MAX_GPUS}" in text and "\n" not in text

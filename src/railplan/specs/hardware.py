@@ -6,6 +6,7 @@ from typing import Annotated
 
 from pydantic import Field, PositiveInt
 
+from railplan.limits import MAX_GPUS
 from railplan.specs.base import Range, Spec
 
 #: achievable fraction of a peak or a line rate
@@ -74,7 +75,10 @@ class System(Spec):
 
     name: str = "custom"
     gpu: GPU
-    hb_domain: PositiveInt = Field(description="K: GPUs per high-bandwidth domain")
+    hb_domain: PositiveInt = Field(
+        le=MAX_GPUS,
+        description="K: GPUs per high-bandwidth domain (at most railplan.limits.MAX_GPUS)",
+    )
     hb_tbps: Annotated[float, Range(0.01, 1000.0, "Tbps")] = Field(
         description="C_F: HB bandwidth per GPU per direction, Tbps"
     )
