@@ -63,8 +63,7 @@ def compare(
     if achievable:
         cf, cs = system.hb_bytes_per_s, system.nic_bytes_per_s
     else:
-        cf = system.hb_tbps * 1e12 / 8
-        cs = system.nic_gbps * system.nics_per_gpu * 1e9 / 8
+        cf, cs = system.hb_line_bytes_per_s, system.nic_line_bytes_per_s
     hb_lat = system.hb_latency_us * 1e-6 if with_latency else 0.0
     nic_lat = system.nic_latency_us * 1e-6 if with_latency else 0.0
     x, y = float(k), float(n // k)

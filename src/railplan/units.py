@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 
+def gbps_to_bytes_per_s(gbps: float) -> float:
+    """A line rate in Gbit/s as bytes/s (decimal giga, 8 bits a byte)."""
+    return gbps * 1e9 / 8
+
+
 def fmt_bytes(x: float) -> str:
     """Bytes in the largest decimal unit that keeps the value ≥ 1 (2.31 PB, 40.59 TB, 12 B)."""
     for unit, scale in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):

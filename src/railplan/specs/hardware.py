@@ -105,9 +105,19 @@ class System(Spec):
     @property
     def nic_bytes_per_s(self) -> float:
         """Achievable C_S in bytes/s per GPU per direction."""
-        return self.nic_gbps * self.nics_per_gpu * 1e9 / 8 * self.nic_efficiency
+        return self.nic_line_bytes_per_s * self.nic_efficiency
 
     @property
     def hb_bytes_per_s(self) -> float:
         """Achievable C_F in bytes/s per GPU per direction."""
-        return self.hb_tbps * 1e12 / 8 * self.hb_efficiency
+        return self.hb_line_bytes_per_s * self.hb_efficiency
+
+    @property
+    def nic_line_bytes_per_s(self) -> float:
+        """C_S at line rate (all NICs of a GPU, no efficiency) in bytes/s per direction."""
+        return self.nic_gbps * self.nics_per_gpu * 1e9 / 8
+
+    @property
+    def hb_line_bytes_per_s(self) -> float:
+        """C_F at line rate (no efficiency) in bytes/s per GPU per direction."""
+        return self.hb_tbps * 1e12 / 8
