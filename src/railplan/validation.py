@@ -24,6 +24,7 @@ tuned), from the papers and the Megatron-LM code of the time:
 from __future__ import annotations
 
 import csv
+import functools
 from dataclasses import asdict, dataclass
 from importlib import resources
 from typing import Any
@@ -260,6 +261,12 @@ def _lead(value: str) -> str:
     return value.replace("assumed", "").split("(")[0].strip()
 
 
+@functools.cache
+def _optimizer_facts() -> dict[str, dict[str, str]]:
+    """modern_optimizer.csv by row id, read once."""
+    return {f["id"]: f for f in _rows(OPTIMIZER_FILE)}
+
+
 def modern_run(r: dict[str, str]) -> tuple[Model, System, Strategy]:
     """Model, system and strategy of one modern_runs.csv row."""
     model = Model(
@@ -275,7 +282,7 @@ def modern_run(r: dict[str, str]) -> tuple[Model, System, Strategy]:
         seq=int(r["seq"]),
     )
     system = load_system(_GPU_SYSTEM[r["gpu_type"]])
-    facts = {f["id"]: f for f in _rows(OPTIMIZER_FILE)}.get(r["id"], {})
+    facts = _optimizer_facts().get(r["id"], {})
     strategy = Strategy(
         tp=int(r["tp"]),
         pp=int(r["pp"]),

@@ -9,13 +9,20 @@ from railplan.errors import RailplanError
 from railplan.names import ARCHITECTURES
 from railplan.specs.hardware import System
 from railplan.specs.network import Network
-from railplan.specs.strategy import Strategy
+from railplan.specs.strategy import (
+    ATTENTION_CODES,
+    OPTIMIZER_STATE_CODES,
+    PRECISION_CODES,
+    RECOMPUTE_CODES,
+    ZERO_SCHEDULE_CODES,
+    Strategy,
+)
 
-RECOMPUTE = ("none", "selective", "full")
-ZERO_SCHEDULES = ("micro_batch", "step")
-ATTENTION = ("flash", "unfused")
-PRECISION = ("bf16", "fp8")
-OPTIMIZER_STATES = ("fp32", "fp32-remainder", "bf16")
+RECOMPUTE = tuple(RECOMPUTE_CODES)
+ZERO_SCHEDULES = tuple(ZERO_SCHEDULE_CODES)
+ATTENTION = tuple(ATTENTION_CODES)
+PRECISION = tuple(PRECISION_CODES)
+OPTIMIZER_STATES = tuple(OPTIMIZER_STATE_CODES)
 
 
 def choice(field: str, value: str, allowed: tuple[str, ...]) -> str:

@@ -110,6 +110,19 @@ def flow_network(g: nx.Graph, hb_gbps: float) -> FlowNetwork:
     )
     sidx = {v: i for i, v in enumerate(switches)}
 
+    def both_ways(
+        u: str, v: str, kinds: tuple[int, int], gbps: float, links: float
+    ) -> tuple[int, int]:
+        """Add the link u→v and v→u (kinds: up, down); return their indices."""
+        first = len(src)
+        for (x, y), kd in zip(((u, v), (v, u)), kinds, strict=True):
+            src.append(x)
+            dst.append(y)
+            kind.append(kd)
+            cap.append(gbps_to_bytes_per_s(gbps))
+            mult.append(links)
+        return first, first + 1
+
     def gpu_id(v: str) -> int:
         a = g.nodes[v]
         return int(a["domain"]) * k + int(a["local"])
@@ -126,39 +139,18 @@ def flow_network(g: nx.Graph, hb_gbps: float) -> FlowNetwork:
                     "graph", f"{gpu} has NIC links to two switches; the simulator needs one leaf"
                 )
             gpu_leaf[gi] = sidx[sw]
-            gpu_up[gi] = len(src)
-            src.append(gpu)
-            dst.append(sw)
-            kind.append(KIND_NIC_UP)
-            gpu_down[gi] = len(src)
-            src.append(sw)
-            dst.append(gpu)
-            kind.append(KIND_NIC_DOWN)
-            cap += [gbps_to_bytes_per_s(gbps)] * 2
-            mult += [links] * 2
+            gpu_up[gi], gpu_down[gi] = both_ways(gpu, sw, (KIND_NIC_UP, KIND_NIC_DOWN), gbps, links)
         else:
-            for u, v in ((a, b), (b, a)):
-                src.append(u)
-                dst.append(v)
-                kind.append(KIND_FABRIC)
-                cap.append(gbps_to_bytes_per_s(gbps))
-                mult.append(links)
+            both_ways(a, b, (KIND_FABRIC, KIND_FABRIC), gbps, links)
     gpu_hb_up = np.full(n, -1, dtype=np.int64)
     gpu_hb_down = np.full(n, -1, dtype=np.int64)
     if k > 1:
         for gi in range(n):
             hb = f"hb:{gi // k}"
             name = f"gpu:{gi // k}:{gi % k}"
-            gpu_hb_up[gi] = len(src)
-            src.append(name)
-            dst.append(hb)
-            kind.append(KIND_HB_UP)
-            gpu_hb_down[gi] = len(src)
-            src.append(hb)
-            dst.append(name)
-            kind.append(KIND_HB_DOWN)
-            cap += [gbps_to_bytes_per_s(hb_gbps)] * 2
-            mult += [1.0, 1.0]
+            gpu_hb_up[gi], gpu_hb_down[gi] = both_ways(
+                name, hb, (KIND_HB_UP, KIND_HB_DOWN), hb_gbps, 1.0
+            )
     kind_a = np.asarray(kind, dtype=np.int64)
     fab = np.flatnonzero(kind_a == KIND_FABRIC)
     fu = np.array([sidx[src[i]] for i in fab], dtype=np.int64)
