@@ -80,7 +80,7 @@ def gemm_time_s(gpu: GPU, g: Gemm, fp8: bool = False) -> FloatArray:
     `fp8`: at the FP8 peak with 1-byte operands."""
     peak = fp8_peak_tflops(gpu) if fp8 else gpu.peak_tflops
     width = FP8_BYTES_PER_ELEMENT if fp8 else BYTES_PER_ELEMENT
-    compute_s = g.flops / (peak * 1e12 * gemm_efficiency(gpu, g))
+    compute_s = g.flops / (peak * 1e12 * gemm_efficiency(gpu, g) * gpu.sustained_tensor_fraction)
     moved_bytes = width * g.batch * (g.m * g.k + g.k * g.n + g.m * g.n)
     memory_s = moved_bytes / (gpu.memory_tbps * 1e12 * gpu.memory_efficiency)
     return np.maximum(compute_s, memory_s) + gpu.kernel_overhead_us * 1e-6
@@ -98,19 +98,21 @@ def memory_time_s(
     return np.asarray(moved_bytes, dtype=np.float64) / bw + kernels * gpu.kernel_overhead_us * 1e-6
 
 
-def flash_attention_time_s(gpu: GPU, forward_flops: FloatArray) -> dict[str, FloatArray]:
+def flash_attention_time_s(
+    gpu: GPU, forward_flops: FloatArray, generation: int = 3
+) -> dict[str, FloatArray]:
     """Forward and backward time of a fused causal attention kernel whose unmasked score and
     context products would take `forward_flops`: the causal half of the work, the backward at
-    2.5x the forward FLOPs, both at the fused kernel's measured efficiency
-    (`gpu.flash_attention_efficiency`; the GEMM efficiency where the catalog has none)."""
-    eff = gpu.flash_attention_efficiency or gpu.matmul_efficiency
-    fwd = (
+    2.5x the forward FLOPs, each pass at the kernel's measured efficiency
+    (`GPU.flash_efficiencies`: today's kernel, or FlashAttention-2's with `generation` 2)."""
+    fwd_eff, bwd_eff = gpu.flash_efficiencies(generation)
+    work = (
         np.asarray(forward_flops, dtype=np.float64)
         * CAUSAL_WORK_FRACTION
-        / (gpu.peak_tflops * 1e12 * eff)
+        / (gpu.peak_tflops * 1e12 * gpu.sustained_tensor_fraction)
     )
     overhead = gpu.kernel_overhead_us * 1e-6
     return {
-        "forward": np.asarray(fwd + overhead),
-        "backward": np.asarray(FLASH_BACKWARD_FLOPS_RATIO * fwd + overhead),
+        "forward": np.asarray(work / fwd_eff + overhead),
+        "backward": np.asarray(FLASH_BACKWARD_FLOPS_RATIO * work / bwd_eff + overhead),
     }

@@ -39,10 +39,11 @@ from railplan.compute import (
 from railplan.layout import Shape, megatron_shapes
 from railplan.specs import GPU, Model, Network, System
 from railplan.strategies import (
-    FLASH,
+    FLASH2,
     FP8,
     FULL,
     SELECTIVE,
+    UNFUSED,
     BoolArray,
     FloatArray,
     IntArray,
@@ -224,14 +225,15 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
     gemms = local(layer_gemms(model, b, t), s)
     linear = [g for g in gemms if not g.attention]
     core = [g for g in gemms if g.attention]
-    flash = s.attention == FLASH
+    flash = s.attention != UNFUSED  # a fused kernel (today's or FlashAttention-2's)
 
     def total(times: list[FloatArray]) -> FloatArray:
         return np.asarray(sum(times, np.zeros(())))
 
     wgrad = {g.name: linear_time_s(gpu, g.backward()[1], s) for g in linear}
     dgrad = {g.name: linear_time_s(gpu, g.backward()[0], s) for g in linear}
-    lin_fwd = total([linear_time_s(gpu, g, s) for g in linear])
+    fprop = {g.name: linear_time_s(gpu, g, s) for g in linear}
+    lin_fwd = total(list(fprop.values()))
     lin_bwd = total(list(wgrad.values()) + list(dgrad.values()))
     casts = fp8_cast_times_s(gpu, linear, s)
 
@@ -241,7 +243,11 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
     else:
         unfused_fwd = total([gemm_time_s(gpu, g) for g in core])
         unfused_bwd = total([gemm_time_s(gpu, h) for g in core for h in g.backward()])
-    fused = flash_attention_time_s(gpu, total([g.flops for g in core]))
+    core_flops = total([g.flops for g in core])
+    fused = flash_attention_time_s(gpu, core_flops)
+    if bool(np.any(s.attention == FLASH2)):
+        fa2 = flash_attention_time_s(gpu, core_flops, generation=2)
+        fused = {k: np.where(s.attention == FLASH2, fa2[k], v) for k, v in fused.items()}
     attn_fwd = np.where(flash, fused["forward"], unfused_fwd)
     attn_bwd = np.where(flash, fused["backward"], unfused_bwd)
 
@@ -273,6 +279,10 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
         "wgrad_mlp_up": wgrad["mlp_up"],
         "dgrad_qkv": total([dgrad[n] for n in ATTENTION_INPUT_GEMMS if n in dgrad]),
         "dgrad_mlp_up": dgrad["mlp_up"],
+        "fprop_qkv": total([fprop[n] for n in ATTENTION_INPUT_GEMMS if n in fprop]),
+        "fprop_proj": fprop["proj"],
+        "fprop_mlp_up": fprop["mlp_up"],
+        "fprop_mlp_down": fprop["mlp_down"],
         "attention_forward": np.asarray(attn_fwd),
         "attention_backward": np.asarray(attn_bwd),
     }
@@ -355,14 +365,10 @@ def tp_comm_times(
         one_op = np.asarray(np.where(sp, one_op, group_collective_s(lk, shape, act)))
 
     hide = s.overlap_tp.astype(bool)
+    u = lk.comm_sm_fraction
 
     def overlapped(comm_s: FloatArray, compute_s: FloatArray) -> FloatArray:
-        # Extra time of a GEMM with a collective hidden behind it: while the collective runs,
-        # its kernels hold a share u of the SMs and the GEMM runs at (1 − u) speed. Without
-        # overlap the collective is simply exposed.
-        u = lk.comm_sm_fraction
-        hidden = np.where(comm_s * (1.0 - u) >= compute_s, comm_s - compute_s, comm_s * u)
-        return np.asarray(np.where(hide, hidden, comm_s))
+        return np.asarray(np.where(hide, hidden_cost_s(comm_s, compute_s, u), comm_s))
 
     # The backward all-reduces hide behind the QKV and MLP-up weight-gradient GEMMs;
     # sequence parallelism keeps only the sharded input of QKV and MLP-up, so the backward pass
@@ -372,11 +378,31 @@ def tp_comm_times(
     ) + ops["sp_regather"] / 2.0 * (
         overlapped(gather, lt["dgrad_qkv"]) + overlapped(gather, lt["dgrad_mlp_up"])
     )
+    # Userbuffers (TE, with sequence parallelism): each forward all-gather is pipelined with
+    # the column-parallel GEMM it feeds (QKV, MLP up), each reduce-scatter with the
+    # row-parallel GEMM whose output it reduces (projection, MLP down). The buffers are shared
+    # over NVLink (CUDA IPC), so only a TP group inside one HB domain can use them.
+    ub = (s.tp_comm_overlap * s.sequence_parallel).astype(bool) & (s.tp > 1) & shape.inside
+    pipelined = sum((hidden_cost_s(gather, lt[k], u) for k in UB_FORWARD_GEMMS), np.zeros(()))
+    forward = np.where(ub, ops["forward"] / 2.0 * pipelined, ops["forward"] * one_op)
+    recompute = np.where(ub, ops["recompute"] / 2.0 * pipelined, ops["recompute"] * one_op)
     return {
-        "forward": ops["forward"] * one_op,
-        "recompute": ops["recompute"] * one_op,
+        "forward": np.asarray(forward),
+        "recompute": np.asarray(recompute),
         "backward": np.asarray(backward),
     }
+
+
+# The forward GEMMs a TE userbuffers all-gather (QKV, MLP up) or reduce-scatter (projection,
+# MLP down) is pipelined with.
+UB_FORWARD_GEMMS = ("fprop_qkv", "fprop_proj", "fprop_mlp_up", "fprop_mlp_down")
+
+
+def hidden_cost_s(comm_s: FloatArray, compute_s: FloatArray, u: float) -> FloatArray:
+    """Extra time of compute with a collective hidden behind it: while the collective runs, its
+    kernels hold a share u of the SMs and the compute runs at (1 − u) speed; what outlasts the
+    compute is exposed."""
+    return np.asarray(np.where(comm_s * (1.0 - u) >= compute_s, comm_s - compute_s, comm_s * u))
 
 
 def cp_comm_time_s(
@@ -416,10 +442,16 @@ def dp_reduce_s(
         "reduce_scatter": group_collective_s(lk, shape, grad_bytes, gather_only=True),
         "all_gather": group_collective_s(lk, shape, weight_bytes, gather_only=True),
     }
-    return {
+    sched = comm.dp_schedule(s)
+    out = {
         timing: np.asarray(np.where(on, sum(counts[k] * one_pass[k] for k in one_pass), 0.0))
-        for timing, counts in comm.dp_schedule(s).items()
+        for timing, counts in sched.items()
     }
+    # The weight all-gather at the end, which can hide behind the next step's forward pass.
+    out["end_all_gather"] = np.asarray(
+        np.where(on, sched["end"]["all_gather"] * one_pass["all_gather"], 0.0)
+    )
+    return out
 
 
 # The strategy fields that per-layer kernel times depend on.
@@ -481,6 +513,7 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     v, m = s.interleave.astype(float), s.micro_batches.astype(float)
     stages = stage_layers(model, s)
     layers_per_stage = stages["mean"]
+    u = lk.comm_sm_fraction
 
     classes = shape_classes(s)
     lt = per_shape(lambda u: layer_times(model, system, u), s, classes)
@@ -551,8 +584,8 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
         p2p_exposed = np.where(
             s.overlap_p2p.astype(bool), np.maximum(2.0 * v * p2p - n * t_layer, 0.0), 2.0 * v * p2p
         )
-        zero_mb = np.maximum(mb_forward - n * lt["forward"], 0.0) + np.maximum(
-            mb_backward - n * (lt["backward"] + lt["recompute"]), 0.0
+        zero_mb = hidden_cost_s(mb_forward, n * lt["forward"], u) + hidden_cost_s(
+            mb_backward, n * (lt["backward"] + lt["recompute"]), u
         )
         return {"layers": n * t_layer, "p2p": p2p_exposed, "zero": zero_mb}
 
@@ -580,8 +613,21 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     embed_ar = np.where(
         embed_bytes > 0, group_collective_s(lk, groups["embedding"], embed_bytes), 0.0
     )
-    window = np.where(s.overlap_dp.astype(bool), layers_per_stage * lt["backward"], 0.0)
-    dp_exposed = np.maximum(dp_time - window, 0.0) + embed_ar
+    # Overlapped (Megatron-Core --overlap-grad-reduce / --overlap-param-gather, NeMo's
+    # distributed_fused_adam overlap_grad_sync / overlap_param_sync): the gradient reduction
+    # runs bucket by bucket behind the last micro-batch's backward pass, the weight all-gather
+    # behind the next step's first forward pass; both slow that compute by the SMs they hold.
+    gather_end = dense["end_all_gather"] + expert["end_all_gather"]
+    overlap = s.overlap_dp.astype(bool)
+    dp_exposed = (
+        np.where(
+            overlap,
+            hidden_cost_s(dp_time - gather_end, layers_per_stage * lt["backward"], u)
+            + hidden_cost_s(gather_end, layers_per_stage * lt["forward"], u),
+            dp_time,
+        )
+        + embed_ar
+    )
 
     opt_params = dense_params / np.where(zero >= 1, dp, 1.0) + expert_params / np.where(
         zero >= 1, dp / s.ep, 1.0

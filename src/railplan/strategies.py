@@ -30,7 +30,7 @@ FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
 NONE, SELECTIVE, FULL = 0, 1, 2
-FLASH, UNFUSED = ATTENTION_CODES["flash"], ATTENTION_CODES["unfused"]
+FLASH, UNFUSED, FLASH2 = (ATTENTION_CODES[k] for k in ("flash", "unfused", "flash2"))
 BF16, FP8 = PRECISION_CODES["bf16"], PRECISION_CODES["fp8"]
 
 
@@ -52,6 +52,7 @@ class StrategyArrays:
     ep: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
     overlap_tp: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
     overlap_p2p: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
+    tp_comm_overlap: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
     grad_accumulation_fusion: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
     cp: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
     first_stage_layers: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
@@ -117,6 +118,7 @@ class StrategyArrays:
             ep=v["ep"],
             overlap_tp=bool(v["overlap_tp"]),
             overlap_p2p=bool(v["overlap_p2p"]),
+            tp_comm_overlap=bool(v["tp_comm_overlap"]),
             grad_accumulation_fusion=bool(v["grad_accumulation_fusion"]),
             cp=v["cp"],
             first_stage_layers=v["first_stage_layers"],
@@ -165,6 +167,7 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         ep=col(lambda s: s.ep),
         overlap_tp=col(lambda s: int(s.overlap_tp)),
         overlap_p2p=col(lambda s: int(s.overlap_p2p)),
+        tp_comm_overlap=col(lambda s: int(s.tp_comm_overlap)),
         grad_accumulation_fusion=col(lambda s: int(s.grad_accumulation_fusion)),
         cp=col(lambda s: s.cp),
         first_stage_layers=col(lambda s: s.first_stage_layers),

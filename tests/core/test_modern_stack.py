@@ -43,7 +43,7 @@ def test_fp8_cli_is_one_line_exit_2(cli) -> None:  # type: ignore[no-untyped-def
         "estimate", "--model", "gpt-22b", "--gpus", "8", "--global-batch", "8", "--attention", "x"
     )
     assert r.exit_code == 2
-    assert str(r.exception) == "attention: 'x' is not allowed; choose one of flash, unfused"
+    assert str(r.exception) == "attention: 'x' is not allowed; choose one of flash, unfused, flash2"
 
 
 def test_fp8_faster_than_bf16_and_keeps_fp8_weight_copies() -> None:

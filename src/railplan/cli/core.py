@@ -32,11 +32,14 @@ from railplan.cli.options import (
     NicsPerGpuOpt,
     OptimizerStateOpt,
     OverlapDpOpt,
+    OverlapP2pOpt,
+    OverlapTpOpt,
     OversubscriptionOpt,
     PrecisionOpt,
     RecomputeOpt,
     SequenceParallelOpt,
     SystemOpt,
+    TpCommOverlapOpt,
     ZeroOpt,
     ZeroScheduleOpt,
 )
@@ -115,6 +118,9 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         gpu_memory_gib: GpuMemoryGibOpt = None,
         grad_reduce_bytes: GradReduceBytesOpt = 4,
         optimizer_state: OptimizerStateOpt = "fp32",
+        overlap_tp: OverlapTpOpt = True,
+        tp_comm_overlap: TpCommOverlapOpt = True,
+        overlap_p2p: OverlapP2pOpt = True,
     ) -> None:
         """Predict one training iteration: time, MFU/HFU, memory, and where the time goes."""
         from railplan.estimate import estimate as run
@@ -154,6 +160,9 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             precision=precision,
             grad_reduce_bytes=grad_reduce_bytes,
             optimizer_state=optimizer_state,
+            overlap_tp=overlap_tp,
+            tp_comm_overlap=tp_comm_overlap,
+            overlap_p2p=overlap_p2p,
         )
         e = run(m, sy, strat, net, gpus=gpus)
         if as_json:
@@ -198,9 +207,28 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
     @app.command()
     def validate(
         as_json: JsonOpt = False,
+        commands: Annotated[
+            bool,
+            typer.Option(
+                "--commands",
+                help="print, per modern run, the railplan estimate command that predicts it "
+                "(every software knob spelled out; model files under examples/modern)",
+            ),
+        ] = False,
     ) -> None:
-        """Predict published Megatron-LM runs; print predicted vs measured and the errors."""
+        """Predict published runs (2021-22 Megatron-LM and 2023-24 stacks); print predicted vs
+        measured and the errors."""
+        from railplan.validation import modern_commands
         from railplan.validation import validate as run
+
+        if commands:
+            rows = modern_commands()
+            if as_json:
+                print_json([{k: r[k] for k in ("id", "source", "command")} for r in rows])
+                return
+            for r in rows:
+                print(f"# {r['id']} ({r['source']})\n{r['command']}")
+            return
 
         v = run()
         if as_json:

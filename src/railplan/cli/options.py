@@ -32,7 +32,36 @@ RecomputeOpt = Annotated[str, typer.Option(help="none | selective | full")]
 SequenceParallelOpt = Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")]
 ZeroOpt = Annotated[int, typer.Option(help="ZeRO stage 0-3")]
 EpOpt = Annotated[int, typer.Option(help="expert-parallel degree (MoE), taken from dp")]
-OverlapDpOpt = Annotated[bool, typer.Option("--overlap-dp/--no-overlap-dp")]
+OverlapDpOpt = Annotated[
+    bool,
+    typer.Option(
+        "--overlap-dp/--no-overlap-dp",
+        help="gradient reduction behind the last backward pass, weight all-gather behind the "
+        "next forward (Megatron-Core --overlap-grad-reduce/--overlap-param-gather)",
+    ),
+]
+OverlapTpOpt = Annotated[
+    bool,
+    typer.Option(
+        "--overlap-tp/--no-overlap-tp",
+        help="backward TP collectives behind the weight/input-gradient GEMMs (off: exposed)",
+    ),
+]
+TpCommOverlapOpt = Annotated[
+    bool,
+    typer.Option(
+        "--tp-comm-overlap/--no-tp-comm-overlap",
+        help="forward TP all-gather/reduce-scatter pipelined with their GEMMs (TE userbuffers, "
+        "with sequence parallelism; NeMo ub_tp_comm_overlap)",
+    ),
+]
+OverlapP2pOpt = Annotated[
+    bool,
+    typer.Option(
+        "--overlap-p2p/--no-overlap-p2p",
+        help="pipeline sends behind compute (off: blocking, as Megatron-LM of 2021-22)",
+    ),
+]
 GradAccFusionOpt = Annotated[
     bool,
     typer.Option(

@@ -58,11 +58,44 @@ class GPU(Spec):
         default=4.0, description="launch/tail overhead added to each kernel"
     )
     source: str = ""
+    sustained_tensor_fraction: Efficiency = Field(
+        default=1.0,
+        description="share of its microbenchmarked tensor throughput (MAMF GEMMs, fused "
+        "attention) the GPU sustains through a training step; fitted on the published runs "
+        "with leave-one-source-out error reported (docs/validation.md), 1.0 where not fitted",
+    )
     flash_attention_efficiency: Efficiency | None = Field(
         default=None,
-        description="fraction of the bf16 peak a fused (flash) attention kernel reaches, forward "
-        "+ backward, FLOPs counted as FlashAttention does (None: the GEMM efficiency)",
+        description="fraction of the bf16 peak today's fused (flash) attention kernel reaches in "
+        "the forward pass, FLOPs counted as FlashAttention does (None: the GEMM efficiency)",
     )
+    flash_backward_efficiency: Efficiency | None = Field(
+        default=None,
+        description="the same for its backward pass (None: the forward efficiency)",
+    )
+    flash2_forward_efficiency: Efficiency | None = Field(
+        default=None,
+        description="forward efficiency of a FlashAttention-2-generation kernel (attention "
+        "flash2; None: as today's kernel)",
+    )
+    flash2_backward_efficiency: Efficiency | None = Field(
+        default=None,
+        description="backward efficiency of a FlashAttention-2-generation kernel (None: as its "
+        "forward)",
+    )
+
+    def flash_efficiencies(self, generation: int) -> tuple[float, float]:
+        """(forward, backward) efficiency of a fused attention kernel: generation 3 is today's
+        (cuDNN / FlashAttention-3 on Hopper), 2 is FlashAttention-2's; each falls back to the
+        next more general number the catalog has."""
+        fwd = self.flash_attention_efficiency or self.matmul_efficiency
+        bwd = self.flash_backward_efficiency or fwd
+        if generation == 2:
+            fwd2 = self.flash2_forward_efficiency or fwd
+            return fwd2, self.flash2_backward_efficiency or (
+                fwd2 if self.flash2_forward_efficiency else bwd
+            )
+        return fwd, bwd
 
 
 class System(Spec):

@@ -12,8 +12,8 @@ Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
 ZeroSchedule = Literal["micro_batch", "step"]
 ZERO_SCHEDULE_CODES: dict[str, int] = {"micro_batch": 0, "step": 1}
-Attention = Literal["flash", "unfused"]
-ATTENTION_CODES: dict[str, int] = {"flash": 0, "unfused": 1}
+Attention = Literal["flash", "unfused", "flash2"]
+ATTENTION_CODES: dict[str, int] = {"flash": 0, "unfused": 1, "flash2": 2}
 Precision = Literal["bf16", "fp8"]
 PRECISION_CODES: dict[str, int] = {"bf16": 0, "fp8": 1}
 OptimizerState = Literal["fp32", "fp32-remainder", "bf16"]
@@ -27,6 +27,10 @@ class Strategy(Spec):
     Megatron/FSDP); Megatron-LM of 2021-22 reduced after the backward pass (False).
     `overlap_tp` hides the backward tensor-parallel collectives behind the weight- and
     input-gradient GEMMs (Megatron's asynchronous TP all-reduce, late 2021 on).
+    `tp_comm_overlap`: with sequence parallelism, the forward all-gathers and reduce-scatters
+    are split into chunks pipelined with the GEMM they feed or consume (Transformer Engine's
+    userbuffers: Megatron-Core `--tp-comm-overlap`, NeMo `ub_tp_comm_overlap`, 2023 on); off,
+    they are exposed (no effect without sequence parallelism: TE requires it).
     `overlap_p2p` runs pipeline sends behind compute (Megatron `--overlap-p2p-communication`,
     2023); before that sends were blocking.
     `grad_accumulation_fusion`: the weight-gradient GEMMs accumulate straight into the
@@ -47,8 +51,9 @@ class Strategy(Spec):
     `attention`: `flash` is a fused attention kernel (FlashAttention-2/3, cuDNN/TE fused
     attention: no s×s score matrix in HBM, causal blocks skipped); `unfused` is the 2021-22
     Megatron path (score matrix written, softmax and dropout as separate kernels, kept for
-    backward). `precision`: `fp8` runs the linear-layer GEMMs in FP8 (Transformer Engine),
-    `bf16` everything in BF16.
+    backward); `flash2` is a fused kernel of FlashAttention-2's generation (FA2 or the Triton
+    kernel, the 2023 stacks), which on Hopper runs well below today's kernels. `precision`:
+    `fp8` runs the linear-layer GEMMs in FP8 (Transformer Engine), `bf16` everything in BF16.
     `optimizer_state` is what the (sharded) Adam optimizer keeps per parameter: `fp32` an FP32
     master weight and FP32 moments (12 bytes: Megatron's distributed optimizer, DeepSpeed,
     FSDP mixed precision); `fp32-remainder` FP32 moments and only the 16 low bits of the FP32
@@ -72,6 +77,11 @@ class Strategy(Spec):
     overlap_tp: bool = Field(
         default=True,
         description="backward TP collectives hidden behind weight/input-gradient GEMMs",
+    )
+    tp_comm_overlap: bool = Field(
+        default=True,
+        description="forward TP all-gather/reduce-scatter pipelined with their GEMMs (TE "
+        "userbuffers; needs sequence parallelism)",
     )
     overlap_p2p: bool = Field(
         default=True,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from railplan.specs import Model
-from railplan.strategies import FLASH, FloatArray, StrategyArrays
+from railplan.strategies import UNFUSED, FloatArray, StrategyArrays
 
 REPLICATED_FORWARD = 22.0  # bytes per s·b·h element (2 LN + 2 bias-dropout-add)
 REPLICATED_BACKWARD = 2 * 6.0 + 2 * 5.0 + 2 * 6.0  # LN + dropout + residual gradient adds
@@ -41,7 +41,7 @@ def layer_bytes(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     gated = model.mlp_matrices == 3
     act_fwd = (6.0 if gated else 4.0) * ffn_elements
     act_bwd = (10.0 if gated else 6.0) * ffn_elements
-    score_elements = np.where(s.attention == FLASH, 0.0, model.heads * model.seq**2 * b / t)
+    score_elements = np.where(s.attention != UNFUSED, 0.0, model.heads * model.seq**2 * b / t)
     return {
         "forward": np.asarray(
             REPLICATED_FORWARD * replicated

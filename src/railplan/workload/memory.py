@@ -39,10 +39,10 @@ import numpy as np
 
 from railplan.specs import GPU, Model
 from railplan.strategies import (
-    FLASH,
     FP8,
     FULL,
     SELECTIVE,
+    UNFUSED,
     FloatArray,
     StrategyArrays,
     stage_layers,
@@ -100,7 +100,7 @@ def layer_activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     q, k, v, context = model.attention_widths
     split = seq * b * (2.0 * (q + k + v) + (2.0 - fp8) * context + mlp_per_token)
     scores = np.where(
-        s.attention == FLASH,
+        s.attention != UNFUSED,
         SOFTMAX_STATS_BYTES * model.heads * seq * b,
         5.0 * model.heads * seq * seq * b,
     )
