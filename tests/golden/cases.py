@@ -21,11 +21,17 @@ CASES: dict[str, tuple[str, ...]] = {
         f"reproduce-{name}": ("reproduce", name, "--json")
         for name in ("table2", "traffic", "fig5", "fig7", "fig8", "fig9", "fig10", "nic-count")
     },
-    # README's first command
+    # the 2022 command the README used to open with (GPT-3 175B on 64 A100)
     "estimate-readme-gpt175b": (
         "estimate", "--model", "gpt-175b", "--system", "dgx-a100", "--gpus", "64", "--tp", "8",
         "--pp", "8", "--interleave", "3", "--global-batch", "64", "--recompute", "selective",
         "--sequence-parallel", "--json",
+    ),
+    # README's first command (NeMo's GPT-3 175B on 128 H100)
+    "estimate-readme-gpt3-h100": (
+        "estimate", "--model", "gpt-3-175b", "--system", "dgx-h100", "--gpus", "128", "--tp",
+        "4", "--pp", "8", "--interleave", "12", "--global-batch", "256", "--sequence-parallel",
+        "--zero", "1", "--grad-reduce-bytes", "2", "--json",
     ),
     # docs/tutorial.md
     "search-tutorial-rail-optimized": (
@@ -36,7 +42,7 @@ CASES: dict[str, tuple[str, ...]] = {
     ),
     "search-tutorial-ideal": ("search", *_GPT1T, "--network", "ideal", "--top", "1", "--json"),
     "estimate-tutorial-gpt1t": (
-        "estimate", *_GPT1T, "--tp", "8", "--pp", "32", "--interleave", "4",
+        "estimate", *_GPT1T, "--tp", "8", "--pp", "16", "--interleave", "8",
         "--sequence-parallel", "--zero", "1", "--network", "rail-only", "--json",
     ),
     "estimate-tutorial-moe-rail-optimized": (
