@@ -76,6 +76,8 @@ class SearchSpace:
     # has fp8 tensor cores
     precision: tuple[str, ...] = ("bf16",)
     optimizer_state: str = "fp32"
+    # TE userbuffers for the forward TP collectives (a 2023+ stack; the paper's model has none)
+    tp_comm_overlap: bool = True
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "micro_batch", "interleave", "ep", "cp", "dp"):
@@ -104,7 +106,9 @@ class SearchSpace:
 # parallelism, and the distributed optimizer (ZeRO-1); no ZeRO-2/3, no context parallelism, pp
 # dividing the layers; unfused attention (the paper's model is validated on Korthikanti et al.
 # 2022's Megatron runs, which were unfused).
-MEGATRON_SPACE = SearchSpace(zero=(0, 1), cp=(1,), uneven_pp=False, attention="unfused")
+MEGATRON_SPACE = SearchSpace(
+    zero=(0, 1), cp=(1,), uneven_pp=False, attention="unfused", tp_comm_overlap=False
+)
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,26 @@ class SearchResult:
     feasible: int
     elapsed_s: float
     space: SearchSpace = field(default_factory=SearchSpace)
+
+    def require_best(self, model: Model, memory_gib: float) -> Candidate:
+        """The best strategy, or a one-line error saying why there is none: no valid strategy
+        (with the GPU counts near this one that have one), or none that fits in memory."""
+        if self.configurations_evaluated == 0:
+            raise RailplanError(
+                "gpus",
+                f"no valid strategy for {self.gpus:,} GPUs and global batch "
+                f"{self.global_batch:,}: tp·cp·pp·dp = gpus needs dp to divide the batch, tp the "
+                f"{model.heads} heads, pp at most the {model.layers} layers, 2·cp to divide the "
+                f"sequence ({model.seq}); "
+                f"{working_counts(model, self.gpus, self.global_batch, self.space)}",
+            )
+        if self.best is None:
+            raise RailplanError(
+                "gpus",
+                f"none of the {self.configurations_evaluated} valid strategies fits in "
+                f"{memory_gib:g} GiB per GPU; add GPUs or use a smaller model",
+            )
+        return self.best
 
     @property
     def configurations_per_s(self) -> float:
@@ -264,6 +288,7 @@ def _arrays(
         attention=one * ATTENTION_CODES[space.attention],
         precision=c["precision"],
         optimizer_state=one * OPTIMIZER_STATE_CODES[space.optimizer_state],
+        tp_comm_overlap=one * int(space.tp_comm_overlap),
     )
 
 
@@ -328,6 +353,7 @@ def enumerate_and_evaluate(
         optimizer_state=np.full(
             len(r), OPTIMIZER_STATE_CODES[space.optimizer_state], dtype=np.int64
         ),
+        tp_comm_overlap=np.full(len(r), int(space.tp_comm_overlap), dtype=np.int64),
     )
     empty_f = np.zeros(0, dtype=np.float64)
     return Evaluated(
@@ -407,4 +433,20 @@ def search(
         feasible=len(feasible_idx),
         elapsed_s=elapsed,
         space=space,
+    )
+
+
+def working_counts(model: Model, gpus: int, global_batch: int, space: SearchSpace) -> str:
+    """GPU counts near `gpus` that have at least one valid strategy, as text."""
+
+    def works(n: int) -> bool:
+        return n > 0 and len(candidate_rows(model, n, global_batch, space)["tp"]) > 0
+
+    below = next((n for n in range(gpus - 1, max(gpus - 4097, 0), -1) if works(n)), None)
+    above = next((n for n in range(gpus + 1, gpus + 4097) if works(n)), None)
+    found = [f"{n:,}" for n in (below, above) if n is not None]
+    return (
+        ("GPU counts near it that work: " + " or ".join(found))
+        if found
+        else ("no GPU count within 4,096 of it works with this batch")
     )

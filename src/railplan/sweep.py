@@ -339,9 +339,7 @@ def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, An
         recompute=s.recompute,
         sequence_parallel=s.sequence_parallel,
         zero=s.zero,
-        strategy=f"tp{s.tp}{f' cp{s.cp}' if s.cp > 1 else ''} pp{s.pp} dp{s.dp} "
-        f"v{s.interleave} mb{s.micro_batch} "
-        f"{s.recompute}{' sp' if s.sequence_parallel else ''} zero{s.zero}",
+        strategy=s.label(),
     )
     return row
 

@@ -303,7 +303,7 @@ def test_search_cli_shows_cp_and_fixes_values(cli: Cli) -> None:
 
 
 def test_report_traffic_section_places_a_cp_strategy() -> None:
-    from railplan.report.html import strategy_text
+    from railplan.specs.strategy import strategy_label
     from railplan.report.sections import traffic_section
     from tests.report.conftest import small_inputs
 
@@ -311,7 +311,7 @@ def test_report_traffic_section_places_a_cp_strategy() -> None:
     s = Strategy(tp=4, cp=2, dp=2, global_batch=16).model_dump()
     out = traffic_section(inp, s)
     assert out["stats"]["bytes_by_kind"]["cp"] > 0
-    assert "cp=2" in strategy_text(s)
+    assert "cp=2" in strategy_label(s)
 
 
 def test_traffic_figures_draw_the_cp_kind(tmp_path: Path) -> None:

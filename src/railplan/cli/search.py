@@ -26,46 +26,12 @@ from railplan.cli.options import (
     OversubscriptionOpt,
     SystemOpt,
 )
-from railplan.errors import RailplanError, near_multiples
+from railplan.errors import near_multiples
 from railplan.names import ARCHITECTURES
+from railplan.specs.strategy import strategy_label
 
 if TYPE_CHECKING:
-    from railplan.search import SearchSpace
-    from railplan.specs import Model
     from railplan.sweep import SweepResult
-
-
-def _strategy_text(s: dict[str, Any]) -> str:
-    extra = []
-    if s["interleave"] > 1:
-        extra.append(f"v={s['interleave']}")
-    if s["sequence_parallel"]:
-        extra.append("SP")
-    if s["zero"]:
-        extra.append(f"ZeRO-{s['zero']}")
-    if s.get("precision", "bf16") != "bf16":
-        extra.append(s["precision"].upper())
-    dims = "".join(f" {k}={s[k]}" for k in ("cp", "ep") if s.get(k, 1) > 1)
-    return (
-        f"tp={s['tp']} pp={s['pp']} dp={s['dp']}{dims} mb={s['micro_batch']} rc={s['recompute']}"
-    ) + ("" if not extra else " " + " ".join(extra))
-
-
-def _working_counts(model: Model, gpus: int, global_batch: int, space: SearchSpace) -> str:
-    """GPU counts near `gpus` that have at least one valid strategy, as text."""
-    from railplan.search import candidate_rows
-
-    def works(n: int) -> bool:
-        return n > 0 and len(candidate_rows(model, n, global_batch, space)["tp"]) > 0
-
-    below = next((n for n in range(gpus - 1, max(gpus - 4097, 0), -1) if works(n)), None)
-    above = next((n for n in range(gpus + 1, gpus + 4097) if works(n)), None)
-    found = [f"{n:,}" for n in (below, above) if n is not None]
-    return (
-        ("GPU counts near it that work: " + " or ".join(found))
-        if found
-        else ("no GPU count within 4,096 of it works with this batch")
-    )
 
 
 def _candidates_table(title: str, rows: list[dict[str, Any]]) -> Table:
@@ -75,7 +41,7 @@ def _candidates_table(title: str, rows: list[dict[str, Any]]) -> Table:
     for i, c in enumerate(rows, 1):
         table.add_row(
             str(i),
-            _strategy_text(c["strategy"]),
+            strategy_label(c["strategy"]),
             f"{c['iteration_s']:.3f} s",
             f"{c['mfu']:.1%}",
             f"{c['hfu']:.1%}",
@@ -201,20 +167,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             optimizer_state=optimizer_state,
         )
         r = run(m, sy, net, gpus, global_batch, space, top=top)
-        if r.configurations_evaluated == 0:
-            raise RailplanError(
-                "gpus",
-                f"no valid strategy for {gpus:,} GPUs and global batch {global_batch:,}: "
-                f"tp·cp·pp·dp = gpus needs dp to divide the batch, tp the {m.heads} heads, pp at "
-                f"most the {m.layers} layers, 2·cp to divide the sequence ({m.seq}); "
-                f"{_working_counts(m, gpus, global_batch, space)}",
-            )
-        if r.best is None:
-            raise RailplanError(
-                "gpus",
-                f"none of the {r.configurations_evaluated} valid strategies fits in "
-                f"{sy.gpu.memory_gib:g} GiB per GPU; add GPUs or use a smaller model",
-            )
+        r.require_best(m, sy.gpu.memory_gib)
         if as_json:
             print_json(r.to_dict())
             return

@@ -19,6 +19,7 @@ from railplan import __version__
 from railplan.errors import RailplanError
 from railplan.fileio import atomic_write
 from railplan.report.figures import all_figures
+from railplan.specs.strategy import strategy_label
 from railplan.traffic import KINDS
 from railplan.units import fmt_bytes
 
@@ -88,27 +89,6 @@ def fmt_mw(x: float | None) -> str:
     if x is None:
         return "—"
     return f"{x / 1e6:,.2f} MW" if x >= 1e6 else f"{x / 1e3:,.1f} kW"
-
-
-def strategy_text(s: dict[str, Any] | None) -> str:
-    if s is None:
-        return "no strategy fits"
-    parts = [f"tp={s['tp']}", f"pp={s['pp']}", f"dp={s['dp']}"]
-    if s.get("cp", 1) > 1:
-        parts.append(f"cp={s['cp']}")
-    if s.get("ep", 1) > 1:
-        parts.append(f"ep={s['ep']}")
-    parts.append(f"mb={s['micro_batch']}")
-    if s["interleave"] > 1:
-        parts.append(f"v={s['interleave']}")
-    parts.append(f"recompute={s['recompute']}")
-    if s.get("precision", "bf16") != "bf16":
-        parts.append(s["precision"])
-    if s["sequence_parallel"]:
-        parts.append("SP")
-    if s["zero"]:
-        parts.append(f"ZeRO-{s['zero']}")
-    return " ".join(parts)
 
 
 def table(
@@ -190,7 +170,7 @@ def answers(r: dict[str, Any]) -> str:
             f"{esc(cost['inputs'].get('price_book', ''))} has no watts at "
             f"{cost['inputs'].get('nic_gbps', '?')} Gbps."
         ),
-        f"<b>Which strategy?</b> On rail-only: {esc(strategy_text(rl and rl['strategy']))} "
+        f"<b>Which strategy?</b> On rail-only: {esc(strategy_label(rl and rl['strategy']))} "
         f"(MFU {fmt_pct(rl and rl['mfu'])}).",
         f"<b>Where do the bytes go?</b> {fmt_pct(hb_share)} of the bytes stay inside HB domains; "
         f"cross-rail NIC bytes: {fmt_bytes(tr['nic_cross_rail_bytes'])}; "
@@ -214,7 +194,7 @@ def performance_section(r: dict[str, Any], figs: dict[str, str]) -> str:
         rows.append(
             [
                 arch,
-                strategy_text(b and b["strategy"]),
+                strategy_label(b and b["strategy"]),
                 fmt_s(b and b["iteration_s"]),
                 fmt_pct(b and b["iteration_s"] / base - 1, signed=True),
                 fmt_pct(b and b["mfu"]),
@@ -303,7 +283,7 @@ def traffic_section(r: dict[str, Any], figs: dict[str, str]) -> str:
         ]
     )
     return (
-        f"<p>One iteration of the best rail-only strategy ({esc(strategy_text(t['strategy']))}), "
+        f"<p>One iteration of the best rail-only strategy ({esc(strategy_label(t['strategy']))}), "
         f"placed <code>{esc(t['placement'])}</code> (order {esc(', '.join(t['order']))}). "
         f"Cross-rail NIC bytes: {fmt_bytes(s['nic_cross_rail_bytes'])}. Largest pair inside an HB "
         f"domain: {fmt_bytes(s['max_pair_bytes_hb'])}; across the NIC domain: "
@@ -323,7 +303,7 @@ def sensitivity_section(r: dict[str, Any], figs: dict[str, str]) -> str:
             p["network"],
             fmt_s(p["iteration_s"]),
             fmt_pct(p["mfu"]),
-            strategy_text(p["strategy"]),
+            strategy_label(p["strategy"]),
         ]
         for p in r["sensitivity"]["hb_domain"]
     ]

@@ -102,19 +102,7 @@ def pct_slower(t: float | None, ref: float | None) -> float | None:
 def performance(inp: ReportInputs) -> dict[str, Any]:
     """Best strategy, iteration time and MFU on rail-optimized, rail-only and ideal."""
     results = {arch: best_search(inp, inp.system, arch, inp.global_batch) for arch in NETWORKS}
-    ro = results["rail-optimized"]
-    if ro.configurations_evaluated == 0:
-        raise RailplanError(
-            "gpus",
-            f"no valid strategy for {inp.gpus} GPUs and global batch {inp.global_batch}: "
-            "tp·cp·pp·dp = gpus needs dp to divide the batch, tp the heads, pp at most the layers",
-        )
-    if ro.best is None:
-        raise RailplanError(
-            "gpus",
-            f"none of the {ro.configurations_evaluated} valid strategies fits in "
-            f"{inp.system.gpu.memory_gib:g} GiB per GPU; add GPUs or use a smaller model",
-        )
+    results["rail-optimized"].require_best(inp.model, inp.system.gpu.memory_gib)
     nets = {
         arch: {
             "best": _best(r),

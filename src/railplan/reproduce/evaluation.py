@@ -19,6 +19,7 @@ from railplan.errors import RailplanError
 from railplan.fileio import atomic_write, check_target
 from railplan.search import MEGATRON_SPACE, SearchResult, search
 from railplan.specs import Model, Network, System, load_model, load_system
+from railplan.specs.strategy import strategy_label
 
 K_VALUES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 FIG8_CLUSTERS = (16384, 32768, 65536)
@@ -365,16 +366,6 @@ def _s(x: float | None, spec: str = ".3f") -> str:
     return "—" if x is None else format(x, spec)
 
 
-def _strategy(s: dict[str, Any] | None) -> str:
-    if s is None:
-        return "none fits"
-    return (
-        f"tp{s['tp']} pp{s['pp']} dp{s['dp']} v{s['interleave']} mb{s['micro_batch']} "
-        f"{s['recompute'][:3]}{' sp' if s['sequence_parallel'] else ''}"
-        f"{' z' + str(s['zero']) if s['zero'] else ''}"
-    )
-
-
 def tables(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows of strings for a human table: our points, then paper vs ours."""
     fig = report["figure"]
@@ -414,7 +405,7 @@ def tables(report: dict[str, Any]) -> list[dict[str, Any]]:
                         _s(p["iteration_s"]),
                         _s(p["mfu"], ".1%"),
                         *(_s(p[e], ".1%") for e in extra),
-                        _strategy(p["strategy"]),
+                        strategy_label(p["strategy"], "none fits"),
                         str(p.get("largest_overhead", "")),
                     ]
                     for p in pts
@@ -441,7 +432,7 @@ def tables(report: dict[str, Any]) -> list[dict[str, Any]]:
                         f"{p['measured_relative']:.2f}",
                         f"{p['fixed_strategy_relative']:.2f}",
                         f"{p['searched_relative']:.2f}",
-                        _strategy(p["searched_strategy"]),
+                        strategy_label(p["searched_strategy"], "none fits"),
                     ]
                     for p in pts
                 ],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, PositiveInt
 
@@ -108,7 +108,26 @@ class Strategy(Spec):
     def gpus(self) -> int:
         return self.tp * self.cp * self.pp * self.dp
 
+    def label(self) -> str:
+        """The strategy as one line, the one form every table, report and sweep prints:
+        degrees, micro-batch and recompute, then what differs from the plain case
+        (`tp=8 pp=16 dp=128 mb=1 rc=none v=8 SP ZeRO-1`)."""
+        dims = "".join(f" {k}={getattr(self, k)}" for k in ("cp", "ep") if getattr(self, k) > 1)
+        extra = [
+            f"v={self.interleave}" if self.interleave > 1 else "",
+            "SP" if self.sequence_parallel else "",
+            f"ZeRO-{self.zero}" if self.zero else "",
+            self.precision.upper() if self.precision != "bf16" else "",
+        ]
+        head = f"tp={self.tp} pp={self.pp} dp={self.dp}{dims} mb={self.micro_batch}"
+        return " ".join([f"{head} rc={self.recompute}", *(e for e in extra if e)])
+
     @property
     def micro_batches(self) -> int:
         """Micro-batches per pipeline per iteration."""
         return self.global_batch // (self.dp * self.micro_batch)
+
+
+def strategy_label(data: dict[str, Any] | None, none: str = "no strategy fits") -> str:
+    """`Strategy.label` of a strategy as JSON holds it (`none` when there is none)."""
+    return none if data is None else Strategy.model_validate(data).label()
