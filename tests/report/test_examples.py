@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import runpy
-import time
 from pathlib import Path
 
 import pytest
@@ -23,9 +22,7 @@ def test_every_example_is_tested() -> None:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_example_runs(name: str, capsys: pytest.CaptureFixture[str]) -> None:
-    t0 = time.perf_counter()
     runpy.run_path(str(EXAMPLES / name), run_name="__main__")
-    assert time.perf_counter() - t0 < 10
     out = capsys.readouterr().out
     for text in EXPECTED[name]:
         assert text in out, (text, out)
