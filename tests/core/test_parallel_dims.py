@@ -303,8 +303,8 @@ def test_search_cli_shows_cp_and_fixes_values(cli: Cli) -> None:
 
 
 def test_report_traffic_section_places_a_cp_strategy() -> None:
-    from railplan.specs.strategy import strategy_label
     from railplan.report.sections import traffic_section
+    from railplan.specs.strategy import strategy_label
     from tests.report.conftest import small_inputs
 
     inp = small_inputs(gpus=16, global_batch=16)
