@@ -163,7 +163,8 @@ def narayanan_rows() -> list[Row]:
 def layer_rows() -> list[dict[str, Any]]:
     """Korthikanti Table 4: one 22B layer's forward and backward time (a diagnostic that
     separates per-layer compute from pipeline and data-parallel effects)."""
-    from railplan.iteration import layer_times, links, tp_comm_times
+    from railplan.comm_time import links, tp_comm_times
+    from railplan.layer_time import layer_times
     from railplan.layout import megatron_shapes
     from railplan.strategies import from_strategies
 

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from railplan import collectives as coll
+from railplan.comm_time import Links, links
 from railplan.errors import RailplanError
-from railplan.iteration import Links, links
 from railplan.specs import Network, System
 from railplan.specs.base import BYTES
 

@@ -13,7 +13,7 @@ step of the running ones). Per layer on one GPU:
 - the fused element-wise kernels (norms, residual, activation, RoPE) as in training;
 - tensor-parallel all-reduces (2 per layer) and expert all-to-alls (dispatch and combine per MoE
   layer) of bf16 activations, timed by the training model's collectives on the network's links
-  (`iteration.links`): inside an HB domain or over the NIC, with rail-only forwarding.
+  (`comm_time.links`): inside an HB domain or over the NIC, with rail-only forwarding.
 Pipeline parallelism splits the batch into pp micro-batches in flight; a token then advances
 once every pp stage times (plus the sends between stages).
 """
@@ -27,16 +27,16 @@ from functools import cached_property
 import numpy as np
 
 from railplan import collectives as coll
-from railplan.compute import gemm_efficiency, memory_time_s
-from railplan.errors import RailplanError
-from railplan.inference import kvcache
-from railplan.iteration import (
-    ELEMENTWISE_KERNELS_PER_LAYER,
+from railplan.comm_time import (
     Links,
     group_collective_s,
     links,
     p2p_s,
 )
+from railplan.compute import gemm_efficiency, memory_time_s
+from railplan.errors import RailplanError
+from railplan.inference import kvcache
+from railplan.layer_time import ELEMENTWISE_KERNELS_PER_LAYER
 from railplan.layout import Shape, worst_shape
 from railplan.specs import GPU, Model, Network, System
 from railplan.strategies import FloatArray

@@ -311,7 +311,7 @@ def _price_book_sources(book: PriceBook) -> list[dict[str, Any]]:
 
 def model_constants() -> list[dict[str, Any]]:
     """The model-level constants the iteration model uses, read from the modules that own them."""
-    from railplan import compute, iteration, validation
+    from railplan import compute, iteration, layer_time, validation
     from railplan.workload import memory
 
     return [
@@ -322,8 +322,8 @@ def model_constants() -> list[dict[str, Any]]:
         },
         {
             "name": "ELEMENTWISE_KERNELS_PER_LAYER",
-            "value": iteration.ELEMENTWISE_KERNELS_PER_LAYER,
-            "where": "railplan.iteration",
+            "value": layer_time.ELEMENTWISE_KERNELS_PER_LAYER,
+            "where": "railplan.layer_time",
         },
         {"name": "WEIGHT_BYTES", "value": memory.WEIGHT_BYTES, "where": "railplan.workload.memory"},
         {
