@@ -7,7 +7,8 @@ Run: python benchmarks/validation.py   (prints each row and the measured figure 
 
 from __future__ import annotations
 
-from railplan.validation import cross_validation, validate
+from railplan.modern_validation import cross_validation
+from railplan.validation import validate
 
 
 def modern(v: dict) -> None:  # type: ignore[type-arg]

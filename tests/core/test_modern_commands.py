@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from railplan.validation import modern_commands, modern_rows
+from railplan.modern_validation import modern_commands, modern_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,10 +45,11 @@ def test_unstated_knobs_take_the_fastest_fitting_value() -> None:
     import itertools
 
     from railplan.estimate import estimate
+    from railplan.modern_validation import UNSTATED_KNOBS, knob_values, modern_run
     from railplan.specs import Network
-    from railplan.validation import UNSTATED_KNOBS, _rows, knob_values, modern_run
+    from railplan.validation import read_rows
 
-    row = next(r for r in _rows("modern_runs.csv") if r["id"] == "meg-h100-16B")
+    row = next(r for r in read_rows("modern_runs.csv") if r["id"] == "meg-h100-16B")
     model, system, chosen = modern_run(row)
     best = estimate(model, system, chosen, Network(), gpus=int(row["gpus"])).iteration_s
     for combo in itertools.product(*(knob_values(model, chosen, k) for k in UNSTATED_KNOBS)):
@@ -61,7 +62,7 @@ def test_unstated_knobs_take_the_fastest_fitting_value() -> None:
 
 def test_catalog_holds_the_fitted_sustained_fraction() -> None:
     """The one fitted constant is what the fit gives on the shared rows (refit if they change)."""
+    from railplan.modern_validation import fit_sustained_fraction
     from railplan.specs import load_gpu
-    from railplan.validation import fit_sustained_fraction
 
     assert load_gpu("h100-sxm").sustained_tensor_fraction == fit_sustained_fraction()

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from railplan.errors import RailplanError
 from railplan.estimate import estimate
 from railplan.iteration import iteration
+from railplan.modern_validation import modern_rows
 from railplan.specs import Model, Network, Strategy, load_model, load_system
 from railplan.strategies import from_strategies
-from railplan.validation import modern_rows
 from railplan.workload.memory import GIB, WEIGHT_BYTES, layer_activation_bytes, memory
 
 

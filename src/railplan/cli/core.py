@@ -218,7 +218,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
     ) -> None:
         """Predict published runs (2021-22 Megatron-LM and 2023-24 stacks); print predicted vs
         measured and the errors."""
-        from railplan.validation import modern_commands
+        from railplan.modern_validation import modern_commands
         from railplan.validation import validate as run
 
         if commands:

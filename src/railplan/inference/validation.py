@@ -15,7 +15,7 @@ from railplan.inference.estimate import first_token_s, infer, static_batch_token
 from railplan.inference.serving import serve
 from railplan.specs import Network
 from railplan.specs.catalog import load_model, load_system
-from railplan.validation import _rows
+from railplan.validation import read_rows
 
 DATA = "inference_mlperf.csv"
 
@@ -27,7 +27,7 @@ def _pct(predicted: float, measured: float) -> float:
 def rows(requests: int = 4000) -> list[dict[str, Any]]:
     """One dict per comparison: id, quantity, measured, predicted, error_pct, goal_pct."""
     out: list[dict[str, Any]] = []
-    for r in _rows(DATA):
+    for r in read_rows(DATA):
         dep = Deployment(
             load_model(r["model"]),
             load_system(r["system"]),
