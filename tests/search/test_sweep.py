@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from railplan.errors import RailplanError
-from railplan.sweep import SweepSpec, parse_vary, read_rows, run_sweep
+from railplan.sweep import run_sweep
+from railplan.sweep_log import read_rows
+from railplan.sweep_spec import SweepSpec, parse_vary
 from tests.conftest import Cli
 
 BASE = {"model": "gpt-1.7b", "gpus": 16, "global_batch": 32, "system": "dgx-a100"}
@@ -436,7 +438,7 @@ SLOW_ARGS = ["--model", "gpt-1t", "--gpus", "3072", "--global-batch", "1536", "-
 
 
 def test_a_second_sweep_on_a_locked_output_names_the_holder(tmp_path: Path) -> None:
-    from railplan.sweep import output_lock
+    from railplan.sweep_log import output_lock
 
     out = tmp_path / "l.csv"
     with output_lock(out) as lock_path:
@@ -570,7 +572,7 @@ def test_kill_9_of_a_sweep_leaves_no_worker_behind(tmp_path: Path) -> None:
         time.sleep(0.1)
     assert [w for w in workers if _alive(w)] == []
     # and the lock died with them: a new sweep on the output runs
-    from railplan.sweep import output_lock
+    from railplan.sweep_log import output_lock
 
     with output_lock(out):
         pass
@@ -629,7 +631,7 @@ def test_without_pyarrow_the_output_says_so(
 
 
 def test_grid_size_is_bounded() -> None:
-    from railplan.sweep import MAX_POINTS
+    from railplan.sweep_spec import MAX_POINTS
 
     with pytest.raises(RailplanError, match=f"at most {MAX_POINTS:,} per sweep"):
         SweepSpec.build(

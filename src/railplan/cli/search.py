@@ -144,7 +144,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         from railplan.search import search as run
         from railplan.specs import load_model
         from railplan.specs.build import build_network, build_system
-        from railplan.sweep import int_list
+        from railplan.sweep_spec import int_list
 
         m = load_model(model)
         sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu, gpu_memory_gib)
@@ -240,7 +240,8 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         Every value is checked before anything runs; exits 1 if points failed with an error.
         Run the same command again to compute the missing and failed points."""
         from railplan.cli.core import print_json
-        from railplan.sweep import SweepSpec, int_list, parse_vary, run_sweep
+        from railplan.sweep import run_sweep
+        from railplan.sweep_spec import SweepSpec, int_list, parse_vary
 
         base: dict[str, Any] = {
             k: v
