@@ -95,3 +95,11 @@ def test_failed_plot_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.Monk
     ev.plot(report, out)
     assert out.read_bytes().startswith(b"%PDF")
     assert [p.name for p in tmp_path.iterdir()] == ["f7.pdf"]
+
+
+def test_every_registered_figure_has_a_command() -> None:
+    """The registry (evaluation.FIGURES) and the commands' help (names.REPRODUCE_FIGURES, light
+    enough for the CLI to import at start) name the same figures."""
+    from railplan.names import REPRODUCE_FIGURES
+
+    assert list(ev.FIGURES) == list(REPRODUCE_FIGURES)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -28,13 +29,14 @@ from railplan.cli.options import (
 )
 from railplan.errors import near_multiples
 from railplan.names import ARCHITECTURES
-from railplan.specs.strategy import strategy_label
 
 if TYPE_CHECKING:
     from railplan.sweep import SweepResult
 
 
 def _candidates_table(title: str, rows: list[dict[str, Any]]) -> Table:
+    from railplan.specs.strategy import strategy_label  # pydantic: loaded when a command runs
+
     table = Table(title=title)
     for col in ("#", "strategy", "iteration", "MFU", "HFU", "memory/GPU"):
         table.add_column(col, justify="left" if col == "strategy" else "right")
@@ -307,44 +309,16 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         if plot is not None:
             console.print(f"plot written to {plot}")
 
-    @reproduce_app.command("fig7")
-    def fig7(
-        as_json: Annotated[bool, typer.Option("--json")] = False,
-        plot: Annotated[Path | None, typer.Option(help="write a PNG/SVG/PDF plot")] = None,
-    ) -> None:
-        """Fig 7: HFU of the model vs Korthikanti et al.'s measured runs."""
-        _reproduce("fig7", as_json, plot)
+    from railplan.names import REPRODUCE_FIGURES
 
-    @reproduce_app.command("fig8")
-    def fig8(
-        as_json: Annotated[bool, typer.Option("--json")] = False,
-        plot: Annotated[Path | None, typer.Option(help="write a PNG/SVG/PDF plot")] = None,
-    ) -> None:
-        """Fig 8: best iteration time vs HB-domain size K, rail-only vs ideal."""
-        _reproduce("fig8", as_json, plot)
+    def _command(name: str) -> Callable[..., None]:
+        def command(
+            as_json: Annotated[bool, typer.Option("--json")] = False,
+            plot: Annotated[Path | None, typer.Option(help="write a PNG/SVG/PDF plot")] = None,
+        ) -> None:
+            _reproduce(name, as_json, plot)
 
-    @reproduce_app.command("fig9")
-    def fig9(
-        as_json: Annotated[bool, typer.Option("--json")] = False,
-        plot: Annotated[Path | None, typer.Option(help="write a PNG/SVG/PDF plot")] = None,
-    ) -> None:
-        """Fig 9: GPT-1T iteration time vs HB and NIC bandwidth at K = 8 and 256."""
-        _reproduce("fig9", as_json, plot)
+        return command
 
-    @reproduce_app.command("fig10")
-    def fig10(
-        as_json: Annotated[bool, typer.Option("--json")] = False,
-        plot: Annotated[Path | None, typer.Option(help="write a PNG/SVG/PDF plot")] = None,
-    ) -> None:
-        """Fig 10: GPT-1T on 32,768 GPUs, iteration time and performance relative to ideal vs
-        global batch."""
-        _reproduce("fig10", as_json, plot)
-
-    @reproduce_app.command("nic-count")
-    def nic_count(
-        as_json: Annotated[bool, typer.Option("--json")] = False,
-        plot: Annotated[Path | None, typer.Option(help="write a PNG/SVG/PDF plot")] = None,
-    ) -> None:
-        """An operator's experiment (SK Telecom's TITAN talk): GPT-175B on DGX A100 with
-        8/4/2/1 NICs per node, relative iteration time."""
-        _reproduce("nic-count", as_json, plot)
+    for name, help_text in REPRODUCE_FIGURES.items():  # one `reproduce NAME` per figure
+        reproduce_app.command(name, help=help_text)(_command(name))

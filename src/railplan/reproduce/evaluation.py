@@ -12,14 +12,15 @@ The paper's numbers are constants here for the comparison only; nothing is fitte
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from railplan.errors import RailplanError
-from railplan.fileio import atomic_write, check_target
+from railplan.reproduce import views
 from railplan.search import MEGATRON_SPACE, SearchResult, search
 from railplan.specs import Model, Network, System, load_model, load_system
-from railplan.specs.strategy import strategy_label
 
 K_VALUES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 FIG8_CLUSTERS = (16384, 32768, 65536)
@@ -352,230 +353,41 @@ def nic_count() -> dict[str, Any]:
     }
 
 
-FIGURES = {"fig7": fig7, "fig8": fig8, "fig9": fig9, "fig10": fig10, "nic-count": nic_count}
+@dataclass(frozen=True)
+class Figure:
+    """One reproduction: how to compute it and how it looks (its command's help is
+    `railplan.names.REPRODUCE_FIGURES`, importable without this module)."""
+
+    run: Callable[[], dict[str, Any]]
+    table: Callable[[dict[str, Any]], dict[str, Any]]
+    draw: Callable[[Any, list[dict[str, Any]]], Any]
+
+
+FIGURES: dict[str, Figure] = {
+    "fig7": Figure(fig7, views.fig7_table, views.fig7_draw),
+    "fig8": Figure(fig8, views.search_table, views.fig8_draw),
+    "fig9": Figure(fig9, views.search_table, views.fig9_draw),
+    "fig10": Figure(fig10, views.search_table, views.fig10_draw),
+    "nic-count": Figure(nic_count, views.nic_count_table, views.nic_count_draw),
+}
 
 
 def run(name: str) -> dict[str, Any]:
     """One figure's report: setup, points (ours), comparisons (paper vs ours)."""
     if name not in FIGURES:
         raise RailplanError("figure", f"{name!r} is not one of {', '.join(FIGURES)}")
-    return FIGURES[name]()
-
-
-def _s(x: float | None, spec: str = ".3f") -> str:
-    return "—" if x is None else format(x, spec)
+    return FIGURES[name].run()
 
 
 def tables(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows of strings for a human table: our points, then paper vs ours."""
-    fig = report["figure"]
-    out: list[dict[str, Any]] = []
-    pts = report["points"]
-    if fig == "fig7":
-        out.append(
-            {
-                "title": "Fig 7: HFU, measured (Korthikanti 2022) vs ours",
-                "columns": ["model", "GPUs", "measured HFU", "our HFU", "error %"],
-                "rows": [
-                    [
-                        p["model"],
-                        str(p["gpus"]),
-                        f"{p['measured_hfu']:.1%}",
-                        f"{p['predicted_hfu']:.1%}",
-                        f"{p['error_pct']:+.1f}",
-                    ]
-                    for p in pts
-                ],
-            }
-        )
-    elif fig in ("fig8", "fig9", "fig10"):
-        cols = {
-            "fig8": ["model", "gpus", "hb_domain", "network"],
-            "fig9": ["hb_domain", "hb_tbps", "nic_gbps"],
-            "fig10": ["batch", "hb_domain", "network"],
-        }[fig]
-        extra = ["relative_to_ideal"] if fig == "fig10" else []
-        out.append(
-            {
-                "title": f"{fig}: best strategy per point (ours)",
-                "columns": [*cols, "iteration s", "MFU", *extra, "strategy", "largest overhead"],
-                "rows": [
-                    [
-                        *(str(p[c]) for c in cols),
-                        _s(p["iteration_s"]),
-                        _s(p["mfu"], ".1%"),
-                        *(_s(p[e], ".1%") for e in extra),
-                        strategy_label(p["strategy"], "none fits"),
-                        str(p.get("largest_overhead", "")),
-                    ]
-                    for p in pts
-                ],
-            }
-        )
-    else:
-        out.append(
-            {
-                "title": "SK Telecom's TITAN talk: GPT-175B, NICs per DGX A100 node "
-                "(relative iteration time)",
-                "columns": [
-                    "NICs/node",
-                    "measured ms",
-                    "measured",
-                    "ours (fixed strategy)",
-                    "ours (searched)",
-                    "searched strategy",
-                ],
-                "rows": [
-                    [
-                        str(p["nics_per_node"]),
-                        f"{p['measured_ms']:.0f}",
-                        f"{p['measured_relative']:.2f}",
-                        f"{p['fixed_strategy_relative']:.2f}",
-                        f"{p['searched_relative']:.2f}",
-                        strategy_label(p["searched_strategy"], "none fits"),
-                    ]
-                    for p in pts
-                ],
-            }
-        )
-    out.append(
-        {
-            "title": f"{fig}: paper vs ours",
-            "columns": ["claim", "paper", "ours", "ours − paper"],
-            "rows": [
-                [
-                    c["claim"],
-                    _s(c["paper"], ".1f"),
-                    _s(c["ours"], ".1f"),
-                    _s(c["diff_points"], "+.1f"),
-                ]
-                for c in report["comparisons"]
-            ],
-        }
-    )
-    return out
+    return [FIGURES[report["figure"]].table(report), views.comparison_table(report)]
 
 
-PLOT_FORMATS = ("png", "svg", "pdf")
-
-
-def check_plot_path(path: Path) -> str:
-    """The image format of `path` (its suffix), checked before any work is done: a one-line
-    error for another suffix or a missing directory."""
-    fmt = Path(path).suffix[1:].lower()
-    if fmt not in PLOT_FORMATS:
-        raise RailplanError("plot", f"{Path(path).name!r}: use a .png, .svg or .pdf file name")
-    check_target(Path(path), "plot")
-    return fmt
+check_plot_path = views.check_plot_path
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
     """Our curves (matplotlib, Agg) in the layout of the paper's figure, written all or
     nothing to `path` (.png, .svg or .pdf)."""
-    fmt = check_plot_path(path)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig_name = report["figure"]
-    pts = report["points"]
-    if fig_name == "fig7":
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        labels = [f"({p['model'][4:]}, {p['gpus']})" for p in pts]
-        xs = range(len(pts))
-        ax.bar(
-            [x - 0.2 for x in xs],
-            [100 * p["measured_hfu"] for p in pts],
-            0.4,
-            label="measured (Korthikanti 2022)",
-        )
-        ax.bar(
-            [x + 0.2 for x in xs], [100 * p["predicted_hfu"] for p in pts], 0.4, label="railplan"
-        )
-        ax.set_xticks(list(xs), labels)
-        ax.set_ylabel("HFU (%)")
-    elif fig_name == "fig8":
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-        for ax, (name, _) in zip(axes, FIG8_MODELS, strict=True):
-            for n in FIG8_CLUSTERS:
-                ro = [
-                    p
-                    for p in pts
-                    if p["model"] == name and p["gpus"] == n and p["network"] == "rail-only"
-                ]
-                line = ax.plot(
-                    [p["hb_domain"] for p in ro],
-                    [p["iteration_s"] for p in ro],
-                    "o-",
-                    label=f"rail-only N={n}",
-                )
-                ideal = next(
-                    p
-                    for p in pts
-                    if p["model"] == name and p["gpus"] == n and p["network"] == "ideal"
-                )
-                ax.axhline(
-                    ideal["iteration_s"], ls="--", color=line[0].get_color(), label=f"ideal N={n}"
-                )
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("HB domain size K")
-            ax.set_ylabel("iteration time (s)")
-            ax.set_title(name)
-    elif fig_name == "fig9":
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-        for ax, k in zip(axes, FIG9_K, strict=True):
-            for hb in FIG9_HB_TBPS:
-                sel = [p for p in pts if p["hb_domain"] == k and p["hb_tbps"] == hb]
-                ax.plot(
-                    [p["nic_gbps"] for p in sel],
-                    [p["iteration_s"] for p in sel],
-                    "o-",
-                    label=f"{hb} Tbps HBD",
-                )
-            ax.set_xlabel("network bandwidth (Gbps)")
-            ax.set_ylabel("iteration time (s)")
-            ax.set_title(f"K = {k}")
-    elif fig_name == "fig10":
-        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-        for k in [*FIG10_K, FIG10_GPUS]:
-            sel = [p for p in pts if p["hb_domain"] == k]
-            lab = f"ideal (K={k})" if k == FIG10_GPUS else f"K={k}"
-            axes[0].plot(
-                [p["batch"] for p in sel], [p["iteration_s"] for p in sel], "o-", label=lab
-            )
-            axes[1].plot(
-                [p["batch"] for p in sel], [p["relative_to_ideal"] for p in sel], "o-", label=lab
-            )
-        for ax in axes:
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("global batch")
-        axes[0].set_ylabel("iteration time (s)")
-        axes[1].set_ylabel("relative performance to ideal")
-    else:
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        nics = [p["nics_per_node"] for p in pts]
-        ax.plot(
-            nics,
-            [p["measured_relative"] for p in pts],
-            "o-",
-            label="measured (SK Telecom TITAN talk)",
-        )
-        ax.plot(
-            nics,
-            [p["fixed_strategy_relative"] for p in pts],
-            "s-",
-            label="railplan, fixed strategy",
-        )
-        ax.plot(nics, [p["searched_relative"] for p in pts], "^-", label="railplan, searched")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("NICs per node")
-        ax.set_ylabel("relative iteration time")
-    for ax in fig.axes:
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    try:
-        atomic_write(Path(path), lambda tmp: fig.savefig(tmp, format=fmt), field="plot")
-    finally:
-        plt.close(fig)
+    views.save(FIGURES[report["figure"]].draw, report["points"], path)
