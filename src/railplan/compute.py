@@ -104,7 +104,8 @@ def flash_attention_time_s(
     """Forward and backward time of a fused causal attention kernel whose unmasked score and
     context products would take `forward_flops`: the causal half of the work, the backward at
     2.5x the forward FLOPs, each pass at the kernel's measured efficiency
-    (`GPU.flash_efficiencies`: today's kernel, or FlashAttention-2's with `generation` 2)."""
+    (`GPU.flash_efficiencies`: today's kernel; FlashAttention-2's with `generation` 2, the
+    first generation's with 1)."""
     fwd_eff, bwd_eff = gpu.flash_efficiencies(generation)
     work = (
         np.asarray(forward_flops, dtype=np.float64)

@@ -16,6 +16,7 @@ import numpy as np
 from railplan.compute import flash_attention_time_s, gemm_time_s, memory_time_s
 from railplan.specs import GPU, Model, System
 from railplan.strategies import (
+    FLASH1,
     FLASH2,
     FP8,
     FULL,
@@ -86,7 +87,7 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
     gemms = local(layer_gemms(model, b, t), s)
     linear = [g for g in gemms if not g.attention]
     core = [g for g in gemms if g.attention]
-    flash = s.attention != UNFUSED  # a fused kernel (today's or FlashAttention-2's)
+    flash = s.attention != UNFUSED  # a fused kernel (today's or an older generation's)
 
     def total(times: list[FloatArray]) -> FloatArray:
         return np.asarray(sum(times, np.zeros(())))
@@ -106,9 +107,10 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
         unfused_bwd = total([gemm_time_s(gpu, h) for g in core for h in g.backward()])
     core_flops = total([g.flops for g in core])
     fused = flash_attention_time_s(gpu, core_flops)
-    if bool(np.any(s.attention == FLASH2)):
-        fa2 = flash_attention_time_s(gpu, core_flops, generation=2)
-        fused = {k: np.where(s.attention == FLASH2, fa2[k], v) for k, v in fused.items()}
+    for code, generation in ((FLASH2, 2), (FLASH1, 1)):  # older kernels, where asked for
+        if bool(np.any(s.attention == code)):
+            old = flash_attention_time_s(gpu, core_flops, generation=generation)
+            fused = {k: np.where(s.attention == code, old[k], v) for k, v in fused.items()}
     attn_fwd = np.where(flash, fused["forward"], unfused_fwd)
     attn_bwd = np.where(flash, fused["backward"], unfused_bwd)
 

@@ -30,7 +30,9 @@ FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
 NONE, SELECTIVE, FULL = 0, 1, 2
-FLASH, UNFUSED, FLASH2 = (ATTENTION_CODES[k] for k in ("flash", "unfused", "flash2"))
+FLASH, UNFUSED, FLASH2, FLASH1 = (
+    ATTENTION_CODES[k] for k in ("flash", "unfused", "flash2", "flash1")
+)
 BF16, FP8 = PRECISION_CODES["bf16"], PRECISION_CODES["fp8"]
 
 

@@ -43,7 +43,10 @@ def test_fp8_cli_is_one_line_exit_2(cli) -> None:  # type: ignore[no-untyped-def
         "estimate", "--model", "gpt-22b", "--gpus", "8", "--global-batch", "8", "--attention", "x"
     )
     assert r.exit_code == 2
-    assert str(r.exception) == "attention: 'x' is not allowed; choose one of flash, unfused, flash2"
+    assert (
+        str(r.exception)
+        == "attention: 'x' is not allowed; choose one of flash, unfused, flash2, flash1"
+    )
 
 
 def test_fp8_faster_than_bf16_and_keeps_fp8_weight_copies() -> None:
@@ -247,3 +250,33 @@ def test_search_takes_the_gpu_memory_override(cli) -> None:  # type: ignore[no-u
     r = cli(*args, "--gpu-memory-gib", "40")
     assert r.exit_code == 2
     assert "fits in 40 GiB per GPU" in str(r.exception)
+
+
+def test_attention_generations_by_hand() -> None:
+    # The fused kernel's time per pass is the causal half of the forward FLOPs over the catalog
+    # efficiency of its generation; A100 has today's (FA2, 0.60) and the first generation's
+    # (0.325) numbers, H100 none for the first generation (it falls back to FlashAttention-2's).
+    from railplan.compute import flash_attention_time_s
+
+    flops = np.asarray(1e15)
+    a100 = load_system("dgx-a100").gpu
+    t1 = flash_attention_time_s(a100, flops, generation=1)
+    t3 = flash_attention_time_s(a100, flops)
+    overhead = a100.kernel_overhead_us * 1e-6
+    assert float(t1["forward"]) == pytest.approx(0.5e15 / (312e12 * 0.325) + overhead)
+    assert float(t3["forward"]) == pytest.approx(0.5e15 / (312e12 * 0.60) + overhead)
+    assert float(t1["backward"]) == pytest.approx(2.5 * 0.5e15 / (312e12 * 0.325) + overhead)
+    h100 = load_system("dgx-h100").gpu
+    assert h100.flash_efficiencies(1) == h100.flash_efficiencies(2) == (0.37, 0.31)
+    assert h100.flash_efficiencies(3) == (0.62, 0.50)
+
+
+def test_older_attention_never_faster() -> None:
+    m = load_model("gpt-22b")
+    for system in ("dgx-a100", "dgx-h100"):
+        sy = load_system(system)
+        times = []
+        for att in ("flash", "flash2", "flash1"):
+            s = from_strategies(Strategy(tp=8, global_batch=1, attention=att))
+            times.append(float(iteration(m, sy, Network(), s).iteration_s))
+        assert times[0] <= times[1] <= times[2], (system, times)

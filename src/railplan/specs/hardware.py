@@ -84,17 +84,27 @@ class GPU(Spec):
         "forward)",
     )
 
+    flash1_efficiency: Efficiency | None = Field(
+        default=None,
+        description="forward and backward efficiency of a first-generation kernel "
+        "(FlashAttention-1 or the 2022 Triton kernel: attention flash1; None: as "
+        "FlashAttention-2's)",
+    )
+
     def flash_efficiencies(self, generation: int) -> tuple[float, float]:
         """(forward, backward) efficiency of a fused attention kernel: generation 3 is today's
-        (cuDNN / FlashAttention-3 on Hopper), 2 is FlashAttention-2's; each falls back to the
-        next more general number the catalog has."""
+        (cuDNN / FlashAttention-3 on Hopper), 2 is FlashAttention-2's, 1 FlashAttention-1's;
+        each falls back to the next newer generation the catalog has a number for."""
         fwd = self.flash_attention_efficiency or self.matmul_efficiency
         bwd = self.flash_backward_efficiency or fwd
-        if generation == 2:
+        if generation <= 2:
             fwd2 = self.flash2_forward_efficiency or fwd
-            return fwd2, self.flash2_backward_efficiency or (
+            bwd = self.flash2_backward_efficiency or (
                 fwd2 if self.flash2_forward_efficiency else bwd
             )
+            fwd = fwd2
+        if generation == 1 and self.flash1_efficiency is not None:
+            return self.flash1_efficiency, self.flash1_efficiency
         return fwd, bwd
 
 

@@ -12,8 +12,8 @@ Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_CODES: dict[str, int] = {"none": 0, "selective": 1, "full": 2}
 ZeroSchedule = Literal["micro_batch", "step"]
 ZERO_SCHEDULE_CODES: dict[str, int] = {"micro_batch": 0, "step": 1}
-Attention = Literal["flash", "unfused", "flash2"]
-ATTENTION_CODES: dict[str, int] = {"flash": 0, "unfused": 1, "flash2": 2}
+Attention = Literal["flash", "unfused", "flash2", "flash1"]
+ATTENTION_CODES: dict[str, int] = {"flash": 0, "unfused": 1, "flash2": 2, "flash1": 3}
 Precision = Literal["bf16", "fp8"]
 PRECISION_CODES: dict[str, int] = {"bf16": 0, "fp8": 1}
 OptimizerState = Literal["fp32", "fp32-remainder", "bf16"]
@@ -51,8 +51,10 @@ class Strategy(Spec):
     `attention`: `flash` is a fused attention kernel (FlashAttention-2/3, cuDNN/TE fused
     attention: no s×s score matrix in HBM, causal blocks skipped); `unfused` is the 2021-22
     Megatron path (score matrix written, softmax and dropout as separate kernels, kept for
-    backward); `flash2` is a fused kernel of FlashAttention-2's generation (FA2 or the Triton
-    kernel, the 2023 stacks), which on Hopper runs well below today's kernels. `precision`:
+    backward); `flash2` is a fused kernel of FlashAttention-2's generation (FA2, the 2023
+    stacks), which on Hopper runs well below today's kernels; `flash1` is one of the first
+    generation (FlashAttention-1, or the 2022 Triton kernel `flash_attn_triton` that MPT's
+    `attn_impl: triton` ran), slower again on A100. `precision`:
     `fp8` runs the linear-layer GEMMs in FP8 (Transformer Engine), `bf16` everything in BF16.
     `optimizer_state` is what the (sharded) Adam optimizer keeps per parameter: `fp32` an FP32
     master weight and FP32 moments (12 bytes: Megatron's distributed optimizer, DeepSpeed,
