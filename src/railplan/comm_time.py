@@ -208,14 +208,17 @@ def dp_reduce_s(
     grad_bytes: FloatArray,
     weight_bytes: FloatArray,
     s: StrategyArrays,
+    collectives: FloatArray | float = 1.0,
 ) -> dict[str, FloatArray]:
     """Data-parallel communication of the slowest group laid out as `shape`, by when it
-    happens (`comm.dp_schedule`: ZeRO 0–3)."""
+    happens (`comm.dp_schedule`: ZeRO 0–3), each pass split into `collectives` equal ones
+    (`comm.dp_collectives`: buckets), each paying the group's latency."""
     on = (shape.x * shape.y > 1) & ((grad_bytes + weight_bytes) > 0)  # no phantom latency
+    n = np.asarray(collectives, dtype=np.float64)
     one_pass = {
-        "all_reduce": group_collective_s(lk, shape, grad_bytes),
-        "reduce_scatter": group_collective_s(lk, shape, grad_bytes, gather_only=True),
-        "all_gather": group_collective_s(lk, shape, weight_bytes, gather_only=True),
+        "all_reduce": n * group_collective_s(lk, shape, grad_bytes / n),
+        "reduce_scatter": n * group_collective_s(lk, shape, grad_bytes / n, gather_only=True),
+        "all_gather": n * group_collective_s(lk, shape, weight_bytes / n, gather_only=True),
     }
     sched = comm.dp_schedule(s)
     out = {

@@ -105,12 +105,15 @@ def data_parallel(
     """Gradients of the stage of `most` layers over the dp·cp ranks tp apart (ZeRO stages as in
     `comm_time.dp_reduce_s`); MoE expert gradients over the dp/ep expert-data-parallel ranks,
     tp·ep apart."""
+    dense_params = dense_stage_params(model, s, True, most)
+    expert_params = expert_stage_params(model, s, most)
     dense = dp_reduce_s(
         lk,
         groups["dp"],
         comm.dp_gradient_bytes(model, s, True, most),
         comm.dp_weight_gather_bytes(model, s, True, most),
         s,
+        comm.dp_collectives(s, dense_params, s.grad_ranks.astype(float), most),
     )
     expert = dp_reduce_s(
         lk,
@@ -118,14 +121,15 @@ def data_parallel(
         comm.dp_expert_gradient_bytes(model, s, most),
         comm.dp_expert_weight_gather_bytes(model, s, most),
         s,
+        comm.dp_collectives(s, expert_params, s.grad_ranks / s.ep, most),
     )
     return DataParallel(
         end_s=dense["end"] + expert["end"],
         end_gather_s=dense["end_all_gather"] + expert["end_all_gather"],
         micro_batch_forward_s=dense["micro_batch_forward"] + expert["micro_batch_forward"],
         micro_batch_backward_s=dense["micro_batch_backward"] + expert["micro_batch_backward"],
-        dense_params=dense_stage_params(model, s, True, most),
-        expert_params=expert_stage_params(model, s, most),
+        dense_params=dense_params,
+        expert_params=expert_params,
     )
 
 

@@ -136,6 +136,31 @@ def dp_schedule(s: StrategyArrays) -> dict[str, dict[str, FloatArray]]:
     }
 
 
+# Megatron-Core's DistributedDataParallelConfig.bucket_size default: max(40,000,000,
+# 1,000,000 × dp_size) parameters per bucket ("larger DP sizes need larger buckets to ensure
+# collectives do not become latency-bound", megatron/core/distributed/
+# distributed_data_parallel_config.py).
+MCORE_MIN_BUCKET_PARAMS = 40e6
+MCORE_BUCKET_PARAMS_PER_RANK = 1e6
+
+
+def dp_collectives(
+    s: StrategyArrays, params: FloatArray, group_ranks: FloatArray, layers: FloatArray
+) -> FloatArray:
+    """How many collectives one data-parallel reduction (or weight gather) of `params`
+    parameters is split into, each paying the group's latency. Overlapped (the reduction runs
+    behind the backward pass as gradients become ready): Megatron-Core's buckets of
+    max(40M, 1M × group ranks) parameters; ZeRO-3 gathering every micro-batch (FSDP,
+    DeepSpeed): one per layer (FSDP wraps each transformer block, llm-foundry's and
+    torchtitan's default). Not overlapped: one collective over the whole buffer (Megatron's
+    2021-22 local DDP)."""
+    bucket = np.maximum(MCORE_MIN_BUCKET_PARAMS, MCORE_BUCKET_PARAMS_PER_RANK * group_ranks)
+    buckets = np.maximum(np.ceil(params / bucket), 1.0)
+    per_layer = (s.zero_sharding == 3) & (s.zero_schedule == 0)
+    split = np.where(per_layer, np.maximum(layers, 1.0), buckets)
+    return np.asarray(np.where(s.overlap_dp.astype(bool), split, 1.0), dtype=np.float64)
+
+
 def dp_iteration_bytes(
     s: StrategyArrays, grad_bytes: FloatArray, weight_bytes: FloatArray
 ) -> FloatArray:
