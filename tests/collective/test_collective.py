@@ -158,3 +158,51 @@ def test_sweep_plot_written(tmp_path: pytest.TempPathFactory) -> None:
     assert r.exit_code == 0, r.output
     assert out.stat().st_size > 1000
     assert len(json.loads(r.output)["sizes"]) == 3
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(min_value=3, max_value=9),
+    caps=st.lists(st.floats(min_value=1e8, max_value=1e11), min_size=30, max_size=30),
+    density=st.floats(min_value=0.2, max_value=0.9),
+    seed=st.integers(min_value=0, max_value=10**6),
+    m=st.integers(min_value=1, max_value=4),
+)
+def test_cut_capacities_match_networkx_max_flow(
+    n: int, caps: list[float], density: float, seed: int, m: int
+) -> None:
+    # scipy's Dinic on capacities rounded up to 1 MB/s against networkx's exact max flow on a
+    # random directed graph of ranks and one switch: never below it, and within the rounding.
+    import random
+
+    import networkx as nx
+
+    from railplan.collective.bound import cut_capacities
+
+    rng = random.Random(seed)
+    dg = nx.DiGraph()
+    nodes = [f"r{i}" for i in range(n)] + ["sw"]
+    k = 0
+    for a in nodes:
+        for b in nodes:
+            if a != b and rng.random() < density:
+                dg.add_edge(a, b, capacity=caps[k % len(caps)])
+                k += 1
+    ranks = [v for v in nodes if v.startswith("r") and v in dg]
+    if len(ranks) < 2:
+        return
+    inside = set(ranks[: min(m, len(ranks) - 1)])
+    h = dg.copy()
+    for r in ranks:
+        h.add_edge(r, "_sink") if r in inside else h.add_edge("_source", r)
+    exact = nx.maximum_flow_value(h, "_source", "_sink")
+    (fast,) = cut_capacities(dg, [inside], ranks)
+    assert exact - 1e-6 * exact <= fast <= exact + 1e6 * dg.number_of_edges()
+
+
+def test_bound_refuses_graphs_past_the_graph_limit() -> None:
+    from railplan.network.graph import MAX_GRAPH_GPUS
+
+    g = alg.group(load_system("dgx-h100"), Network(architecture="ideal"), 2 * MAX_GRAPH_GPUS)
+    with pytest.raises(RailplanError, match="up to 65,536 GPUs"):
+        bound_s(g, "all-gather", 1e9, "ideal")

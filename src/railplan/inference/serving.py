@@ -81,6 +81,13 @@ class Run:
         return self.tokens_per_s >= 0.9 * self.offered_tokens_per_s
 
 
+# Arrival rates the simulation accepts: below one request in ~12 days the exponential gaps of
+# a few thousand requests overflow the float range (1e-308 req/s gave inf arrival times and a
+# NaN TTFT: fuzz find); above 1e9 req/s no engine step is short enough to matter.
+MIN_RATE_PER_S = 1e-6
+MAX_RATE_PER_S = 1e9
+
+
 def simulate(
     step_s: StepFn,
     rate_per_s: float,
@@ -93,9 +100,10 @@ def simulate(
 ) -> Run:
     """Every request's TTFT and TPOT on one engine whose step time is `step_s(load)`, and
     whether the queue kept up with the arrivals."""
-    if not 0 < rate_per_s < 1e9:
+    if not MIN_RATE_PER_S <= rate_per_s < MAX_RATE_PER_S:
         raise RailplanError(
-            "arrival_rate", f"must be a positive number of requests/s; got {rate_per_s!r}"
+            "arrival_rate",
+            f"must be in [{MIN_RATE_PER_S:g}, {MAX_RATE_PER_S:g}) requests/s; got {rate_per_s!r}",
         )
     if not 1 <= requests <= MAX_REQUESTS:
         raise RailplanError(
@@ -184,6 +192,13 @@ def serve(
 ) -> ServingResult:
     """Simulate `dep` under Poisson arrivals at `arrival_rate` requests/s (whole deployment)."""
     groups = dep.gpus // (dep.tp * dep.pp)  # replicas × ep ranks, each with its own batch
+    low = MIN_RATE_PER_S * groups  # each replica simulated at arrival_rate / groups
+    if not low <= arrival_rate < MAX_RATE_PER_S:
+        raise RailplanError(
+            "arrival_rate",
+            f"must be in [{low:g}, {MAX_RATE_PER_S:g}) requests/s ({groups} replicas of "
+            f"{MIN_RATE_PER_S:g} at least); got {arrival_rate!r}",
+        )
     most = dep.max_batch(input_tokens + output_tokens)
     limit = most if batch is None else min(batch, most)
     cache: dict[tuple[int, int, int], float] = {}
