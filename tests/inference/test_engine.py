@@ -147,3 +147,22 @@ def test_step_never_beats_the_hardware_bounds(batch: int, ctx: int, new: int, pr
         2.0 * 0.9 * layer_weights * tokens / (d.peak_tflops * 1e12),
     )
     assert step_time_s(d, load)[0] >= floor
+
+
+def _with_sustained(d: Deployment, fraction: float) -> Deployment:
+    gpu = d.system.gpu.model_copy(update={"sustained_tensor_fraction": fraction})
+    system = d.system.model_copy(update={"gpu": gpu})
+    return Deployment(d.model, system, d.network, d.gpus, d.tp, d.pp, d.ep, d.precision)
+
+
+def test_sustained_tensor_fraction_slows_compute_not_the_weight_stream() -> None:
+    # the training model's sustained fraction applies to the inference GEMMs too: a
+    # compute-bound prefill step slows by ~1/fraction, a batch-1 decode (a weight stream) barely
+    d = dep()
+    full = _with_sustained(d, 1.0)
+    half = _with_sustained(d, 0.5)
+    prefill = StepLoad(prefill_tokens=8192, prefill_seqs=4)
+    parts_full, parts_half = step_time_s(full, prefill)[1], step_time_s(half, prefill)[1]
+    assert parts_half["gemm"] == pytest.approx(2.0 * parts_full["gemm"], rel=0.01)
+    assert decode_s(half, 1, 256) < 1.05 * decode_s(full, 1, 256)
+    assert d.system.gpu.sustained_tensor_fraction < 1.0  # h100-sxm carries the fitted 0.712

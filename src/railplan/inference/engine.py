@@ -5,7 +5,8 @@ batching, vLLM's chunked prefill fuse the prompts of newly admitted requests int
 step of the running ones). Per layer on one GPU:
 - weight GEMMs (QKV, projection, MLP or experts) over all tokens of the step, shapes from
   `workload.gemms` (Megatron tensor parallelism), each the roofline max of compute — at the
-  precision's dense peak times the shape efficiency of `compute.gemm_efficiency` — and HBM
+  precision's dense peak times the shape efficiency of `compute.gemm_efficiency` times the
+  GPU's `sustained_tensor_fraction`, as in a training step (docs/model.md) — and HBM
   traffic (weights at the precision's bytes, bf16 activations) at the GPU's streaming
   efficiency (`compute.memory_time_s`): a decode GEMV is a weight stream;
 - attention: prefill is fused causal attention (FlashAttention: the masked half skipped,
@@ -170,10 +171,13 @@ Num = float | FloatArray
 
 
 def gemm_s(gpu: GPU, g: Gemm, peak_tflops: float, weight_bytes: Num | None) -> FloatArray:
-    """Roofline time of a GEMM: compute at `peak_tflops` × shape efficiency, or HBM traffic of
-    its operands — an (k × n) weight of `weight_bytes` per element (None: both operands are
-    bf16 activations) and bf16 activations in and out — plus the kernel overhead."""
-    compute = g.flops / (peak_tflops * 1e12 * gemm_efficiency(gpu, g))
+    """Roofline time of a GEMM: compute at `peak_tflops` × shape efficiency × the GPU's sustained
+    tensor fraction (the training model's, unchanged: power-capped clocks under sustained tensor
+    load), or HBM traffic of its operands — an (k × n) weight of `weight_bytes` per element (None:
+    both operands are bf16 activations) and bf16 activations in and out — plus the kernel
+    overhead."""
+    rate = peak_tflops * 1e12 * gemm_efficiency(gpu, g) * gpu.sustained_tensor_fraction
+    compute = g.flops / rate
     wb = ACT_BYTES if weight_bytes is None else weight_bytes
     moved = g.batch * (wb * g.k * g.n + ACT_BYTES * (g.m * g.k + g.m * g.n))
     return np.maximum(compute + gpu.kernel_overhead_us * 1e-6, memory_time_s(gpu, moved))
@@ -229,7 +233,7 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
             gemm = gemm + moe_layers * gemm_s(gpu, g, peak, wb * touched)
     # attention: fused causal prefill (compute) and decode KV reads (HBM)
     heads = math.ceil(m.heads / t)
-    bf16 = gpu.peak_tflops * 1e12 * gpu.matmul_efficiency
+    bf16 = gpu.peak_tflops * 1e12 * gpu.matmul_efficiency * gpu.sustained_tensor_fraction
     prefill_len = load.prefill_tokens / np.maximum(load.prefill_seqs, 1.0)
     pre_flops = 4.0 * load.prefill_tokens * prefill_len * heads * m.head_dim * CAUSAL_SHARE
     dec_flops = 4.0 * load.context_tokens * heads * m.head_dim
