@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from railplan.errors import RailplanError
 from railplan.inference.engine import StepLoad
@@ -71,3 +73,31 @@ def test_tiny_rates_refused_or_finite() -> None:
         simulate(lambda load: 0.01, 1e-308, 10, 10, 10, 4)
     run = simulate(lambda load: 0.01, MIN_RATE_PER_S, 1000, 10, 10, 4)
     assert np.isfinite(run.ttft_s).all() and np.isfinite(run.tpot_s).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 600), st.integers(16, 9000), st.floats(5.0, 200.0))
+def test_no_step_carries_more_than_the_token_budget(prompt: int, budget: int, rate: float) -> None:
+    # TensorRT-LLM's max_num_tokens counts one token per running sequence plus whole prompts;
+    # only an empty engine may exceed it, with one prompt longer than the budget
+    loads: list[StepLoad] = []
+
+    def step(load: StepLoad) -> float:
+        loads.append(load)
+        return 0.005 + 1e-5 * float(load.tokens)
+
+    run = simulate(step, rate, 400, prompt, 30, max_batch=256, max_num_tokens=budget, seed=5)
+    assert np.isfinite(run.ttft_s).all()
+    for load in loads:
+        whole = float(load.prefill_tokens) == prompt * float(load.prefill_seqs)
+        over = float(load.tokens) > budget
+        assert whole and (not over or (load.decode == 0 and load.prefill_seqs == 1))
+
+
+def test_a_tight_budget_delays_first_tokens() -> None:
+    def step(load: StepLoad) -> float:
+        return 0.01 + 2e-5 * float(load.tokens)
+
+    wide = simulate(step, 150.0, 3000, 200, 50, max_batch=512, max_num_tokens=8192, seed=6)
+    tight = simulate(step, 150.0, 3000, 200, 50, max_batch=512, max_num_tokens=400, seed=6)
+    assert float(np.mean(tight.ttft_s)) > 1.5 * float(np.mean(wide.ttft_s))

@@ -4,10 +4,13 @@ One replica (tp × pp group) is simulated; `gpus / (tp·pp)` replicas share the 
 (a Poisson stream split at random stays Poisson, at rate λ / replicas). The engine runs
 iteration-level scheduling (Orca, OSDI'22; vLLM; TensorRT-LLM in-flight batching): at every
 step boundary the waiting requests that have arrived are admitted, first come first served,
-while the batch has room (`max_batch`) and the step's prompt budget (`max_prefill_tokens`, the
-chunk size) allows; their prompts ride in that step together with one decode token of every
-running sequence. A request's first token comes at the end of the step that carried its prompt
-(TTFT = that time − arrival); each later step gives one more token (TPOT = (finish − first
+while the batch has room (`max_batch`) and the step's token budget allows (`max_num_tokens`:
+TensorRT-LLM counts every token of the step against it, one per running sequence plus the
+admitted prompts — "Tuning Max Batch Size and Max Num Tokens" in its performance guide); prompts
+are admitted whole (no chunked context: NVIDIA's MLPerf v4.1 harness sets none), and an empty
+engine always takes the next one. Their prompts ride in that step together with one decode token
+of every running sequence. A request's first token comes at the end of the step that carried its
+prompt (TTFT = that time − arrival); each later step gives one more token (TPOT = (finish − first
 token) / (output − 1)). When nothing runs, the engine idles until the next arrival.
 
 The events are the engine steps themselves, so a plain loop over steps is the discrete-event
@@ -27,8 +30,11 @@ from railplan.errors import RailplanError
 from railplan.inference.engine import Deployment, StepLoad, step_time_s
 from railplan.strategies import FloatArray
 
-#: prompt tokens one step may carry: TensorRT-LLM's max_num_tokens default (8192)
-MAX_PREFILL_TOKENS = 8192
+#: tokens one step may carry (decode tokens and whole prompts): TensorRT-LLM's max_num_tokens
+#: default (8192)
+MAX_NUM_TOKENS = 8192
+#: prompt tokens one prefill-only step carries (disaggregated prefill instances): the same budget
+MAX_PREFILL_TOKENS = MAX_NUM_TOKENS
 #: requests simulated per rate by default (per replica)
 DEFAULT_REQUESTS = 2000
 MAX_REQUESTS = 200_000
@@ -95,7 +101,7 @@ def simulate(
     input_tokens: int,
     output_tokens: int,
     max_batch: int,
-    max_prefill_tokens: int = MAX_PREFILL_TOKENS,
+    max_num_tokens: int = MAX_NUM_TOKENS,
     seed: int = 0,
 ) -> Run:
     """Every request's TTFT and TPOT on one engine whose step time is `step_s(load)`, and
@@ -115,7 +121,9 @@ def simulate(
     arrivals = np.cumsum(rng.exponential(1.0 / rate_per_s, requests))
     first = np.full(requests, np.nan)
     finish = np.full(requests, np.nan)
-    per_step = max(1, max_prefill_tokens // input_tokens)  # prompts one step may carry
+    if max_num_tokens < 1:
+        raise RailplanError("max_num_tokens", f"must be a positive integer; got {max_num_tokens!r}")
+    per_step = max(1, max_num_tokens // input_tokens)  # prompts an empty step may carry
     run_id = np.zeros(0, dtype=np.int64)
     run_left = np.zeros(0, dtype=np.int64)
     run_ctx = np.zeros(0, dtype=np.float64)
@@ -127,7 +135,10 @@ def simulate(
     while done < requests:
         if run_id.size == 0 and nxt < requests and arrivals[nxt] > t:
             t = float(arrivals[nxt])  # idle until the next arrival
-        room = min(max_batch - run_id.size, per_step)
+        # whole prompts in what the running sequences' decode tokens leave of the budget; an
+        # empty engine takes one prompt however long
+        fit = (max_num_tokens - run_id.size) // input_tokens
+        room = min(max_batch - run_id.size, max(fit, 1 if run_id.size == 0 else 0))
         arrived = int(np.searchsorted(arrivals, t, side="right"))
         new = np.arange(nxt, min(arrived, nxt + room), dtype=np.int64)
         nxt += new.size
@@ -189,8 +200,10 @@ def serve(
     batch: int | None = None,
     requests: int = DEFAULT_REQUESTS,
     seed: int = 0,
+    max_num_tokens: int = MAX_NUM_TOKENS,
 ) -> ServingResult:
-    """Simulate `dep` under Poisson arrivals at `arrival_rate` requests/s (whole deployment)."""
+    """Simulate `dep` under Poisson arrivals at `arrival_rate` requests/s (whole deployment),
+    each step carrying at most `max_num_tokens` tokens."""
     groups = dep.gpus // (dep.tp * dep.pp)  # replicas × ep ranks, each with its own batch
     low = MIN_RATE_PER_S * groups  # each replica simulated at arrival_rate / groups
     if not low <= arrival_rate < MAX_RATE_PER_S:
@@ -211,7 +224,14 @@ def serve(
         return cache[key]
 
     run = simulate(
-        step, arrival_rate / groups, requests, input_tokens, output_tokens, limit, seed=seed
+        step,
+        arrival_rate / groups,
+        requests,
+        input_tokens,
+        output_tokens,
+        limit,
+        max_num_tokens=max_num_tokens,
+        seed=seed,
     )
     ttft, tpot = run.ttft_s, run.tpot_s
     # stable (or too short to tell): the offered load; overloaded: what the full engine made

@@ -3,7 +3,8 @@
 Nothing is fitted to these rows: every constant of the model has its own source
 (docs/inference.md). Offline rows compare the steady-state tokens/s per GPU, server rows the
 TTFT of the continuous-batching simulation at the measured throughput (Poisson arrivals at
-tokens/s ÷ output tokens), static rows one static batch, first-token rows a lone prefill.
+tokens/s ÷ output tokens; the row's `max_num_tokens` step budget), static rows one static
+batch, first-token rows a lone prefill.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 from railplan.inference.engine import Deployment
 from railplan.inference.estimate import first_token_s, infer, static_batch_tokens_per_s_per_gpu
-from railplan.inference.serving import serve
+from railplan.inference.serving import MAX_NUM_TOKENS, serve
 from railplan.specs import Network
 from railplan.specs.catalog import load_model, load_system
 from railplan.validation import read_rows
@@ -46,7 +47,8 @@ def rows(requests: int = 4000) -> list[dict[str, Any]]:
             found.append(("tokens/s per GPU", float(r["tokens_per_s_per_gpu"]), pred, goal))
         elif r["scenario"] == "server":
             rate = float(r["tokens_per_s_per_gpu"]) * dep.gpus / o
-            s = serve(dep, rate, i, o, b, requests=requests)
+            budget = int(r["max_num_tokens"]) if r.get("max_num_tokens") else MAX_NUM_TOKENS
+            s = serve(dep, rate, i, o, b, requests=requests, max_num_tokens=budget)
             found.append(("TTFT mean (s)", float(r["ttft_mean_s"]), s.ttft_mean_s, goal))
             found.append(("TTFT p99 (s)", float(r["ttft_p99_s"]), s.ttft_p99_s, None))
         elif r["scenario"] == "static":
