@@ -1,0 +1,298 @@
+"""Collective schedules by linear programming over a time-expanded graph, as TE-CCL formulates it.
+
+TE-CCL (Liu et al., "Rethinking Machine Learning Collective Communication as a Multi-Commodity
+Flow Problem", SIGCOMM 2024; code: github.com/microsoft/TE-CCL, teccl/solvers/) cuts time into
+epochs of equal length τ and lets every link carry, per epoch, capacity·τ bytes of any mix of
+chunks (the commodities). A chunk sent over link (u, v) in epoch k can be forwarded from v in
+epoch k + 1 + ⌈α/τ⌉, where α is the link latency (TE-CCL ignores α when α/τ ≤ 0.1,
+`InstanceParams.alpha_threshold`). Nodes that are not ranks (switches, NICs) store nothing: what
+leaves them in an epoch arrived in it.
+
+* all-gather (TE-CCL allgather.py): one commodity per source rank, its D/n bytes. Ranks keep
+  what they receive ("buffers") and may copy it to every out-link; switches may copy too
+  (`switch_copy`). Like TE-CCL, a switch's link to a rank takes no epoch of its own (the
+  GPU-to-switch epoch carries the crossing, `switch_to_gpu_link_on = False`).
+* all-to-all (TE-CCL alltoall.py, an LP there too): plain multi-commodity flow with storage at
+  ranks; commodity = destination rank (flows to one sink aggregate losslessly), D/n per pair.
+
+Here every flow is continuous (chunks may split), so for all-gather this is the LP relaxation
+of TE-CCL's integer program: its time is never above TE-CCL's on the same epochs. The epoch
+count is the smallest feasible (doubling, then bisection), and the time is epochs · τ. τ is
+chunk/slowest-link ("slow", TE-CCL's `EpochType.SLOWEST_LINK`) or chunk/fastest-link ("fast").
+Solved with HiGHS through scipy.optimize.linprog; constraints are sparse matrices built with
+numpy. Limits: 64 ranks (`MAX_RANKS`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+import scipy.sparse as sp
+from numpy.typing import NDArray
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+from railplan.errors import RailplanError
+
+MAX_RANKS = 64
+#: TE-CCL ignores a link latency below this fraction of an epoch (input_data.py)
+ALPHA_THRESHOLD = 0.1
+LP_OPS: tuple[str, ...] = ("all-gather", "all-to-all")
+EPOCH_KINDS: tuple[str, ...] = ("slow", "fast")
+
+IntArr = NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class LPResult:
+    """A solved schedule: time_s = epochs · epoch_s (latency inside through the delays)."""
+
+    op: str
+    ranks: int
+    size_bytes: float
+    epochs: int
+    epoch_s: float
+    time_s: float
+    algbw_gb_per_s: float
+    delivered_bytes: float  # bytes that reached a rank needing them, over the whole schedule
+    solve_s: float
+
+
+@dataclass(frozen=True)
+class _Net:
+    tail: IntArr  # per edge
+    head: IntArr
+    cap: NDArray[np.float64]  # chunks per epoch
+    arr: IntArr  # epoch offset from send to usable at head
+    is_rank: NDArray[np.bool_]  # per node
+    rank_idx: IntArr  # node -> rank number or -1
+    n_nodes: int
+
+
+def _net(
+    dg: nx.DiGraph, ranks: list[str], chunk_bytes: float, epoch_s: float, op: str
+) -> _Net:
+    nodes = list(ranks) + [v for v in dg.nodes if v not in set(ranks)]
+    index = {v: i for i, v in enumerate(nodes)}
+    edges = [(u, v, d) for u, v, d in dg.edges(data=True) if float(d["capacity"]) > 0]
+    tail = np.array([index[u] for u, _, _ in edges], dtype=np.int64)
+    head = np.array([index[v] for _, v, _ in edges], dtype=np.int64)
+    cap_bps = np.array([float(d["capacity"]) for _, _, d in edges])
+    lat = np.array([float(d.get("latency_s", 0.0)) for _, _, d in edges]) / epoch_s
+    delay = np.where(lat > ALPHA_THRESHOLD, np.ceil(lat - 1e-9), 0).astype(np.int64)
+    is_rank = np.zeros(len(nodes), dtype=bool)
+    is_rank[: len(ranks)] = True
+    hop = np.ones(len(edges), dtype=np.int64)
+    if op == "all-gather":  # switch -> rank takes no epoch of its own (TE-CCL all-gather)
+        hop[~is_rank[tail] & is_rank[head]] = 0
+    rank_idx = np.full(len(nodes), -1, dtype=np.int64)
+    rank_idx[: len(ranks)] = np.arange(len(ranks))
+    return _Net(tail, head, cap_bps * epoch_s / chunk_bytes, hop + delay, is_rank, rank_idx,
+                len(nodes))
+
+
+def _grid(*shape: int) -> tuple[IntArr, ...]:
+    return tuple(a.ravel() for a in np.meshgrid(*[np.arange(s) for s in shape], indexing="ij"))
+
+
+class _Coo:
+    """Sparse rows accumulated block by block (numpy arrays, never element by element)."""
+
+    def __init__(self) -> None:
+        self.rows: list[IntArr] = []
+        self.cols: list[IntArr] = []
+        self.vals: list[NDArray[np.float64]] = []
+
+    def add(self, rows: IntArr, cols: IntArr, val: float) -> None:
+        self.rows.append(rows)
+        self.cols.append(cols)
+        self.vals.append(np.full(len(rows), val))
+
+    def matrix(self, n_rows: int, n_cols: int) -> sp.csr_matrix:
+        return sp.csr_matrix(
+            (np.concatenate(self.vals), (np.concatenate(self.rows), np.concatenate(self.cols))),
+            shape=(n_rows, n_cols),
+        )
+
+
+@dataclass(frozen=True)
+class _Problem:
+    c: NDArray[np.float64]
+    a_ub: sp.csr_matrix
+    b_ub: NDArray[np.float64]
+    a_eq: sp.csr_matrix
+    b_eq: NDArray[np.float64]
+    lo: NDArray[np.float64]
+    hi: NDArray[np.float64]
+    delivered: IntArr  # flow columns whose arrival serves a demand
+
+
+def _flows(net: _Net, n: int, k_max: int) -> tuple[IntArr, IntArr, IntArr, IntArr]:
+    """Flow variables f[c, e, k] (column (c·E + e)·K + k): commodity, edge, epoch, arrival."""
+    c, e, k = _grid(n, len(net.tail), k_max)
+    return c, e, k, k + net.arr[e]
+
+
+def _capacity(coo: _Coo, net: _Net, e: IntArr, k: IntArr, k_max: int, row0: int) -> int:
+    coo.add(row0 + e * k_max + k, np.arange(len(e)), 1.0)
+    return row0 + len(net.tail) * k_max
+
+
+def _allgather(net: _Net, n: int, k_max: int) -> _Problem:
+    """Buffers b[c, r, t] (t = 0..K) after the flows: b_t = b_(t-1) + arrivals at t. As in
+    TE-CCL, a chunk sent to a switch in the last epoch K-1 counts as delivered in it: the
+    switch's links to ranks get one more epoch, K, whose flows land in b_K."""
+    kf = k_max + 1  # flow epochs 0..K; only switch-to-rank flows may use epoch K
+    c, e, k, at = _flows(net, n, kf)
+    nf, kk = len(c), k_max + 1
+    nb = n * n * kk
+    head_r, tail_r = net.rank_idx[net.head[e]], net.rank_idx[net.tail[e]]
+    eq = _Coo()
+    bc, br, bt = _grid(n, n, kk)
+    eq.add(np.arange(nb), nf + np.arange(nb), 1.0)
+    later = np.flatnonzero(bt > 0)
+    eq.add(later, nf + later - 1, -1.0)
+    useful = (head_r >= 0) & (head_r != c) & (at <= k_max)
+    eq.add((c[useful] * n + head_r[useful]) * kk + at[useful], np.flatnonzero(useful), -1.0)
+    b_eq = np.where((bc == br) & (bt == 0), 1.0, 0.0)
+    ub = _Coo()
+    fr = np.flatnonzero(tail_r >= 0)  # a rank sends (copies) what it holds
+    ub.add(np.arange(len(fr)), fr, 1.0)
+    ub.add(np.arange(len(fr)), nf + (c[fr] * n + tail_r[fr]) * kk + np.minimum(k[fr], k_max),
+           -1.0)
+    row = len(fr)
+    fs = np.flatnonzero(tail_r < 0)  # a switch sends (copies) what arrives in the epoch
+    sw_row = np.full(nf, -1, dtype=np.int64)
+    sw_row[fs] = row + np.arange(len(fs))
+    ub.add(sw_row[fs], fs, 1.0)
+    e_count = len(net.tail)
+    for eo in np.flatnonzero(net.rank_idx[net.tail] < 0):
+        ins = np.flatnonzero((net.head[e] == net.tail[eo]) & (at < kf))
+        ub.add(sw_row[(c[ins] * e_count + eo) * kf + at[ins]], ins, -1.0)
+    row += len(fs)
+    end = _capacity(ub, net, e, k, kf, row)
+    b_ub = np.concatenate([np.zeros(row), np.repeat(net.cap, kf)])
+    lo = np.zeros(nf + nb)
+    lo[nf + np.flatnonzero(bt == k_max)] = 1.0  # every rank holds every chunk at the end
+    hi_f = np.where(at > k_max, 0.0, np.inf)
+    hi = np.concatenate([hi_f, np.ones(nb)])
+    cost = np.concatenate([np.ones(nf), np.zeros(nb)])
+    return _Problem(cost, ub.matrix(end, nf + nb), b_ub, eq.matrix(nb, nf + nb), b_eq, lo, hi,
+                    np.flatnonzero(useful))
+
+
+def _alltoall(net: _Net, n: int, k_max: int) -> _Problem:
+    """Held amounts h[c, v, t] (commodity c = destination; t = 0..K) at every node but c."""
+    c, e, k, at = _flows(net, n, k_max)
+    nf, kk, nv = len(c), k_max + 1, net.n_nodes
+    nh = n * nv * kk
+    hc, hv, ht = _grid(n, nv, kk)
+    eq = _Coo()  # h_t - h_(t-1) - arrivals(t) + departures(t) = supply (t = 0)
+    eq.add(np.arange(nh), nf + np.arange(nh), 1.0)
+    later = np.flatnonzero(ht > 0)
+    eq.add(later, nf + later - 1, -1.0)
+    head_r = net.rank_idx[net.head[e]]
+    transit = np.flatnonzero((head_r != c) & (at <= k_max))
+    eq.add((c[transit] * nv + net.head[e[transit]]) * kk + at[transit], transit, -1.0)
+    eq.add((c * nv + net.tail[e]) * kk + k, np.arange(nf), 1.0)
+    done = np.flatnonzero((head_r == c) & (at <= k_max))
+    eq.add(nh + c[done], done, 1.0)  # all n-1 blocks reach their destination
+    own = net.rank_idx[hv]
+    b_eq = np.concatenate([np.where((own >= 0) & (own != hc) & (ht == 0), 1.0, 0.0),
+                           np.full(n, n - 1.0)])
+    ub = _Coo()
+    end = _capacity(ub, net, e, k, k_max, 0)
+    hi_h = np.where((own >= 0) & (own != hc), np.inf, 0.0)  # switches and the sink hold nothing
+    hi_f = np.where((net.rank_idx[net.tail[e]] == c) | (at > k_max), 0.0, np.inf)
+    return _Problem(
+        np.concatenate([np.ones(nf), np.zeros(nh)]), ub.matrix(end, nf + nh),
+        np.repeat(net.cap, k_max), eq.matrix(nh + n, nf + nh), b_eq,
+        np.zeros(nf + nh), np.concatenate([hi_f, hi_h]), done,
+    )
+
+
+def _solve(net: _Net, op: str, n: int, k_max: int) -> float | None:
+    """Delivered chunks if `k_max` epochs suffice, else None. All-gather is TE-CCL's integer
+    program (whole chunks: a fractional copy could count the same bytes twice); all-to-all its
+    LP."""
+    prob = (_allgather if op == "all-gather" else _alltoall)(net, n, k_max)
+    n_f = len(prob.c) - (prob.a_eq.shape[0] if op == "all-gather" else 0)
+    integrality = np.zeros(len(prob.c))
+    if op == "all-gather":
+        integrality[:n_f] = 1
+    res = milp(
+        prob.c,
+        constraints=[
+            LinearConstraint(prob.a_ub, -np.inf, prob.b_ub),
+            LinearConstraint(prob.a_eq, prob.b_eq, prob.b_eq),
+        ],
+        integrality=integrality,
+        bounds=Bounds(prob.lo, prob.hi),
+    )
+    if res.status != 0 or res.x is None:
+        return None
+    return float(np.sum(res.x[prob.delivered]))
+
+
+def epoch_s(dg: nx.DiGraph, chunk_bytes: float, kind: str) -> float:
+    """TE-CCL's epoch: one chunk over the slowest ("slow") or fastest ("fast") link."""
+    caps = [float(c) for _, _, c in dg.edges(data="capacity") if float(c) > 0]
+    return chunk_bytes / (min(caps) if kind == "slow" else max(caps))
+
+
+def _epochs_lower(net: _Net, op: str, n: int) -> int:
+    """Epochs no schedule can beat: the farthest pair (in epoch delays), and one rank's
+    in-links carrying the n−1 chunks it lacks (the one-GPU cut of bound.py)."""
+    g = nx.DiGraph()
+    g.add_weighted_edges_from(zip(net.tail.tolist(), net.head.tolist(), net.arr.tolist()))
+    far = 0
+    for s in range(n):
+        dist = nx.single_source_dijkstra_path_length(g, s)
+        missing = [d for d in range(n) if d not in dist]
+        if missing:
+            raise RailplanError("topology", f"rank {missing[0]} cannot be reached from rank {s}")
+        far = max(far, *(int(dist[d]) for d in range(n)))
+    in_cap = np.bincount(net.head, weights=net.cap, minlength=net.n_nodes)[:n]
+    out_cap = np.bincount(net.tail, weights=net.cap, minlength=net.n_nodes)[:n]
+    per_rank = in_cap.min() if op == "all-gather" else min(in_cap.min(), out_cap.min())
+    return max(1, far, math.ceil((n - 1) / per_rank - 1e-9))
+
+
+def synthesize(
+    dg: nx.DiGraph, ranks: list[str], op: str, size_bytes: float, epochs: str = "slow"
+) -> LPResult:
+    """The fastest schedule of `op` on `dg` (edge `capacity` in bytes/s per direction, optional
+    `latency_s`); `size_bytes` as nccl-tests prints it (the gathered result; each rank's
+    all-to-all send buffer)."""
+    if op not in LP_OPS:
+        raise RailplanError("op", f"{op!r} has no LP schedule; choose one of {', '.join(LP_OPS)}")
+    if epochs not in EPOCH_KINDS:
+        raise RailplanError("epochs", f"{epochs!r} is not allowed; choose slow or fast")
+    n = len(ranks)
+    if not 2 <= n <= MAX_RANKS:
+        raise RailplanError("gpus", f"the LP schedule takes 2 to {MAX_RANKS} ranks; got {n}")
+    if not size_bytes > 0:
+        raise RailplanError("bytes", f"must be positive; got {size_bytes}")
+    start = time.perf_counter()
+    chunk = size_bytes / n
+    tau = epoch_s(dg, chunk, epochs)
+    net = _net(dg, ranks, chunk, tau, op)
+    lo = _epochs_lower(net, op, n)  # infeasible below lo; search [lo, hi]
+    hi = lo
+    delivered = _solve(net, op, n, hi)
+    while delivered is None:
+        lo, hi = hi + 1, hi * 2
+        delivered = _solve(net, op, n, hi)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        got = _solve(net, op, n, mid)
+        if got is None:
+            lo = mid + 1
+        else:
+            hi, delivered = mid, got
+    t = hi * tau
+    return LPResult(op, n, size_bytes, hi, tau, t, size_bytes / t / 1e9, delivered * chunk,
+                    time.perf_counter() - start)
