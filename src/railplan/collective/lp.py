@@ -35,6 +35,7 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 from scipy.optimize import Bounds, LinearConstraint, milp
 
+from railplan.collective.algorithms import Group
 from railplan.errors import RailplanError
 
 MAX_RANKS = 64
@@ -296,3 +297,27 @@ def synthesize(
     t = hi * tau
     return LPResult(op, n, size_bytes, hi, tau, t, size_bytes / t / 1e9, delivered * chunk,
                     time.perf_counter() - start)
+
+
+def built_graph(g: Group, arch: str, radix: int, nic_gbps: int) -> tuple[nx.DiGraph, list[str]]:
+    """The railplan-built topology of `bound.topology` with latencies: the system's HB latency
+    on GPU→HB-domain arcs and its NIC latency on GPU→NIC arcs (once per network crossing)."""
+    from railplan.collective.bound import topology
+
+    dg = topology(g, arch, radix, nic_gbps, 1.0)
+    for a, b, data in dg.edges(data=True):
+        if a.startswith("gpu:"):
+            data["latency_s"] = g.hb_lat_s if b.startswith("hb:") else g.nic_lat_s
+    ranks = [f"gpu:{d}:{i}" for d in range(g.y) for i in range(g.x)]
+    return dg, ranks
+
+
+def optimal_s(g: Group, op: str, size_bytes: float, arch: str, radix: int, nic_gbps: int) -> float:
+    """Time of the synthesized schedule on the built topology. Reduce-scatter is all-gather on
+    the reversed graph; all-reduce is reduce-scatter then all-gather (the best such pair)."""
+    dg, ranks = built_graph(g, arch, radix, nic_gbps)
+    if op == "all-to-all":
+        return synthesize(dg, ranks, op, size_bytes).time_s
+    graph = dg if op == "all-gather" else dg.reverse(copy=True)
+    t = synthesize(graph, ranks, "all-gather", size_bytes).time_s
+    return 2 * t if op == "all-reduce" else t
