@@ -10,7 +10,8 @@ here they are 10^9 bytes/s; latencies (TE-CCL's α) in seconds.
 * NDv2 (Azure, 8× V100 per chassis): NVLink hybrid cube-mesh from TE-CCL's capacity matrix,
   50 GB/s for a 23 µs/MB entry and 25 GB/s for 46 µs/MB, α 0.7 µs; for two chassis the
   InfiniBand path is two direct links, GPU 0 → GPU 9 and GPU 8 → GPU 1 (its entries of 107 after
-  the matrix is transposed), 12.5 GB/s, α 1.3 µs. No switch node for two chassis.
+  the matrix is transposed), 12.5 GB/s, α 1.3 µs; for more chassis, one switch node that GPU 0
+  of every chassis sends to and GPU 1 of every chassis receives from.
 """
 
 from __future__ import annotations
@@ -56,22 +57,34 @@ def dgx2(chassis: int = 2) -> tuple[nx.DiGraph, list[str]]:
         for d in range(chassis):
             if c != d:
                 for j in range(8):
-                    _link(g, f"gpu:{c}:{2 * j + 1}", f"gpu:{d}:{2 * j}", DGX2_IB_BYTES_PER_S,
-                          DGX2_IB_LATENCY_S)
+                    _link(
+                        g,
+                        f"gpu:{c}:{2 * j + 1}",
+                        f"gpu:{d}:{2 * j}",
+                        DGX2_IB_BYTES_PER_S,
+                        DGX2_IB_LATENCY_S,
+                    )
     return g, ranks
 
 
-def ndv2_pair() -> tuple[nx.DiGraph, list[str]]:
-    """TE-CCL's two NDv2 chassis (16 GPUs, ranks 0-15 in its numbering): (graph, ranks)."""
+def ndv2(chassis: int = 2) -> tuple[nx.DiGraph, list[str]]:
+    """TE-CCL's NDv2 chassis (ranks 0..8·chassis-1 in its numbering): (graph, ranks). Two
+    chassis link GPU 0 → GPU 9 and GPU 8 → GPU 1 directly; more go through one switch node
+    that GPU 0 of every chassis sends to and GPU 1 of every chassis receives from (its
+    matrix, transposed as TE-CCL does)."""
     g = nx.DiGraph()
-    ranks = [f"gpu:{i}" for i in range(16)]
+    ranks = [f"gpu:{i}" for i in range(8 * chassis)]
     rate = {23: NDV2_FAST_BYTES_PER_S, 46: NDV2_SLOW_BYTES_PER_S}
-    for c in range(2):
+    for c in range(chassis):
         for i, row in enumerate(NDV2_MATRIX):
             for j, entry in enumerate(row):
                 if entry:
-                    _link(g, ranks[8 * c + i], ranks[8 * c + j], rate[entry],
-                          NDV2_NVLINK_LATENCY_S)
-    _link(g, ranks[0], ranks[9], NDV2_IB_BYTES_PER_S, NDV2_IB_LATENCY_S)
-    _link(g, ranks[8], ranks[1], NDV2_IB_BYTES_PER_S, NDV2_IB_LATENCY_S)
+                    _link(g, ranks[8 * c + i], ranks[8 * c + j], rate[entry], NDV2_NVLINK_LATENCY_S)
+    if chassis == 2:
+        _link(g, ranks[0], ranks[9], NDV2_IB_BYTES_PER_S, NDV2_IB_LATENCY_S)
+        _link(g, ranks[8], ranks[1], NDV2_IB_BYTES_PER_S, NDV2_IB_LATENCY_S)
+    elif chassis > 2:
+        for c in range(chassis):
+            _link(g, ranks[8 * c], "ibswitch", NDV2_IB_BYTES_PER_S, NDV2_IB_LATENCY_S)
+            _link(g, "ibswitch", ranks[8 * c + 1], NDV2_IB_BYTES_PER_S, NDV2_IB_LATENCY_S)
     return g, ranks

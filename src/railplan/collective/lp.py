@@ -35,7 +35,7 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from railplan.collective.algorithms import Group
+from railplan.collective.algorithms import OPS, Group, Result, busbw_factor
 from railplan.errors import RailplanError
 
 MAX_RANKS = 64
@@ -43,6 +43,21 @@ MAX_RANKS = 64
 ALPHA_THRESHOLD = 0.1
 LP_OPS: tuple[str, ...] = ("all-gather", "all-to-all")
 EPOCH_KINDS: tuple[str, ...] = ("slow", "fast")
+#: networks whose built graph the LP runs on (bound.topology)
+LP_ARCHS: tuple[str, ...] = ("rail-optimized", "rail-only", "ideal")
+#: an epoch is at least the smallest link latency over this. TE-CCL uses 200
+#: (`alpha_epoch_duration_ratio_max`); 8 keeps a latency-bound (small) collective to ~100 epochs,
+#: at the price of rounding each hop's latency up by at most 1/8 of the smallest one
+ALPHA_EPOCH_RATIO_MAX = 16
+#: HiGHS time per feasibility solve; past it the epoch count counts as too few (see synthesize)
+SOLVE_LIMIT_S = 10.0
+#: seconds for the whole search (about: a solve past it is not cut short): shared equally by the
+#: first-schedule search at each epoch length and the bisection
+SEARCH_BUDGET_S = 50.0
+#: times the epoch may be doubled when no schedule is found in time
+COARSEN_STEPS = 3
+#: epochs the search may try (a larger time-expanded graph does not fit memory at 64 ranks)
+MAX_EPOCHS = 1024
 
 IntArr = NDArray[np.int64]
 
@@ -60,6 +75,8 @@ class LPResult:
     algbw_gb_per_s: float
     delivered_bytes: float  # bytes that reached a rank needing them, over the whole schedule
     solve_s: float
+    epochs_lower: int  # no schedule in fewer epochs (proven)
+    optimal: bool  # epochs == epochs_lower
 
 
 @dataclass(frozen=True)
@@ -68,14 +85,14 @@ class _Net:
     head: IntArr
     cap: NDArray[np.float64]  # chunks per epoch
     arr: IntArr  # epoch offset from send to usable at head
+    window: IntArr  # epochs one chunk takes on the edge, less one (TE-CCL's beta_num_back)
+    dist: NDArray[np.float64]  # node x node: fewest epochs from send at one to usable at other
     is_rank: NDArray[np.bool_]  # per node
     rank_idx: IntArr  # node -> rank number or -1
     n_nodes: int
 
 
-def _net(
-    dg: nx.DiGraph, ranks: list[str], chunk_bytes: float, epoch_s: float, op: str
-) -> _Net:
+def _net(dg: nx.DiGraph, ranks: list[str], chunk_bytes: float, epoch_s: float, op: str) -> _Net:
     nodes = list(ranks) + [v for v in dg.nodes if v not in set(ranks)]
     index = {v: i for i, v in enumerate(nodes)}
     edges = [(u, v, d) for u, v, d in dg.edges(data=True) if float(d["capacity"]) > 0]
@@ -86,13 +103,39 @@ def _net(
     delay = np.where(lat > ALPHA_THRESHOLD, np.ceil(lat - 1e-9), 0).astype(np.int64)
     is_rank = np.zeros(len(nodes), dtype=bool)
     is_rank[: len(ranks)] = True
+    cap = cap_bps * epoch_s / chunk_bytes
     hop = np.ones(len(edges), dtype=np.int64)
-    if op == "all-gather":  # switch -> rank takes no epoch of its own (TE-CCL all-gather)
-        hop[~is_rank[tail] & is_rank[head]] = 0
+    window = np.zeros(len(edges), dtype=np.int64)
+    if op == "all-gather":
+        to_rank = ~is_rank[tail] & is_rank[head]
+        hop[to_rank] = 0  # switch -> rank takes no epoch of its own (TE-CCL all-gather)
+        # whole chunks on a link slower than one chunk per epoch take ceil(1/cap) epochs
+        window = np.where(to_rank, 0, np.maximum(0, np.ceil(1 / cap - 1e-9) - 1)).astype(np.int64)
     rank_idx = np.full(len(nodes), -1, dtype=np.int64)
     rank_idx[: len(ranks)] = np.arange(len(ranks))
-    return _Net(tail, head, cap_bps * epoch_s / chunk_bytes, hop + delay, is_rank, rank_idx,
-                len(nodes))
+    arr = hop + delay + window
+    return _Net(
+        tail,
+        head,
+        cap,
+        arr,
+        window,
+        _distances(tail, head, arr, len(nodes)),
+        is_rank,
+        rank_idx,
+        len(nodes),
+    )
+
+
+def _distances(tail: IntArr, head: IntArr, arr: IntArr, n_nodes: int) -> NDArray[np.float64]:
+    """All-pairs shortest epoch offsets (scipy's Dijkstra; a zero offset is stored as 1e-6,
+    as sparse graphs drop zeros, and floored away after: paths have far fewer than 1e6 arcs)."""
+    from scipy.sparse.csgraph import shortest_path
+
+    w = sp.csr_matrix((arr + 1e-6, (tail, head)), shape=(n_nodes, n_nodes))
+    d = np.asarray(shortest_path(w, method="D", directed=True), dtype=np.float64)
+    d[np.isfinite(d)] = np.floor(d[np.isfinite(d)])
+    return d
 
 
 def _grid(*shape: int) -> tuple[IntArr, ...]:
@@ -138,8 +181,17 @@ def _flows(net: _Net, n: int, k_max: int) -> tuple[IntArr, IntArr, IntArr, IntAr
 
 
 def _capacity(coo: _Coo, net: _Net, e: IntArr, k: IntArr, k_max: int, row0: int) -> int:
-    coo.add(row0 + e * k_max + k, np.arange(len(e)), 1.0)
+    """Row (edge, epoch j): what the edge carries in epochs j - window .. j is at most
+    (window + 1) · capacity (TE-CCL's capacity_constraints; window 0: one epoch)."""
+    cols = np.arange(len(e))
+    for lag in range(int(net.window.max(initial=0)) + 1):
+        sel = (net.window[e] >= lag) & (k + lag < k_max)
+        coo.add(row0 + e[sel] * k_max + k[sel] + lag, cols[sel], 1.0)
     return row0 + len(net.tail) * k_max
+
+
+def _capacity_rhs(net: _Net, k_max: int) -> NDArray[np.float64]:
+    return np.repeat(net.cap * (net.window + 1), k_max)
 
 
 def _allgather(net: _Net, n: int, k_max: int) -> _Problem:
@@ -162,8 +214,7 @@ def _allgather(net: _Net, n: int, k_max: int) -> _Problem:
     ub = _Coo()
     fr = np.flatnonzero(tail_r >= 0)  # a rank sends (copies) what it holds
     ub.add(np.arange(len(fr)), fr, 1.0)
-    ub.add(np.arange(len(fr)), nf + (c[fr] * n + tail_r[fr]) * kk + np.minimum(k[fr], k_max),
-           -1.0)
+    ub.add(np.arange(len(fr)), nf + (c[fr] * n + tail_r[fr]) * kk + np.minimum(k[fr], k_max), -1.0)
     row = len(fr)
     fs = np.flatnonzero(tail_r < 0)  # a switch sends (copies) what arrives in the epoch
     sw_row = np.full(nf, -1, dtype=np.int64)
@@ -175,14 +226,26 @@ def _allgather(net: _Net, n: int, k_max: int) -> _Problem:
         ub.add(sw_row[(c[ins] * e_count + eo) * kf + at[ins]], ins, -1.0)
     row += len(fs)
     end = _capacity(ub, net, e, k, kf, row)
-    b_ub = np.concatenate([np.zeros(row), np.repeat(net.cap, kf)])
+    b_ub = np.concatenate([np.zeros(row), _capacity_rhs(net, kf)])
     lo = np.zeros(nf + nb)
     lo[nf + np.flatnonzero(bt == k_max)] = 1.0  # every rank holds every chunk at the end
-    hi_f = np.where(at > k_max, 0.0, np.inf)
+    # a flow is 0 before its chunk can be at the tail, or if it can reach no rank by epoch K
+    to_rank = net.dist[:, :n].copy()
+    to_rank[np.arange(n), np.arange(n)] = np.inf  # (a rank's own chunk: see below)
+    reach = np.where(net.is_rank[net.head[e]], at, at + to_rank[net.head[e]].min(axis=1))
+    hi_f = np.where((k < net.dist[c, net.tail[e]]) | (reach > k_max), 0.0, np.inf)
     hi = np.concatenate([hi_f, np.ones(nb)])
     cost = np.concatenate([np.ones(nf), np.zeros(nb)])
-    return _Problem(cost, ub.matrix(end, nf + nb), b_ub, eq.matrix(nb, nf + nb), b_eq, lo, hi,
-                    np.flatnonzero(useful))
+    return _Problem(
+        cost,
+        ub.matrix(end, nf + nb),
+        b_ub,
+        eq.matrix(nb, nf + nb),
+        b_eq,
+        lo,
+        hi,
+        np.flatnonzero(useful),
+    )
 
 
 def _alltoall(net: _Net, n: int, k_max: int) -> _Problem:
@@ -202,101 +265,173 @@ def _alltoall(net: _Net, n: int, k_max: int) -> _Problem:
     done = np.flatnonzero((head_r == c) & (at <= k_max))
     eq.add(nh + c[done], done, 1.0)  # all n-1 blocks reach their destination
     own = net.rank_idx[hv]
-    b_eq = np.concatenate([np.where((own >= 0) & (own != hc) & (ht == 0), 1.0, 0.0),
-                           np.full(n, n - 1.0)])
+    b_eq = np.concatenate(
+        [np.where((own >= 0) & (own != hc) & (ht == 0), 1.0, 0.0), np.full(n, n - 1.0)]
+    )
     ub = _Coo()
     end = _capacity(ub, net, e, k, k_max, 0)
     hi_h = np.where((own >= 0) & (own != hc), np.inf, 0.0)  # switches and the sink hold nothing
-    hi_f = np.where((net.rank_idx[net.tail[e]] == c) | (at > k_max), 0.0, np.inf)
+    # 0 from the destination itself, or when the block cannot reach its destination by epoch K
+    hi_f = np.where(
+        (net.rank_idx[net.tail[e]] == c) | (at + net.dist[net.head[e], c] > k_max), 0.0, np.inf
+    )
     return _Problem(
-        np.concatenate([np.ones(nf), np.zeros(nh)]), ub.matrix(end, nf + nh),
-        np.repeat(net.cap, k_max), eq.matrix(nh + n, nf + nh), b_eq,
-        np.zeros(nf + nh), np.concatenate([hi_f, hi_h]), done,
+        np.concatenate([np.ones(nf), np.zeros(nh)]),
+        ub.matrix(end, nf + nh),
+        _capacity_rhs(net, k_max),
+        eq.matrix(nh + n, nf + nh),
+        b_eq,
+        np.zeros(nf + nh),
+        np.concatenate([hi_f, hi_h]),
+        done,
     )
 
 
-def _solve(net: _Net, op: str, n: int, k_max: int) -> float | None:
-    """Delivered chunks if `k_max` epochs suffice, else None. All-gather is TE-CCL's integer
-    program (whole chunks: a fractional copy could count the same bytes twice); all-to-all its
-    LP."""
+def _solve(net: _Net, op: str, n: int, k_max: int, time_limit_s: float) -> tuple[str, float]:
+    """Whether `k_max` epochs suffice: ("feasible", delivered chunks), ("infeasible", 0) or
+    ("unknown", 0) when HiGHS hit its time limit first. All-gather is TE-CCL's integer program
+    (whole chunks: a fractional copy could count the same bytes twice), solved for feasibility
+    only (a zero objective: HiGHS stops at the first schedule); all-to-all is its LP, solved
+    for the least traffic."""
     prob = (_allgather if op == "all-gather" else _alltoall)(net, n, k_max)
-    n_f = len(prob.c) - (prob.a_eq.shape[0] if op == "all-gather" else 0)
+    integer = op == "all-gather"
     integrality = np.zeros(len(prob.c))
-    if op == "all-gather":
-        integrality[:n_f] = 1
+    if integer:
+        integrality[: len(prob.c) - prob.a_eq.shape[0]] = 1
     res = milp(
-        prob.c,
+        np.zeros(len(prob.c)) if integer else prob.c,
         constraints=[
             LinearConstraint(prob.a_ub, -np.inf, prob.b_ub),
             LinearConstraint(prob.a_eq, prob.b_eq, prob.b_eq),
         ],
         integrality=integrality,
         bounds=Bounds(prob.lo, prob.hi),
+        options={"time_limit": time_limit_s},
     )
-    if res.status != 0 or res.x is None:
-        return None
-    return float(np.sum(res.x[prob.delivered]))
+    if res.x is not None and res.status in (0, 1):
+        return "feasible", float(np.sum(res.x[prob.delivered]))
+    return ("infeasible" if res.status == 2 else "unknown"), 0.0
 
 
 def epoch_s(dg: nx.DiGraph, chunk_bytes: float, kind: str) -> float:
-    """TE-CCL's epoch: one chunk over the slowest ("slow") or fastest ("fast") link."""
+    """TE-CCL's epoch: one chunk over the slowest ("slow") or fastest ("fast") link, but no
+    shorter than the smallest link latency / `ALPHA_EPOCH_RATIO_MAX`."""
+    if kind not in EPOCH_KINDS:
+        raise RailplanError("epochs", f"{kind!r} is not allowed; choose slow or fast")
     caps = [float(c) for _, _, c in dg.edges(data="capacity") if float(c) > 0]
-    return chunk_bytes / (min(caps) if kind == "slow" else max(caps))
+    alphas = [float(a) for _, _, a in dg.edges(data="latency_s", default=0.0) if float(a) > 0]
+    tau = chunk_bytes / (min(caps) if kind == "slow" else max(caps))
+    return max(tau, min(alphas, default=0.0) / ALPHA_EPOCH_RATIO_MAX)
 
 
 def _epochs_lower(net: _Net, op: str, n: int) -> int:
     """Epochs no schedule can beat: the farthest pair (in epoch delays), and one rank's
     in-links carrying the n−1 chunks it lacks (the one-GPU cut of bound.py)."""
-    g = nx.DiGraph()
-    g.add_weighted_edges_from(zip(net.tail.tolist(), net.head.tolist(), net.arr.tolist()))
-    far = 0
-    for s in range(n):
-        dist = nx.single_source_dijkstra_path_length(g, s)
-        missing = [d for d in range(n) if d not in dist]
-        if missing:
-            raise RailplanError("topology", f"rank {missing[0]} cannot be reached from rank {s}")
-        far = max(far, *(int(dist[d]) for d in range(n)))
+    d = net.dist[:n, :n]
+    if not np.isfinite(d).all():
+        s, r = (int(x[0]) for x in np.nonzero(~np.isfinite(d)))
+        raise RailplanError("topology", f"rank {r} cannot be reached from rank {s}")
+    far = int(d.max())
     in_cap = np.bincount(net.head, weights=net.cap, minlength=net.n_nodes)[:n]
     out_cap = np.bincount(net.tail, weights=net.cap, minlength=net.n_nodes)[:n]
     per_rank = in_cap.min() if op == "all-gather" else min(in_cap.min(), out_cap.min())
-    return max(1, far, math.ceil((n - 1) / per_rank - 1e-9))
+    return max(1, far, math.ceil(float((n - 1) / per_rank) - 1e-9))
+
+
+@dataclass(frozen=True)
+class _Found:
+    epochs: int
+    proven: int  # fewest epochs not proven infeasible
+    delivered: float
+
+
+def _search(
+    net: _Net, op: str, n: int, limit_s: float, find_s: float, budget_s: float
+) -> _Found | None:
+    """Fewest feasible epochs: from the cut/distance bound up by quarters to a feasible count
+    (None if none within `find_s`), then bisection below it for at most `budget_s`. A solve
+    past `limit_s` counts as infeasible (not proven): the schedule returned is always valid."""
+    proven = _epochs_lower(net, op, n)  # every count below is infeasible
+    lo = hi = proven
+    give_up = time.perf_counter() + find_s
+    state, delivered = _solve(net, op, n, hi, limit_s)
+    while state != "feasible":
+        if state == "infeasible":  # fewer epochs never help: all counts up to hi are too few
+            proven = hi + 1
+        left = give_up - time.perf_counter()
+        if hi >= MAX_EPOCHS or left <= 0:
+            return None
+        lo, hi = hi + 1, min(MAX_EPOCHS, hi + max(1, hi // 4))
+        state, delivered = _solve(net, op, n, hi, min(limit_s, max(1.0, left)))
+    deadline = time.perf_counter() + budget_s
+    while lo < hi and time.perf_counter() < deadline:
+        mid = (lo + hi) // 2
+        state, got = _solve(net, op, n, mid, min(limit_s, max(1.0, deadline - time.perf_counter())))
+        if state == "feasible":
+            hi, delivered = mid, got
+        else:
+            lo = mid + 1
+            if state == "infeasible":
+                proven = max(proven, mid + 1)
+    return _Found(hi, min(proven, hi), delivered)
 
 
 def synthesize(
-    dg: nx.DiGraph, ranks: list[str], op: str, size_bytes: float, epochs: str = "slow"
+    dg: nx.DiGraph,
+    ranks: list[str],
+    op: str,
+    size_bytes: float,
+    epochs: str | float = "slow",
+    time_limit_s: float = SOLVE_LIMIT_S,
+    budget_s: float = SEARCH_BUDGET_S,
 ) -> LPResult:
     """The fastest schedule of `op` on `dg` (edge `capacity` in bytes/s per direction, optional
     `latency_s`); `size_bytes` as nccl-tests prints it (the gathered result; each rank's
-    all-to-all send buffer)."""
+    all-to-all send buffer). `epochs`: "slow", "fast" or an epoch length in seconds (TE-CCL's
+    USER_INPUT).
+
+    The epoch count is searched by `_search`; when no schedule is found in its share of
+    `budget_s` (the
+    time-expanded program is too large for HiGHS: many ranks, or latency-bound sizes that take
+    hundreds of fine epochs) the epoch is doubled, up to `COARSEN_STEPS` times — a coarser
+    epoch rounds each transfer and latency up, so the time stays that of a valid schedule.
+    `optimal` says whether every smaller count was proven infeasible at the epoch used
+    (`epochs_lower`: the fewest epochs not proven too few)."""
     if op not in LP_OPS:
         raise RailplanError("op", f"{op!r} has no LP schedule; choose one of {', '.join(LP_OPS)}")
-    if epochs not in EPOCH_KINDS:
-        raise RailplanError("epochs", f"{epochs!r} is not allowed; choose slow or fast")
     n = len(ranks)
     if not 2 <= n <= MAX_RANKS:
         raise RailplanError("gpus", f"the LP schedule takes 2 to {MAX_RANKS} ranks; got {n}")
-    if not size_bytes > 0:
-        raise RailplanError("bytes", f"must be positive; got {size_bytes}")
+    if not (size_bytes > 0 and math.isfinite(size_bytes)):
+        raise RailplanError("bytes", f"must be positive and finite; got {size_bytes}")
     start = time.perf_counter()
     chunk = size_bytes / n
-    tau = epoch_s(dg, chunk, epochs)
-    net = _net(dg, ranks, chunk, tau, op)
-    lo = _epochs_lower(net, op, n)  # infeasible below lo; search [lo, hi]
-    hi = lo
-    delivered = _solve(net, op, n, hi)
-    while delivered is None:
-        lo, hi = hi + 1, hi * 2
-        delivered = _solve(net, op, n, hi)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        got = _solve(net, op, n, mid)
-        if got is None:
-            lo = mid + 1
-        else:
-            hi, delivered = mid, got
-    t = hi * tau
-    return LPResult(op, n, size_bytes, hi, tau, t, size_bytes / t / 1e9, delivered * chunk,
-                    time.perf_counter() - start)
+    tau = epochs if isinstance(epochs, float) else epoch_s(dg, chunk, epochs)
+    if not (tau > 0 and math.isfinite(tau)):
+        raise RailplanError("epochs", f"an epoch length must be positive; got {tau}")
+    share = budget_s / (COARSEN_STEPS + 2)  # each epoch length's search, and the bisection
+    for step in range(COARSEN_STEPS + 1):
+        tau_s = tau * 2**step
+        net = _net(dg, ranks, chunk, tau_s, op)
+        found = _search(net, op, n, min(time_limit_s, share), share, share)
+        if found is not None:
+            t = found.epochs * tau_s
+            return LPResult(
+                op,
+                n,
+                size_bytes,
+                found.epochs,
+                tau_s,
+                t,
+                size_bytes / t / 1e9,
+                found.delivered * chunk,
+                time.perf_counter() - start,
+                found.proven,
+                found.proven >= found.epochs,
+            )
+    raise RailplanError(
+        "gpus", f"no {op} schedule for {n} ranks found within the solver's time; use fewer ranks"
+    )
 
 
 def built_graph(g: Group, arch: str, radix: int, nic_gbps: int) -> tuple[nx.DiGraph, list[str]]:
@@ -312,12 +447,32 @@ def built_graph(g: Group, arch: str, radix: int, nic_gbps: int) -> tuple[nx.DiGr
     return dg, ranks
 
 
-def optimal_s(g: Group, op: str, size_bytes: float, arch: str, radix: int, nic_gbps: int) -> float:
-    """Time of the synthesized schedule on the built topology. Reduce-scatter is all-gather on
-    the reversed graph; all-reduce is reduce-scatter then all-gather (the best such pair)."""
+def optimal(g: Group, op: str, size_bytes: float, arch: str, radix: int, nic_gbps: int) -> Result:
+    """The synthesized schedule on the railplan-built topology, as an algorithm's `Result`.
+    All-gather and all-to-all are solved directly; reduce-scatter is all-gather on the reversed
+    graph (the same schedule run backwards, reducing where it copied); all-reduce is that
+    reduce-scatter followed by the all-gather (the best such pair, not a proven optimum)."""
+    if op not in OPS:
+        raise RailplanError("op", f"{op!r} is not allowed; choose one of {', '.join(OPS)}")
+    if arch not in LP_ARCHS:
+        raise RailplanError(
+            "network", f"the LP schedule runs on {', '.join(LP_ARCHS)}; got {arch!r}"
+        )
     dg, ranks = built_graph(g, arch, radix, nic_gbps)
     if op == "all-to-all":
-        return synthesize(dg, ranks, op, size_bytes).time_s
-    graph = dg if op == "all-gather" else dg.reverse(copy=True)
-    t = synthesize(graph, ranks, "all-gather", size_bytes).time_s
-    return 2 * t if op == "all-reduce" else t
+        r = synthesize(dg, ranks, op, size_bytes)
+    else:
+        graph = dg if op == "all-gather" else dg.reverse(copy=True)
+        r = synthesize(graph, ranks, "all-gather", size_bytes)
+    t = 2 * r.time_s if op == "all-reduce" else r.time_s
+    proof = "optimal" if r.optimal else f"not proven below {r.epochs_lower}"
+    how = {
+        "all-reduce": "reduce-scatter + all-gather, each ",
+        "reduce-scatter": "all-gather reversed, ",
+    }.get(op, "")
+    note = (
+        f"TE-CCL LP on the built graph: {how}{r.epochs} epochs of "
+        f"{r.epoch_s * 1e6:.3g} us ({proof}); solved in {r.solve_s:.1f} s"
+    )
+    algbw = size_bytes / t / 1e9
+    return Result("optimal", t, algbw, algbw * busbw_factor(op, g.gpus), note)
