@@ -15,12 +15,22 @@ leaves them in an epoch arrived in it.
 * all-to-all (TE-CCL alltoall.py, an LP there too): plain multi-commodity flow with storage at
   ranks; commodity = destination rank (flows to one sink aggregate losslessly), D/n per pair.
 
-Here every flow is continuous (chunks may split), so for all-gather this is the LP relaxation
-of TE-CCL's integer program: its time is never above TE-CCL's on the same epochs. The epoch
-count is the smallest feasible (doubling, then bisection), and the time is epochs · τ. τ is
-chunk/slowest-link ("slow", TE-CCL's `EpochType.SLOWEST_LINK`) or chunk/fastest-link ("fast").
-Solved with HiGHS through scipy.optimize.linprog; constraints are sparse matrices built with
-numpy. Limits: 64 ranks (`MAX_RANKS`).
+All-gather flows are whole chunks (TE-CCL's integer program: a fractional copy could count the
+same bytes twice), so a link slower than one chunk per epoch carries a chunk over
+⌈1/capacity⌉ epochs (TE-CCL's `beta_num_back` window); all-to-all flows split freely (its LP).
+Solved with HiGHS through scipy.optimize.milp, all-gather for feasibility only (a zero
+objective: the first schedule found ends the solve); constraints are sparse matrices built with
+numpy, and flows that cannot be useful (before the chunk can be at the tail, or unable to reach a
+rank by the horizon) are fixed at 0.
+
+The epoch count is the smallest feasible one, searched from the cut/distance bound (`_search`);
+the time is epochs · τ. τ is chunk/slowest-link ("slow", TE-CCL's `EpochType.SLOWEST_LINK`),
+chunk/fastest-link ("fast") or given, and never below the smallest latency /
+`ALPHA_EPOCH_RATIO_MAX`. HiGHS gets a time limit per solve and the search a budget; when no
+schedule is found in it, τ doubles (the time stays that of a valid schedule, only coarser).
+`optimal` on a result says every smaller epoch count was proven infeasible. Limits: 64 ranks
+(`MAX_RANKS`); in practice a 32-rank all-to-all on a built graph already falls back to coarse
+epochs, and 64 ranks may find no schedule in the budget (a one-line error).
 """
 
 from __future__ import annotations
@@ -43,16 +53,19 @@ MAX_RANKS = 64
 ALPHA_THRESHOLD = 0.1
 LP_OPS: tuple[str, ...] = ("all-gather", "all-to-all")
 EPOCH_KINDS: tuple[str, ...] = ("slow", "fast")
+#: all-to-all on a built graph: epochs about the cut bound / this (slowest-link epochs can leave
+#: only a handful, each rounding the finish up by a whole one)
+A2A_EPOCHS = 16
 #: networks whose built graph the LP runs on (bound.topology)
 LP_ARCHS: tuple[str, ...] = ("rail-optimized", "rail-only", "ideal")
 #: an epoch is at least the smallest link latency over this. TE-CCL uses 200
-#: (`alpha_epoch_duration_ratio_max`); 8 keeps a latency-bound (small) collective to ~100 epochs,
-#: at the price of rounding each hop's latency up by at most 1/8 of the smallest one
+#: (`alpha_epoch_duration_ratio_max`); 16 keeps a latency-bound (small) collective to ~100-200
+#: epochs, at the price of rounding each hop up to whole epochs of 1/16 of the smallest latency
+#: (1-5 % at 1 KB on TE-CCL's chassis, benchmarks/collectives.py)
 ALPHA_EPOCH_RATIO_MAX = 16
 #: HiGHS time per feasibility solve; past it the epoch count counts as too few (see synthesize)
 SOLVE_LIMIT_S = 10.0
-#: seconds for the whole search (about: a solve past it is not cut short): shared equally by the
-#: first-schedule search at each epoch length and the bisection
+#: seconds for the whole search, about (see synthesize for its split)
 SEARCH_BUDGET_S = 50.0
 #: times the epoch may be doubled when no schedule is found in time
 COARSEN_STEPS = 3
@@ -348,7 +361,7 @@ class _Found:
 def _search(
     net: _Net, op: str, n: int, limit_s: float, find_s: float, budget_s: float
 ) -> _Found | None:
-    """Fewest feasible epochs: from the cut/distance bound up by quarters to a feasible count
+    """Fewest feasible epochs: from the cut/distance bound up to a feasible count
     (None if none within `find_s`), then bisection below it for at most `budget_s`. A solve
     past `limit_s` counts as infeasible (not proven): the schedule returned is always valid."""
     proven = _epochs_lower(net, op, n)  # every count below is infeasible
@@ -361,7 +374,10 @@ def _search(
         left = give_up - time.perf_counter()
         if hi >= MAX_EPOCHS or left <= 0:
             return None
-        lo, hi = hi + 1, min(MAX_EPOCHS, hi + max(1, hi // 4))
+        # a proven-infeasible count: the answer may be just above (grow by a quarter); a
+        # timed-out one is hard to decide, and a count well above it solves quickly (double)
+        step = hi if state == "unknown" else max(1, hi // 4)
+        lo, hi = hi + 1, min(MAX_EPOCHS, hi + step)
         state, delivered = _solve(net, op, n, hi, min(limit_s, max(1.0, left)))
     deadline = time.perf_counter() + budget_s
     while lo < hi and time.perf_counter() < deadline:
@@ -409,11 +425,13 @@ def synthesize(
     tau = epochs if isinstance(epochs, float) else epoch_s(dg, chunk, epochs)
     if not (tau > 0 and math.isfinite(tau)):
         raise RailplanError("epochs", f"an epoch length must be positive; got {tau}")
-    share = budget_s / (COARSEN_STEPS + 2)  # each epoch length's search, and the bisection
+    # half the budget to find a schedule at the epoch asked, an eighth at each coarser one, a
+    # quarter to bisect below the first found
     for step in range(COARSEN_STEPS + 1):
         tau_s = tau * 2**step
         net = _net(dg, ranks, chunk, tau_s, op)
-        found = _search(net, op, n, min(time_limit_s, share), share, share)
+        find_s = budget_s / (2 if step == 0 else 8)
+        found = _search(net, op, n, min(time_limit_s, find_s), find_s, budget_s / 4)
         if found is not None:
             t = found.epochs * tau_s
             return LPResult(
@@ -459,8 +477,14 @@ def optimal(g: Group, op: str, size_bytes: float, arch: str, radix: int, nic_gbp
             "network", f"the LP schedule runs on {', '.join(LP_ARCHS)}; got {arch!r}"
         )
     dg, ranks = built_graph(g, arch, radix, nic_gbps)
-    if op == "all-to-all":
-        r = synthesize(dg, ranks, op, size_bytes)
+    if op == "all-to-all":  # flows split freely: finer epochs than the slowest link's
+        n = len(ranks)
+        tau = epoch_s(dg, size_bytes / n, "slow")
+        lower = _epochs_lower(_net(dg, ranks, size_bytes / n, tau, op), op, n)
+        try:
+            r = synthesize(dg, ranks, op, size_bytes, tau * min(1.0, lower / A2A_EPOCHS))
+        except RailplanError:  # too large for fine epochs in the time: the slowest link's
+            r = synthesize(dg, ranks, op, size_bytes, "slow")
     else:
         graph = dg if op == "all-gather" else dg.reverse(copy=True)
         r = synthesize(graph, ranks, "all-gather", size_bytes)
