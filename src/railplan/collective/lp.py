@@ -53,9 +53,9 @@ MAX_RANKS = 64
 ALPHA_THRESHOLD = 0.1
 LP_OPS: tuple[str, ...] = ("all-gather", "all-to-all")
 EPOCH_KINDS: tuple[str, ...] = ("slow", "fast")
-#: all-to-all on a built graph: epochs about the cut bound / this (slowest-link epochs can leave
-#: only a handful, each rounding the finish up by a whole one)
-A2A_EPOCHS = 16
+#: all-to-all on a built graph: the epoch is the slowest-link one × its epoch bound / this
+#: (slowest-link epochs can leave only a handful, each rounding the finish up by a whole one)
+A2A_EPOCHS = 8
 #: networks whose built graph the LP runs on (bound.topology)
 LP_ARCHS: tuple[str, ...] = ("rail-optimized", "rail-only", "ideal")
 #: an epoch is at least the smallest link latency over this. TE-CCL uses 200
