@@ -9,6 +9,72 @@ from railplan.collective import algorithms as alg
 from railplan.collective.bound import bound_s
 from railplan.specs import Network, load_system
 
+TECCL_SIZES = (1_000, 64_000, 1_000_000, 1_000_000_000)
+TECCL_CASES = (
+    ("dgx2", 2, "all-gather"),
+    ("dgx2", 2, "all-to-all"),
+    ("ndv2", 2, "all-gather"),
+    ("ndv2", 2, "all-to-all"),
+    ("ndv2", 4, "all-gather"),
+)
+
+
+def teccl(every_size: bool = False) -> None:
+    """Our LP beside TE-CCL's published schedules (slowest-link epochs, as theirs)."""
+    import csv
+    from importlib import resources
+
+    from railplan.collective import chassis, lp
+    from railplan.collective.bound import graph_bound_s
+
+    text = resources.files("railplan.data.validation").joinpath("teccl_schedules.csv").read_text()
+    rows = [
+        r
+        for r in csv.DictReader(x for x in text.splitlines() if not x.startswith("#"))
+        if r["epoch_type"] == "slow"
+        and (r["topology"], int(r["chassis"]), r["op"]) in TECCL_CASES
+        and (every_size or int(r["size_bytes"]) in TECCL_SIZES)
+    ]
+    print()
+    print("TE-CCL's published schedules (slow epochs) beside our LP: algbw GB/s")
+    print(
+        "  topology ranks op                 bytes    TE-CCL    ours    diff  cut bound  "
+        "epochs (ours / TE-CCL)         solve"
+    )
+    worst, ag32, above = 0.0, 0.0, 0
+    for r in rows:
+        n = int(r["chassis"])
+        g, ranks = chassis.dgx2(n) if r["topology"] == "dgx2" else chassis.ndv2(n)
+        size = float(r["size_bytes"])
+        res = lp.synthesize(g, ranks, r["op"], size)
+        per = len(ranks) // n
+        chassis_sets = [ranks[c * per : (c + 1) * per] for c in range(n)]
+        best_gb = size / graph_bound_s(g, ranks, r["op"], size, chassis_sets) / 1e9
+        theirs = float(r["algbw_gb_per_s"])
+        diff = res.algbw_gb_per_s / theirs - 1
+        flag = ""
+        if theirs > best_gb * (1 + 1e-6):  # TE-CCL's own number is past the cut bound
+            flag, above = " (TE-CCL past the bound)", above + 1
+        else:
+            worst = min(worst, diff)
+        if r["op"] == "all-gather" and len(ranks) == 32:
+            ag32 = max(ag32, res.solve_s)
+        print(
+            f"  {r['topology']:8s} {len(ranks):6d} {r['op']:10s} {int(r['size_bytes']):>13,d} "
+            f"{theirs:9.3f} {res.algbw_gb_per_s:7.3f} {100 * diff:+6.1f} % {best_gb:9.3f}  "
+            f"{res.epochs:4d} x {res.epoch_s * 1e6:<8.3g} us / {r['epochs']:>4s} x "
+            f"{float(r['epoch_s']) * 1e6:<8.3g} us {res.solve_s:5.1f} s{flag}"
+        )
+    print(
+        f"  slowest against TE-CCL (rows where TE-CCL is within the cut bound): "
+        f"{100 * worst:+.1f} %   goal within 5 %: {'MET' if worst >= -0.05 else 'NOT MET'}"
+    )
+    print(f"  rows where TE-CCL's published algbw is past its topology's cut bound: {above}")
+    print(
+        f"  longest 32-rank all-gather solve: {ag32:.1f} s   goal < 30 s: "
+        f"{'MET' if ag32 < 30 else 'NOT MET'}"
+    )
+
 
 def main() -> None:
     h100 = load_system("dgx-h100")
@@ -27,7 +93,7 @@ def main() -> None:
         f"  seed 003: SHARP / ring bytes per link, N=8 {ratio:7.3f}   "
         f"{y / (2 * (y - 1)):.3f} = K / (2(N-1)/N K)"
     )
-    print("  TE-CCL LP comparison                      not done (no LP synthesizer yet)")
+    teccl()
     print()
     print("64 GPUs of DGX H100, 1 GiB: best algorithm and max-flow bound (us)")
     for op in alg.OPS:
@@ -43,5 +109,32 @@ def main() -> None:
             )
 
 
+def lp_on_rails() -> None:
+    """The LP schedule on 16 GPUs (2 domains) of each network beside forwarding and the bound."""
+    from railplan.collective import lp
+
+    h100 = load_system("dgx-h100")
+    print()
+    print("16 GPUs of DGX H100, 1 GiB: best closed form, LP schedule, bound (us)")
+    for op in ("all-reduce", "all-to-all"):
+        for arch in ("rail-optimized", "rail-only"):
+            g = alg.group(h100, Network(architecture=arch), 16)
+            times = {a: alg.time_s(g, op, a, 2**30)[0] for a in alg.ALGORITHMS}
+            ok = {a: t for a, t in times.items() if t is not None}
+            best = min(ok, key=lambda a: ok[a])
+            r = lp.optimal(g, op, 2**30, arch, 64, int(h100.nic_gbps))
+            b = bound_s(g, op, 2**30, arch)
+            print(
+                f"  {op:11s} {arch:15s} best {best:12s} {ok[best] * 1e6:9.1f}  "
+                f"LP {(r.time_s or 0) * 1e6:9.1f}  bound {b * 1e6:9.1f}  ({r.note})"
+            )
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if "--teccl-all" in sys.argv:  # every published size (about 30 min)
+        teccl(every_size=True)
+    else:
+        main()
+        lp_on_rails()

@@ -23,6 +23,21 @@ def _sizes(text: str) -> list[float]:
     return values
 
 
+def _algorithms(text: str) -> tuple[str, ...]:
+    """`--algorithm`: names, comma-separated; "all" stands for every closed form."""
+    from railplan.collective import algorithms as alg
+    from railplan.collective.sweep import ALL_ALGORITHMS
+    from railplan.errors import RailplanError
+
+    names: list[str] = []
+    for name in (n.strip() for n in text.split(",")):
+        if name not in (*ALL_ALGORITHMS, "all"):
+            allowed = ", ".join((*ALL_ALGORITHMS, "all"))
+            raise RailplanError("algorithm", f"{name!r} is not allowed; choose one of {allowed}")
+        names += [a for a in (alg.ALGORITHMS if name == "all" else (name,)) if a not in names]
+    return tuple(names)
+
+
 def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
     """Add the `collective` command."""
 
@@ -34,7 +49,12 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
             str, typer.Option(help="all-reduce | all-gather | reduce-scatter | all-to-all")
         ] = "all-reduce",
         algorithm: Annotated[
-            str, typer.Option(help="ring | tree | hierarchical | nvls | sharp | all")
+            str,
+            typer.Option(
+                help="ring | tree | hierarchical | nvls | sharp | optimal | all, or several "
+                "comma-separated; all = the closed forms; optimal = the LP schedule (TE-CCL) on "
+                "the built graph, at most 64 GPUs, seconds to a minute per size"
+            ),
         ] = "all",
         nbytes: Annotated[
             str, typer.Option("--bytes", help="size(s) as nccl-tests prints, comma-separated")
@@ -50,7 +70,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         from railplan.cli.core import print_json
         from railplan.collective import algorithms as alg
         from railplan.collective.bound import bound_s
-        from railplan.collective.sweep import sweep
+        from railplan.collective.sweep import Built, sweep
         from railplan.errors import RailplanError
         from railplan.specs import load_system
         from railplan.specs.build import build_network
@@ -59,15 +79,22 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         net = build_network(network, None)
         if network not in ("rail-optimized", "rail-only", "ideal"):
             raise RailplanError("network", "choose one of rail-optimized, rail-only, ideal")
-        names = alg.ALGORITHMS if algorithm == "all" else (algorithm,)
-        if algorithm != "all" and algorithm not in alg.ALGORITHMS:
-            allowed = ", ".join((*alg.ALGORITHMS, "all"))
-            raise RailplanError(
-                "algorithm", f"{algorithm!r} is not allowed; choose one of {allowed}"
-            )
+        names = _algorithms(algorithm)
         g = alg.group(sysm, net, gpus)
         nic = int(sysm.nic_gbps)
-        rows = sweep(g, op, _sizes(nbytes), names)
+        built = Built(net.architecture, radix, nic)
+        sizes = _sizes(nbytes)
+        if "optimal" in names:
+            from railplan.collective.lp import MAX_RANKS
+
+            if gpus > MAX_RANKS:
+                raise RailplanError(
+                    "gpus", f"optimal (the LP schedule) takes at most {MAX_RANKS} GPUs; got {gpus}"
+                )
+            with Console(stderr=True).status("solving the LP schedule") as status:
+                rows = sweep(g, op, sizes, names, built, progress=status.update)
+        else:
+            rows = sweep(g, op, sizes, names, built)
         for row in rows:
             row["bound_s"] = bound_s(g, op, row["bytes"], net.architecture, radix, nic)
         if plot is not None:

@@ -107,12 +107,27 @@ def bound_s(
         cuts.append(set(ranks[: (g.y // 2) * g.x]))
     best = 0.0
     for s, cap in zip(cuts, cut_capacities(dg, cuts, ranks), strict=True):
-        m = len(s)
-        if op == "all-reduce":
-            need = d
-        elif op == "all-to-all":
-            need = m * (n - m) * d / n
-        else:
-            need = (n - m) * d / n
-        best = max(best, need / cap)
+        best = max(best, need_bytes(op, n, len(s), d) / cap)
     return best
+
+
+def need_bytes(op: str, n: int, m: int, size_bytes: float) -> float:
+    """Bytes every schedule moves into a set of m of the n ranks (and out, for all-to-all)."""
+    if op == "all-reduce":
+        return size_bytes
+    if op == "all-to-all":
+        return m * (n - m) * size_bytes / n
+    return (n - m) * size_bytes / n
+
+
+def graph_bound_s(
+    dg: nx.DiGraph, ranks: list[str], op: str, size_bytes: float, groups: list[list[str]]
+) -> float:
+    """The cut bound on any graph (edge `capacity` in bytes/s): every single rank and every
+    set of `groups` (e.g. one chassis) as the inside of a cut."""
+    cuts: list[set[str]] = [{r} for r in ranks] + [set(grp) for grp in groups]
+    caps = cut_capacities(dg, cuts, ranks)
+    return max(
+        need_bytes(op, len(ranks), len(c), size_bytes) / cap
+        for c, cap in zip(cuts, caps, strict=True)
+    )

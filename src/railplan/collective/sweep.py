@@ -3,6 +3,8 @@ nccl-tests prints them)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -10,15 +12,48 @@ from railplan.collective import algorithms as alg
 from railplan.errors import RailplanError
 from railplan.fileio import atomic_write
 
+#: the closed forms and the LP schedule (collective/lp.py), in the order tables show them
+ALL_ALGORITHMS: tuple[str, ...] = (*alg.ALGORITHMS, "optimal")
+
+
+@dataclass(frozen=True)
+class Built:
+    """The built network the LP schedule runs on."""
+
+    arch: str
+    radix: int
+    nic_gbps: int
+
+
+def run(g: alg.Group, op: str, algorithm: str, size: float, built: Built) -> alg.Result:
+    """One algorithm's result: a closed form (`algorithms.run`) or the LP schedule."""
+    if algorithm != "optimal":
+        return alg.run(g, op, algorithm, size)
+    from railplan.collective.lp import optimal
+
+    return optimal(g, op, size, built.arch, built.radix, built.nic_gbps)
+
 
 def sweep(
-    g: alg.Group, op: str, sizes: list[float], algorithms: tuple[str, ...] = alg.ALGORITHMS
+    g: alg.Group,
+    op: str,
+    sizes: list[float],
+    algorithms: tuple[str, ...] = alg.ALGORITHMS,
+    built: Built | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per size: each algorithm's result (`algorithms.run`)."""
-    return [
-        {"bytes": size, "algorithms": [alg.run(g, op, a, size).to_dict() for a in algorithms]}
-        for size in sizes
-    ]
+    """One row per size: each algorithm's result; "optimal" needs the `built` network."""
+    if "optimal" in algorithms and built is None:
+        raise RailplanError("algorithm", "optimal needs the built network (architecture, radix)")
+    rows = []
+    for size in sizes:
+        results = []
+        for a in algorithms:
+            if progress is not None and a == "optimal":
+                progress(f"solving the {op} schedule of {size:,.0f} bytes on {g.gpus} GPUs")
+            results.append(run(g, op, a, size, built or Built("", 0, 0)).to_dict())
+        rows.append({"bytes": size, "algorithms": results})
+    return rows
 
 
 def plot(rows: list[dict[str, Any]], out: str | Path, title: str) -> Path:
@@ -32,7 +67,7 @@ def plot(rows: list[dict[str, Any]], out: str | Path, title: str) -> Path:
     import matplotlib.pyplot as plt
 
     fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for a in alg.ALGORITHMS:
+    for a in ALL_ALGORITHMS:
         pts = [
             (row["bytes"], r["time_s"], r["busbw_gb_per_s"])
             for row in rows
