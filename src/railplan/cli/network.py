@@ -33,6 +33,10 @@ def _mw(w: float | None) -> str:
     return "n/a" if w is None else f"{w / 1e6:,.2f} MW"
 
 
+def _kw(w: float | None) -> str:
+    return "n/a" if w is None else f"{w / 1e3:,.1f} kW"
+
+
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
@@ -72,13 +76,22 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         nic_gbps: Annotated[int, typer.Option(help="NIC speed: 100, 200, 400 or 800")] = 400,
         nics_per_gpu: Annotated[int, typer.Option(help="NIC ports per GPU")] = 1,
         price_book: PriceBookOpt = None,
+        spare_per_domain: Annotated[
+            int, typer.Option(help="idle GPUs per HB domain (swap set) for rail-only+ocs")
+        ] = 1,
         as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
     ) -> None:
-        """Switches, transceivers, cost and power: rail-optimized Clos vs rail-only (paper §V-E)."""
+        """Switches, transceivers, cost and power: rail-optimized Clos vs rail-only (paper §V-E),
+        and rail-only+ocs (an OCS layer to swap in spare GPUs, §IV-C) when the price book has an
+        OCS."""
+        from railplan.limits import check_int
         from railplan.network.cost import compare, load_price_book
 
+        check_int("spare_per_domain", spare_per_domain, 0, 1 << 20)
         book = load_price_book(price_book)
-        data = compare(gpus, hb_domain, radix, nic_gbps, nics_per_gpu, book).to_dict()
+        data = compare(
+            gpus, hb_domain, radix, nic_gbps, nics_per_gpu, book, spare_per_domain
+        ).to_dict()
         if as_json:
             print_json(data)
             return
@@ -86,23 +99,50 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         t.add_column("")
         t.add_column("rail-optimized", justify="right")
         t.add_column("rail-only", justify="right")
-        a, b = data["rail_optimized"], data["rail_only"]
+        a, b, o = data["rail_optimized"], data["rail_only"], data["rail_only_ocs"]
+        if o is not None:
+            t.add_column("rail-only+ocs", justify="right")
         for key, fmt in (
             ("tiers", _n),
             ("switches", _n),
             ("switch_ports", _n),
             ("links", _n),
             ("transceivers", _n),
+            ("ocs_units", _n),
+            ("ocs_ports", _n),
+            ("ocs_cost_usd", _m),
+            ("ocs_power_w", _kw),
             ("cost_usd", _m),
             ("power_w", _mw),
         ):
-            t.add_row(key, fmt(a[key]), fmt(b[key]))
+            if key.startswith("ocs"):
+                if o is not None:
+                    t.add_row(key, "", "", fmt(o[key]))
+                continue
+            t.add_row(key, fmt(a[key]), fmt(b[key]), *([fmt(o[key])] if o is not None else []))
         t.add_row(
             "savings",
             "",
             f"cost {_pct(data['savings']['cost'])}, power {_pct(data['savings']['power'])}",
+            *(
+                [f"cost {_pct(o['savings']['cost'])}, power {_pct(o['savings']['power'])}"]
+                if o is not None
+                else []
+            ),
         )
-        Console().print(t)
+        Console(width=120).print(t)
+        if o is not None:
+            oc = o["ocs"]
+            typer.echo(
+                f"rail-only+ocs: {oc['units']:,} × {oc['model']} ({oc['ports_per_unit']} ports, "
+                f"{oc['fibers_per_link']} per NIC link; {oc['ports_used']:,} of "
+                f"{oc['ports_installed']:,} ports used), {oc['swap_set_gpus']} GPUs per swap set; "
+                f"OCS adds {_pct(o['over_rail_only']['cost'])} cost, "
+                f"{_pct(o['over_rail_only']['power'])} power to rail-only; "
+                f"{oc['spare_gpus']:,} spare GPUs held idle ({oc['spare_per_swap_set']} per swap "
+                "set). OCS price is an assumption (see the price book); GPUs it recovers: "
+                "railplan faults."
+            )
         if a["tiers"] == b["tiers"] > 1:
             typer.echo(_same_tiers_note(gpus, hb_domain, radix, nics_per_gpu, b["tiers"]))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -20,6 +20,9 @@ from railplan.errors import RailplanError
 from railplan.fileio import load_yaml, parse_yaml
 from railplan.names import price_book_names
 from railplan.network.topology import NetworkCounts, rail_only, rail_optimized
+
+if TYPE_CHECKING:
+    from railplan.network.ocs import OcsLayer
 
 DEFAULT_PRICE_BOOK = "rail-only-hoti2024"
 
@@ -53,14 +56,43 @@ class SpeedPrices(BaseModel):
         return self.switch_port_w is not None and self.transceiver_w is not None
 
 
+class OcsPrices(BaseModel):
+    """An optical circuit switch (OCS) model for the rail-only+ocs design: ports (an N×N OCS has
+    N), fibers each NIC link takes on each side, price per port and power per unit. An OCS
+    passes light, so it is the same at every NIC speed; every number needs its source (a price
+    with no public figure says so in its source and how it was derived)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    name: str = Field(min_length=1)
+    ports: int = Field(ge=2, le=100_000)
+    ports_source: str = Field(min_length=3)
+    fibers_per_link: int = Field(ge=1, le=16)
+    fibers_per_link_source: str = Field(min_length=3)
+    port_usd: float = Field(ge=0)
+    port_usd_source: str = Field(min_length=3)
+    unit_w: float | None = Field(default=None, ge=0)
+    unit_w_source: str | None = None
+    insertion_loss_db: float | None = Field(default=None, ge=0, le=60)
+    insertion_loss_db_source: str | None = None
+
+    @model_validator(mode="after")
+    def _sources(self) -> Self:
+        for key in ("unit_w", "insertion_loss_db"):
+            if getattr(self, key) is not None and not getattr(self, key + "_source"):
+                raise ValueError(f"{key} needs {key}_source (every number needs its source)")
+        return self
+
+
 class PriceBook(BaseModel):
-    """A named set of prices per NIC speed (Gbps)."""
+    """A named set of prices per NIC speed (Gbps), and optionally an OCS model."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     description: str = ""
     speeds: dict[int, SpeedPrices] = Field(min_length=1)
+    ocs: OcsPrices | None = None
 
     def at(self, nic_gbps: int) -> SpeedPrices:
         """Prices at ``nic_gbps``; a RailplanError lists the speeds this book has."""
@@ -155,6 +187,18 @@ class Comparison:
     rail_optimized_cost: CostPower
     rail_only_cost: CostPower
     price_book: str
+    ocs: OcsLayer | None = None
+    """The rail-only+ocs design's OCS layer (None when the price book has no ``ocs`` entry)."""
+
+    @property
+    def rail_only_ocs_cost_usd(self) -> float | None:
+        return None if self.ocs is None else self.rail_only_cost.cost_usd + self.ocs.cost_usd
+
+    @property
+    def rail_only_ocs_power_w(self) -> float | None:
+        if self.ocs is None or self.ocs.power_w is None or self.rail_only_cost.power_w is None:
+            return None
+        return self.rail_only_cost.power_w + self.ocs.power_w
 
     @property
     def savings_cost(self) -> float | None:
@@ -197,6 +241,45 @@ class Comparison:
             "rail_optimized": one(self.rail_optimized, self.rail_optimized_cost),
             "rail_only": one(self.rail_only, self.rail_only_cost),
             "savings": {"cost": self.savings_cost, "power": self.savings_power},
+            "rail_only_ocs": self._ocs_dict(),
+        }
+
+    def _ocs_dict(self) -> dict[str, Any] | None:
+        """Rail-only plus its OCS layer: same switches and transceivers (an OCS passes light)."""
+        if self.ocs is None:
+            return None
+        base, only = self.rail_optimized_cost, self.rail_only_cost
+        cost, power = self.rail_only_ocs_cost_usd, self.rail_only_ocs_power_w
+        c = self.rail_only
+        return {
+            "tiers": c.tiers,
+            "switches": c.switches,
+            "switch_ports": c.switch_ports,
+            "links": c.links,
+            "transceivers": c.transceivers,
+            "ocs": self.ocs.to_dict(),
+            "ocs_units": self.ocs.units,
+            "ocs_ports": self.ocs.ports_installed,
+            "ocs_cost_usd": self.ocs.cost_usd,
+            "ocs_power_w": self.ocs.power_w,
+            "spare_gpus": self.ocs.spare_gpus,
+            "cost_usd": cost,
+            "power_w": power,
+            "savings": {"cost": saving(base.cost_usd, cost), "power": saving(base.power_w, power)},
+            "ocs_share": {
+                "cost": None if not cost else self.ocs.cost_usd / cost,
+                "power": (
+                    None if not power or self.ocs.power_w is None else self.ocs.power_w / power
+                ),
+            },
+            "over_rail_only": {
+                "cost": None if not only.cost_usd else self.ocs.cost_usd / only.cost_usd,
+                "power": (
+                    None
+                    if not only.power_w or self.ocs.power_w is None
+                    else self.ocs.power_w / only.power_w
+                ),
+            },
         }
 
 
@@ -207,10 +290,18 @@ def compare(
     nic_gbps: int = 400,
     nics_per_gpu: int = 1,
     book: PriceBook | None = None,
+    spare_per_domain: int = 1,
 ) -> Comparison:
-    """Counts, cost and power of both designs (the paper's Table II row for these inputs)."""
+    """Counts, cost and power of both designs (the paper's Table II row for these inputs), and of
+    rail-only+ocs when the price book has an OCS model (``spare_per_domain`` idle GPUs per swap
+    set are counted beside it)."""
     book = book or load_price_book()
     book.at(nic_gbps)
     base = rail_optimized(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
     prop = rail_only(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
-    return Comparison(base, prop, cost_power(base, book), cost_power(prop, book), book.name)
+    layer = None
+    if book.ocs is not None:
+        from railplan.network.ocs import ocs_layer
+
+        layer = ocs_layer(prop, book.ocs, spare_per_domain)
+    return Comparison(base, prop, cost_power(base, book), cost_power(prop, book), book.name, layer)
