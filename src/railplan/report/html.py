@@ -149,23 +149,43 @@ def cost_section(r: dict[str, Any], figs: dict[str, str]) -> str:
         ("transceiver_power_w", fmt_mw),
         ("power_w", fmt_mw),
     )
-    rows: list[list[str]] = [[k.replace("_", " "), f(a[k]), f(b[k])] for k, f in keys]
+    o = c.get("rail_only_ocs")  # rail-only with its OCS layer: same switches and optics
+    rows: list[list[str]] = [
+        [k.replace("_", " "), f(a[k]), f(b[k])] + ([f(o.get(k, b[k]))] if o else [])
+        for k, f in keys
+    ]
+    if o:
+        for k, f in (
+            ("ocs_units", fmt_int),
+            ("ocs_ports", fmt_int),
+            ("ocs_cost_usd", fmt_musd),
+            ("ocs_power_w", fmt_mw),
+            ("spare_gpus", fmt_int),
+        ):
+            rows.append([k.replace("_", " ").replace("ocs", "OCS"), "", "", f(o[k])])
     rows.append(
-        [
-            "saving",
-            "",
-            f"cost {fmt_pct(c['savings']['cost'])}, power {fmt_pct(c['savings']['power'])}",
+        ["saving", ""]
+        + [
+            f"cost {fmt_pct(x['savings']['cost'])}, power {fmt_pct(x['savings']['power'])}"
+            for x in (c, o)
+            if x
         ]
     )
     i = c["inputs"]
     note = f'<p class="note">{esc(c["note"])}</p>' if c["note"] else ""
+    if o:
+        note += (
+            '<p class="note">rail-only + OCS: an optical circuit switch layer between the GPUs '
+            "and the rail switches lets an idle GPU of the HB domain take a failed one's rail "
+            "(docs/network.md); the OCS price is the price book's labelled assumption.</p>"
+        )
     return (
         f"<p>{i['gpus']:,} GPUs, K={i['hb_domain']}, switch radix {i['radix']}, "
         f"{i['nic_gbps']} Gbps, {i['nics_per_gpu']} NIC per GPU, price book "
         f"<code>{esc(i['price_book'])}</code>. Rail-optimized: one minimal-tier full-bisection "
         "Clos over all GPUs; rail-only: one Clos per rail (no spine joining the rails).</p>"
         + note
-        + table(["", "rail-optimized", "rail-only"], rows)
+        + table(["", "rail-optimized", "rail-only"] + (["rail-only + OCS"] if o else []), rows)
         + figs["fig-cost"]
     )
 
