@@ -38,87 +38,86 @@ def _algorithms(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+def collective(
+    system: SystemOpt = "dgx-h100",
+    gpus: Annotated[int, typer.Option(help="ranks in the group (≤ K or a multiple of K)")] = 8,
+    op: Annotated[
+        str, typer.Option(help="all-reduce | all-gather | reduce-scatter | all-to-all")
+    ] = "all-reduce",
+    algorithm: Annotated[
+        str,
+        typer.Option(
+            help="ring | tree | hierarchical | nvls | sharp | optimal | all, or several "
+            "comma-separated; all = the closed forms; optimal = the LP schedule (TE-CCL) on "
+            "the built graph, at most 64 GPUs, seconds to a minute per size"
+        ),
+    ] = "all",
+    nbytes: Annotated[
+        str, typer.Option("--bytes", help="size(s) as nccl-tests prints, comma-separated")
+    ] = "1073741824",
+    network: NetworkOpt = "rail-optimized",
+    radix: Annotated[int, typer.Option(help="switch radix of the built graph")] = 64,
+    as_json: JsonOpt = False,
+    plot: Annotated[
+        str | None, typer.Option(help="write time and busbw vs size to a .png/.svg/.pdf")
+    ] = None,
+) -> None:
+    """Time, algbw and busbw (as nccl-tests) per algorithm, and the max-flow lower bound."""
+    from railplan.cli.core import print_json
+    from railplan.collective import algorithms as alg
+    from railplan.collective.bound import bound_s
+    from railplan.collective.sweep import Built, sweep
+    from railplan.errors import RailplanError
+    from railplan.specs import load_system
+    from railplan.specs.build import build_network
+
+    sysm = load_system(system)
+    net = build_network(network, None)
+    if network not in ("rail-optimized", "rail-only", "ideal"):
+        raise RailplanError("network", "choose one of rail-optimized, rail-only, ideal")
+    names = _algorithms(algorithm)
+    g = alg.group(sysm, net, gpus)
+    nic = int(sysm.nic_gbps)
+    built = Built(net.architecture, radix, nic)
+    sizes = _sizes(nbytes)
+    if "optimal" in names:
+        from railplan.collective.lp import MAX_RANKS
+
+        if gpus > MAX_RANKS:
+            raise RailplanError(
+                "gpus", f"optimal (the LP schedule) takes at most {MAX_RANKS} GPUs; got {gpus}"
+            )
+        with Console(stderr=True).status("solving the LP schedule") as status:
+            rows = sweep(g, op, sizes, names, built, progress=status.update)
+    else:
+        rows = sweep(g, op, sizes, names, built)
+    for row in rows:
+        row["bound_s"] = bound_s(g, op, row["bytes"], net.architecture, radix, nic)
+    if plot is not None:
+        from railplan.collective.sweep import plot as plot_sweep
+
+        plot_sweep(rows, plot, f"{op} on {gpus} GPUs of {sysm.name}, {network}")
+    if as_json:
+        print_json({"system": sysm.name, "gpus": gpus, "op": op, "network": network, "sizes": rows})
+        return
+    t = Table(title=f"{op} on {gpus} GPUs of {sysm.name}, {network}")
+    for col in ("bytes", "algorithm", "time (us)", "algbw GB/s", "busbw GB/s", "bound (us)"):
+        t.add_column(col, justify="right")
+    for row in rows:
+        for r in row["algorithms"]:
+            if r["time_s"] is None:
+                continue
+            t.add_row(
+                f"{row['bytes']:.0f}",
+                r["algorithm"],
+                f"{r['time_s'] * 1e6:,.1f}",
+                f"{r['algbw_gb_per_s']:.1f}",
+                f"{r['busbw_gb_per_s']:.1f}",
+                f"{row['bound_s'] * 1e6:,.1f}",
+            )
+    Console().print(t)
+
+
 def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
     """Add the `collective` command."""
-
-    @app.command()
-    def collective(
-        system: SystemOpt = "dgx-h100",
-        gpus: Annotated[int, typer.Option(help="ranks in the group (≤ K or a multiple of K)")] = 8,
-        op: Annotated[
-            str, typer.Option(help="all-reduce | all-gather | reduce-scatter | all-to-all")
-        ] = "all-reduce",
-        algorithm: Annotated[
-            str,
-            typer.Option(
-                help="ring | tree | hierarchical | nvls | sharp | optimal | all, or several "
-                "comma-separated; all = the closed forms; optimal = the LP schedule (TE-CCL) on "
-                "the built graph, at most 64 GPUs, seconds to a minute per size"
-            ),
-        ] = "all",
-        nbytes: Annotated[
-            str, typer.Option("--bytes", help="size(s) as nccl-tests prints, comma-separated")
-        ] = "1073741824",
-        network: NetworkOpt = "rail-optimized",
-        radix: Annotated[int, typer.Option(help="switch radix of the built graph")] = 64,
-        as_json: JsonOpt = False,
-        plot: Annotated[
-            str | None, typer.Option(help="write time and busbw vs size to a .png/.svg/.pdf")
-        ] = None,
-    ) -> None:
-        """Time, algbw and busbw (as nccl-tests) per algorithm, and the max-flow lower bound."""
-        from railplan.cli.core import print_json
-        from railplan.collective import algorithms as alg
-        from railplan.collective.bound import bound_s
-        from railplan.collective.sweep import Built, sweep
-        from railplan.errors import RailplanError
-        from railplan.specs import load_system
-        from railplan.specs.build import build_network
-
-        sysm = load_system(system)
-        net = build_network(network, None)
-        if network not in ("rail-optimized", "rail-only", "ideal"):
-            raise RailplanError("network", "choose one of rail-optimized, rail-only, ideal")
-        names = _algorithms(algorithm)
-        g = alg.group(sysm, net, gpus)
-        nic = int(sysm.nic_gbps)
-        built = Built(net.architecture, radix, nic)
-        sizes = _sizes(nbytes)
-        if "optimal" in names:
-            from railplan.collective.lp import MAX_RANKS
-
-            if gpus > MAX_RANKS:
-                raise RailplanError(
-                    "gpus", f"optimal (the LP schedule) takes at most {MAX_RANKS} GPUs; got {gpus}"
-                )
-            with Console(stderr=True).status("solving the LP schedule") as status:
-                rows = sweep(g, op, sizes, names, built, progress=status.update)
-        else:
-            rows = sweep(g, op, sizes, names, built)
-        for row in rows:
-            row["bound_s"] = bound_s(g, op, row["bytes"], net.architecture, radix, nic)
-        if plot is not None:
-            from railplan.collective.sweep import plot as plot_sweep
-
-            plot_sweep(rows, plot, f"{op} on {gpus} GPUs of {sysm.name}, {network}")
-        if as_json:
-            print_json(
-                {"system": sysm.name, "gpus": gpus, "op": op, "network": network, "sizes": rows}
-            )
-            return
-        t = Table(title=f"{op} on {gpus} GPUs of {sysm.name}, {network}")
-        for col in ("bytes", "algorithm", "time (us)", "algbw GB/s", "busbw GB/s", "bound (us)"):
-            t.add_column(col, justify="right")
-        for row in rows:
-            for r in row["algorithms"]:
-                if r["time_s"] is None:
-                    continue
-                t.add_row(
-                    f"{row['bytes']:.0f}",
-                    r["algorithm"],
-                    f"{r['time_s'] * 1e6:,.1f}",
-                    f"{r['algbw_gb_per_s']:.1f}",
-                    f"{r['busbw_gb_per_s']:.1f}",
-                    f"{row['bound_s'] * 1e6:,.1f}",
-                )
-        Console().print(t)
+    app.command()(collective)

@@ -103,222 +103,223 @@ def _sweep_table(keys: list[str], result: SweepResult) -> None:
     )
 
 
+def search(
+    model: ModelOpt,
+    gpus: GpusOpt,
+    global_batch: GlobalBatchOpt,
+    system: SystemOpt = "dgx-a100",
+    network: NetworkOpt = "rail-optimized",
+    oversubscription: OversubscriptionOpt = None,
+    hb_domain: HbDomainOpt = None,
+    hb_tbps: HbTbpsOpt = None,
+    nic_gbps: NicGbpsOpt = None,
+    nics_per_gpu: NicsPerGpuOpt = None,
+    zero: Annotated[
+        str, typer.Option(help="ZeRO stages to try, comma-separated (e.g. 0,1)")
+    ] = "0,1,2,3",
+    overlap_dp: OverlapDpOpt = True,
+    top: Annotated[int, typer.Option(help="how many of the fastest to list")] = 5,
+    as_json: JsonOpt = False,
+    tp: Annotated[str | None, typer.Option(help="fix tp (values, comma-separated)")] = None,
+    pp: Annotated[str | None, typer.Option(help="fix pp (values, comma-separated)")] = None,
+    dp: Annotated[str | None, typer.Option(help="fix dp (values, comma-separated)")] = None,
+    cp: Annotated[str | None, typer.Option(help="fix cp (values, comma-separated)")] = None,
+    ep: Annotated[str | None, typer.Option(help="fix ep (values, comma-separated)")] = None,
+    gpu_memory_gib: GpuMemoryGibOpt = None,
+    precision: Annotated[
+        str,
+        typer.Option(help="precisions to search: bf16 (default), fp8, or bf16,fp8 (both)"),
+    ] = "bf16",
+    attention: Annotated[
+        str, typer.Option(help="attention kernel: flash (default) | unfused")
+    ] = "flash",
+    grad_reduce_bytes: GradReduceBytesOpt = 4,
+    optimizer_state: OptimizerStateOpt = "fp32",
+) -> None:
+    """Find the fastest parallelization that fits in memory (and the time/memory Pareto set)."""
+    from railplan.cli.core import print_json
+    from railplan.search import SearchSpace
+    from railplan.search import search as run
+    from railplan.specs import load_model
+    from railplan.specs.build import build_network, build_system
+    from railplan.sweep_spec import int_list
+
+    m = load_model(model)
+    sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu, gpu_memory_gib)
+    net = build_network(network, oversubscription)
+
+    def fixed(name: str, text: str | None) -> tuple[int, ...] | None:
+        return None if text is None else tuple(int_list(name, text))
+
+    space = SearchSpace(
+        zero=tuple(int_list("zero", zero)),
+        overlap_dp=overlap_dp,
+        tp=fixed("tp", tp),
+        pp=fixed("pp", pp),
+        dp=fixed("dp", dp),
+        cp=fixed("cp", cp),
+        ep=fixed("ep", ep),
+        precision=tuple(p.strip() for p in precision.split(",") if p.strip()),
+        attention=attention,
+        grad_reduce_bytes=grad_reduce_bytes,
+        optimizer_state=optimizer_state,
+    )
+    r = run(m, sy, net, gpus, global_batch, space, top=top)
+    r.require_best(m, sy.gpu.memory_gib)
+    if as_json:
+        print_json(r.to_dict())
+        return
+    console = Console()
+    console.print(
+        _candidates_table(
+            f"{m.name} on {gpus} × {sy.gpu.name} (K={sy.hb_domain}, {net.architecture}), "
+            f"batch {global_batch}: fastest",
+            [c.to_dict() for c in r.top],
+        )
+    )
+    console.print(_candidates_table("Pareto set: time vs memory", [c.to_dict() for c in r.pareto]))
+    console.print(
+        f"{r.configurations_evaluated:,} valid configurations evaluated, {r.feasible:,} fit, "
+        f"in {r.elapsed_s:.3f} s ({r.configurations_per_s:,.0f} per second). Valid means "
+        f"tp divides the {m.heads} heads, pp the {m.layers} layers, dp = gpus/(tp·pp) the "
+        f"batch of {global_batch:,}, and the micro-batch the per-replica batch."
+    )
+    if gpus % sy.hb_domain:
+        console.print(
+            f"note: {gpus:,} GPUs is not a multiple of K={sy.hb_domain}, so one HB domain "
+            f"is partial; cost and report need whole domains: "
+            f"{near_multiples(gpus, sy.hb_domain)} GPUs."
+        )
+
+
+def sweep(
+    model: Annotated[str | None, typer.Option(help="catalog name or YAML file")] = None,
+    gpus: Annotated[int | None, typer.Option(help="GPUs in the job")] = None,
+    global_batch: Annotated[int | None, typer.Option(help="sequences per iteration")] = None,
+    system: Annotated[str | None, typer.Option(help="catalog name or YAML file")] = None,
+    network: Annotated[str | None, typer.Option(help=" | ".join(ARCHITECTURES))] = None,
+    vary: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="FIELD=v1,v2,...; repeat with other fields for a grid (e.g. hb_domain=8,256);"
+            " a field given twice is an error"
+        ),
+    ] = None,
+    spec: Annotated[
+        Path | None, typer.Option(help="YAML sweep file (base fields + vary mapping)")
+    ] = None,
+    output: Annotated[
+        Path,
+        typer.Option(
+            help="CSV results, appended as points finish; its directory must exist"
+            " (a .parquet beside it when pyarrow exists; x.parquet logs to x.csv)"
+        ),
+    ] = Path("sweep.csv"),
+    backend: Annotated[str, typer.Option(help="local | ray")] = "local",
+    workers: Annotated[int, typer.Option(help="processes (local) / tasks in flight")] = 0,
+    ray_address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (default: start a local one)")
+    ] = None,
+    zero: Annotated[
+        str | None, typer.Option(help="ZeRO stages to try (default: the spec's, else 0,1,2,3)")
+    ] = None,
+    as_json: JsonOpt = False,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait", help="if another sweep is writing the same output, wait for it to end"
+        ),
+    ] = False,
+) -> None:
+    """Search the best strategy at every point of a grid over spec fields; resumable.
+
+    Every value is checked before anything runs; exits 1 if points failed with an error.
+    Run the same command again to compute the missing and failed points."""
+    from railplan.cli.core import print_json
+    from railplan.sweep import run_sweep
+    from railplan.sweep_spec import SweepSpec, int_list, parse_vary
+
+    base: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "model": model,
+            "gpus": gpus,
+            "global_batch": global_batch,
+            "system": system,
+            "network": network,
+        }.items()
+        if v is not None
+    }
+    sw = SweepSpec.build(
+        base=base,
+        vary=parse_vary(vary or []),
+        spec_file=spec,
+        zero=None if zero is None else tuple(int_list("zero", zero)),
+    )
+    quiet = as_json
+    result = run_sweep(
+        sw,
+        output,
+        backend=backend,
+        workers=workers,
+        address=ray_address,
+        progress=not quiet,
+        wait=wait,
+    )
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        _sweep_table(keys=list(sw.vary), result=result)
+    if result.failed:
+        typer.echo(
+            f"{result.failed} points failed (see the error column of {result.csv_path}); "
+            "run the same command again to retry them",
+            err=True,
+        )
+        raise typer.Exit(1)
+
+
+def _reproduce(name: str, as_json: bool, plot: Path | None) -> None:
+    from railplan.cli.core import print_json
+    from railplan.reproduce import evaluation as ev
+
+    if plot is not None:
+        ev.check_plot_path(plot)  # before the evaluation runs, not after
+    report = ev.run(name)
+    if plot is not None:
+        ev.plot(report, plot)
+    if as_json:
+        print_json(report)
+        return
+    console = Console(width=max(Console().width, 160))
+    for t in ev.tables(report):
+        table = Table(title=t["title"])
+        for col in t["columns"]:
+            table.add_column(col, justify="right")
+        for row in t["rows"]:
+            table.add_row(*row)
+        console.print(table)
+    for note in report.get("notes", []):
+        console.print(note)
+    if plot is not None:
+        console.print(f"plot written to {plot}")
+
+
+def _command(name: str) -> Callable[..., None]:
+    def command(
+        as_json: Annotated[bool, typer.Option("--json")] = False,
+        plot: Annotated[Path | None, typer.Option(help="write a PNG/SVG/PDF plot")] = None,
+    ) -> None:
+        _reproduce(name, as_json, plot)
+
+    return command
+
+
 def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
     """Add the search commands to the main app and the `reproduce` group."""
-
-    @app.command()
-    def search(
-        model: ModelOpt,
-        gpus: GpusOpt,
-        global_batch: GlobalBatchOpt,
-        system: SystemOpt = "dgx-a100",
-        network: NetworkOpt = "rail-optimized",
-        oversubscription: OversubscriptionOpt = None,
-        hb_domain: HbDomainOpt = None,
-        hb_tbps: HbTbpsOpt = None,
-        nic_gbps: NicGbpsOpt = None,
-        nics_per_gpu: NicsPerGpuOpt = None,
-        zero: Annotated[
-            str, typer.Option(help="ZeRO stages to try, comma-separated (e.g. 0,1)")
-        ] = "0,1,2,3",
-        overlap_dp: OverlapDpOpt = True,
-        top: Annotated[int, typer.Option(help="how many of the fastest to list")] = 5,
-        as_json: JsonOpt = False,
-        tp: Annotated[str | None, typer.Option(help="fix tp (values, comma-separated)")] = None,
-        pp: Annotated[str | None, typer.Option(help="fix pp (values, comma-separated)")] = None,
-        dp: Annotated[str | None, typer.Option(help="fix dp (values, comma-separated)")] = None,
-        cp: Annotated[str | None, typer.Option(help="fix cp (values, comma-separated)")] = None,
-        ep: Annotated[str | None, typer.Option(help="fix ep (values, comma-separated)")] = None,
-        gpu_memory_gib: GpuMemoryGibOpt = None,
-        precision: Annotated[
-            str,
-            typer.Option(help="precisions to search: bf16 (default), fp8, or bf16,fp8 (both)"),
-        ] = "bf16",
-        attention: Annotated[
-            str, typer.Option(help="attention kernel: flash (default) | unfused")
-        ] = "flash",
-        grad_reduce_bytes: GradReduceBytesOpt = 4,
-        optimizer_state: OptimizerStateOpt = "fp32",
-    ) -> None:
-        """Find the fastest parallelization that fits in memory (and the time/memory Pareto set)."""
-        from railplan.cli.core import print_json
-        from railplan.search import SearchSpace
-        from railplan.search import search as run
-        from railplan.specs import load_model
-        from railplan.specs.build import build_network, build_system
-        from railplan.sweep_spec import int_list
-
-        m = load_model(model)
-        sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu, gpu_memory_gib)
-        net = build_network(network, oversubscription)
-
-        def fixed(name: str, text: str | None) -> tuple[int, ...] | None:
-            return None if text is None else tuple(int_list(name, text))
-
-        space = SearchSpace(
-            zero=tuple(int_list("zero", zero)),
-            overlap_dp=overlap_dp,
-            tp=fixed("tp", tp),
-            pp=fixed("pp", pp),
-            dp=fixed("dp", dp),
-            cp=fixed("cp", cp),
-            ep=fixed("ep", ep),
-            precision=tuple(p.strip() for p in precision.split(",") if p.strip()),
-            attention=attention,
-            grad_reduce_bytes=grad_reduce_bytes,
-            optimizer_state=optimizer_state,
-        )
-        r = run(m, sy, net, gpus, global_batch, space, top=top)
-        r.require_best(m, sy.gpu.memory_gib)
-        if as_json:
-            print_json(r.to_dict())
-            return
-        console = Console()
-        console.print(
-            _candidates_table(
-                f"{m.name} on {gpus} × {sy.gpu.name} (K={sy.hb_domain}, {net.architecture}), "
-                f"batch {global_batch}: fastest",
-                [c.to_dict() for c in r.top],
-            )
-        )
-        console.print(
-            _candidates_table("Pareto set: time vs memory", [c.to_dict() for c in r.pareto])
-        )
-        console.print(
-            f"{r.configurations_evaluated:,} valid configurations evaluated, {r.feasible:,} fit, "
-            f"in {r.elapsed_s:.3f} s ({r.configurations_per_s:,.0f} per second). Valid means "
-            f"tp divides the {m.heads} heads, pp the {m.layers} layers, dp = gpus/(tp·pp) the "
-            f"batch of {global_batch:,}, and the micro-batch the per-replica batch."
-        )
-        if gpus % sy.hb_domain:
-            console.print(
-                f"note: {gpus:,} GPUs is not a multiple of K={sy.hb_domain}, so one HB domain "
-                f"is partial; cost and report need whole domains: "
-                f"{near_multiples(gpus, sy.hb_domain)} GPUs."
-            )
-
-    @app.command()
-    def sweep(
-        model: Annotated[str | None, typer.Option(help="catalog name or YAML file")] = None,
-        gpus: Annotated[int | None, typer.Option(help="GPUs in the job")] = None,
-        global_batch: Annotated[int | None, typer.Option(help="sequences per iteration")] = None,
-        system: Annotated[str | None, typer.Option(help="catalog name or YAML file")] = None,
-        network: Annotated[str | None, typer.Option(help=" | ".join(ARCHITECTURES))] = None,
-        vary: Annotated[
-            list[str] | None,
-            typer.Option(
-                help="FIELD=v1,v2,...; repeat with other fields for a grid (e.g. hb_domain=8,256);"
-                " a field given twice is an error"
-            ),
-        ] = None,
-        spec: Annotated[
-            Path | None, typer.Option(help="YAML sweep file (base fields + vary mapping)")
-        ] = None,
-        output: Annotated[
-            Path,
-            typer.Option(
-                help="CSV results, appended as points finish; its directory must exist"
-                " (a .parquet beside it when pyarrow exists; x.parquet logs to x.csv)"
-            ),
-        ] = Path("sweep.csv"),
-        backend: Annotated[str, typer.Option(help="local | ray")] = "local",
-        workers: Annotated[int, typer.Option(help="processes (local) / tasks in flight")] = 0,
-        ray_address: Annotated[
-            str | None, typer.Option(help="Ray cluster address (default: start a local one)")
-        ] = None,
-        zero: Annotated[
-            str | None, typer.Option(help="ZeRO stages to try (default: the spec's, else 0,1,2,3)")
-        ] = None,
-        as_json: JsonOpt = False,
-        wait: Annotated[
-            bool,
-            typer.Option(
-                "--wait", help="if another sweep is writing the same output, wait for it to end"
-            ),
-        ] = False,
-    ) -> None:
-        """Search the best strategy at every point of a grid over spec fields; resumable.
-
-        Every value is checked before anything runs; exits 1 if points failed with an error.
-        Run the same command again to compute the missing and failed points."""
-        from railplan.cli.core import print_json
-        from railplan.sweep import run_sweep
-        from railplan.sweep_spec import SweepSpec, int_list, parse_vary
-
-        base: dict[str, Any] = {
-            k: v
-            for k, v in {
-                "model": model,
-                "gpus": gpus,
-                "global_batch": global_batch,
-                "system": system,
-                "network": network,
-            }.items()
-            if v is not None
-        }
-        sw = SweepSpec.build(
-            base=base,
-            vary=parse_vary(vary or []),
-            spec_file=spec,
-            zero=None if zero is None else tuple(int_list("zero", zero)),
-        )
-        quiet = as_json
-        result = run_sweep(
-            sw,
-            output,
-            backend=backend,
-            workers=workers,
-            address=ray_address,
-            progress=not quiet,
-            wait=wait,
-        )
-        if as_json:
-            print_json(result.to_dict())
-        else:
-            _sweep_table(keys=list(sw.vary), result=result)
-        if result.failed:
-            typer.echo(
-                f"{result.failed} points failed (see the error column of {result.csv_path}); "
-                "run the same command again to retry them",
-                err=True,
-            )
-            raise typer.Exit(1)
-
-    def _reproduce(name: str, as_json: bool, plot: Path | None) -> None:
-        from railplan.cli.core import print_json
-        from railplan.reproduce import evaluation as ev
-
-        if plot is not None:
-            ev.check_plot_path(plot)  # before the evaluation runs, not after
-        report = ev.run(name)
-        if plot is not None:
-            ev.plot(report, plot)
-        if as_json:
-            print_json(report)
-            return
-        console = Console(width=max(Console().width, 160))
-        for t in ev.tables(report):
-            table = Table(title=t["title"])
-            for col in t["columns"]:
-                table.add_column(col, justify="right")
-            for row in t["rows"]:
-                table.add_row(*row)
-            console.print(table)
-        for note in report.get("notes", []):
-            console.print(note)
-        if plot is not None:
-            console.print(f"plot written to {plot}")
-
+    app.command()(search)
+    app.command()(sweep)
     from railplan.names import REPRODUCE_FIGURES
-
-    def _command(name: str) -> Callable[..., None]:
-        def command(
-            as_json: Annotated[bool, typer.Option("--json")] = False,
-            plot: Annotated[Path | None, typer.Option(help="write a PNG/SVG/PDF plot")] = None,
-        ) -> None:
-            _reproduce(name, as_json, plot)
-
-        return command
 
     for name, help_text in REPRODUCE_FIGURES.items():  # one `reproduce NAME` per figure
         reproduce_app.command(name, help=help_text)(_command(name))
