@@ -82,7 +82,7 @@ def _non_finite_field(data: Any, path: str) -> str | None:
     return None
 
 
-def _data_parallel(gpus: int, tp: int, cp: int, pp: int, dp: int | None) -> int:
+def data_parallel(gpus: int, tp: int, cp: int, pp: int, dp: int | None) -> int:
     """dp as given, or the GPUs left after tp·cp·pp (which must divide them)."""
     if gpus <= 0:
         raise RailplanError("gpus", "must be a positive integer")
@@ -175,7 +175,7 @@ def estimate(
     from railplan.specs import load_model
     from railplan.specs.build import build_network, build_strategy, build_system
 
-    dp = _data_parallel(gpus, tp, cp, pp, dp)
+    dp = data_parallel(gpus, tp, cp, pp, dp)
     m = load_model(model)
     sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu, gpu_memory_gib)
     net = build_network(network, oversubscription)

@@ -44,6 +44,94 @@ def _table(title: str, rows: list[tuple[str, str]]) -> None:
     Console().print(t)
 
 
+def _check_figures(**paths: str | None) -> None:
+    """Refuse, before any work, a figure path with a wrong suffix or an unwritable target."""
+    from railplan.fileio import check_target
+    from railplan.traffic_plots import FIGURE_SUFFIXES, check_suffix
+
+    for field, path in paths.items():
+        if path is not None:
+            check_target(check_suffix(path, FIGURE_SUFFIXES, field), field)
+
+
+def _decode_traffic(
+    dep: Any, r: Any, out: dict[str, Any], traffic: bool, heatmap: str | None
+) -> None:
+    """One decode step's traffic: its summary into `out`, its heatmap to `heatmap`."""
+    from railplan.inference.traffic import decode_step_traffic
+
+    step = decode_step_traffic(dep, r.batch)
+    if traffic:
+        out["decode_step_traffic"] = step.summary()
+    if heatmap is not None:
+        from railplan.traffic_plots import heatmap as draw
+
+        draw(
+            step,
+            heatmap,
+            64,
+            f"one decode step of {r.model}, batch {r.batch}",
+            "bytes per decode step",
+        )
+
+
+def _print_infer(r: Any, out: dict[str, Any], how: str, traffic: bool) -> None:
+    """The steady-state table of `infer` and, with --traffic, the decode step's bytes."""
+    _table(
+        f"{r.model} on {r.gpus} GPUs of {r.system} ({r.network}), {how}, "
+        f"{r.input_tokens} in / {r.output_tokens} out",
+        [
+            ("batch per tp·pp group (largest that fits)", f"{r.batch} ({r.max_batch})"),
+            ("fits in memory", "yes" if r.fits else "NO"),
+            ("TTFT (no queueing)", f"{r.ttft_s * 1e3:.1f} ms"),
+            ("TPOT", f"{r.tpot_s * 1e3:.1f} ms"),
+            ("output tokens/s per GPU", f"{r.tokens_per_s_per_gpu:,.0f}"),
+            ("output tokens/s, all GPUs", f"{r.tokens_per_s:,.0f}"),
+            ("weights per GPU", f"{r.weights_gib_per_gpu:.1f} GiB"),
+            (
+                "KV cache per GPU (pool)",
+                f"{r.kv_cache_gib_per_gpu:.1f} ({r.kv_capacity_gib_per_gpu:.1f}) GiB",
+            ),
+        ]
+        + [(f"step: {k}", f"{v * 1e3:.2f} ms") for k, v in r.breakdown_s.items() if v > 0],
+    )
+    if traffic:
+        tr = out["decode_step_traffic"]
+        _table(
+            f"one decode step, batch {r.batch} per tp·pp group",
+            [
+                (name.replace("_", " "), f"{tr[name] / 1e6:,.1f} MB")
+                for name in ("total_bytes", "hb_bytes", "nic_bytes", "cross_rail_bytes")
+            ],
+        )
+
+
+def _print_sweep(sweep: list[Any]) -> None:
+    """The rate sweep of `infer --arrival-rate`."""
+    t = Table(title="Poisson arrivals, continuous batching (one replica simulated)")
+    for col in (
+        "req/s",
+        "tokens/s/GPU",
+        "TTFT mean",
+        "TTFT p99",
+        "TPOT mean",
+        "TPOT p99",
+        "stable",
+    ):
+        t.add_column(col, justify="right")
+    for s in sweep:
+        t.add_row(
+            f"{s.arrival_rate:g}",
+            f"{s.tokens_per_s_per_gpu:,.0f}",
+            f"{s.ttft_mean_s * 1e3:.0f} ms",
+            f"{s.ttft_p99_s * 1e3:.0f} ms",
+            f"{s.tpot_mean_s * 1e3:.1f} ms",
+            f"{s.tpot_p99_s * 1e3:.1f} ms",
+            {True: "yes", False: "no (queue grows)", None: "? (more --requests)"}[s.stable],
+        )
+    Console().print(t)
+
+
 def infer(
     model: Annotated[str, typer.Option(help="catalog name or YAML file")] = "llama-2-70b",
     system: Annotated[str, typer.Option(help="catalog name or YAML file")] = "dgx-h100",
@@ -94,16 +182,7 @@ def infer(
     rates = _floats("arrival_rate", arrival_rate) if arrival_rate is not None else []
     if plot is not None and not rates:
         raise RailplanError("plot", "needs --arrival-rate (a comma list of rates)")
-    if plot is not None:
-        from railplan.fileio import check_target
-        from railplan.traffic_plots import FIGURE_SUFFIXES, check_suffix
-
-        check_target(check_suffix(plot, FIGURE_SUFFIXES, "plot"), "plot")
-    if heatmap is not None:
-        from railplan.fileio import check_target
-        from railplan.traffic_plots import FIGURE_SUFFIXES, check_suffix
-
-        check_target(check_suffix(heatmap, FIGURE_SUFFIXES, "heatmap"), "heatmap")
+    _check_figures(plot=plot, heatmap=heatmap)
     sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu)
     dep = Deployment(
         load_model(model),
@@ -121,21 +200,7 @@ def infer(
     if sweep:
         out["serving"] = [s.to_dict() for s in sweep]
     if traffic or heatmap is not None:
-        from railplan.inference.traffic import decode_step_traffic
-
-        step = decode_step_traffic(dep, r.batch)
-        if traffic:
-            out["decode_step_traffic"] = step.summary()
-        if heatmap is not None:
-            from railplan.traffic_plots import heatmap as draw
-
-            draw(
-                step,
-                heatmap,
-                64,
-                f"one decode step of {r.model}, batch {r.batch}",
-                "bytes per decode step",
-            )
+        _decode_traffic(dep, r, out, traffic, heatmap)
     if plot is not None:
         from railplan.inference.plots import rate_sweep_plot
 
@@ -143,56 +208,9 @@ def infer(
     if as_json:
         print_json(out)
         return
-    _table(
-        f"{r.model} on {gpus} GPUs of {r.system} ({r.network}), tp {tp} pp {pp} ep {ep}, "
-        f"{precision}, {input_tokens} in / {output_tokens} out",
-        [
-            ("batch per tp·pp group (largest that fits)", f"{r.batch} ({r.max_batch})"),
-            ("fits in memory", "yes" if r.fits else "NO"),
-            ("TTFT (no queueing)", f"{r.ttft_s * 1e3:.1f} ms"),
-            ("TPOT", f"{r.tpot_s * 1e3:.1f} ms"),
-            ("output tokens/s per GPU", f"{r.tokens_per_s_per_gpu:,.0f}"),
-            ("output tokens/s, all GPUs", f"{r.tokens_per_s:,.0f}"),
-            ("weights per GPU", f"{r.weights_gib_per_gpu:.1f} GiB"),
-            (
-                "KV cache per GPU (pool)",
-                f"{r.kv_cache_gib_per_gpu:.1f} ({r.kv_capacity_gib_per_gpu:.1f}) GiB",
-            ),
-        ]
-        + [(f"step: {k}", f"{v * 1e3:.2f} ms") for k, v in r.breakdown_s.items() if v > 0],
-    )
-    if traffic:
-        tr = out["decode_step_traffic"]
-        _table(
-            f"one decode step, batch {r.batch} per tp·pp group",
-            [
-                (name.replace("_", " "), f"{tr[name] / 1e6:,.1f} MB")
-                for name in ("total_bytes", "hb_bytes", "nic_bytes", "cross_rail_bytes")
-            ],
-        )
+    _print_infer(r, out, f"tp {tp} pp {pp} ep {ep}, {precision}", traffic)
     if sweep:
-        t = Table(title="Poisson arrivals, continuous batching (one replica simulated)")
-        for col in (
-            "req/s",
-            "tokens/s/GPU",
-            "TTFT mean",
-            "TTFT p99",
-            "TPOT mean",
-            "TPOT p99",
-            "stable",
-        ):
-            t.add_column(col, justify="right")
-        for s in sweep:
-            t.add_row(
-                f"{s.arrival_rate:g}",
-                f"{s.tokens_per_s_per_gpu:,.0f}",
-                f"{s.ttft_mean_s * 1e3:.0f} ms",
-                f"{s.ttft_p99_s * 1e3:.0f} ms",
-                f"{s.tpot_mean_s * 1e3:.1f} ms",
-                f"{s.tpot_p99_s * 1e3:.1f} ms",
-                {True: "yes", False: "no (queue grows)", None: "? (more --requests)"}[s.stable],
-            )
-        Console().print(t)
+        _print_sweep(sweep)
     if plot is not None:
         Console().print(f"wrote {plot}")
 

@@ -124,7 +124,7 @@ def traffic_cmd(
     zero_schedule: ZeroScheduleOpt = "micro_batch",
 ) -> None:
     """Bytes every GPU pair exchanges in one iteration, by kind (TP, PP, DP, EP, CP)."""
-    from railplan.cli.core import print_json
+    from railplan.cli.core import data_parallel
     from railplan.placement import build_placement
     from railplan.specs import load_model
     from railplan.specs.build import build_strategy, build_system
@@ -133,15 +133,8 @@ def traffic_cmd(
     from railplan.traffic_plots import FIGURE_SUFFIXES, check_suffix, kind_bars
     from railplan.traffic_plots import heatmap as draw
 
-    _positive("gpus", gpus)
-    _positive("tp", tp)
-    _positive("pp", pp)
-    _positive("cp", cp)
+    dp = data_parallel(gpus, tp, cp, pp, dp)
     _positive("first_gpus", first_gpus)
-    if dp is None:
-        if gpus % (tp * cp * pp):
-            raise RailplanError("gpus", f"must be a multiple of tp·cp·pp = {tp * cp * pp}")
-        dp = gpus // (tp * cp * pp)
     _positive("dp", dp)
     if grad_reduce_bytes not in (2, 4):
         raise RailplanError("grad_reduce_bytes", "must be 2 or 4")
@@ -189,19 +182,34 @@ def traffic_cmd(
         files["bars"] = str(kind_bars([r], [m.name], bars, title))
     if export:
         files["export"] = str(export_file(t, export))
+    strategy = {
+        "strategy": strat.model_dump(),
+        "placement": {"kind": placement, "order": list(p.order)},
+    }
+    _print_traffic(m.name, sy, strategy, r.to_dict(), files, title, as_json)
+
+
+def _print_traffic(
+    model: str,
+    sy: Any,
+    strategy: dict[str, Any],
+    stats_dict: dict[str, Any],
+    files: dict[str, str],
+    title: str,
+    as_json: bool,
+) -> None:
+    """`traffic`'s output: JSON, or the statistics table and the files written."""
+    from railplan.cli.core import print_json
+
     if as_json:
-        out: dict[str, Any] = {
-            "model": m.name,
-            "system": sy.name,
-            "hb_domain": sy.hb_domain,
-            "strategy": strat.model_dump(),
-            "placement": {"kind": placement, "order": list(p.order)},
+        out: dict[str, Any] = {"model": model, "system": sy.name, "hb_domain": sy.hb_domain}
+        out |= strategy | {
             "pair_convention": "unordered pairs i<j of distinct GPUs, bytes of both directions",
         }
-        print_json(out | r.to_dict() | {"files": files})
+        print_json(out | stats_dict | {"files": files})
         return
     console = Console()
-    console.print(stats_table(f"Traffic of one iteration: {title}", r.to_dict()))
+    console.print(stats_table(f"Traffic of one iteration: {title}", stats_dict))
     for kind, path in files.items():
         console.print(f"wrote {kind}: {path}")
 
