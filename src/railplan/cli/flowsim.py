@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -11,6 +11,49 @@ from rich.table import Table
 
 def _t(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 1e3:,.4f} ms"
+
+
+def _print_flowsim(rep: Any, gpus: int, radix: int) -> None:
+    """`flowsim`'s steps table and its comparison with the closed form and the cut bound."""
+    inp = rep.inputs
+    title = (
+        f"{inp['collective']} ({inp['schedule']}) on {inp['arch']}: {inp['system']}, "
+        f"N={gpus:,}, K={inp['hb_domain']}, radix {radix}, skew {inp['skew']}"
+    )
+    t = Table(title=title)
+    for col, just in (
+        ("step", "left"),
+        ("×", "right"),
+        ("flows", "right"),
+        ("classes", "right"),
+        ("events", "right"),
+        ("time", "right"),
+        ("link bound", "right"),
+    ):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for s in rep.step_detail:
+        t.add_row(
+            s.name,
+            str(s.repeat),
+            f"{s.flows:,}",
+            f"{s.classes:,}",
+            str(s.events),
+            _t(s.time_s),
+            _t(s.link_bound_s),
+        )
+    con = Console()
+    con.print(t)
+    rel = "n/a" if rep.relative_error is None else f"{100 * rep.relative_error:+.2f}%"
+    con.print(f"simulated      {_t(rep.simulated_s)}")
+    note = "" if rep.closed_form_applies else "  (does not apply: skewed traffic)"
+    con.print(f"closed form    {_t(rep.closed_form_s)}  {rep.closed_form}{note}")
+    con.print(f"relative error {rel}")
+    if rep.cut_bound_s is not None:
+        con.print(f"cut bound      {_t(rep.cut_bound_s)}  (NIC, HB and leaf-uplink cuts)")
+    con.print(
+        f"{rep.flows:,} flows in {rep.classes:,} classes, {rep.links:,} links, "
+        f"{rep.steps} steps, {rep.elapsed_s:.2f} s"
+    )
 
 
 def flowsim(
@@ -69,45 +112,7 @@ def flowsim(
     if as_json:
         print_json(rep.to_dict())
         return
-    inp = rep.inputs
-    title = (
-        f"{inp['collective']} ({inp['schedule']}) on {inp['arch']}: {inp['system']}, "
-        f"N={gpus:,}, K={inp['hb_domain']}, radix {radix}, skew {inp['skew']}"
-    )
-    t = Table(title=title)
-    for col, just in (
-        ("step", "left"),
-        ("×", "right"),
-        ("flows", "right"),
-        ("classes", "right"),
-        ("events", "right"),
-        ("time", "right"),
-        ("link bound", "right"),
-    ):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
-    for s in rep.step_detail:
-        t.add_row(
-            s.name,
-            str(s.repeat),
-            f"{s.flows:,}",
-            f"{s.classes:,}",
-            str(s.events),
-            _t(s.time_s),
-            _t(s.link_bound_s),
-        )
-    con = Console()
-    con.print(t)
-    rel = "n/a" if rep.relative_error is None else f"{100 * rep.relative_error:+.2f}%"
-    con.print(f"simulated      {_t(rep.simulated_s)}")
-    note = "" if rep.closed_form_applies else "  (does not apply: skewed traffic)"
-    con.print(f"closed form    {_t(rep.closed_form_s)}  {rep.closed_form}{note}")
-    con.print(f"relative error {rel}")
-    if rep.cut_bound_s is not None:
-        con.print(f"cut bound      {_t(rep.cut_bound_s)}  (NIC, HB and leaf-uplink cuts)")
-    con.print(
-        f"{rep.flows:,} flows in {rep.classes:,} classes, {rep.links:,} links, "
-        f"{rep.steps} steps, {rep.elapsed_s:.2f} s"
-    )
+    _print_flowsim(rep, gpus, radix)
 
 
 def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:

@@ -184,16 +184,8 @@ def infer(
         raise RailplanError("plot", "needs --arrival-rate (a comma list of rates)")
     _check_figures(plot=plot, heatmap=heatmap)
     sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu)
-    dep = Deployment(
-        load_model(model),
-        sy,
-        build_network(network, oversubscription),
-        gpus,
-        tp,
-        pp,
-        ep,
-        precision,
-    )
+    net = build_network(network, oversubscription)
+    dep = Deployment(load_model(model), sy, net, gpus, tp, pp, ep, precision)
     r = run(dep, batch, input_tokens, output_tokens)
     out: dict[str, Any] = r.to_dict()
     sweep = rate_sweep(dep, rates, input_tokens, output_tokens, batch, requests) if rates else []
@@ -213,6 +205,55 @@ def infer(
         _print_sweep(sweep)
     if plot is not None:
         Console().print(f"wrote {plot}")
+
+
+def _print_infer_search(
+    title: str, results: list[dict[str, Any]], best: dict[str, Any] | None
+) -> None:
+    """`infer-search`'s table (per K and network), the spine verdicts and the best."""
+    t = Table(title=title)
+    for col in (
+        "K",
+        "network",
+        "mode",
+        "tp",
+        "pp",
+        "ep",
+        "batch",
+        "P:D GPUs",
+        "TTFT",
+        "TPOT",
+        "tok/s/GPU",
+    ):
+        t.add_column(col, justify="right")
+    for r in results:
+        for net, c in r["by_network"].items():
+            if c is None:
+                t.add_row(str(r["hb_domain"]), net, "none meets the limits", *[""] * 8)
+                continue
+            ratio = f"{c['prefill_gpus']}:{c['decode_gpus']}" if c["prefill_gpus"] else "-"
+            t.add_row(
+                str(r["hb_domain"]),
+                net,
+                c["mode"],
+                str(c["tp"]),
+                str(c["pp"]),
+                str(c["ep"]),
+                str(c["batch"]),
+                ratio,
+                f"{c['ttft_s']:.2f} s",
+                f"{c['tpot_s'] * 1e3:.0f} ms",
+                f"{c['tokens_per_s_per_gpu']:,.0f}",
+            )
+    Console(width=max(Console().width, 120)).print(t)
+    for r in results:
+        Console().print(f"K = {r['hb_domain']}: {r['verdict']}")
+    if best:
+        Console().print(
+            f"best: K = {best['hb_domain']}, {best['best']['mode']} tp {best['best']['tp']} "
+            f"pp {best['best']['pp']}, {best['best']['tokens_per_s_per_gpu']:,.0f} tokens/s "
+            "per GPU"
+        )
 
 
 def infer_search(
@@ -262,52 +303,11 @@ def infer_search(
     if as_json:
         print_json(out)
         return
-    t = Table(
-        title=f"{m.name} on {gpus} GPUs of {base.name}, {precision}, {input_tokens} in / "
+    title = (
+        f"{m.name} on {gpus} GPUs of {base.name}, {precision}, {input_tokens} in / "
         f"{output_tokens} out, TTFT ≤ {ttft_slo:g} s, TPOT ≤ {tpot_slo * 1e3:g} ms"
     )
-    for col in (
-        "K",
-        "network",
-        "mode",
-        "tp",
-        "pp",
-        "ep",
-        "batch",
-        "P:D GPUs",
-        "TTFT",
-        "TPOT",
-        "tok/s/GPU",
-    ):
-        t.add_column(col, justify="right")
-    for r in results:
-        for net, c in r["by_network"].items():
-            if c is None:
-                t.add_row(str(r["hb_domain"]), net, "none meets the limits", *[""] * 8)
-                continue
-            ratio = f"{c['prefill_gpus']}:{c['decode_gpus']}" if c["prefill_gpus"] else "-"
-            t.add_row(
-                str(r["hb_domain"]),
-                net,
-                c["mode"],
-                str(c["tp"]),
-                str(c["pp"]),
-                str(c["ep"]),
-                str(c["batch"]),
-                ratio,
-                f"{c['ttft_s']:.2f} s",
-                f"{c['tpot_s'] * 1e3:.0f} ms",
-                f"{c['tokens_per_s_per_gpu']:,.0f}",
-            )
-    Console(width=max(Console().width, 120)).print(t)
-    for r in results:
-        Console().print(f"K = {r['hb_domain']}: {r['verdict']}")
-    if best:
-        Console().print(
-            f"best: K = {best['hb_domain']}, {best['best']['mode']} tp {best['best']['tp']} "
-            f"pp {best['best']['pp']}, {best['best']['tokens_per_s_per_gpu']:,.0f} tokens/s "
-            "per GPU"
-        )
+    _print_infer_search(title, results, best)
 
 
 def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:

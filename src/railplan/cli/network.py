@@ -287,6 +287,45 @@ def topology(
         typer.echo(f"graph written to {export}: {data['graph']}")
 
 
+def _single_failures_table(title: str, table: dict[str, Any]) -> Table:
+    """`faults`: what one failure of each component costs, per architecture."""
+    t = Table(title=title)
+    t.add_column("component")
+    variants = list(table["architectures"])
+    for v in variants:
+        t.add_column(v, justify="right")
+    comps = [i["component"] for i in table["architectures"][variants[0]]["impacts"]]
+    for ci, comp in enumerate(comps):
+        cells = []
+        for v in variants:
+            imp = table["architectures"][v]["impacts"][ci]
+            cells.append(
+                "n/a"
+                if not imp["applicable"]
+                else f"{imp['gpus_cut_off']} / {imp['gpus_moved']} / "
+                f"{imp['bandwidth_lost_gbps'] / 1000:g} Tbps"
+            )
+        t.add_row(comp, *cells)
+    return t
+
+
+def _monte_carlo_table(title: str, variants: dict[str, Any], gpu_hours: float) -> Table:
+    """`faults`: the Monte Carlo's metrics per architecture, and the goodput."""
+    m = Table(title=title)
+    m.add_column("metric")
+    for v in variants:
+        m.add_column(v, justify="right")
+    whole = ("switches", "spare_gpus_needed")  # counts: printed without decimals
+    for key in next(iter(variants.values())):
+        fmt = ",.0f" if key in whole else ",.1f"
+        m.add_row(key, *[format(variants[v][key], fmt) for v in variants])
+    m.add_row(
+        "goodput (GPU-hours not idle)",
+        *[f"{1 - variants[v]['expected_idle_gpu_hours'] / gpu_hours:.2%}" for v in variants],
+    )
+    return m
+
+
 def faults(
     gpus: Annotated[int, typer.Option(help="GPUs in the job/cluster")] = 16384,
     hb_domain: Annotated[int, typer.Option(help="HB-domain size K")] = 8,
@@ -332,45 +371,17 @@ def faults(
     if as_json:
         print_json(data)
         return
-    t = Table(
-        title=f"One failure: GPUs cut off / GPUs moved / NIC capacity lost "
+    console = Console(width=160)
+    title = (
+        f"One failure: GPUs cut off / GPUs moved / NIC capacity lost "
         f"(N={gpus:,} K={hb_domain} radix={radix}, spares/domain={spare_per_domain})"
     )
-    t.add_column("component")
-    variants = list(table["architectures"])
-    for v in variants:
-        t.add_column(v, justify="right")
-    comps = [i["component"] for i in table["architectures"][variants[0]]["impacts"]]
-    for ci, comp in enumerate(comps):
-        cells = []
-        for v in variants:
-            imp = table["architectures"][v]["impacts"][ci]
-            cells.append(
-                "n/a"
-                if not imp["applicable"]
-                else f"{imp['gpus_cut_off']} / {imp['gpus_moved']} / "
-                f"{imp['bandwidth_lost_gbps'] / 1000:g} Tbps"
-            )
-        t.add_row(comp, *cells)
-    console = Console(width=160)
-    console.print(t)
-    m = Table(
-        title=f"Monte Carlo: {days:g} days, {trials} trials, seed {seed}, "
+    console.print(_single_failures_table(title, table))
+    title = (
+        f"Monte Carlo: {days:g} days, {trials} trials, seed {seed}, "
         f"repair {repair_hours:g} h, Llama 3 failure rates"
     )
-    m.add_column("metric")
-    for v in mc.variants:
-        m.add_column(v, justify="right")
-    whole = ("switches", "spare_gpus_needed")  # counts: printed without decimals
-    for key in next(iter(mc.variants.values())):
-        fmt = ",.0f" if key in whole else ",.1f"
-        m.add_row(key, *[format(mc.variants[v][key], fmt) for v in mc.variants])
-    gpu_hours = gpus * days * 24
-    m.add_row(
-        "goodput (GPU-hours not idle)",
-        *[f"{1 - mc.variants[v]['expected_idle_gpu_hours'] / gpu_hours:.2%}" for v in mc.variants],
-    )
-    console.print(m)
+    console.print(_monte_carlo_table(title, mc.variants, gpus * days * 24))
     console.print(
         "GPUs cut off: lose their network path; GPUs moved: whose work moves to spares or "
         "another HB domain while the part is repaired. expected_failures counts hardware "

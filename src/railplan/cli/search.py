@@ -103,6 +103,31 @@ def _sweep_table(keys: list[str], result: SweepResult) -> None:
     )
 
 
+def _print_search(r: Any, m: Any, sy: Any, architecture: str, gpus: int, global_batch: int) -> None:
+    """`search`'s fastest and Pareto tables, what "valid" means, and a partial-domain note."""
+    console = Console()
+    console.print(
+        _candidates_table(
+            f"{m.name} on {gpus} × {sy.gpu.name} (K={sy.hb_domain}, {architecture}), "
+            f"batch {global_batch}: fastest",
+            [c.to_dict() for c in r.top],
+        )
+    )
+    console.print(_candidates_table("Pareto set: time vs memory", [c.to_dict() for c in r.pareto]))
+    console.print(
+        f"{r.configurations_evaluated:,} valid configurations evaluated, {r.feasible:,} fit, "
+        f"in {r.elapsed_s:.3f} s ({r.configurations_per_s:,.0f} per second). Valid means "
+        f"tp divides the {m.heads} heads, pp the {m.layers} layers, dp = gpus/(tp·pp) the "
+        f"batch of {global_batch:,}, and the micro-batch the per-replica batch."
+    )
+    if gpus % sy.hb_domain:
+        console.print(
+            f"note: {gpus:,} GPUs is not a multiple of K={sy.hb_domain}, so one HB domain "
+            f"is partial; cost and report need whole domains: "
+            f"{near_multiples(gpus, sy.hb_domain)} GPUs."
+        )
+
+
 def search(
     model: ModelOpt,
     gpus: GpusOpt,
@@ -169,27 +194,7 @@ def search(
     if as_json:
         print_json(r.to_dict())
         return
-    console = Console()
-    console.print(
-        _candidates_table(
-            f"{m.name} on {gpus} × {sy.gpu.name} (K={sy.hb_domain}, {net.architecture}), "
-            f"batch {global_batch}: fastest",
-            [c.to_dict() for c in r.top],
-        )
-    )
-    console.print(_candidates_table("Pareto set: time vs memory", [c.to_dict() for c in r.pareto]))
-    console.print(
-        f"{r.configurations_evaluated:,} valid configurations evaluated, {r.feasible:,} fit, "
-        f"in {r.elapsed_s:.3f} s ({r.configurations_per_s:,.0f} per second). Valid means "
-        f"tp divides the {m.heads} heads, pp the {m.layers} layers, dp = gpus/(tp·pp) the "
-        f"batch of {global_batch:,}, and the micro-batch the per-replica batch."
-    )
-    if gpus % sy.hb_domain:
-        console.print(
-            f"note: {gpus:,} GPUs is not a multiple of K={sy.hb_domain}, so one HB domain "
-            f"is partial; cost and report need whole domains: "
-            f"{near_multiples(gpus, sy.hb_domain)} GPUs."
-        )
+    _print_search(r, m, sy, net.architecture, gpus, global_batch)
 
 
 def sweep(
@@ -239,17 +244,9 @@ def sweep(
     from railplan.sweep import run_sweep
     from railplan.sweep_spec import SweepSpec, int_list, parse_vary
 
-    base: dict[str, Any] = {
-        k: v
-        for k, v in {
-            "model": model,
-            "gpus": gpus,
-            "global_batch": global_batch,
-            "system": system,
-            "network": network,
-        }.items()
-        if v is not None
-    }
+    given = {"model": model, "gpus": gpus, "global_batch": global_batch}
+    given |= {"system": system, "network": network}
+    base: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     sw = SweepSpec.build(
         base=base,
         vary=parse_vary(vary or []),
@@ -271,12 +268,17 @@ def sweep(
     else:
         _sweep_table(keys=list(sw.vary), result=result)
     if result.failed:
-        typer.echo(
-            f"{result.failed} points failed (see the error column of {result.csv_path}); "
-            "run the same command again to retry them",
-            err=True,
-        )
-        raise typer.Exit(1)
+        _failed(result)
+
+
+def _failed(result: SweepResult) -> None:
+    """Say which points failed and exit 1 (their CSV rows hold the errors)."""
+    typer.echo(
+        f"{result.failed} points failed (see the error column of {result.csv_path}); "
+        "run the same command again to retry them",
+        err=True,
+    )
+    raise typer.Exit(1)
 
 
 def _reproduce(name: str, as_json: bool, plot: Path | None) -> None:
