@@ -94,6 +94,33 @@ MIN_RATE_PER_S = 1e-6
 MAX_RATE_PER_S = 1e9
 
 
+def _check_simulation(
+    rate_per_s: float, requests: int, max_batch: int, max_num_tokens: int
+) -> None:
+    """One-line errors for a rate, request count, batch or token budget out of range."""
+    if not MIN_RATE_PER_S <= rate_per_s < MAX_RATE_PER_S:
+        raise RailplanError(
+            "arrival_rate",
+            f"must be in [{MIN_RATE_PER_S:g}, {MAX_RATE_PER_S:g}) requests/s; got {rate_per_s!r}",
+        )
+    if not 1 <= requests <= MAX_REQUESTS:
+        raise RailplanError(
+            "requests", f"must be an integer in [1, {MAX_REQUESTS}]; got {requests!r}"
+        )
+    if max_batch < 1:
+        raise RailplanError("batch", "no sequence fits in the KV cache; use more GPUs or tp")
+    if max_num_tokens < 1:
+        raise RailplanError("max_num_tokens", f"must be a positive integer; got {max_num_tokens!r}")
+
+
+def _tokens_per_s(ends: FloatArray, tokens: FloatArray, lo: float, hi: float) -> float:
+    """Tokens of the steps that ended in (lo, hi] over that time; all steps' if hi ≤ lo."""
+    if hi > lo:
+        inside = (ends > lo) & (ends <= hi)
+        return float(tokens[inside].sum() / (hi - lo))
+    return float(tokens.sum() / ends[-1])
+
+
 def simulate(
     step_s: StepFn,
     rate_per_s: float,
@@ -106,23 +133,11 @@ def simulate(
 ) -> Run:
     """Every request's TTFT and TPOT on one engine whose step time is `step_s(load)`, and
     whether the queue kept up with the arrivals."""
-    if not MIN_RATE_PER_S <= rate_per_s < MAX_RATE_PER_S:
-        raise RailplanError(
-            "arrival_rate",
-            f"must be in [{MIN_RATE_PER_S:g}, {MAX_RATE_PER_S:g}) requests/s; got {rate_per_s!r}",
-        )
-    if not 1 <= requests <= MAX_REQUESTS:
-        raise RailplanError(
-            "requests", f"must be an integer in [1, {MAX_REQUESTS}]; got {requests!r}"
-        )
-    if max_batch < 1:
-        raise RailplanError("batch", "no sequence fits in the KV cache; use more GPUs or tp")
+    _check_simulation(rate_per_s, requests, max_batch, max_num_tokens)
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1.0 / rate_per_s, requests))
     first = np.full(requests, np.nan)
     finish = np.full(requests, np.nan)
-    if max_num_tokens < 1:
-        raise RailplanError("max_num_tokens", f"must be a positive integer; got {max_num_tokens!r}")
     per_step = max(1, max_num_tokens // input_tokens)  # prompts an empty step may carry
     run_id = np.zeros(0, dtype=np.int64)
     run_left = np.zeros(0, dtype=np.int64)
@@ -170,9 +185,7 @@ def simulate(
     # tokens/s from the middle arrival until the last one (or, when a queue built up, until
     # the last prompt was admitted): the engine holds its steady (or full) batch meanwhile
     lo, hi = arrivals[requests // 2], max(arrivals[-1], last_admitted)
-    ends, toks = np.asarray(step_end), np.asarray(step_tokens, dtype=np.float64)
-    inside = (ends > lo) & (ends <= hi)
-    rate = float(toks[inside].sum() / (hi - lo)) if hi > lo else float(toks.sum() / t)
+    rate = _tokens_per_s(np.asarray(step_end), np.asarray(step_tokens, dtype=np.float64), lo, hi)
     half = requests // 2
     lifetime = float(np.median(finish[: max(half, 1)] - arrivals[: max(half, 1)]))
     settled = bool(arrivals[half] >= lifetime)
