@@ -130,49 +130,39 @@ def directed_pair_means(t: Traffic) -> tuple[float, float]:
     return (hb / hb_pairs if hb_pairs else 0.0, nic / nic_pairs if nic_pairs else 0.0)
 
 
-def reproduce() -> dict[str, Any]:
-    """Every claim of Figs 2–4 with our number, and the statistics behind them."""
-    claims: list[Claim] = []
-    cases: list[dict[str, Any]] = []
-    fig3: TrafficStats | None = None
-    fig3_directed = (0.0, 0.0)
-    for c in fig2_cases():
-        t, st = c.run()
-        cases.append(
-            {"figure": c.figure, "label": c.label, "strategy": c.strategy.model_dump()}
-            | {"stats": st.to_dict()}
-        )
-        name = c.label.split(" on ")[0]
-        claims += [
-            Claim(
-                "fig2",
-                f"{name}: TP share of bytes",
-                "> 75 %",
-                100 * st.share_by_kind["tp"],
-                "%",
-                st.share_by_kind["tp"] > 0.75,
-            ),
-            Claim(
-                "fig2",
-                f"{name}: GPU pairs with no traffic",
-                "> 99 %",
-                100 * (1 - st.pairs_with_traffic_fraction),
-                "%",
-                st.pairs_with_traffic_fraction < 0.01,
-            ),
-            Claim(
-                "fig2",
-                f"{name}: GPU pairs carrying TP",
-                "< 0.04 %",
-                100 * st.pairs_with_tp_fraction,
-                "%",
-                st.pairs_with_tp_fraction < 0.0004,
-            ),
-        ]
-        if name == "GPT-1T":
-            fig3, fig3_directed = st, directed_pair_means(t)
-    assert fig3 is not None
-    claims += [
+def _fig2_claims(name: str, st: TrafficStats) -> list[Claim]:
+    """Fig 2: TP carries most bytes, and almost no GPU pair talks."""
+    return [
+        Claim(
+            "fig2",
+            f"{name}: TP share of bytes",
+            "> 75 %",
+            100 * st.share_by_kind["tp"],
+            "%",
+            st.share_by_kind["tp"] > 0.75,
+        ),
+        Claim(
+            "fig2",
+            f"{name}: GPU pairs with no traffic",
+            "> 99 %",
+            100 * (1 - st.pairs_with_traffic_fraction),
+            "%",
+            st.pairs_with_traffic_fraction < 0.01,
+        ),
+        Claim(
+            "fig2",
+            f"{name}: GPU pairs carrying TP",
+            "< 0.04 %",
+            100 * st.pairs_with_tp_fraction,
+            "%",
+            st.pairs_with_tp_fraction < 0.0004,
+        ),
+    ]
+
+
+def _fig3_claims(fig3: TrafficStats, directed: tuple[float, float]) -> list[Claim]:
+    """Fig 3: GPT-1T's bytes per HB and NIC pair, and no NIC byte crossing rails."""
+    return [
         Claim(
             "fig3",
             "GPT-1T: bytes per HB pair, both directions (mean over unordered pairs of a domain)",
@@ -193,7 +183,7 @@ def reproduce() -> dict[str, Any]:
             "fig3",
             "GPT-1T: bytes per HB pair and direction (mean over ordered pairs of a domain)",
             "~300 GB",
-            fig3_directed[0] / GB,
+            directed[0] / GB,
             "GB",
             None,
         ),
@@ -201,7 +191,7 @@ def reproduce() -> dict[str, Any]:
             "fig3",
             "GPT-1T: bytes per NIC pair and direction (mean over ordered pairs with traffic)",
             "~6 GB",
-            fig3_directed[1] / GB,
+            directed[1] / GB,
             "GB",
             None,
         ),
@@ -214,16 +204,14 @@ def reproduce() -> dict[str, Any]:
             fig3.nic_cross_rail_bytes == 0,
         ),
     ]
-    c4 = fig4_case()
-    _, st4 = c4.run()
-    cases.append(
-        {"figure": c4.figure, "label": c4.label, "strategy": c4.strategy.model_dump()}
-        | {"stats": st4.to_dict()}
-    )
+
+
+def _fig4_claims(st4: TrafficStats) -> list[Claim]:
+    """Fig 4: GPT-1T on GH200 keeps DP inside HB domains."""
     dp = st4.bytes_by_kind["dp"]
     dp_nic_share = st4.nic_bytes_by_kind["dp"] / st4.total_bytes
     dp_hb_share = st4.hb_bytes_by_kind["dp"] / dp if dp else 0.0
-    claims += [
+    return [
         Claim(
             "fig4",
             "GPT-1T GH200: DP over NIC, share of all bytes",
@@ -249,6 +237,33 @@ def reproduce() -> dict[str, Any]:
             st4.nic_cross_rail_bytes == 0,
         ),
     ]
+
+
+def reproduce() -> dict[str, Any]:
+    """Every claim of Figs 2–4 with our number, and the statistics behind them."""
+    claims: list[Claim] = []
+    cases: list[dict[str, Any]] = []
+    fig3: TrafficStats | None = None
+    fig3_directed = (0.0, 0.0)
+    for c in fig2_cases():
+        t, st = c.run()
+        cases.append(
+            {"figure": c.figure, "label": c.label, "strategy": c.strategy.model_dump()}
+            | {"stats": st.to_dict()}
+        )
+        name = c.label.split(" on ")[0]
+        claims += _fig2_claims(name, st)
+        if name == "GPT-1T":
+            fig3, fig3_directed = st, directed_pair_means(t)
+    assert fig3 is not None
+    claims += _fig3_claims(fig3, fig3_directed)
+    c4 = fig4_case()
+    _, st4 = c4.run()
+    cases.append(
+        {"figure": c4.figure, "label": c4.label, "strategy": c4.strategy.model_dump()}
+        | {"stats": st4.to_dict()}
+    )
+    claims += _fig4_claims(st4)
     return {"claims": [c.to_dict() for c in claims], "cases": cases}
 
 
