@@ -158,6 +158,22 @@ def _leaf_attach(c: NetworkCounts) -> int:
     return min(t.down_ports, g.clos.endpoints) if g.clos.num_tiers > 1 else g.clos.endpoints
 
 
+def _spine_impact(c: NetworkCounts, variant: str, nic: float) -> Impact:
+    """A spine switch: no GPU cut off; its share of the upper tier's capacity is lost."""
+    if c.tiers < 2:
+        return Impact("spine_switch", variant, False, 0, 0, 0.0, 0.0, "one-tier rails: no spine")
+    return Impact(
+        "spine_switch",
+        variant,
+        True,
+        0,
+        0,
+        c.radix * nic / 2 if c.tiers > 2 else c.radix * nic,
+        1.0 / c.switches_per_tier[1],
+        "no GPU cut off; ECMP spreads over the remaining spines",
+    )
+
+
 def single_failures(c: NetworkCounts, variant: str, policy: Policy) -> list[Impact]:
     """Impact of one failure of each component type on network ``c`` (one NIC per GPU)."""
     k = c.hb_domain
@@ -199,24 +215,7 @@ def single_failures(c: NetworkCounts, variant: str, policy: Policy) -> list[Impa
             f"{attach} NIC ports behind one {'rail ' if 'only' in variant else ''}leaf switch",
         )
     )
-    if c.tiers >= 2:
-        spines = c.switches_per_tier[1]
-        out.append(
-            Impact(
-                "spine_switch",
-                variant,
-                True,
-                0,
-                0,
-                c.radix * nic / 2 if c.tiers > 2 else c.radix * nic,
-                1.0 / spines,
-                "no GPU cut off; ECMP spreads over the remaining spines",
-            )
-        )
-    else:
-        out.append(
-            Impact("spine_switch", variant, False, 0, 0, 0.0, 0.0, "one-tier rails: no spine")
-        )
+    out.append(_spine_impact(c, variant, nic))
     out.append(
         Impact(
             "gpu",
@@ -352,6 +351,33 @@ def check_budget(trials: int, hours: int, events_per_trial: float) -> None:
         )
 
 
+def _check_monte_carlo(
+    job_gpus: int, trials: int, seed: int, days: float, repair_hours: float, quantile: float
+) -> None:
+    """One-line errors for `monte_carlo`'s inputs out of range."""
+    check_int("job_gpus", job_gpus)
+    check_int("trials", trials, 1, 100_000)
+    check_int("seed", seed, 0, 2**64 - 1)
+    if not 1 / 24 <= days <= 3650:  # the simulation steps by the hour
+        raise RailplanError("days", f"must be in [1/24 (one hour), 3650]; got {days!r}")
+    if not 0 < repair_hours <= 24 * 365:
+        raise RailplanError("repair_hours", f"must be in (0, 8760]; got {repair_hours!r}")
+    if not 0 < quantile < 1:
+        raise RailplanError("quantile", f"must be in (0, 1); got {quantile!r}")
+
+
+def _per_hour(rates: FailureRates) -> dict[str, float]:
+    """Failures per component-hour of each event class."""
+    return {
+        "gpu": rates.gpu_per_h,
+        "server": rates.server_per_h,
+        # a GPU-to-leaf cable is also a network element (switch/cable failures of Llama 3)
+        "nic_link": rates.nic_link_per_h + rates.network_element_per_h,
+        "leaf_switch": rates.network_element_per_h,
+        "upper_element": rates.network_element_per_h,
+    }
+
+
 def monte_carlo(
     job_gpus: int,
     hb_domain: int,
@@ -373,29 +399,14 @@ def monte_carlo(
     inter-switch links). Time is binned hourly; per trial we track unusable GPUs over time.
     ``repair_hours`` is an assumption (not in the Llama 3 report) and scales the idle-GPU numbers.
     """
-    check_int("job_gpus", job_gpus)
-    check_int("trials", trials, 1, 100_000)
-    check_int("seed", seed, 0, 2**64 - 1)
-    if not 1 / 24 <= days <= 3650:  # the simulation steps by the hour
-        raise RailplanError("days", f"must be in [1/24 (one hour), 3650]; got {days!r}")
-    if not 0 < repair_hours <= 24 * 365:
-        raise RailplanError("repair_hours", f"must be in (0, 8760]; got {repair_hours!r}")
-    if not 0 < target_quantile < 1:
-        raise RailplanError("quantile", f"must be in (0, 1); got {target_quantile!r}")
+    _check_monte_carlo(job_gpus, trials, seed, days, repair_hours, target_quantile)
     rates = rates or FailureRates.llama3()
     policy = policy or Policy()
     hours = max(1, math.ceil(days * 24))
     rep = max(1, math.ceil(repair_hours))
     ro = rail_optimized(job_gpus, hb_domain, radix, nic_gbps)
     rl = rail_only(job_gpus, hb_domain, radix, nic_gbps)
-    per_h = {
-        "gpu": rates.gpu_per_h,
-        "server": rates.server_per_h,
-        # a GPU-to-leaf cable is also a network element (switch/cable failures of Llama 3)
-        "nic_link": rates.nic_link_per_h + rates.network_element_per_h,
-        "leaf_switch": rates.network_element_per_h,
-        "upper_element": rates.network_element_per_h,
-    }
+    per_h = _per_hour(rates)
     variants = (("rail-optimized", ro), ("rail-only", rl), ("rail-only+ocs", rl))
     events_per_trial = max(
         sum(per_h[cls] * n * hours for cls, (n, _) in _event_sizes(c, v, policy).items())
