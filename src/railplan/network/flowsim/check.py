@@ -243,6 +243,34 @@ def _plan(
     return _Plan(hierarchical_allreduce_steps(gpus, k, nbytes), "hierarchical", nbytes, None)
 
 
+def _inputs(
+    sysm: Any,
+    system: str,
+    gpus: int,
+    arch: str,
+    collective: str,
+    plan: Any,
+    radix: int,
+    ratio: float,
+    skew: str | None,
+) -> dict[str, Any]:
+    """The report's `inputs`: what was simulated, as the user named it."""
+    return {
+        "system": sysm.name if sysm.name != "custom" else system,
+        "gpus": gpus,
+        "hb_domain": int(sysm.hb_domain),
+        "arch": arch,
+        "collective": collective,
+        "schedule": plan.schedule,
+        "bytes_per_pair" if collective == "alltoall" else "bytes": plan.nbytes,
+        "radix": radix,
+        "oversubscription": ratio,
+        "skew": skew or "uniform",
+        "hb_gbps": sysm.hb_tbps * 1000,
+        "nic_gbps": sysm.nic_gbps * sysm.nics_per_gpu,
+    }
+
+
 def run(
     system: str,
     gpus: int,
@@ -296,22 +324,8 @@ def run(
         ratio,
     )
     applies = zipf is None
-    inputs = {
-        "system": sysm.name if sysm.name != "custom" else system,
-        "gpus": gpus,
-        "hb_domain": k,
-        "arch": arch,
-        "collective": collective,
-        "schedule": plan.schedule,
-        "bytes_per_pair" if collective == "alltoall" else "bytes": plan.nbytes,
-        "radix": radix,
-        "oversubscription": ratio,
-        "skew": skew or "uniform",
-        "hb_gbps": sysm.hb_tbps * 1000,
-        "nic_gbps": sysm.nic_gbps * sysm.nics_per_gpu,
-    }
     return FlowsimReport(
-        inputs=inputs,
+        inputs=_inputs(sysm, system, gpus, arch, collective, plan, radix, ratio, skew),
         simulated_s=res.time_s,
         closed_form_s=cf_s,
         closed_form=cf_name if applies else cf_name + " (uniform, same mean bytes)",
