@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from numpy.typing import NDArray
 
 from railplan.errors import RailplanError
 from railplan.network.flowsim.fabric import (
@@ -98,6 +99,36 @@ def _group_reduce(
     return np.asarray(op.reduceat(np.take(a, order, axis=axis), starts, axis=axis))
 
 
+#: one class of flows: link weights, link columns, (unused), flow count, bytes per flow
+_Class = tuple[FloatArray, IntArray, FloatArray, float, float]
+
+
+def _hb_classes(net: FlowNetwork, m: FloatArray, flow: NDArray[np.bool_]) -> list[_Class] | None:
+    """One class per HB domain with traffic, or None when a domain's flows are not symmetric
+    (unequal bytes, or GPUs sending or receiving unequal numbers of flows)."""
+    k = net.hb_domain
+    classes: list[_Class] = []
+    if k <= 1:
+        return classes
+    for d in range(net.domains):
+        sl = slice(d * k, (d + 1) * k)
+        blk, fb = m[sl, sl], flow[sl, sl]
+        cnt = float(fb.sum())
+        if cnt == 0:
+            continue
+        vals = blk[fb]
+        if vals.max() > vals.min() * (1 + 1e-12):
+            return None
+        out_c, in_c = fb.sum(axis=1), fb.sum(axis=0)
+        if out_c.min() != out_c.max() or in_c.min() != in_c.max():
+            return None
+        g = np.arange(d * k, (d + 1) * k)
+        cols = np.concatenate([net.gpu_hb_up[g], net.gpu_hb_down[g]])
+        w = np.concatenate([out_c, in_c]) / cnt
+        classes.append((w, cols, np.zeros(0), cnt, float(vals[0])))
+    return classes
+
+
 def aggregate_matrix(net: FlowNetwork, pair_bytes: FloatArray) -> FlowSet | None:
     """Exact class aggregation of a dense N×N byte matrix (see the module doc), or ``None`` when
     some class is not symmetric (then simulate flow by flow)."""
@@ -108,25 +139,11 @@ def aggregate_matrix(net: FlowNetwork, pair_bytes: FloatArray) -> FlowSet | None
     np.fill_diagonal(m, 0.0)
     domain = np.arange(n) // k
     flow = m > 0
-    classes: list[tuple[FloatArray, IntArray, FloatArray, float, float]] = []
     # --- HB classes: one per domain
-    if k > 1:
-        for d in range(net.domains):
-            sl = slice(d * k, (d + 1) * k)
-            blk, fb = m[sl, sl], flow[sl, sl]
-            cnt = float(fb.sum())
-            if cnt == 0:
-                continue
-            vals = blk[fb]
-            if vals.max() > vals.min() * (1 + 1e-12):
-                return None
-            out_c, in_c = fb.sum(axis=1), fb.sum(axis=0)
-            if out_c.min() != out_c.max() or in_c.min() != in_c.max():
-                return None
-            g = np.arange(d * k, (d + 1) * k)
-            cols = np.concatenate([net.gpu_hb_up[g], net.gpu_hb_down[g]])
-            w = np.concatenate([out_c, in_c]) / cnt
-            classes.append((w, cols, np.zeros(0), cnt, float(vals[0])))
+    hb = _hb_classes(net, m, flow)
+    if hb is None:
+        return None
+    classes: list[_Class] = hb
     # --- NIC classes: one per (src leaf, dst leaf)
     nicflow = flow & (domain[:, None] != domain[None, :])
     if nicflow.any():
