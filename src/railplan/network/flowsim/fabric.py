@@ -87,6 +87,70 @@ class FlowNetwork:
         return replace(self, capacity_bytes_per_s=cap)
 
 
+@dataclass
+class _Links:
+    """Directed links being built: parallel lists, one entry per link."""
+
+    src: list[str] = field(default_factory=list)
+    dst: list[str] = field(default_factory=list)
+    kind: list[int] = field(default_factory=list)
+    cap: list[float] = field(default_factory=list)
+    mult: list[float] = field(default_factory=list)
+
+    def both_ways(
+        self, u: str, v: str, kinds: tuple[int, int], gbps: float, links: float
+    ) -> tuple[int, int]:
+        """Add the link u→v and v→u (kinds: up, down); return their indices."""
+        first = len(self.src)
+        for (x, y), kd in zip(((u, v), (v, u)), kinds, strict=True):
+            self.src.append(x)
+            self.dst.append(y)
+            self.kind.append(kd)
+            self.cap.append(gbps_to_bytes_per_s(gbps))
+            self.mult.append(links)
+        return first, first + 1
+
+
+def _graph_links(
+    g: nx.Graph, links: _Links, sidx: dict[str, int], k: int, n: int
+) -> tuple[IntArray, IntArray, IntArray]:
+    """Every edge of the graph both ways; per GPU: its leaf switch, NIC up and down links."""
+    gpu_leaf = np.full(n, -1, dtype=np.int64)
+    gpu_up = np.full(n, -1, dtype=np.int64)
+    gpu_down = np.full(n, -1, dtype=np.int64)
+    for a, b, data in g.edges(data=True):
+        gbps = float(data["capacity_gbps"])
+        mult = float(data.get("links", 1))
+        ra, rb = g.nodes[a]["role"], g.nodes[b]["role"]
+        if ra == "gpu" or rb == "gpu":
+            gpu, sw = (a, b) if ra == "gpu" else (b, a)
+            gi = int(g.nodes[gpu]["domain"]) * k + int(g.nodes[gpu]["local"])
+            if gpu_leaf[gi] >= 0:
+                raise RailplanError(
+                    "graph", f"{gpu} has NIC links to two switches; the simulator needs one leaf"
+                )
+            gpu_leaf[gi] = sidx[sw]
+            up_down = (KIND_NIC_UP, KIND_NIC_DOWN)
+            gpu_up[gi], gpu_down[gi] = links.both_ways(gpu, sw, up_down, gbps, mult)
+        else:
+            links.both_ways(a, b, (KIND_FABRIC, KIND_FABRIC), gbps, mult)
+    return gpu_leaf, gpu_up, gpu_down
+
+
+def _hb_links(links: _Links, n: int, k: int, hb_gbps: float) -> tuple[IntArray, IntArray]:
+    """Each GPU's links to its domain's HB switch (none when K = 1)."""
+    gpu_hb_up = np.full(n, -1, dtype=np.int64)
+    gpu_hb_down = np.full(n, -1, dtype=np.int64)
+    if k > 1:
+        for gi in range(n):
+            hb = f"hb:{gi // k}"
+            name = f"gpu:{gi // k}:{gi % k}"
+            gpu_hb_up[gi], gpu_hb_down[gi] = links.both_ways(
+                name, hb, (KIND_HB_UP, KIND_HB_DOWN), hb_gbps, 1.0
+            )
+    return gpu_hb_up, gpu_hb_down
+
+
 def flow_network(g: nx.Graph, hb_gbps: float) -> FlowNetwork:
     """Directed-link view of a ``railplan.network.graph`` graph plus one HB switch per domain.
 
@@ -96,66 +160,20 @@ def flow_network(g: nx.Graph, hb_gbps: float) -> FlowNetwork:
         raise RailplanError("hb_gbps", f"must be > 0; got {hb_gbps!r}")
     k = int(g.graph["hb_domain"])
     n = int(g.graph["gpus"])
-    src: list[str] = []
-    dst: list[str] = []
-    kind: list[int] = []
-    cap: list[float] = []
-    mult: list[float] = []
-    gpu_leaf = np.full(n, -1, dtype=np.int64)
-    gpu_up = np.full(n, -1, dtype=np.int64)
-    gpu_down = np.full(n, -1, dtype=np.int64)
     switches = sorted(
         (v for v, r in g.nodes(data="role") if r != "gpu"),
         key=lambda v: (int(g.nodes[v]["tier"]), v),
     )
     sidx = {v: i for i, v in enumerate(switches)}
-
-    def both_ways(
-        u: str, v: str, kinds: tuple[int, int], gbps: float, links: float
-    ) -> tuple[int, int]:
-        """Add the link u→v and v→u (kinds: up, down); return their indices."""
-        first = len(src)
-        for (x, y), kd in zip(((u, v), (v, u)), kinds, strict=True):
-            src.append(x)
-            dst.append(y)
-            kind.append(kd)
-            cap.append(gbps_to_bytes_per_s(gbps))
-            mult.append(links)
-        return first, first + 1
-
-    def gpu_id(v: str) -> int:
-        a = g.nodes[v]
-        return int(a["domain"]) * k + int(a["local"])
-
-    for a, b, data in g.edges(data=True):
-        gbps = float(data["capacity_gbps"])
-        links = float(data.get("links", 1))
-        ra, rb = g.nodes[a]["role"], g.nodes[b]["role"]
-        if ra == "gpu" or rb == "gpu":
-            gpu, sw = (a, b) if ra == "gpu" else (b, a)
-            gi = gpu_id(gpu)
-            if gpu_leaf[gi] >= 0:
-                raise RailplanError(
-                    "graph", f"{gpu} has NIC links to two switches; the simulator needs one leaf"
-                )
-            gpu_leaf[gi] = sidx[sw]
-            gpu_up[gi], gpu_down[gi] = both_ways(gpu, sw, (KIND_NIC_UP, KIND_NIC_DOWN), gbps, links)
-        else:
-            both_ways(a, b, (KIND_FABRIC, KIND_FABRIC), gbps, links)
-    gpu_hb_up = np.full(n, -1, dtype=np.int64)
-    gpu_hb_down = np.full(n, -1, dtype=np.int64)
-    if k > 1:
-        for gi in range(n):
-            hb = f"hb:{gi // k}"
-            name = f"gpu:{gi // k}:{gi % k}"
-            gpu_hb_up[gi], gpu_hb_down[gi] = both_ways(
-                name, hb, (KIND_HB_UP, KIND_HB_DOWN), hb_gbps, 1.0
-            )
-    kind_a = np.asarray(kind, dtype=np.int64)
+    links = _Links()
+    gpu_leaf, gpu_up, gpu_down = _graph_links(g, links, sidx, k, n)
+    gpu_hb_up, gpu_hb_down = _hb_links(links, n, k, hb_gbps)
+    src, dst = links.src, links.dst
+    kind_a = np.asarray(links.kind, dtype=np.int64)
     fab = np.flatnonzero(kind_a == KIND_FABRIC)
     fu = np.array([sidx[src[i]] for i in fab], dtype=np.int64)
     fv = np.array([sidx[dst[i]] for i in fab], dtype=np.int64)
-    fm = np.asarray(mult, dtype=np.float64)[fab]
+    fm = np.asarray(links.mult, dtype=np.float64)[fab]
     s = len(switches)
     dist, paths = _switch_paths(s, fu, fv, fm)
     return FlowNetwork(
@@ -165,7 +183,7 @@ def flow_network(g: nx.Graph, hb_gbps: float) -> FlowNetwork:
         link_src=src,
         link_dst=dst,
         link_kind=kind_a,
-        capacity_bytes_per_s=np.asarray(cap, dtype=np.float64),
+        capacity_bytes_per_s=np.asarray(links.cap, dtype=np.float64),
         gpu_leaf=gpu_leaf,
         gpu_up=gpu_up,
         gpu_down=gpu_down,
