@@ -41,7 +41,7 @@ def test_cost_is_the_comparison(report_data: dict[str, Any]) -> None:
     assert "200 Gbps" in got["note"]  # DGX A100's NIC speed is not in the paper's price book
     ocs = got["rail_only_ocs"]
     assert ocs["ocs_units"] > 0 and ocs["switches"] == got["rail_only"]["switches"]
-    from railplan.report.html import cost_section
+    from railplan.report.network_html import cost_section
 
     html = cost_section(report_data, {"fig-cost": ""})
     assert "rail-only + OCS" in html and "OCS units" in html
