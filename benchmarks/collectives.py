@@ -111,7 +111,7 @@ def main() -> None:
 
 def lp_on_rails() -> None:
     """The LP schedule on 16 GPUs (2 domains) of each network beside forwarding and the bound."""
-    from railplan.collective import lp
+    from railplan.collective.optimal import optimal
 
     h100 = load_system("dgx-h100")
     print()
@@ -122,7 +122,7 @@ def lp_on_rails() -> None:
             times = {a: alg.time_s(g, op, a, 2**30)[0] for a in alg.ALGORITHMS}
             ok = {a: t for a, t in times.items() if t is not None}
             best = min(ok, key=lambda a: ok[a])
-            r = lp.optimal(g, op, 2**30, arch, 64, int(h100.nic_gbps))
+            r = optimal(g, op, 2**30, arch, 64, int(h100.nic_gbps))
             b = bound_s(g, op, 2**30, arch)
             print(
                 f"  {op:11s} {arch:15s} best {best:12s} {ok[best] * 1e6:9.1f}  "

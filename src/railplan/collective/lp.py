@@ -45,7 +45,6 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from railplan.collective.algorithms import OPS, Group, Result, busbw_factor
 from railplan.errors import RailplanError
 
 MAX_RANKS = 64
@@ -53,11 +52,6 @@ MAX_RANKS = 64
 ALPHA_THRESHOLD = 0.1
 LP_OPS: tuple[str, ...] = ("all-gather", "all-to-all")
 EPOCH_KINDS: tuple[str, ...] = ("slow", "fast")
-#: all-to-all on a built graph: the epoch is the slowest-link one × its epoch bound / this
-#: (slowest-link epochs can leave only a handful, each rounding the finish up by a whole one)
-A2A_EPOCHS = 8
-#: networks whose built graph the LP runs on (bound.topology)
-LP_ARCHS: tuple[str, ...] = ("rail-optimized", "rail-only", "ideal")
 #: an epoch is at least the smallest link latency over this. TE-CCL uses 200
 #: (`alpha_epoch_duration_ratio_max`); 16 keeps a latency-bound (small) collective to ~100-200
 #: epochs, at the price of rounding each hop up to whole epochs of 1/16 of the smallest latency
@@ -337,6 +331,15 @@ def epoch_s(dg: nx.DiGraph, chunk_bytes: float, kind: str) -> float:
     return max(tau, min(alphas, default=0.0) / ALPHA_EPOCH_RATIO_MAX)
 
 
+def slowest_epoch_bound(
+    dg: nx.DiGraph, ranks: list[str], op: str, size_bytes: float
+) -> tuple[float, int]:
+    """The slowest-link epoch and the fewest such epochs any schedule of `op` needs."""
+    n = len(ranks)
+    tau = epoch_s(dg, size_bytes / n, "slow")
+    return tau, _epochs_lower(_net(dg, ranks, size_bytes / n, tau, op), op, n)
+
+
 def _epochs_lower(net: _Net, op: str, n: int) -> int:
     """Epochs no schedule can beat: the farthest pair (in epoch delays), and one rank's
     in-links carrying the n−1 chunks it lacks (the one-GPU cut of bound.py)."""
@@ -450,53 +453,3 @@ def synthesize(
     raise RailplanError(
         "gpus", f"no {op} schedule for {n} ranks found within the solver's time; use fewer ranks"
     )
-
-
-def built_graph(g: Group, arch: str, radix: int, nic_gbps: int) -> tuple[nx.DiGraph, list[str]]:
-    """The railplan-built topology of `bound.topology` with latencies: the system's HB latency
-    on GPU→HB-domain arcs and its NIC latency on GPU→NIC arcs (once per network crossing)."""
-    from railplan.collective.bound import topology
-
-    dg = topology(g, arch, radix, nic_gbps, 1.0)
-    for a, b, data in dg.edges(data=True):
-        if a.startswith("gpu:"):
-            data["latency_s"] = g.hb_lat_s if b.startswith("hb:") else g.nic_lat_s
-    ranks = [f"gpu:{d}:{i}" for d in range(g.y) for i in range(g.x)]
-    return dg, ranks
-
-
-def optimal(g: Group, op: str, size_bytes: float, arch: str, radix: int, nic_gbps: int) -> Result:
-    """The synthesized schedule on the railplan-built topology, as an algorithm's `Result`.
-    All-gather and all-to-all are solved directly; reduce-scatter is all-gather on the reversed
-    graph (the same schedule run backwards, reducing where it copied); all-reduce is that
-    reduce-scatter followed by the all-gather (the best such pair, not a proven optimum)."""
-    if op not in OPS:
-        raise RailplanError("op", f"{op!r} is not allowed; choose one of {', '.join(OPS)}")
-    if arch not in LP_ARCHS:
-        raise RailplanError(
-            "network", f"the LP schedule runs on {', '.join(LP_ARCHS)}; got {arch!r}"
-        )
-    dg, ranks = built_graph(g, arch, radix, nic_gbps)
-    if op == "all-to-all":  # flows split freely: finer epochs than the slowest link's
-        n = len(ranks)
-        tau = epoch_s(dg, size_bytes / n, "slow")
-        lower = _epochs_lower(_net(dg, ranks, size_bytes / n, tau, op), op, n)
-        try:
-            r = synthesize(dg, ranks, op, size_bytes, tau * min(1.0, lower / A2A_EPOCHS))
-        except RailplanError:  # too large for fine epochs in the time: the slowest link's
-            r = synthesize(dg, ranks, op, size_bytes, "slow")
-    else:
-        graph = dg if op == "all-gather" else dg.reverse(copy=True)
-        r = synthesize(graph, ranks, "all-gather", size_bytes)
-    t = 2 * r.time_s if op == "all-reduce" else r.time_s
-    proof = "optimal" if r.optimal else f"not proven below {r.epochs_lower}"
-    how = {
-        "all-reduce": "reduce-scatter + all-gather, each ",
-        "reduce-scatter": "all-gather reversed, ",
-    }.get(op, "")
-    note = (
-        f"TE-CCL LP on the built graph: {how}{r.epochs} epochs of "
-        f"{r.epoch_s * 1e6:.3g} us ({proof}); solved in {r.solve_s:.1f} s"
-    )
-    algbw = size_bytes / t / 1e9
-    return Result("optimal", t, algbw, algbw * busbw_factor(op, g.gpus), note)

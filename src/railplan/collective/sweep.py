@@ -29,7 +29,7 @@ def run(g: alg.Group, op: str, algorithm: str, size: float, built: Built) -> alg
     """One algorithm's result: a closed form (`algorithms.run`) or the LP schedule."""
     if algorithm != "optimal":
         return alg.run(g, op, algorithm, size)
-    from railplan.collective.lp import optimal
+    from railplan.collective.optimal import optimal
 
     return optimal(g, op, size, built.arch, built.radix, built.nic_gbps)
 
