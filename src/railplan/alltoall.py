@@ -11,17 +11,17 @@ DGX A100/H100: 8.33 % and 11.1 %), and tends to (x−1)/x·C_S/C_F for large y.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from railplan import collectives as coll
 from railplan.errors import RailplanError
+from railplan.records import Record
 from railplan.specs import System
 from railplan.specs.base import BYTES
 
 
 @dataclass(frozen=True)
-class AllToAll:
+class AllToAll(Record):
     system: str
     gpus: int
     hb_domain: int
@@ -38,9 +38,6 @@ class AllToAll:
     slowdown: float
     asymptotic_slowdown: float
     cs_over_cf: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def compare(

@@ -12,14 +12,14 @@ Bus bandwidth as nccl-tests defines it (doc/PERFORMANCE.md): algbw = size/time, 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from railplan import collectives as coll
 from railplan.comm_time import Links, links
 from railplan.errors import RailplanError
+from railplan.records import Record
 from railplan.specs import Network, System
 from railplan.specs.base import BYTES
 
@@ -145,15 +145,12 @@ def time_s(g: Group, op: str, algorithm: str, size_bytes: float) -> tuple[float 
 
 
 @dataclass(frozen=True)
-class Result:
+class Result(Record):
     algorithm: str
     time_s: float | None
     algbw_gb_per_s: float | None
     busbw_gb_per_s: float | None
     note: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def run(g: Group, op: str, algorithm: str, size_bytes: float) -> Result:

@@ -11,14 +11,14 @@ its prompt rides in the next step. Queueing under Poisson load is `railplan.infe
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.inference import kvcache
 from railplan.inference.engine import Deployment, Num, StepLoad, step_time_s, step_times
+from railplan.records import Record
 from railplan.strategies import FloatArray
 
 #: the default ceiling of the batch when none is given: TensorRT-LLM's max_batch_size default
@@ -27,7 +27,7 @@ DEFAULT_MAX_BATCH = 2048
 
 
 @dataclass(frozen=True)
-class InferenceResult:
+class InferenceResult(Record):
     model: str
     system: str
     network: str
@@ -49,9 +49,6 @@ class InferenceResult:
     max_batch: int
     fits: bool
     breakdown_s: dict[str, float]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def steady_load(batch: Num, input_tokens: int, output_tokens: int) -> StepLoad:

@@ -17,7 +17,7 @@ carrying the prompt, plus the KV transfer); `serving.serve` gives the loaded val
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,7 @@ from railplan.inference.estimate import (
     steady_times,
 )
 from railplan.inference.serving import MAX_PREFILL_TOKENS
+from railplan.records import Record
 from railplan.specs import Model, Network, System
 from railplan.specs.base import Range
 from railplan.strategies import IntArray
@@ -49,7 +50,7 @@ SPINE_THRESHOLD = 0.01
 
 
 @dataclass(frozen=True)
-class Choice:
+class Choice(Record):
     mode: str  # aggregated | disaggregated
     tp: int
     pp: int
@@ -61,9 +62,6 @@ class Choice:
     tpot_s: float
     tokens_per_s_per_gpu: float
     kv_transfer_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 #: GPUs one search covers: a serving deployment, not a data-centre (keeps the divisor loops short)

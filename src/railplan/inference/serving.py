@@ -21,13 +21,13 @@ the running batch is held in numpy arrays.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.inference.engine import Deployment, StepLoad, step_time_s
+from railplan.records import Record
 from railplan.strategies import FloatArray
 
 #: tokens one step may carry (decode tokens and whole prompts): TensorRT-LLM's max_num_tokens
@@ -41,7 +41,7 @@ MAX_REQUESTS = 200_000
 
 
 @dataclass(frozen=True)
-class ServingResult:
+class ServingResult(Record):
     arrival_rate: float  # requests/s offered to the whole deployment
     requests: int  # simulated (on one replica)
     ttft_mean_s: float
@@ -51,9 +51,6 @@ class ServingResult:
     tokens_per_s: float  # output tokens/s of the whole deployment
     tokens_per_s_per_gpu: float
     stable: bool | None  # the queue kept up (Run.stable; None: too few requests to tell)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 StepFn = Callable[[StepLoad], float]

@@ -30,6 +30,7 @@ import numpy as np
 from railplan.errors import RailplanError
 from railplan.limits import check_int
 from railplan.network.topology import NetworkCounts, rail_only, rail_optimized
+from railplan.records import Record
 
 COMPONENTS: tuple[str, ...] = ("gpu_leaf_link", "leaf_switch", "spine_switch", "gpu", "server")
 VARIANTS: tuple[str, ...] = ("rail-optimized", "rail-only", "rail-only+ocs")
@@ -270,7 +271,7 @@ def fault_table(
 
 
 @dataclass(frozen=True)
-class MonteCarloResult:
+class MonteCarloResult(Record):
     """Per variant: expected interruptions, time-averaged and peak unusable GPUs, spare GPUs
     needed to keep ``job_gpus`` running with probability ``target_quantile``."""
 
@@ -283,19 +284,6 @@ class MonteCarloResult:
     rates: FailureRates
     policy: Policy
     variants: dict[str, dict[str, float]] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "job_gpus": self.job_gpus,
-            "days": self.days,
-            "trials": self.trials,
-            "seed": self.seed,
-            "target_quantile": self.target_quantile,
-            "repair_hours": self.repair_hours,
-            "rates": asdict(self.rates),
-            "policy": asdict(self.policy),
-            "variants": self.variants,
-        }
 
 
 def _event_sizes(c: NetworkCounts, variant: str, policy: Policy) -> dict[str, tuple[float, int]]:

@@ -4,7 +4,6 @@ event loop that runs steps of flows to completion."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -12,6 +11,7 @@ import scipy.sparse as sp
 from railplan.errors import RailplanError
 from railplan.network.flowsim.fabric import BoolArray, FloatArray, FlowNetwork, IntArray
 from railplan.network.flowsim.flows import FlowSet, flows_from_matrix, route_pairs
+from railplan.records import Record
 
 #: relative tolerance: links within it of saturation saturate together, flows within it of
 #: finishing finish together
@@ -90,7 +90,7 @@ class Step:
 
 
 @dataclass(frozen=True)
-class StepResult:
+class StepResult(Record):
     """Outcome of one step (times for a single repetition)."""
 
     name: str
@@ -103,11 +103,6 @@ class StepResult:
     sent_bytes: float
     max_link_utilization: float
     link_bound_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        return asdict(self)
 
 
 def simulate_flowset(
