@@ -41,38 +41,15 @@ class Group:
     nvls_bw: float  # 0: the HB domain has no NVLink SHARP
 
     @property
-    def hb_bw(self) -> float:
-        return self.links.hb_bw
-
-    @property
-    def nic_bw(self) -> float:
-        return self.links.nic_bw
-
-    @property
-    def nic_bw_spread(self) -> float:
-        return self.links.nic_bw_spread
-
-    @property
-    def hb_lat_s(self) -> float:
-        return self.links.hb_lat_s
-
-    @property
-    def nic_lat_s(self) -> float:
-        return self.links.nic_lat_s
-
-    @property
-    def rail_only(self) -> bool:
-        return self.links.rail_only
-
-    @property
     def flat_bw(self) -> float:
         """Per-GPU bandwidth of a flat ring over the group: NCCL runs one ring per NIC, each
         crossing a domain once, so x NICs carry x rings: min(C_F, x·C_S)."""
-        return self.hb_bw if self.y == 1 else min(self.hb_bw, self.x * self.nic_bw)
+        lk = self.links
+        return lk.hb_bw if self.y == 1 else min(lk.hb_bw, self.x * lk.nic_bw)
 
     @property
     def flat_lat_s(self) -> float:
-        return self.hb_lat_s if self.y == 1 else self.nic_lat_s
+        return self.links.hb_lat_s if self.y == 1 else self.links.nic_lat_s
 
 
 def group(system: System, network: Network, gpus: int, nvls: bool = True) -> Group:
@@ -100,19 +77,19 @@ def busbw_factor(op: str, n: int) -> float:
 
 def time_s(g: Group, op: str, algorithm: str, size_bytes: float) -> tuple[float | None, str]:
     """(seconds, note); seconds is None when the algorithm does not apply (the note says why)."""
-    d, n, x, y = size_bytes, g.gpus, g.x, g.y
+    d, n, x, y, lk = size_bytes, g.gpus, g.x, g.y, g.links
     if op == "all-to-all":
         pair = d / n
         if algorithm == "ring":
-            if g.rail_only and y > 1:
+            if lk.rail_only and y > 1:
                 return None, "rail-only has no path between rails: use hierarchical (PXN)"
             t = coll.all_to_all_rail_optimized_s(
-                x, y, pair, g.hb_bw, g.nic_bw_spread, g.hb_lat_s, g.nic_lat_s
+                x, y, pair, lk.hb_bw, lk.nic_bw_spread, lk.hb_lat_s, lk.nic_lat_s
             )
             return float(t), "direct pairwise exchange"
         if algorithm == "hierarchical":
             t = coll.all_to_all_rail_only_s(
-                x, y, pair, g.hb_bw, g.nic_bw_spread, g.hb_lat_s, g.nic_lat_s
+                x, y, pair, lk.hb_bw, lk.nic_bw_spread, lk.hb_lat_s, lk.nic_lat_s
             )
             return float(t), "rail phase then HB phase (forwarding, NCCL PXN)"
         return None, f"{algorithm} does not apply to all-to-all"
@@ -123,14 +100,14 @@ def time_s(g: Group, op: str, algorithm: str, size_bytes: float) -> tuple[float 
         if y == 1:
             return None, "the group lies in one HB domain: hierarchical is the ring"
         hier = coll.hierarchical_all_gather_s(
-            x, y, d, g.hb_bw, g.nic_bw, g.hb_lat_s, g.nic_lat_s
+            x, y, d, lk.hb_bw, lk.nic_bw, lk.hb_lat_s, lk.nic_lat_s
         ) * (2.0 if op == "all-reduce" else 1.0)
         return float(hier), "rail phase plus HB phase (paper formula 2)"
     if op != "all-reduce":
         return None, f"{algorithm} is an all-reduce algorithm"
     if algorithm == "tree":
         return float(coll.tree_all_reduce_s(n, d, g.flat_bw, g.flat_lat_s)), "double binary tree"
-    args = (x, y, d, g.hb_bw, g.nic_bw, g.hb_lat_s, g.nic_lat_s)
+    args = (x, y, d, lk.hb_bw, lk.nic_bw, lk.hb_lat_s, lk.nic_lat_s)
     if algorithm == "nvls":
         if g.nvls_bw <= 0:
             return None, "the HB domain has no NVLink SHARP (NVSwitch 3, H100 and later)"

@@ -35,19 +35,19 @@ def topology(g: Group, arch: str, radix: int, nic_gbps: int, oversubscription: f
     dg = nx.DiGraph()
     if arch == "ideal" or g.y == 1:
         for i in range(g.gpus):
-            dg.add_edge(f"gpu:0:{i}", "hb:0", capacity=g.hb_bw)
-            dg.add_edge("hb:0", f"gpu:0:{i}", capacity=g.hb_bw)
+            dg.add_edge(f"gpu:0:{i}", "hb:0", capacity=g.links.hb_bw)
+            dg.add_edge("hb:0", f"gpu:0:{i}", capacity=g.links.hb_bw)
         return dg
     kw = {"oversubscription": oversubscription} if arch == "oversubscribed" else {}
     base = graph_for(arch, g.gpus, g.x, radix, nic_gbps, **kw)
-    per_gbps = g.nic_bw / nic_gbps  # achievable bytes/s per Gbps of line rate
+    per_gbps = g.links.nic_bw / nic_gbps  # achievable bytes/s per Gbps of line rate
     for a, b, cap in base.edges(data="capacity_gbps"):
         dg.add_edge(a, b, capacity=cap * per_gbps)
         dg.add_edge(b, a, capacity=cap * per_gbps)
     for d in range(g.y):
         for i in range(g.x):
-            dg.add_edge(f"gpu:{d}:{i}", f"hb:{d}", capacity=g.hb_bw)
-            dg.add_edge(f"hb:{d}", f"gpu:{d}:{i}", capacity=g.hb_bw)
+            dg.add_edge(f"gpu:{d}:{i}", f"hb:{d}", capacity=g.links.hb_bw)
+            dg.add_edge(f"hb:{d}", f"gpu:{d}:{i}", capacity=g.links.hb_bw)
     return dg
 
 
