@@ -65,25 +65,12 @@ def cost_plot(
         sel = [r for r in rows if r["radix"] == radix]
         xs = [r["gpus"] for r in sel]
         col = colors[i % len(colors)]
-        axs[0].plot(
-            xs,
-            [r["rail_optimized_cost_usd"] / 1e6 for r in sel],
-            "-o",
-            c=col,
-            ms=3,
-            label=f"rail-optimized R={radix}",
-        )
-        axs[0].plot(
-            xs,
-            [r["rail_only_cost_usd"] / 1e6 for r in sel],
-            "--s",
-            c=col,
-            ms=3,
-            label=f"rail-only R={radix}",
-        )
-        if has_power:
-            axs[1].plot(xs, [r["rail_optimized_power_w"] / 1e6 for r in sel], "-o", c=col, ms=3)
-            axs[1].plot(xs, [r["rail_only_power_w"] / 1e6 for r in sel], "--s", c=col, ms=3)
+        for design, style in (("rail_optimized", "-o"), ("rail_only", "--s")):
+            label = f"{design.replace('_', '-')} R={radix}"
+            costs = [r[f"{design}_cost_usd"] / 1e6 for r in sel]
+            axs[0].plot(xs, costs, style, c=col, ms=3, label=label)
+            if has_power:
+                axs[1].plot(xs, [r[f"{design}_power_w"] / 1e6 for r in sel], style, c=col, ms=3)
     axs[0].set_ylabel("network cost ($M)")
     if has_power:
         axs[1].set_ylabel("network power (MW)")
