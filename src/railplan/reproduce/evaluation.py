@@ -96,6 +96,17 @@ def _cmp(claim: str, paper: float | None, ours: float) -> dict[str, Any]:
     }
 
 
+def _report(
+    figure: str,
+    setup: str,
+    points: list[dict[str, Any]],
+    comparisons: list[dict[str, Any]],
+    **extra: Any,
+) -> dict[str, Any]:
+    """A figure's report: what was run, our points and the paper-vs-ours comparisons."""
+    return {"figure": figure, "setup": setup, **extra, "points": points, "comparisons": comparisons}
+
+
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
 
@@ -127,13 +138,13 @@ def fig7() -> dict[str, Any]:
             comparisons.append(
                 _cmp(f"{model} {gpus} GPUs: |HFU error| %", PAPER_FIG7_ERROR_PCT[model], abs(err))
             )
-    return {
-        "figure": "fig7",
-        "setup": "Korthikanti et al. 2022 Table 5 runs, selective recompute + sequence "
+    return _report(
+        "fig7",
+        "Korthikanti et al. 2022 Table 5 runs, selective recompute + sequence "
         "parallelism, DGX A100 (their stated strategy, no search)",
-        "points": points,
-        "comparisons": comparisons,
-    }
+        points,
+        comparisons,
+    )
 
 
 def fig8() -> dict[str, Any]:
@@ -185,13 +196,13 @@ def fig8() -> dict[str, Any]:
                 _pct_less(t["gpt-1t", n, 256], t["gpt-1t", n, 32]),
             )
         )
-    return {
-        "figure": "fig8",
-        "setup": "DGX GH200 parameters, K overridden, rail-only; ideal = one HB domain of N "
+    return _report(
+        "fig8",
+        "DGX GH200 parameters, K overridden, rail-only; ideal = one HB domain of N "
         "GPUs; GPT-1T batch 4096, GPT-146B batch 1024; best strategy per point",
-        "points": points,
-        "comparisons": comparisons,
-    }
+        points,
+        comparisons,
+    )
 
 
 def fig9() -> dict[str, Any]:
@@ -236,13 +247,13 @@ def fig9() -> dict[str, Any]:
                 nic_gain,
             )
         )
-    return {
-        "figure": "fig9",
-        "setup": f"GPT-1T batch 4096 on {FIG9_GPUS} GPUs (N not stated in the paper), "
+    return _report(
+        "fig9",
+        f"GPT-1T batch 4096 on {FIG9_GPUS} GPUs (N not stated in the paper), "
         "rail-only, GH200 parameters with HB and NIC bandwidth overridden",
-        "points": points,
-        "comparisons": comparisons,
-    }
+        points,
+        comparisons,
+    )
 
 
 def fig10() -> dict[str, Any]:
@@ -289,13 +300,13 @@ def fig10() -> dict[str, Any]:
                 100.0 * t["ideal", hi] / t[k, hi],
             )
         )
-    return {
-        "figure": "fig10",
-        "setup": f"GPT-1T on {FIG10_GPUS} GPUs, GH200 parameters, rail-only vs ideal "
+    return _report(
+        "fig10",
+        f"GPT-1T on {FIG10_GPUS} GPUs, GH200 parameters, rail-only vs ideal "
         f"(K = {FIG10_GPUS}), best strategy per point",
-        "points": points,
-        "comparisons": comparisons,
-    }
+        points,
+        comparisons,
+    )
 
 
 def nic_count() -> dict[str, Any]:
@@ -342,15 +353,15 @@ def nic_count() -> dict[str, Any]:
         )
         for p in points
     ]
-    return {
-        "figure": "nic-count",
-        "setup": f"GPT-175B (seq 2048) on {NIC_COUNT_GPUS} A100 (DGX A100, rail-optimized "
+    return _report(
+        "nic-count",
+        f"GPT-175B (seq 2048) on {NIC_COUNT_GPUS} A100 (DGX A100, rail-optimized "
         f"full-bisection HDR), batch {NIC_COUNT_BATCH}; fixed = the best strategy with 8 NICs "
         "kept for every NIC count; searched = best strategy per NIC count",
-        "fixed_strategy": fixed.strategy.model_dump() if fixed else None,
-        "points": points,
-        "comparisons": comparisons,
-    }
+        points,
+        comparisons,
+        fixed_strategy=fixed.strategy.model_dump() if fixed else None,
+    )
 
 
 @dataclass(frozen=True)
