@@ -34,9 +34,11 @@ from typing import Any
 from railplan.errors import RailplanError
 from railplan.fileio import check_target
 from railplan.sweep_log import (
+    CANDIDATE_COLUMNS,
     LOCK_FDS,
     PARQUET_MISSING,
     RESULT_COLUMNS,
+    STRATEGY_COLUMNS,
     append_row,
     is_done,
     open_log,
@@ -62,10 +64,14 @@ def failure_text(err: BaseException) -> str:
 
 def failed_row(point: dict[str, Any], zero: tuple[int, ...], err: BaseException) -> dict[str, Any]:
     """The row of a point whose evaluation raised (only `error` set: retried on resume)."""
+    return _empty_row(point, zero) | {"error": failure_text(err)}
+
+
+def _empty_row(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, Any]:
+    """A point's row before its results: its fields and key, every result column None."""
     row: dict[str, Any] = {k: point.get(k) for k in FIELDS}
     row["key"] = point_key(point, zero)
     row.update({c: None for c in RESULT_COLUMNS})
-    row["error"] = failure_text(err)
     return row
 
 
@@ -77,9 +83,7 @@ def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, An
     from railplan.specs import load_model
     from railplan.specs.build import build_network, build_system
 
-    row: dict[str, Any] = {k: point.get(k) for k in FIELDS}
-    row["key"] = point_key(point, zero)
-    row.update({c: None for c in RESULT_COLUMNS})
+    row = _empty_row(point, zero)
     try:
         m = load_model(point["model"])
         sy = build_system(
@@ -118,21 +122,8 @@ def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, An
         )
         return row
     s = r.best.strategy
-    row.update(
-        iteration_s=r.best.iteration_s,
-        mfu=r.best.mfu,
-        hfu=r.best.hfu,
-        memory_gib_per_gpu=r.best.memory_gib_per_gpu,
-        tp=s.tp,
-        pp=s.pp,
-        dp=s.dp,
-        interleave=s.interleave,
-        micro_batch=s.micro_batch,
-        recompute=s.recompute,
-        sequence_parallel=s.sequence_parallel,
-        zero=s.zero,
-        strategy=s.label(),
-    )
+    row.update({c: getattr(r.best, c) for c in CANDIDATE_COLUMNS})
+    row.update({c: getattr(s, c) for c in STRATEGY_COLUMNS}, strategy=s.label())
     return row
 
 

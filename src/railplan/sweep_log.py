@@ -18,11 +18,9 @@ from railplan.errors import RailplanError
 from railplan.fileio import atomic_write, check_target, show_path
 from railplan.sweep_spec import FIELDS
 
-RESULT_COLUMNS = (
-    "iteration_s",
-    "mfu",
-    "hfu",
-    "memory_gib_per_gpu",
+CANDIDATE_COLUMNS = ("iteration_s", "mfu", "hfu", "memory_gib_per_gpu")
+"""The best candidate's numbers a sweep row keeps."""
+STRATEGY_COLUMNS = (
     "tp",
     "pp",
     "dp",
@@ -31,6 +29,11 @@ RESULT_COLUMNS = (
     "recompute",
     "sequence_parallel",
     "zero",
+)
+"""The best strategy's fields a sweep row keeps (all of them in its `strategy` label)."""
+RESULT_COLUMNS = (
+    *CANDIDATE_COLUMNS,
+    *STRATEGY_COLUMNS,
     "strategy",
     "configurations_evaluated",
     "feasible",
