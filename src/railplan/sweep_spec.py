@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from railplan.errors import RailplanError
 from railplan.fileio import load_yaml
@@ -40,17 +40,30 @@ MAX_POINTS = 100_000
 """Most grid points one sweep may have (each is a strategy search)."""
 
 
+T = TypeVar("T")
+
+
+def comma_list(
+    field_name: str,
+    text: str,
+    kind: Callable[[str], T],
+    bad: str = "{text!r} is not a comma-separated list of integers",
+    empty: str = "give at least one integer",
+) -> list[T]:
+    """'0,1,2' → [kind('0'), kind('1'), kind('2')], or a one-line error naming the field: `bad`
+    (with `{text!r}` for the text given) when a value does not parse, `empty` when none is given."""
+    try:
+        values = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise RailplanError(field_name, bad.format(text=text)) from None
+    if not values:
+        raise RailplanError(field_name, empty)
+    return values
+
+
 def int_list(field_name: str, text: str) -> list[int]:
     """'0,1,2' → [0, 1, 2], or a one-line error naming the field."""
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise RailplanError(
-            field_name, f"{text!r} is not a comma-separated list of integers"
-        ) from None
-    if not values:
-        raise RailplanError(field_name, "give at least one integer")
-    return values
+    return comma_list(field_name, text, int)
 
 
 _KIND_TEXT: dict[Callable[[str], Any], str] = {str: "a name", int: "an integer", float: "a number"}

@@ -6,21 +6,16 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from railplan.cli.options import JsonOpt, NetworkOpt, SystemOpt
+from railplan.cli.output import print_json, table
 
 
 def _sizes(text: str) -> list[float]:
-    from railplan.errors import RailplanError
+    from railplan.sweep_spec import comma_list
 
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise RailplanError("bytes", f"{text!r} is not a comma-separated list of sizes") from None
-    if not values:
-        raise RailplanError("bytes", "give at least one size in bytes, e.g. 1048576")
-    return values
+    bad = "{text!r} is not a comma-separated list of sizes"
+    return comma_list("bytes", text, float, bad, "give at least one size in bytes, e.g. 1048576")
 
 
 def _algorithms(text: str) -> tuple[str, ...]:
@@ -36,6 +31,11 @@ def _algorithms(text: str) -> tuple[str, ...]:
             raise RailplanError("algorithm", f"{name!r} is not allowed; choose one of {allowed}")
         names += [a for a in (alg.ALGORITHMS if name == "all" else (name,)) if a not in names]
     return tuple(names)
+
+
+def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
+    """Add the `collective` command."""
+    app.command()(collective)
 
 
 def collective(
@@ -63,7 +63,6 @@ def collective(
     ] = None,
 ) -> None:
     """Time, algbw and busbw (as nccl-tests) per algorithm, and the max-flow lower bound."""
-    from railplan.cli.core import print_json
     from railplan.collective import algorithms as alg
     from railplan.collective.bound import bound_s
     from railplan.collective.sweep import Built, sweep
@@ -100,24 +99,18 @@ def collective(
     if as_json:
         print_json({"system": sysm.name, "gpus": gpus, "op": op, "network": network, "sizes": rows})
         return
-    t = Table(title=f"{op} on {gpus} GPUs of {sysm.name}, {network}")
-    for col in ("bytes", "algorithm", "time (us)", "algbw GB/s", "busbw GB/s", "bound (us)"):
-        t.add_column(col, justify="right")
-    for row in rows:
-        for r in row["algorithms"]:
-            if r["time_s"] is None:
-                continue
-            t.add_row(
-                f"{row['bytes']:.0f}",
-                r["algorithm"],
-                f"{r['time_s'] * 1e6:,.1f}",
-                f"{r['algbw_gb_per_s']:.1f}",
-                f"{r['busbw_gb_per_s']:.1f}",
-                f"{row['bound_s'] * 1e6:,.1f}",
-            )
-    Console().print(t)
-
-
-def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
-    """Add the `collective` command."""
-    app.command()(collective)
+    cells = [
+        (
+            f"{row['bytes']:.0f}",
+            r["algorithm"],
+            f"{r['time_s'] * 1e6:,.1f}",
+            f"{r['algbw_gb_per_s']:.1f}",
+            f"{r['busbw_gb_per_s']:.1f}",
+            f"{row['bound_s'] * 1e6:,.1f}",
+        )
+        for row in rows
+        for r in row["algorithms"]
+        if r["time_s"] is not None
+    ]
+    columns = ("bytes", "algorithm", "time (us)", "algbw GB/s", "busbw GB/s", "bound (us)")
+    Console().print(table(f"{op} on {gpus} GPUs of {sysm.name}, {network}", columns, cells))

@@ -2,58 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
+
+from railplan.cli.output import print_json, table
+
+if TYPE_CHECKING:
+    from railplan.network.flowsim.check import FlowsimReport
 
 
 def _t(x: float | None) -> str:
     return "n/a" if x is None else f"{x * 1e3:,.4f} ms"
 
 
-def _print_flowsim(rep: Any, gpus: int, radix: int) -> None:
-    """`flowsim`'s steps table and its comparison with the closed form and the cut bound."""
-    inp = rep.inputs
-    title = (
-        f"{inp['collective']} ({inp['schedule']}) on {inp['arch']}: {inp['system']}, "
-        f"N={gpus:,}, K={inp['hb_domain']}, radix {radix}, skew {inp['skew']}"
-    )
-    t = Table(title=title)
-    for col, just in (
-        ("step", "left"),
-        ("×", "right"),
-        ("flows", "right"),
-        ("classes", "right"),
-        ("events", "right"),
-        ("time", "right"),
-        ("link bound", "right"),
-    ):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
-    for s in rep.step_detail:
-        t.add_row(
-            s.name,
-            str(s.repeat),
-            f"{s.flows:,}",
-            f"{s.classes:,}",
-            str(s.events),
-            _t(s.time_s),
-            _t(s.link_bound_s),
-        )
-    con = Console()
-    con.print(t)
-    rel = "n/a" if rep.relative_error is None else f"{100 * rep.relative_error:+.2f}%"
-    con.print(f"simulated      {_t(rep.simulated_s)}")
-    note = "" if rep.closed_form_applies else "  (does not apply: skewed traffic)"
-    con.print(f"closed form    {_t(rep.closed_form_s)}  {rep.closed_form}{note}")
-    con.print(f"relative error {rel}")
-    if rep.cut_bound_s is not None:
-        con.print(f"cut bound      {_t(rep.cut_bound_s)}  (NIC, HB and leaf-uplink cuts)")
-    con.print(
-        f"{rep.flows:,} flows in {rep.classes:,} classes, {rep.links:,} links, "
-        f"{rep.steps} steps, {rep.elapsed_s:.2f} s"
-    )
+def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
+    """Add the flowsim commands to the main app and the `reproduce` group."""
+    app.command()(flowsim)
 
 
 def flowsim(
@@ -90,7 +56,6 @@ def flowsim(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Flow-level simulation (max-min fair, ECMP) of a collective beside its closed form."""
-    from railplan.cli.core import print_json
     from railplan.network.flowsim import run
 
     # a spinner on stderr (terminals only) while a large simulation runs
@@ -112,9 +77,39 @@ def flowsim(
     if as_json:
         print_json(rep.to_dict())
         return
-    _print_flowsim(rep, gpus, radix)
+    _print_report(rep, gpus, radix)
 
 
-def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
-    """Add the flowsim commands to the main app and the `reproduce` group."""
-    app.command()(flowsim)
+def _print_report(rep: FlowsimReport, gpus: int, radix: int) -> None:
+    """The per-step table, then the simulated time beside the closed form and the cut bound."""
+    inp = rep.inputs
+    title = (
+        f"{inp['collective']} ({inp['schedule']}) on {inp['arch']}: {inp['system']}, "
+        f"N={gpus:,}, K={inp['hb_domain']}, radix {radix}, skew {inp['skew']}"
+    )
+    rows = [
+        (
+            s.name,
+            str(s.repeat),
+            f"{s.flows:,}",
+            f"{s.classes:,}",
+            str(s.events),
+            _t(s.time_s),
+            _t(s.link_bound_s),
+        )
+        for s in rep.step_detail
+    ]
+    columns = ("step", "×", "flows", "classes", "events", "time", "link bound")
+    con = Console()
+    con.print(table(title, columns, rows, left=("step",)))
+    rel = "n/a" if rep.relative_error is None else f"{100 * rep.relative_error:+.2f}%"
+    con.print(f"simulated      {_t(rep.simulated_s)}")
+    note = "" if rep.closed_form_applies else "  (does not apply: skewed traffic)"
+    con.print(f"closed form    {_t(rep.closed_form_s)}  {rep.closed_form}{note}")
+    con.print(f"relative error {rel}")
+    if rep.cut_bound_s is not None:
+        con.print(f"cut bound      {_t(rep.cut_bound_s)}  (NIC, HB and leaf-uplink cuts)")
+    con.print(
+        f"{rep.flows:,} flows in {rep.classes:,} classes, {rep.links:,} links, "
+        f"{rep.steps} steps, {rep.elapsed_s:.2f} s"
+    )

@@ -3,7 +3,7 @@ sweep of rates) and `infer-search` (the best serving configuration per network).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -18,7 +18,13 @@ from railplan.cli.options import (
     NicsPerGpuOpt,
     OversubscriptionOpt,
 )
+from railplan.cli.output import print_json, quantity_table, table
 from railplan.errors import RailplanError
+
+if TYPE_CHECKING:
+    from railplan.inference.engine import Deployment
+    from railplan.inference.estimate import InferenceResult
+    from railplan.inference.serving import ServingResult
 
 PrecisionOpt = Annotated[str, typer.Option(help="bf16 | fp8 | fp4 (weights and GEMMs)")]
 InputOpt = Annotated[int, typer.Option(help="prompt tokens per request (1-1e7)")]
@@ -26,110 +32,16 @@ OutputOpt = Annotated[int, typer.Option(help="output tokens per request (1-1e7)"
 
 
 def _floats(field: str, text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise RailplanError(field, f"must be comma-separated numbers; got {text!r}") from None
-    if not values:
-        raise RailplanError(field, "must list at least one number")
-    return values
+    from railplan.sweep_spec import comma_list
+
+    bad = "must be comma-separated numbers; got {text!r}"
+    return comma_list(field, text, float, bad, "must list at least one number")
 
 
-def _table(title: str, rows: list[tuple[str, str]]) -> None:
-    t = Table(title=title)
-    t.add_column("quantity")
-    t.add_column("value", justify="right")
-    for k, v in rows:
-        t.add_row(k, v)
-    Console().print(t)
-
-
-def _check_figures(**paths: str | None) -> None:
-    """Refuse, before any work, a figure path with a wrong suffix or an unwritable target."""
-    from railplan.fileio import check_target
-    from railplan.traffic_plots import FIGURE_SUFFIXES, check_suffix
-
-    for field, path in paths.items():
-        if path is not None:
-            check_target(check_suffix(path, FIGURE_SUFFIXES, field), field)
-
-
-def _decode_traffic(
-    dep: Any, r: Any, out: dict[str, Any], traffic: bool, heatmap: str | None
-) -> None:
-    """One decode step's traffic: its summary into `out`, its heatmap to `heatmap`."""
-    from railplan.inference.traffic import decode_step_traffic
-
-    step = decode_step_traffic(dep, r.batch)
-    if traffic:
-        out["decode_step_traffic"] = step.summary()
-    if heatmap is not None:
-        from railplan.traffic_plots import heatmap as draw
-
-        draw(
-            step,
-            heatmap,
-            64,
-            f"one decode step of {r.model}, batch {r.batch}",
-            "bytes per decode step",
-        )
-
-
-def _print_infer(r: Any, out: dict[str, Any], how: str, traffic: bool) -> None:
-    """The steady-state table of `infer` and, with --traffic, the decode step's bytes."""
-    _table(
-        f"{r.model} on {r.gpus} GPUs of {r.system} ({r.network}), {how}, "
-        f"{r.input_tokens} in / {r.output_tokens} out",
-        [
-            ("batch per tp·pp group (largest that fits)", f"{r.batch} ({r.max_batch})"),
-            ("fits in memory", "yes" if r.fits else "NO"),
-            ("TTFT (no queueing)", f"{r.ttft_s * 1e3:.1f} ms"),
-            ("TPOT", f"{r.tpot_s * 1e3:.1f} ms"),
-            ("output tokens/s per GPU", f"{r.tokens_per_s_per_gpu:,.0f}"),
-            ("output tokens/s, all GPUs", f"{r.tokens_per_s:,.0f}"),
-            ("weights per GPU", f"{r.weights_gib_per_gpu:.1f} GiB"),
-            (
-                "KV cache per GPU (pool)",
-                f"{r.kv_cache_gib_per_gpu:.1f} ({r.kv_capacity_gib_per_gpu:.1f}) GiB",
-            ),
-        ]
-        + [(f"step: {k}", f"{v * 1e3:.2f} ms") for k, v in r.breakdown_s.items() if v > 0],
-    )
-    if traffic:
-        tr = out["decode_step_traffic"]
-        _table(
-            f"one decode step, batch {r.batch} per tp·pp group",
-            [
-                (name.replace("_", " "), f"{tr[name] / 1e6:,.1f} MB")
-                for name in ("total_bytes", "hb_bytes", "nic_bytes", "cross_rail_bytes")
-            ],
-        )
-
-
-def _print_sweep(sweep: list[Any]) -> None:
-    """The rate sweep of `infer --arrival-rate`."""
-    t = Table(title="Poisson arrivals, continuous batching (one replica simulated)")
-    for col in (
-        "req/s",
-        "tokens/s/GPU",
-        "TTFT mean",
-        "TTFT p99",
-        "TPOT mean",
-        "TPOT p99",
-        "stable",
-    ):
-        t.add_column(col, justify="right")
-    for s in sweep:
-        t.add_row(
-            f"{s.arrival_rate:g}",
-            f"{s.tokens_per_s_per_gpu:,.0f}",
-            f"{s.ttft_mean_s * 1e3:.0f} ms",
-            f"{s.ttft_p99_s * 1e3:.0f} ms",
-            f"{s.tpot_mean_s * 1e3:.1f} ms",
-            f"{s.tpot_p99_s * 1e3:.1f} ms",
-            {True: "yes", False: "no (queue grows)", None: "? (more --requests)"}[s.stable],
-        )
-    Console().print(t)
+def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
+    """Add the inference commands."""
+    app.command()(infer)
+    app.command("infer-search")(infer_search)
 
 
 def infer(
@@ -172,7 +84,6 @@ def infer(
 ) -> None:
     """Serve a model: TTFT, TPOT, tokens/s per GPU, KV cache and the largest batch; under
     Poisson load with --arrival-rate (mean and p99, a sweep with a plot)."""
-    from railplan.cli.core import print_json
     from railplan.inference.engine import Deployment
     from railplan.inference.estimate import infer as run
     from railplan.inference.serving import rate_sweep
@@ -180,19 +91,17 @@ def infer(
     from railplan.specs.catalog import load_model
 
     rates = _floats("arrival_rate", arrival_rate) if arrival_rate is not None else []
-    if plot is not None and not rates:
-        raise RailplanError("plot", "needs --arrival-rate (a comma list of rates)")
-    _check_figures(plot=plot, heatmap=heatmap)
+    _check_figures(plot, heatmap, rates)
     sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu)
-    net = build_network(network, oversubscription)
-    dep = Deployment(load_model(model), sy, net, gpus, tp, pp, ep, precision)
+    m = load_model(model)
+    dep = Deployment(m, sy, build_network(network, oversubscription), gpus, tp, pp, ep, precision)
     r = run(dep, batch, input_tokens, output_tokens)
     out: dict[str, Any] = r.to_dict()
     sweep = rate_sweep(dep, rates, input_tokens, output_tokens, batch, requests) if rates else []
     if sweep:
         out["serving"] = [s.to_dict() for s in sweep]
     if traffic or heatmap is not None:
-        _decode_traffic(dep, r, out, traffic, heatmap)
+        _decode_step(dep, r, out, traffic, heatmap)
     if plot is not None:
         from railplan.inference.plots import rate_sweep_plot
 
@@ -200,60 +109,102 @@ def infer(
     if as_json:
         print_json(out)
         return
-    _print_infer(r, out, f"tp {tp} pp {pp} ep {ep}, {precision}", traffic)
-    if sweep:
-        _print_sweep(sweep)
+    _print_inference(
+        f"{r.model} on {gpus} GPUs of {r.system} ({r.network}), tp {tp} pp {pp} ep {ep}, "
+        f"{precision}, {input_tokens} in / {output_tokens} out",
+        r,
+        out.get("decode_step_traffic"),
+        sweep,
+    )
     if plot is not None:
         Console().print(f"wrote {plot}")
 
 
-def _print_infer_search(
-    title: str, results: list[dict[str, Any]], best: dict[str, Any] | None
+def _check_figures(plot: str | None, heatmap: str | None, rates: list[float]) -> None:
+    """Check the figure files `infer` will write before any work."""
+    if plot is not None and not rates:
+        raise RailplanError("plot", "needs --arrival-rate (a comma list of rates)")
+    for field, path in (("plot", plot), ("heatmap", heatmap)):
+        if path is not None:
+            from railplan.fileio import check_target
+            from railplan.traffic_plots import FIGURE_SUFFIXES, check_suffix
+
+            check_target(check_suffix(path, FIGURE_SUFFIXES, field), field)
+
+
+def _decode_step(
+    dep: Deployment, r: InferenceResult, out: dict[str, Any], traffic: bool, heatmap: str | None
 ) -> None:
-    """`infer-search`'s table (per K and network), the spine verdicts and the best."""
-    t = Table(title=title)
-    for col in (
-        "K",
-        "network",
-        "mode",
-        "tp",
-        "pp",
-        "ep",
-        "batch",
-        "P:D GPUs",
-        "TTFT",
-        "TPOT",
-        "tok/s/GPU",
-    ):
-        t.add_column(col, justify="right")
-    for r in results:
-        for net, c in r["by_network"].items():
-            if c is None:
-                t.add_row(str(r["hb_domain"]), net, "none meets the limits", *[""] * 8)
-                continue
-            ratio = f"{c['prefill_gpus']}:{c['decode_gpus']}" if c["prefill_gpus"] else "-"
-            t.add_row(
-                str(r["hb_domain"]),
-                net,
-                c["mode"],
-                str(c["tp"]),
-                str(c["pp"]),
-                str(c["ep"]),
-                str(c["batch"]),
-                ratio,
-                f"{c['ttft_s']:.2f} s",
-                f"{c['tpot_s'] * 1e3:.0f} ms",
-                f"{c['tokens_per_s_per_gpu']:,.0f}",
-            )
-    Console(width=max(Console().width, 120)).print(t)
-    for r in results:
-        Console().print(f"K = {r['hb_domain']}: {r['verdict']}")
-    if best:
-        Console().print(
-            f"best: K = {best['hb_domain']}, {best['best']['mode']} tp {best['best']['tp']} "
-            f"pp {best['best']['pp']}, {best['best']['tokens_per_s_per_gpu']:,.0f} tokens/s "
-            "per GPU"
+    """Add one decode step's traffic summary to `out` (with --traffic) and draw its heatmap."""
+    from railplan.inference.traffic import decode_step_traffic
+
+    step = decode_step_traffic(dep, r.batch)
+    if traffic:
+        out["decode_step_traffic"] = step.summary()
+    if heatmap is not None:
+        from railplan.traffic_plots import heatmap as draw
+
+        draw(
+            step,
+            heatmap,
+            64,
+            f"one decode step of {r.model}, batch {r.batch}",
+            "bytes per decode step",
         )
+
+
+def _print_inference(
+    title: str,
+    r: InferenceResult,
+    step_traffic: dict[str, Any] | None,
+    sweep: list[ServingResult],
+) -> None:
+    """The serving table, one decode step's bytes (if measured) and the rate sweep (if run)."""
+    rows = [
+        ("batch per tp·pp group (largest that fits)", f"{r.batch} ({r.max_batch})"),
+        ("fits in memory", "yes" if r.fits else "NO"),
+        ("TTFT (no queueing)", f"{r.ttft_s * 1e3:.1f} ms"),
+        ("TPOT", f"{r.tpot_s * 1e3:.1f} ms"),
+        ("output tokens/s per GPU", f"{r.tokens_per_s_per_gpu:,.0f}"),
+        ("output tokens/s, all GPUs", f"{r.tokens_per_s:,.0f}"),
+        ("weights per GPU", f"{r.weights_gib_per_gpu:.1f} GiB"),
+        (
+            "KV cache per GPU (pool)",
+            f"{r.kv_cache_gib_per_gpu:.1f} ({r.kv_capacity_gib_per_gpu:.1f}) GiB",
+        ),
+    ] + [(f"step: {k}", f"{v * 1e3:.2f} ms") for k, v in r.breakdown_s.items() if v > 0]
+    Console().print(quantity_table(title, rows))
+    if step_traffic is not None:
+        names = ("total_bytes", "hb_bytes", "nic_bytes", "cross_rail_bytes")
+        Console().print(
+            quantity_table(
+                f"one decode step, batch {r.batch} per tp·pp group",
+                [(n.replace("_", " "), f"{step_traffic[n] / 1e6:,.1f} MB") for n in names],
+            )
+        )
+    if sweep:
+        Console().print(_sweep_table(sweep))
+
+
+def _sweep_table(sweep: list[ServingResult]) -> Table:
+    """Mean and p99 latencies per arrival rate."""
+    stable = {True: "yes", False: "no (queue grows)", None: "? (more --requests)"}
+    return table(
+        "Poisson arrivals, continuous batching (one replica simulated)",
+        ("req/s", "tokens/s/GPU", "TTFT mean", "TTFT p99", "TPOT mean", "TPOT p99", "stable"),
+        [
+            (
+                f"{s.arrival_rate:g}",
+                f"{s.tokens_per_s_per_gpu:,.0f}",
+                f"{s.ttft_mean_s * 1e3:.0f} ms",
+                f"{s.ttft_p99_s * 1e3:.0f} ms",
+                f"{s.tpot_mean_s * 1e3:.1f} ms",
+                f"{s.tpot_p99_s * 1e3:.1f} ms",
+                stable[s.stable],
+            )
+            for s in sweep
+        ],
+    )
 
 
 def infer_search(
@@ -274,7 +225,6 @@ def infer_search(
     """The configuration (tp/pp/ep/batch, aggregated or disaggregated prefill/decode) with
     the most output tokens/s per GPU within the TTFT/TPOT limits, on each network; does
     serving need a spine?"""
-    from railplan.cli.core import print_json
     from railplan.cli.network import _int_list
     from railplan.inference.search import search, with_hb_domain
     from railplan.specs.catalog import load_model, load_system
@@ -307,10 +257,43 @@ def infer_search(
         f"{m.name} on {gpus} GPUs of {base.name}, {precision}, {input_tokens} in / "
         f"{output_tokens} out, TTFT ≤ {ttft_slo:g} s, TPOT ≤ {tpot_slo * 1e3:g} ms"
     )
-    _print_infer_search(title, results, best)
+    Console(width=max(Console().width, 120)).print(_configurations_table(title, results))
+    for r in results:
+        Console().print(f"K = {r['hb_domain']}: {r['verdict']}")
+    if best:
+        Console().print(
+            f"best: K = {best['hb_domain']}, {best['best']['mode']} tp {best['best']['tp']} "
+            f"pp {best['best']['pp']}, {best['best']['tokens_per_s_per_gpu']:,.0f} tokens/s "
+            "per GPU"
+        )
 
 
-def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
-    """Add the inference commands."""
-    app.command()(infer)
-    app.command("infer-search")(infer_search)
+def _configurations_table(title: str, results: list[dict[str, Any]]) -> Table:
+    """The best configuration per HB-domain size and network (or that none meets the limits)."""
+    columns = ("K", "network", "mode", "tp", "pp", "ep", "batch", "P:D GPUs", "TTFT", "TPOT")
+    rows = [
+        _configuration_row(str(r["hb_domain"]), net, c)
+        for r in results
+        for net, c in r["by_network"].items()
+    ]
+    return table(title, (*columns, "tok/s/GPU"), rows)
+
+
+def _configuration_row(k: str, net: str, c: dict[str, Any] | None) -> tuple[str, ...]:
+    """One row of `infer-search`'s table: the configuration chosen on one network."""
+    if c is None:
+        return (k, net, "none meets the limits", *[""] * 8)
+    ratio = f"{c['prefill_gpus']}:{c['decode_gpus']}" if c["prefill_gpus"] else "-"
+    return (
+        k,
+        net,
+        c["mode"],
+        str(c["tp"]),
+        str(c["pp"]),
+        str(c["ep"]),
+        str(c["batch"]),
+        ratio,
+        f"{c['ttft_s']:.2f} s",
+        f"{c['tpot_s'] * 1e3:.0f} ms",
+        f"{c['tokens_per_s_per_gpu']:,.0f}",
+    )

@@ -6,7 +6,14 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
+
+from railplan.cli.output import print_json, quantity_table, table
+
+
+def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
+    """Add the MoE commands."""
+    app.command()(alltoall)
+    reproduce_app.command("fig5")(fig5)
 
 
 def alltoall(
@@ -27,7 +34,6 @@ def alltoall(
     """All-to-all time on rail-optimized (direct) vs rail-only (forwarding through the HB
     domain) and the slowdown (paper: 8.2 % DGX A100, 11.2 % DGX H100)."""
     from railplan.alltoall import compare
-    from railplan.cli.core import print_json
     from railplan.specs.build import build_system
 
     sy = build_system(system, hb_domain, hb_tbps, nic_gbps, None)
@@ -35,23 +41,21 @@ def alltoall(
     if as_json:
         print_json(r.to_dict())
         return
-    t = Table(
-        title=f"All-to-all on {r.gpus} GPUs of {r.system} ({r.domains} domains × "
+    title = (
+        f"All-to-all on {r.gpus} GPUs of {r.system} ({r.domains} domains × "
         f"{r.hb_domain}), {r.pair_bytes:,.0f} B per pair, {r.bandwidth}"
     )
-    t.add_column("quantity")
-    t.add_column("value", justify="right")
-    t.add_row("rail-optimized (direct)", f"{r.rail_optimized_s * 1e3:.3f} ms")
-    t.add_row("rail-only (forwarding: rail phase, then HB)", f"{r.rail_only_s * 1e3:.3f} ms")
-    t.add_row("rail-only (HB aggregation, then rail)", f"{r.rail_only_hb_first_s * 1e3:.3f} ms")
-    t.add_row(
-        "latency: pairwise direct, x·y−1 rounds", f"{r.direct_pairwise_latency_s * 1e6:.0f} µs"
-    )
-    t.add_row("latency: two-step, (x−1)+(y−1) rounds", f"{r.two_step_latency_s * 1e6:.0f} µs")
-    t.add_row("slowdown", f"{r.slowdown:.2%}")
-    t.add_row("C_S / C_F", f"{r.cs_over_cf:.2%}")
-    t.add_row("slowdown for many domains, (x−1)/x·C_S/C_F", f"{r.asymptotic_slowdown:.2%}")
-    Console().print(t)
+    rows = [
+        ("rail-optimized (direct)", f"{r.rail_optimized_s * 1e3:.3f} ms"),
+        ("rail-only (forwarding: rail phase, then HB)", f"{r.rail_only_s * 1e3:.3f} ms"),
+        ("rail-only (HB aggregation, then rail)", f"{r.rail_only_hb_first_s * 1e3:.3f} ms"),
+        ("latency: pairwise direct, x·y−1 rounds", f"{r.direct_pairwise_latency_s * 1e6:.0f} µs"),
+        ("latency: two-step, (x−1)+(y−1) rounds", f"{r.two_step_latency_s * 1e6:.0f} µs"),
+        ("slowdown", f"{r.slowdown:.2%}"),
+        ("C_S / C_F", f"{r.cs_over_cf:.2%}"),
+        ("slowdown for many domains, (x−1)/x·C_S/C_F", f"{r.asymptotic_slowdown:.2%}"),
+    ]
+    Console().print(quantity_table(title, rows))
 
 
 def fig5(
@@ -61,33 +65,27 @@ def fig5(
 ) -> None:
     """Fig 5: MoE-1.3B on 16 DGX A100: all-to-all share of traffic and the iteration-time
     cost of rail-only forwarding."""
-    from railplan.cli.core import print_json
     from railplan.reproduce.moe import fig5 as run
 
     r = run(heatmap, first_gpus)
     if as_json:
         print_json(r)
         return
-    t = Table(title="Fig 5: MoE-1.3B (128 experts) on 16 DGX A100 — ours beside the paper's")
-    t.add_column("quantity")
-    t.add_column("paper", justify="right")
-    t.add_column("ours", justify="right")
-    t.add_row("EP all-to-all share of bytes", "≈ 27 %", f"{r['share_by_kind']['ep']:.1%}")
-    t.add_row("DP share of bytes", "", f"{r['share_by_kind']['dp']:.1%}")
-    t.add_row("GPU pairs with traffic", "all (uniform)", f"{r['pairs_with_traffic_fraction']:.1%}")
-    for arch, sec in r["iteration_s"].items():
-        t.add_row(f"iteration time, {arch}", "", f"{sec:.3f} s")
-    t.add_row("rail-only vs rail-optimized, iteration", "", f"+{r['rail_only_overhead']:.2%}")
-    t.add_row(
-        "rail-only vs rail-optimized, all-to-all",
-        "≈ +8.2 %",
-        f"+{r['rail_only_ep_comm_overhead']:.2%}",
-    )
-    Console().print(t)
+    rows = [
+        ("EP all-to-all share of bytes", "≈ 27 %", f"{r['share_by_kind']['ep']:.1%}"),
+        ("DP share of bytes", "", f"{r['share_by_kind']['dp']:.1%}"),
+        ("GPU pairs with traffic", "all (uniform)", f"{r['pairs_with_traffic_fraction']:.1%}"),
+        *[
+            (f"iteration time, {arch}", "", f"{sec:.3f} s")
+            for arch, sec in r["iteration_s"].items()
+        ],
+        ("rail-only vs rail-optimized, iteration", "", f"+{r['rail_only_overhead']:.2%}"),
+        (
+            "rail-only vs rail-optimized, all-to-all",
+            "≈ +8.2 %",
+            f"+{r['rail_only_ep_comm_overhead']:.2%}",
+        ),
+    ]
+    title = "Fig 5: MoE-1.3B (128 experts) on 16 DGX A100 — ours beside the paper's"
+    Console().print(table(title, ("quantity", "paper", "ours"), rows, left=("quantity",)))
     Console().print(f"configuration: {r['setup']['source']}")
-
-
-def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
-    """Add the MoE commands."""
-    app.command()(alltoall)
-    reproduce_app.command("fig5")(fig5)

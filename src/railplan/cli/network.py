@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from railplan.cli.core import print_json
 from railplan.cli.options import PriceBookOpt
-from railplan.errors import RailplanError
+from railplan.cli.output import print_json, table
+
+if TYPE_CHECKING:
+    from railplan.network.faults import MonteCarloResult
+    from railplan.network.paper import PaperRow, Table2Row
 
 
 def _int_list(field: str, text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise RailplanError(field, f"{text!r} is not a comma-separated list of integers") from None
-    if not values:
-        raise RailplanError(field, "give at least one integer, e.g. 512,1024")
-    return values
+    from railplan.sweep_spec import comma_list
+
+    return comma_list(field, text, int, empty="give at least one integer, e.g. 512,1024")
 
 
 def _m(usd: float | None) -> str:
@@ -65,6 +64,16 @@ def _same_tiers_note(gpus: int, hb_domain: int, radix: int, nics_per_gpu: int, t
     )
 
 
+def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
+    """Add the network commands to the main app and the `reproduce` group."""
+    app.command()(cost)
+    reproduce_app.command("table2")(table2)
+    app.command()(topology)
+    app.command()(faults)
+    app.command()(tile)
+    app.command("cost-plot")(cost_plot_cmd)
+
+
 def cost(
     gpus: Annotated[int, typer.Option(help="GPUs N")],
     radix: Annotated[int, typer.Option(help="switch radix (ports at the NIC speed)")],
@@ -89,126 +98,112 @@ def cost(
     if as_json:
         print_json(data)
         return
-    t = Table(title=f"N={gpus:,} K={hb_domain} radix={radix} {nic_gbps} Gbps ({book.name})")
-    t.add_column("")
-    t.add_column("rail-optimized", justify="right")
-    t.add_column("rail-only", justify="right")
     a, b, o = data["rail_optimized"], data["rail_only"], data["rail_only_ocs"]
+    title = f"N={gpus:,} K={hb_domain} radix={radix} {nic_gbps} Gbps ({book.name})"
+    columns = ("", "rail-optimized", "rail-only", *(("rail-only+ocs",) if o else ()))
+    Console(width=120).print(table(title, columns, _cost_rows(data), left=("",)))
     if o is not None:
-        t.add_column("rail-only+ocs", justify="right")
-    for key, fmt in (
-        ("tiers", _n),
-        ("switches", _n),
-        ("switch_ports", _n),
-        ("links", _n),
-        ("transceivers", _n),
-        ("ocs_units", _n),
-        ("ocs_ports", _n),
-        ("ocs_cost_usd", _m),
-        ("ocs_power_w", _kw),
-        ("cost_usd", _m),
-        ("power_w", _mw),
-    ):
-        if key.startswith("ocs"):
-            if o is not None:
-                t.add_row(key, "", "", fmt(o[key]))
-            continue
-        t.add_row(key, fmt(a[key]), fmt(b[key]), *([fmt(o[key])] if o is not None else []))
-    t.add_row(
-        "savings",
-        "",
-        f"cost {_pct(data['savings']['cost'])}, power {_pct(data['savings']['power'])}",
-        *(
-            [f"cost {_pct(o['savings']['cost'])}, power {_pct(o['savings']['power'])}"]
-            if o is not None
-            else []
-        ),
-    )
-    Console(width=120).print(t)
-    if o is not None:
-        oc = o["ocs"]
-        typer.echo(
-            f"rail-only+ocs: {oc['units']:,} × {oc['model']} ({oc['ports_per_unit']} ports, "
-            f"{oc['fibers_per_link']} per NIC link; {oc['ports_used']:,} of "
-            f"{oc['ports_installed']:,} ports used), {oc['swap_set_gpus']} GPUs per swap set; "
-            f"OCS adds {_pct(o['over_rail_only']['cost'])} cost, "
-            f"{_pct(o['over_rail_only']['power'])} power to rail-only; "
-            f"{oc['spare_gpus']:,} spare GPUs held idle ({oc['spare_per_swap_set']} per swap "
-            "set). OCS price is an assumption (see the price book); GPUs it recovers: "
-            "railplan faults."
-        )
+        typer.echo(_ocs_note(o))
     if a["tiers"] == b["tiers"] > 1:
         typer.echo(_same_tiers_note(gpus, hb_domain, radix, nics_per_gpu, b["tiers"]))
 
 
+def _cost_rows(data: dict[str, Any]) -> list[tuple[str, ...]]:
+    """The rows of `railplan cost`: counts, cost and power per design, the OCS layer's own rows
+    (only its column) when the price book has an OCS, and the savings."""
+    a, b, o = data["rail_optimized"], data["rail_only"], data["rail_only_ocs"]
+    counts = ("tiers", "switches", "switch_ports", "links", "transceivers")
+    formats: list[tuple[str, Callable[[Any], str]]] = [(key, _n) for key in counts]
+    ocs: list[tuple[str, Callable[[Any], str]]] = [("ocs_units", _n), ("ocs_ports", _n)]
+    ocs += [("ocs_cost_usd", _m), ("ocs_power_w", _kw)]
+    rows = [(key, fmt(a[key]), fmt(b[key]), *([fmt(o[key])] if o else [])) for key, fmt in formats]
+    rows += [(key, "", "", fmt(o[key])) for key, fmt in ocs if o]
+    rows += [
+        (key, fmt(a[key]), fmt(b[key]), *([fmt(o[key])] if o else []))
+        for key, fmt in (("cost_usd", _m), ("power_w", _mw))
+    ]
+    rows.append(
+        (
+            "savings",
+            "",
+            *(
+                f"cost {_pct(d['savings']['cost'])}, power {_pct(d['savings']['power'])}"
+                for d in ((data, o) if o else (data,))
+            ),
+        )
+    )
+    return rows
+
+
+def _ocs_note(o: dict[str, Any]) -> str:
+    """The line under `railplan cost` that says what the OCS layer is and what it adds."""
+    oc = o["ocs"]
+    return (
+        f"rail-only+ocs: {oc['units']:,} × {oc['model']} ({oc['ports_per_unit']} ports, "
+        f"{oc['fibers_per_link']} per NIC link; {oc['ports_used']:,} of "
+        f"{oc['ports_installed']:,} ports used), {oc['swap_set_gpus']} GPUs per swap set; "
+        f"OCS adds {_pct(o['over_rail_only']['cost'])} cost, "
+        f"{_pct(o['over_rail_only']['power'])} power to rail-only; "
+        f"{oc['spare_gpus']:,} spare GPUs held idle ({oc['spare_per_swap_set']} per swap "
+        "set). OCS price is an assumption (see the price book); GPUs it recovers: "
+        "railplan faults."
+    )
+
+
 def table2(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """Paper Table II (K=256, 400 Gbps): our counts, cost and power beside the paper's."""
-    from railplan.network.paper import HOTI24_RANGES, PaperRow, reproduce_table2
+    from railplan.network.paper import HOTI24_RANGES, reproduce_table2
 
     rows = reproduce_table2()
     if as_json:
         print_json({"rows": [r.to_dict() for r in rows], "paper_ranges": HOTI24_RANGES})
         return
-    t = Table(
-        title=escape(
-            "Table II: rail-optimized (SOTA) vs rail-only, K=256, 400 Gbps, "
-            "$694/port $199/TR 18 W/port 9 W/TR — ours "
-            "[paper HotNets'23 | paper HOTI'24]"
-        )
+    title = escape(
+        "Table II: rail-optimized (SOTA) vs rail-only, K=256, 400 Gbps, "
+        "$694/port $199/TR 18 W/port 9 W/TR — ours "
+        "[paper HotNets'23 | paper HOTI'24]"
     )
-    for col in (
-        "N",
-        "radix",
-        "#SW SOTA",
-        "#SW rail-only",
-        "#TR SOTA",
-        "#TR rail-only",
-        "cost SOTA",
-        "cost rail-only",
-        "cost saving",
-        "power saving",
-        "saving @HotNets prices",
-    ):
-        t.add_column(col, justify="right")
-    for r in rows:
-        o, h, p = r.ours, r.hotnets23, r.hoti24
+    counts = [f"#{part} {design}" for part in ("SW", "TR") for design in ("SOTA", "rail-only")]
+    money = ["cost SOTA", "cost rail-only", "cost saving", "power saving", "saving @HotNets prices"]
+    cells = [_table2_row(r) for r in rows]
+    Console(width=250).print(table(title, ["N", "radix", *counts, *money], cells))
 
-        def cell(ours: str, hot: str | None, hoti: str | None) -> str:
-            return escape(f"{ours} [{hot or '–'} | {hoti or '–'}]")
 
-        def paper(row: PaperRow | None, attr: str, fmt: Callable[[Any], str]) -> str | None:
-            value = getattr(row, attr) if row is not None else None
-            return None if value is None else fmt(value)
+def _table2_row(r: Table2Row) -> tuple[str, ...]:
+    """One row of Table II: each of our numbers with the papers' [HotNets'23 | HOTI'24]."""
+    o, h, p = r.ours, r.hotnets23, r.hoti24
+    counts = ("sota_switches", "rail_only_switches", "sota_transceivers", "rail_only_transceivers")
+    return (
+        f"{r.gpus:,}",
+        str(r.radix),
+        *[_cell(_n(o[key]), _paper(h, key, _n), _paper(p, key, _n)) for key in counts],
+        _cell(_m(o["sota_cost_usd"]), None, _paper(p, "sota_cost_musd", _musd)),
+        _cell(_m(o["rail_only_cost_usd"]), None, _paper(p, "rail_only_cost_musd", _musd)),
+        _cell(_pct(o["savings_cost"]), None, _paper(p, "cost_reduction_pct", _paper_pct)),
+        _cell(_pct(o["savings_power"]), None, _paper(p, "power_reduction_pct", _paper_pct)),
+        _cell(
+            _pct(o["savings_cost_hotnets23_prices"]),
+            _paper(h, "cost_reduction_pct", _paper_pct),
+            None,
+        ),
+    )
 
-        def musd(x: float) -> str:
-            return f"${x}M"
 
-        def pct(x: float) -> str:
-            return f"{x:g}%"
+def _cell(ours: str, hot: str | None, hoti: str | None) -> str:
+    return escape(f"{ours} [{hot or '–'} | {hoti or '–'}]")
 
-        t.add_row(
-            f"{r.gpus:,}",
-            str(r.radix),
-            *[
-                cell(_n(o[key]), paper(h, key, _n), paper(p, key, _n))
-                for key in (
-                    "sota_switches",
-                    "rail_only_switches",
-                    "sota_transceivers",
-                    "rail_only_transceivers",
-                )
-            ],
-            cell(_m(o["sota_cost_usd"]), None, paper(p, "sota_cost_musd", musd)),
-            cell(_m(o["rail_only_cost_usd"]), None, paper(p, "rail_only_cost_musd", musd)),
-            cell(_pct(o["savings_cost"]), None, paper(p, "cost_reduction_pct", pct)),
-            cell(_pct(o["savings_power"]), None, paper(p, "power_reduction_pct", pct)),
-            cell(
-                _pct(o["savings_cost_hotnets23_prices"]),
-                paper(h, "cost_reduction_pct", pct),
-                None,
-            ),
-        )
-    Console(width=250).print(t)
+
+def _paper(row: PaperRow | None, attr: str, fmt: Callable[[Any], str]) -> str | None:
+    value = getattr(row, attr) if row is not None else None
+    return None if value is None else fmt(value)
+
+
+def _musd(x: float) -> str:
+    return f"${x}M"
+
+
+def _paper_pct(x: float) -> str:
+    return f"{x:g}%"
 
 
 def topology(
@@ -272,58 +267,15 @@ def topology(
     if as_json:
         print_json(data)
         return
-    t = Table(title=f"{arch}: N={gpus:,} K={hb_domain} radix={radix}")
-    t.add_column("tier")
-    t.add_column("switches", justify="right")
-    t.add_column("links in", justify="right")
-    for row in c.tier_detail():
-        t.add_row(row["name"], _n(row["switches"]), _n(row["links_in"]))
-    t.add_row("total", _n(c.switches), _n(c.links))
-    Console().print(t)
+    rows = [(row["name"], _n(row["switches"]), _n(row["links_in"])) for row in c.tier_detail()]
+    rows.append(("total", _n(c.switches), _n(c.links)))
+    title = f"{arch}: N={gpus:,} K={hb_domain} radix={radix}"
+    Console().print(table(title, ("tier", "switches", "links in"), rows, left=("tier",)))
     typer.echo(
         f"switch ports {c.switch_ports:,}, transceivers {c.transceivers:,}, fabrics {c.fabrics}"
     )
     if export:
         typer.echo(f"graph written to {export}: {data['graph']}")
-
-
-def _single_failures_table(title: str, table: dict[str, Any]) -> Table:
-    """`faults`: what one failure of each component costs, per architecture."""
-    t = Table(title=title)
-    t.add_column("component")
-    variants = list(table["architectures"])
-    for v in variants:
-        t.add_column(v, justify="right")
-    comps = [i["component"] for i in table["architectures"][variants[0]]["impacts"]]
-    for ci, comp in enumerate(comps):
-        cells = []
-        for v in variants:
-            imp = table["architectures"][v]["impacts"][ci]
-            cells.append(
-                "n/a"
-                if not imp["applicable"]
-                else f"{imp['gpus_cut_off']} / {imp['gpus_moved']} / "
-                f"{imp['bandwidth_lost_gbps'] / 1000:g} Tbps"
-            )
-        t.add_row(comp, *cells)
-    return t
-
-
-def _monte_carlo_table(title: str, variants: dict[str, Any], gpu_hours: float) -> Table:
-    """`faults`: the Monte Carlo's metrics per architecture, and the goodput."""
-    m = Table(title=title)
-    m.add_column("metric")
-    for v in variants:
-        m.add_column(v, justify="right")
-    whole = ("switches", "spare_gpus_needed")  # counts: printed without decimals
-    for key in next(iter(variants.values())):
-        fmt = ",.0f" if key in whole else ",.1f"
-        m.add_row(key, *[format(variants[v][key], fmt) for v in variants])
-    m.add_row(
-        "goodput (GPU-hours not idle)",
-        *[f"{1 - variants[v]['expected_idle_gpu_hours'] / gpu_hours:.2%}" for v in variants],
-    )
-    return m
 
 
 def faults(
@@ -372,16 +324,8 @@ def faults(
         print_json(data)
         return
     console = Console(width=160)
-    title = (
-        f"One failure: GPUs cut off / GPUs moved / NIC capacity lost "
-        f"(N={gpus:,} K={hb_domain} radix={radix}, spares/domain={spare_per_domain})"
-    )
-    console.print(_single_failures_table(title, table))
-    title = (
-        f"Monte Carlo: {days:g} days, {trials} trials, seed {seed}, "
-        f"repair {repair_hours:g} h, Llama 3 failure rates"
-    )
-    console.print(_monte_carlo_table(title, mc.variants, gpus * days * 24))
+    console.print(_single_failures_table(table, gpus, hb_domain, radix, spare_per_domain))
+    console.print(_monte_carlo_table(mc, gpus, days, trials, seed, repair_hours))
     console.print(
         "GPUs cut off: lose their network path; GPUs moved: whose work moves to spares or "
         "another HB domain while the part is repaired. expected_failures counts hardware "
@@ -389,6 +333,58 @@ def faults(
         "report's software and host interruptions, so it is the larger. Idle GPU-hours are "
         f"GPUs unusable while a part is out ({repair_hours:g} h each); restart time after an "
         "interruption is not counted in goodput."
+    )
+
+
+def _single_failures_table(
+    single: dict[str, Any], gpus: int, hb_domain: int, radix: int, spare_per_domain: int
+) -> Table:
+    """Per component and architecture: GPUs cut off / moved / NIC capacity lost by one failure."""
+    archs = single["architectures"]
+    variants = list(archs)
+    comps = [i["component"] for i in archs[variants[0]]["impacts"]]
+    rows = [
+        (comp, *[_impact(archs[v]["impacts"][ci]) for v in variants])
+        for ci, comp in enumerate(comps)
+    ]
+    return table(
+        f"One failure: GPUs cut off / GPUs moved / NIC capacity lost "
+        f"(N={gpus:,} K={hb_domain} radix={radix}, spares/domain={spare_per_domain})",
+        ("component", *variants),
+        rows,
+        left=("component",),
+    )
+
+
+def _impact(imp: dict[str, Any]) -> str:
+    if not imp["applicable"]:
+        return "n/a"
+    return (
+        f"{imp['gpus_cut_off']} / {imp['gpus_moved']} / {imp['bandwidth_lost_gbps'] / 1000:g} Tbps"
+    )
+
+
+def _monte_carlo_table(
+    mc: MonteCarloResult, gpus: int, days: float, trials: int, seed: int, repair_hours: float
+) -> Table:
+    """The Monte Carlo's metrics per architecture variant, with the goodput."""
+    whole = ("switches", "spare_gpus_needed")  # counts: printed without decimals
+    rows = [
+        (
+            key,
+            *[format(mc.variants[v][key], ",.0f" if key in whole else ",.1f") for v in mc.variants],
+        )
+        for key in next(iter(mc.variants.values()))
+    ]
+    gpu_hours = gpus * days * 24
+    goodput = [f"{1 - r['expected_idle_gpu_hours'] / gpu_hours:.2%}" for r in mc.variants.values()]
+    rows.append(("goodput (GPU-hours not idle)", *goodput))
+    return table(
+        f"Monte Carlo: {days:g} days, {trials} trials, seed {seed}, "
+        f"repair {repair_hours:g} h, Llama 3 failure rates",
+        ("metric", *mc.variants),
+        rows,
+        left=("metric",),
     )
 
 
@@ -405,19 +401,18 @@ def tile(
     if as_json:
         print_json(result.to_dict())
         return
-    t = Table(title=f"Tiling N={gpus:,} ({result.domains} domains × {hb_domain} rails)")
-    for col in ("job", "GPUs", "domains", "rails", "shape"):
-        t.add_column(col, justify="right")
-    for p in result.placements:
-        d, r = p.shape
-        t.add_row(
+    rows = [
+        (
             str(p.job),
             _n(p.gpus),
             f"{p.domain_start}–{p.domain_end - 1}",
             f"{p.rail_start}–{p.rail_end - 1}",
-            f"{d}×{r}",
+            f"{p.shape[0]}×{p.shape[1]}",
         )
-    Console().print(t)
+        for p in result.placements
+    ]
+    title = f"Tiling N={gpus:,} ({result.domains} domains × {hb_domain} rails)"
+    Console().print(table(title, ("job", "GPUs", "domains", "rails", "shape"), rows))
     if result.unplaced:
         typer.echo("unplaced jobs: " + ", ".join(str(i) for i in result.unplaced))
     typer.echo(
@@ -444,13 +439,3 @@ def cost_plot_cmd(
     rs = [check_radix(r) for r in _int_list("radices", radices)]
     path = cost_plot(out, None, rs, hb_domain, nic_gbps, load_price_book(price_book))
     typer.echo(f"wrote {path}")
-
-
-def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
-    """Add the network commands to the main app and the `reproduce` group."""
-    app.command()(cost)
-    reproduce_app.command("table2")(table2)
-    app.command()(topology)
-    app.command()(faults)
-    app.command()(tile)
-    app.command("cost-plot")(cost_plot_cmd)

@@ -22,6 +22,11 @@ from railplan.cli.options import (
 DEFAULT_GLOBAL_BATCH = 1536
 
 
+def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
+    """Add the report commands to the main app."""
+    app.command()(report)
+
+
 def report(
     model: ModelOpt,
     gpus: GpusOpt,
@@ -88,8 +93,3 @@ def report(
         progress.advance(task)
     size_mb = path.stat().st_size / 1e6
     typer.echo(f"wrote {path} ({size_mb:.1f} MB) in {time.perf_counter() - t0:.1f} s")
-
-
-def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
-    """Add the report commands to the main app."""
-    app.command()(report)

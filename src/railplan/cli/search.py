@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -27,29 +27,35 @@ from railplan.cli.options import (
     OversubscriptionOpt,
     SystemOpt,
 )
+from railplan.cli.output import print_json, table
 from railplan.errors import near_multiples
-from railplan.names import ARCHITECTURES
+from railplan.names import ARCHITECTURES, REPRODUCE_FIGURES
 
 if TYPE_CHECKING:
+    from railplan.search import SearchResult
+    from railplan.specs import Model, Network, System
     from railplan.sweep import SweepResult
 
 
 def _candidates_table(title: str, rows: list[dict[str, Any]]) -> Table:
     from railplan.specs.strategy import strategy_label  # pydantic: loaded when a command runs
 
-    table = Table(title=title)
-    for col in ("#", "strategy", "iteration", "MFU", "HFU", "memory/GPU"):
-        table.add_column(col, justify="left" if col == "strategy" else "right")
-    for i, c in enumerate(rows, 1):
-        table.add_row(
-            str(i),
-            strategy_label(c["strategy"]),
-            f"{c['iteration_s']:.3f} s",
-            f"{c['mfu']:.1%}",
-            f"{c['hfu']:.1%}",
-            f"{c['memory_gib_per_gpu']:.1f} GiB",
-        )
-    return table
+    return table(
+        title,
+        ("#", "strategy", "iteration", "MFU", "HFU", "memory/GPU"),
+        [
+            (
+                str(i),
+                strategy_label(c["strategy"]),
+                f"{c['iteration_s']:.3f} s",
+                f"{c['mfu']:.1%}",
+                f"{c['hfu']:.1%}",
+                f"{c['memory_gib_per_gpu']:.1f} GiB",
+            )
+            for i, c in enumerate(rows, 1)
+        ],
+        left=("strategy",),
+    )
 
 
 def _fmt(x: float | None, spec: str) -> str:
@@ -64,9 +70,6 @@ def _cell(v: Any) -> str:
 def _sweep_table(keys: list[str], result: SweepResult) -> None:
     """The varied fields, time, MFU and strategy (or why there is none) of every point, in
     grid order."""
-    table = Table(title=f"sweep: {len(result.rows)} points → {result.csv_path}")
-    for col in [*keys, "iteration_s", "mfu", "strategy"]:
-        table.add_column(col, justify="left" if col == "strategy" else "right")
 
     def order(row: dict[str, Any]) -> tuple[tuple[int, float, str], ...]:
         return tuple(
@@ -81,15 +84,18 @@ def _sweep_table(keys: list[str], result: SweepResult) -> None:
             if r.get("gpus") and r.get("hb_domain") and int(r["gpus"]) % int(r["hb_domain"])
         }
     )
-    for row in sorted(result.rows, key=order):  # grid order, not completion order
-        table.add_row(
+    rows = [
+        (
             *[_cell(row[k]) for k in keys],
             _fmt(row["iteration_s"], ".4f"),
             _fmt(row["mfu"], ".1%"),
             str(row["strategy"] or row["error"]),
         )
+        for row in sorted(result.rows, key=order)  # grid order, not completion order
+    ]
     console = Console()
-    console.print(table)
+    title = f"sweep: {len(result.rows)} points → {result.csv_path}"
+    console.print(table(title, [*keys, "iteration_s", "mfu", "strategy"], rows, left=("strategy",)))
     for gpus, k in partial:
         console.print(
             f"note: K={k} does not divide {gpus:,} GPUs: one HB domain is partial and groups "
@@ -103,29 +109,12 @@ def _sweep_table(keys: list[str], result: SweepResult) -> None:
     )
 
 
-def _print_search(r: Any, m: Any, sy: Any, architecture: str, gpus: int, global_batch: int) -> None:
-    """`search`'s fastest and Pareto tables, what "valid" means, and a partial-domain note."""
-    console = Console()
-    console.print(
-        _candidates_table(
-            f"{m.name} on {gpus} × {sy.gpu.name} (K={sy.hb_domain}, {architecture}), "
-            f"batch {global_batch}: fastest",
-            [c.to_dict() for c in r.top],
-        )
-    )
-    console.print(_candidates_table("Pareto set: time vs memory", [c.to_dict() for c in r.pareto]))
-    console.print(
-        f"{r.configurations_evaluated:,} valid configurations evaluated, {r.feasible:,} fit, "
-        f"in {r.elapsed_s:.3f} s ({r.configurations_per_s:,.0f} per second). Valid means "
-        f"tp divides the {m.heads} heads, pp the {m.layers} layers, dp = gpus/(tp·pp) the "
-        f"batch of {global_batch:,}, and the micro-batch the per-replica batch."
-    )
-    if gpus % sy.hb_domain:
-        console.print(
-            f"note: {gpus:,} GPUs is not a multiple of K={sy.hb_domain}, so one HB domain "
-            f"is partial; cost and report need whole domains: "
-            f"{near_multiples(gpus, sy.hb_domain)} GPUs."
-        )
+def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
+    """Add the search commands to the main app and the `reproduce` group."""
+    app.command()(search)
+    app.command()(sweep)
+    for name, help_text in REPRODUCE_FIGURES.items():  # one `reproduce NAME` per figure
+        reproduce_app.command(name, help=help_text)(_command(name))
 
 
 def search(
@@ -162,7 +151,6 @@ def search(
     optimizer_state: OptimizerStateOpt = "fp32",
 ) -> None:
     """Find the fastest parallelization that fits in memory (and the time/memory Pareto set)."""
-    from railplan.cli.core import print_json
     from railplan.search import SearchSpace
     from railplan.search import search as run
     from railplan.specs import load_model
@@ -173,17 +161,14 @@ def search(
     sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu, gpu_memory_gib)
     net = build_network(network, oversubscription)
 
-    def fixed(name: str, text: str | None) -> tuple[int, ...] | None:
-        return None if text is None else tuple(int_list(name, text))
-
     space = SearchSpace(
         zero=tuple(int_list("zero", zero)),
         overlap_dp=overlap_dp,
-        tp=fixed("tp", tp),
-        pp=fixed("pp", pp),
-        dp=fixed("dp", dp),
-        cp=fixed("cp", cp),
-        ep=fixed("ep", ep),
+        tp=_fixed("tp", tp),
+        pp=_fixed("pp", pp),
+        dp=_fixed("dp", dp),
+        cp=_fixed("cp", cp),
+        ep=_fixed("ep", ep),
         precision=tuple(p.strip() for p in precision.split(",") if p.strip()),
         attention=attention,
         grad_reduce_bytes=grad_reduce_bytes,
@@ -194,7 +179,41 @@ def search(
     if as_json:
         print_json(r.to_dict())
         return
-    _print_search(r, m, sy, net.architecture, gpus, global_batch)
+    _print_search(r, m, sy, net, gpus, global_batch)
+
+
+def _fixed(name: str, text: str | None) -> tuple[int, ...] | None:
+    """The values a `search` option fixes (None: the option was not given)."""
+    from railplan.sweep_spec import int_list
+
+    return None if text is None else tuple(int_list(name, text))
+
+
+def _print_search(
+    r: SearchResult, m: Model, sy: System, net: Network, gpus: int, global_batch: int
+) -> None:
+    """The fastest candidates, the time/memory Pareto set and what was evaluated."""
+    console = Console()
+    console.print(
+        _candidates_table(
+            f"{m.name} on {gpus} × {sy.gpu.name} (K={sy.hb_domain}, {net.architecture}), "
+            f"batch {global_batch}: fastest",
+            [c.to_dict() for c in r.top],
+        )
+    )
+    console.print(_candidates_table("Pareto set: time vs memory", [c.to_dict() for c in r.pareto]))
+    console.print(
+        f"{r.configurations_evaluated:,} valid configurations evaluated, {r.feasible:,} fit, "
+        f"in {r.elapsed_s:.3f} s ({r.configurations_per_s:,.0f} per second). Valid means "
+        f"tp divides the {m.heads} heads, pp the {m.layers} layers, dp = gpus/(tp·pp) the "
+        f"batch of {global_batch:,}, and the micro-batch the per-replica batch."
+    )
+    if gpus % sy.hb_domain:
+        console.print(
+            f"note: {gpus:,} GPUs is not a multiple of K={sy.hb_domain}, so one HB domain "
+            f"is partial; cost and report need whole domains: "
+            f"{near_multiples(gpus, sy.hb_domain)} GPUs."
+        )
 
 
 def sweep(
@@ -240,27 +259,33 @@ def sweep(
 
     Every value is checked before anything runs; exits 1 if points failed with an error.
     Run the same command again to compute the missing and failed points."""
-    from railplan.cli.core import print_json
     from railplan.sweep import run_sweep
     from railplan.sweep_spec import SweepSpec, int_list, parse_vary
 
-    given = {"model": model, "gpus": gpus, "global_batch": global_batch}
-    given |= {"system": system, "network": network}
-    base: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    base: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "model": model,
+            "gpus": gpus,
+            "global_batch": global_batch,
+            "system": system,
+            "network": network,
+        }.items()
+        if v is not None
+    }
     sw = SweepSpec.build(
         base=base,
         vary=parse_vary(vary or []),
         spec_file=spec,
         zero=None if zero is None else tuple(int_list("zero", zero)),
     )
-    quiet = as_json
     result = run_sweep(
         sw,
         output,
         backend=backend,
         workers=workers,
         address=ray_address,
-        progress=not quiet,
+        progress=not as_json,
         wait=wait,
     )
     if as_json:
@@ -268,11 +293,11 @@ def sweep(
     else:
         _sweep_table(keys=list(sw.vary), result=result)
     if result.failed:
-        _failed(result)
+        _exit_failed(result)
 
 
-def _failed(result: SweepResult) -> None:
-    """Say which points failed and exit 1 (their CSV rows hold the errors)."""
+def _exit_failed(result: SweepResult) -> NoReturn:
+    """Say how many points of a sweep failed and exit 1."""
     typer.echo(
         f"{result.failed} points failed (see the error column of {result.csv_path}); "
         "run the same command again to retry them",
@@ -282,7 +307,6 @@ def _failed(result: SweepResult) -> None:
 
 
 def _reproduce(name: str, as_json: bool, plot: Path | None) -> None:
-    from railplan.cli.core import print_json
     from railplan.reproduce import evaluation as ev
 
     if plot is not None:
@@ -295,12 +319,7 @@ def _reproduce(name: str, as_json: bool, plot: Path | None) -> None:
         return
     console = Console(width=max(Console().width, 160))
     for t in ev.tables(report):
-        table = Table(title=t["title"])
-        for col in t["columns"]:
-            table.add_column(col, justify="right")
-        for row in t["rows"]:
-            table.add_row(*row)
-        console.print(table)
+        console.print(table(t["title"], t["columns"], t["rows"]))
     for note in report.get("notes", []):
         console.print(note)
     if plot is not None:
@@ -315,13 +334,3 @@ def _command(name: str) -> Callable[..., None]:
         _reproduce(name, as_json, plot)
 
     return command
-
-
-def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
-    """Add the search commands to the main app and the `reproduce` group."""
-    app.command()(search)
-    app.command()(sweep)
-    from railplan.names import REPRODUCE_FIGURES
-
-    for name, help_text in REPRODUCE_FIGURES.items():  # one `reproduce NAME` per figure
-        reproduce_app.command(name, help=help_text)(_command(name))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -27,64 +27,58 @@ from railplan.cli.options import (
     ZeroOpt,
     ZeroScheduleOpt,
 )
+from railplan.cli.output import print_json, table
 from railplan.errors import RailplanError
 from railplan.units import fmt_bytes as _bytes
 
-
-def _positive(field: str, value: int) -> None:
-    if value <= 0:
-        raise RailplanError(field, "must be a positive integer")
+if TYPE_CHECKING:
+    from railplan.placement import Placement
+    from railplan.specs import Strategy, System
+    from railplan.traffic import Traffic, TrafficStats
 
 
 def stats_table(title: str, r: dict[str, Any]) -> Table:
     """Rich table of one `TrafficStats.to_dict()`."""
     from railplan.traffic import KINDS
 
-    table = Table(title=title)
-    table.add_column("quantity")
-    table.add_column("value", justify="right")
-    table.add_column("HB domain", justify="right")
-    table.add_column("NIC domain", justify="right")
     # CP rows only when the run has context parallelism (the other kinds always show)
     kinds = [k for k in KINDS if k != "cp" or r["bytes_by_kind"][k]]
-    for k in kinds:
-        table.add_row(
+    rows = [
+        (
             f"{k.upper()} bytes",
             f"{_bytes(r['bytes_by_kind'][k])} ({r['share_by_kind'][k]:.2%})",
             _bytes(r["hb_bytes_by_kind"][k]),
             _bytes(r["nic_bytes_by_kind"][k]),
         )
-    table.add_row(
-        "all bytes", _bytes(r["total_bytes"]), _bytes(r["hb_bytes"]), _bytes(r["nic_bytes"])
+        for k in kinds
+    ]
+    rows.append(
+        ("all bytes", _bytes(r["total_bytes"]), _bytes(r["hb_bytes"]), _bytes(r["nic_bytes"]))
     )
-    table.add_row("NIC bytes crossing rails", _bytes(r["nic_cross_rail_bytes"]), "", "")
-    table.add_row(
-        "GPU pairs with traffic",
-        f"{r['pairs_with_traffic']:,} of {r['pairs_total']:,} "
-        f"({r['pairs_with_traffic_fraction']:.4%})",
-        "",
-        "",
+    rows.append(("NIC bytes crossing rails", _bytes(r["nic_cross_rail_bytes"]), "", ""))
+    pairs = f"{r['pairs_with_traffic']:,} of {r['pairs_total']:,}"
+    rows.append(
+        ("GPU pairs with traffic", f"{pairs} ({r['pairs_with_traffic_fraction']:.4%})", "", "")
     )
     for k in kinds:
-        table.add_row(
-            f"  pairs carrying {k.upper()}", f"{r['pairs_by_kind_fraction'][k]:.4%}", "", ""
+        rows.append(
+            (f"  pairs carrying {k.upper()}", f"{r['pairs_by_kind_fraction'][k]:.4%}", "", "")
         )
-    table.add_row(
-        "largest pair (both directions)",
-        "",
-        _bytes(r["max_pair_bytes_hb"]),
-        _bytes(r["max_pair_bytes_nic"]),
-    )
-    table.add_row(
-        "mean pair (HB: all pairs of a domain; NIC: pairs with traffic)",
-        "",
-        _bytes(r["mean_pair_bytes_hb"]),
-        _bytes(r["mean_pair_bytes_nic"]),
-    )
-    return table
+    for label, key in (
+        ("largest pair (both directions)", "max_pair_bytes"),
+        ("mean pair (HB: all pairs of a domain; NIC: pairs with traffic)", "mean_pair_bytes"),
+    ):
+        rows.append((label, "", _bytes(r[f"{key}_hb"]), _bytes(r[f"{key}_nic"])))
+    columns = ("quantity", "value", "HB domain", "NIC domain")
+    return table(title, columns, rows, left=("quantity",))
 
 
-# over 80 lines only by its 39 typer options (the body is under 60)
+def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
+    """Add the traffic commands to the main app and the `reproduce` group."""
+    app.command("traffic")(traffic_cmd)
+    reproduce_app.command("traffic")(reproduce_traffic)
+
+
 def traffic_cmd(
     model: ModelOpt,
     gpus: GpusOpt,
@@ -125,29 +119,17 @@ def traffic_cmd(
     zero_schedule: ZeroScheduleOpt = "micro_batch",
 ) -> None:
     """Bytes every GPU pair exchanges in one iteration, by kind (TP, PP, DP, EP, CP)."""
-    from railplan.cli.core import data_parallel
     from railplan.placement import build_placement
     from railplan.specs import load_model
-    from railplan.specs.build import build_strategy, build_system
-    from railplan.traffic import EXPORT_SUFFIXES, stats, traffic
-    from railplan.traffic_plots import FIGURE_SUFFIXES, check_suffix
+    from railplan.specs.build import build_system
+    from railplan.traffic import stats, traffic
 
-    dp = data_parallel(gpus, tp, cp, pp, dp)
-    _positive("first_gpus", first_gpus)
-    _positive("dp", dp)
-    if grad_reduce_bytes not in (2, 4):
-        raise RailplanError("grad_reduce_bytes", "must be 2 or 4")
-    # check output paths before the work, so a typo costs nothing
-    for field, path, suffixes in (
-        ("heatmap", heatmap, FIGURE_SUFFIXES),
-        ("bars", bars, FIGURE_SUFFIXES),
-        ("export", export, EXPORT_SUFFIXES),
-    ):
-        if path:
-            check_suffix(path, suffixes, field)
+    dp = _checked_dp(gpus, tp, pp, cp, dp, first_gpus, grad_reduce_bytes)
+    _check_outputs(heatmap, bars, export)  # before the work, so a typo costs nothing
     m = load_model(model)
     sy = build_system(system, hb_domain, None, None, None)
-    strat = build_strategy(
+    strat = _strategy(
+        gpus,
         tp=tp,
         pp=pp,
         dp=dp,
@@ -164,11 +146,6 @@ def traffic_cmd(
         last_stage_layers=last_stage_layers,
         zero_schedule=zero_schedule,
     )
-    if strat.gpus != gpus:
-        raise RailplanError(
-            "gpus",
-            f"tp·cp·pp·dp = {strat.gpus} but gpus = {gpus}; tp·cp·pp·dp must equal gpus",
-        )
     p = build_placement(
         placement, tp, pp, dp, sy.hb_domain, order, interleave, m.tied_embeddings, cp
     )
@@ -176,16 +153,77 @@ def traffic_cmd(
     r = stats(t)
     title = f"{m.name} on {gpus} GPUs, K={sy.hb_domain}, placement {','.join(p.order)}"
     files = _write_files(t, r, m.name, title, first_gpus, heatmap, bars, export)
-    strategy = {
+    if as_json:
+        print_json(_json_head(m.name, sy, strat, placement, p) | r.to_dict() | {"files": files})
+        return
+    _print_stats(title, r, files)
+
+
+def _print_stats(title: str, r: TrafficStats, files: dict[str, str]) -> None:
+    """The statistics table and the files written."""
+    console = Console()
+    console.print(stats_table(f"Traffic of one iteration: {title}", r.to_dict()))
+    for kind, path in files.items():
+        console.print(f"wrote {kind}: {path}")
+
+
+def _checked_dp(
+    gpus: int, tp: int, pp: int, cp: int, dp: int | None, first_gpus: int, grad_reduce_bytes: int
+) -> int:
+    """The job's data-parallel degree, after checking the sizes `traffic` is given."""
+    from railplan.cli.core import check_positive, job_dp
+
+    check_positive(gpus=gpus, tp=tp, pp=pp, cp=cp, first_gpus=first_gpus)
+    dp = job_dp(gpus, tp, pp, cp, dp)
+    check_positive(dp=dp)
+    if grad_reduce_bytes not in (2, 4):
+        raise RailplanError("grad_reduce_bytes", "must be 2 or 4")
+    return dp
+
+
+def _strategy(gpus: int, **fields: Any) -> Strategy:
+    """The strategy of `fields`, which must use exactly `gpus` GPUs."""
+    from railplan.specs.build import build_strategy
+
+    strat = build_strategy(**fields)
+    if strat.gpus != gpus:
+        raise RailplanError(
+            "gpus",
+            f"tp·cp·pp·dp = {strat.gpus} but gpus = {gpus}; tp·cp·pp·dp must equal gpus",
+        )
+    return strat
+
+
+def _json_head(
+    model: str, sy: System, strat: Strategy, placement: str, p: Placement
+) -> dict[str, Any]:
+    """What `traffic --json` prints before the statistics: the job and the pair convention."""
+    return {
+        "model": model,
+        "system": sy.name,
+        "hb_domain": sy.hb_domain,
         "strategy": strat.model_dump(),
         "placement": {"kind": placement, "order": list(p.order)},
+        "pair_convention": "unordered pairs i<j of distinct GPUs, bytes of both directions",
     }
-    _print_traffic(m.name, sy, strategy, r.to_dict(), files, title, as_json)
+
+
+def _check_outputs(heatmap: str | None, bars: str | None, export: str | None) -> None:
+    """Check the suffixes of the files `traffic` will write."""
+    from railplan.traffic import EXPORT_SUFFIXES
+    from railplan.traffic_plots import FIGURE_SUFFIXES, check_suffix
+
+    if heatmap:
+        check_suffix(heatmap, FIGURE_SUFFIXES, "heatmap")
+    if bars:
+        check_suffix(bars, FIGURE_SUFFIXES, "bars")
+    if export:
+        check_suffix(export, EXPORT_SUFFIXES, "export")
 
 
 def _write_files(
-    t: Any,
-    r: Any,
+    t: Traffic,
+    r: TrafficStats,
     model: str,
     title: str,
     first_gpus: int,
@@ -193,7 +231,7 @@ def _write_files(
     bars: str | None,
     export: str | None,
 ) -> dict[str, str]:
-    """The heatmap, kind bars and matrix export asked for: {kind: path written}."""
+    """Draw the heatmap and bar charts and export the pairs, as asked; the files written."""
     from railplan.traffic import export as export_file
     from railplan.traffic_plots import heatmap as draw
     from railplan.traffic_plots import kind_bars
@@ -208,31 +246,6 @@ def _write_files(
     return files
 
 
-def _print_traffic(
-    model: str,
-    sy: Any,
-    strategy: dict[str, Any],
-    stats_dict: dict[str, Any],
-    files: dict[str, str],
-    title: str,
-    as_json: bool,
-) -> None:
-    """`traffic`'s output: JSON, or the statistics table and the files written."""
-    from railplan.cli.core import print_json
-
-    if as_json:
-        out: dict[str, Any] = {"model": model, "system": sy.name, "hb_domain": sy.hb_domain}
-        out |= strategy | {
-            "pair_convention": "unordered pairs i<j of distinct GPUs, bytes of both directions",
-        }
-        print_json(out | stats_dict | {"files": files})
-        return
-    console = Console()
-    console.print(stats_table(f"Traffic of one iteration: {title}", stats_dict))
-    for kind, path in files.items():
-        console.print(f"wrote {kind}: {path}")
-
-
 def reproduce_traffic(
     as_json: JsonOpt = False,
     figures: Annotated[
@@ -240,7 +253,6 @@ def reproduce_traffic(
     ] = None,
 ) -> None:
     """The paper's traffic figures (Figs 2-4): our numbers beside the paper's."""
-    from railplan.cli.core import print_json
     from railplan.reproduce.traffic import reproduce, write_figures
 
     if figures is not None and not Path(figures).is_dir():
@@ -251,20 +263,25 @@ def reproduce_traffic(
     if as_json:
         print_json(result)
         return
-    table = Table(title="Rail-only paper, traffic figures: ours beside the paper's")
-    for col in ("figure", "quantity", "paper", "ours", "holds"):
-        table.add_column(col, justify="right" if col in ("ours", "holds") else "left")
-    for c in result["claims"]:
-        ours = f"{c['ours']:.4g} {c['unit']}" if c["unit"] else f"{c['ours']:.4g}"
-        holds = {True: "yes", False: "[red]no[/red]", None: "–"}[c["holds"]]
-        table.add_row(c["figure"], c["quantity"], c["paper"], ours, holds)
+    holds = {True: "yes", False: "[red]no[/red]", None: "–"}
+    rows = [
+        (
+            c["figure"],
+            c["quantity"],
+            c["paper"],
+            f"{c['ours']:.4g} {c['unit']}" if c["unit"] else f"{c['ours']:.4g}",
+            holds[c["holds"]],
+        )
+        for c in result["claims"]
+    ]
     console = Console()
-    console.print(table)
+    console.print(
+        table(
+            "Rail-only paper, traffic figures: ours beside the paper's",
+            ("figure", "quantity", "paper", "ours", "holds"),
+            rows,
+            left=("figure", "quantity", "paper"),
+        )
+    )
     for f in result.get("files", []):
         console.print(f"wrote {f}")
-
-
-def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
-    """Add the traffic commands to the main app and the `reproduce` group."""
-    app.command("traffic")(traffic_cmd)
-    reproduce_app.command("traffic")(reproduce_traffic)

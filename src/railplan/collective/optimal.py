@@ -24,7 +24,7 @@ def built_graph(g: Group, arch: str, radix: int, nic_gbps: int) -> tuple[nx.DiGr
     dg = topology(g, arch, radix, nic_gbps, 1.0)
     for a, b, data in dg.edges(data=True):
         if a.startswith("gpu:"):
-            data["latency_s"] = g.hb_lat_s if b.startswith("hb:") else g.nic_lat_s
+            data["latency_s"] = g.links.hb_lat_s if b.startswith("hb:") else g.links.nic_lat_s
     ranks = [f"gpu:{d}:{i}" for d in range(g.y) for i in range(g.x)]
     return dg, ranks
 

@@ -24,6 +24,7 @@ from railplan.network.flowsim.schedules import (
     uniform_pair_bytes,
     zipf_pair_bytes,
 )
+from railplan.records import Record
 
 
 def oversubscribed_alltoall_bound_s(net: FlowNetwork, pair_bytes: FloatArray) -> float:
@@ -86,7 +87,7 @@ def parse_skew(text: str | None) -> float | None:
 
 
 @dataclass(frozen=True)
-class FlowsimReport:
+class FlowsimReport(Record):
     """Result of ``run``: simulated time beside the closed form (bandwidths are line rates)."""
 
     inputs: dict[str, Any]
@@ -104,25 +105,6 @@ class FlowsimReport:
     aggregated: bool
     elapsed_s: float
     step_detail: tuple[StepResult, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "inputs": self.inputs,
-            "simulated_s": self.simulated_s,
-            "closed_form_s": self.closed_form_s,
-            "closed_form": self.closed_form,
-            "closed_form_applies": self.closed_form_applies,
-            "relative_error": self.relative_error,
-            "link_bound_s": self.link_bound_s,
-            "cut_bound_s": self.cut_bound_s,
-            "flows": self.flows,
-            "classes": self.classes,
-            "links": self.links,
-            "steps": self.steps,
-            "aggregated": self.aggregated,
-            "elapsed_s": self.elapsed_s,
-            "step_detail": [s.to_dict() for s in self.step_detail],
-        }
 
 
 def closed_form_s(

@@ -1,0 +1,67 @@
+"""What the commands print: JSON that never holds inf or nan, and rich tables of text cells."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Container, Iterable, Sequence
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from railplan.errors import RailplanError
+
+
+def print_json(data: Any) -> None:
+    """Print `data` as JSON; a non-finite number (which JSON cannot hold) is an error naming its
+    field, never `Infinity` or `NaN` in the output."""
+    try:
+        text = json.dumps(data, indent=2, default=float, allow_nan=False)
+    except ValueError:
+        field = _non_finite_field(data, "output") or "output"
+        raise RailplanError(
+            field, "is not a finite number (inf or nan); check the inputs that feed it"
+        ) from None
+    typer.echo(text)
+
+
+def _non_finite_field(data: Any, path: str) -> str | None:
+    """The dotted path of the first inf/nan number in `data`, or None."""
+    if isinstance(data, dict):
+        items: list[tuple[str, Any]] = [(f"{path}.{k}", v) for k, v in data.items()]
+    elif isinstance(data, list | tuple):
+        items = [(f"{path}[{i}]", v) for i, v in enumerate(data)]
+    else:
+        if isinstance(data, str | bool) or data is None:
+            return None
+        try:
+            return None if math.isfinite(float(data)) else path
+        except (TypeError, ValueError):
+            return None
+    for sub, value in items:
+        found = _non_finite_field(value, sub)
+        if found is not None:
+            return found
+    return None
+
+
+def table(
+    title: str,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    left: Container[str] = (),
+) -> Table:
+    """A table of text cells (rich markup allowed): numbers right-aligned, the `left` columns
+    (labels) left-aligned."""
+    t = Table(title=title)
+    for col in columns:
+        t.add_column(col, justify="left" if col in left else "right")
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
+def quantity_table(title: str, rows: Iterable[tuple[str, str]]) -> Table:
+    """A two-column table: each quantity beside its value."""
+    return table(title, ("quantity", "value"), rows, left=("quantity",))
