@@ -85,7 +85,7 @@ def main() -> None:
     print("validation (8x H100 all-reduce, 8 GiB)      ours     goal (source)")
     print(f"  ring busbw GB/s                       {ring:7.1f}   365-370 (NVIDIA/nccl-tests#212)")
     print(f"  NVLS busbw GB/s                       {nvls:7.1f}   ~480 (NVIDIA/nccl-tests#212)")
-    from railplan import collectives as coll
+    from railplan.perf import collectives as coll
 
     y, d, bw = 8, 2**30, 50e9
     ratio = float(coll.in_network_all_reduce_s(y, d, bw, 0) / coll.ring_all_reduce_s(y, d, bw, 0))

@@ -109,9 +109,6 @@ def shard(seed: int, n: int, timeout_s: int, root: Path) -> list[dict[str, Any]]
     import random
 
     # import the library once, so every forked child starts with it loaded
-    import railplan.cli
-    import railplan.estimate
-    import railplan.search  # noqa: F401
     from tests.cli.fuzz_cases import argv
 
     rng = random.Random(seed)

@@ -9,9 +9,9 @@ import time
 
 import numpy as np
 
-from railplan.iteration import iteration
+from railplan.perf.iteration import iteration
 from railplan.specs import Network, load_model, load_system
-from railplan.strategies import StrategyArrays, valid_mask
+from railplan.specs.arrays import StrategyArrays, valid_mask
 
 GOAL_PER_S = 300_000
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from railplan.search import SearchSpace, search
+from railplan.explore.search import SearchSpace, search
 from railplan.specs import Network, System, load_model, load_system
 
 GOAL_PER_S = 300_000

@@ -23,9 +23,9 @@ def peak_rss_bytes() -> int:
 
 
 def main() -> None:
-    from railplan.placement import place
     from railplan.specs import Strategy, load_model
-    from railplan.traffic import stats, traffic
+    from railplan.traffic.matrix import stats, traffic
+    from railplan.traffic.placement import place
 
     model = load_model("gpt-1t")
     cases = [

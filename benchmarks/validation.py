@@ -7,8 +7,8 @@ Run: python benchmarks/validation.py   (prints each row and the measured figure 
 
 from __future__ import annotations
 
-from railplan.modern_validation import cross_validation
-from railplan.validation import validate
+from railplan.reproduce.modern_validation import cross_validation
+from railplan.reproduce.validation import validate
 
 
 def modern(v: dict) -> None:  # type: ignore[type-arg]

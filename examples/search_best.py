@@ -6,7 +6,7 @@ python examples/search_best.py
 from __future__ import annotations
 
 from railplan import Network, load_model, load_system
-from railplan.search import MEGATRON_SPACE, search
+from railplan.explore.search import MEGATRON_SPACE, search
 
 
 def main(model_name: str = "gpt-22b", gpus: int = 512, global_batch: int = 1024) -> None:

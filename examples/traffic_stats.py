@@ -6,8 +6,8 @@ python examples/traffic_stats.py
 from __future__ import annotations
 
 from railplan import Strategy, load_model
-from railplan.placement import build_placement
-from railplan.traffic import stats, traffic
+from railplan.traffic.placement import build_placement
+from railplan.traffic.matrix import stats, traffic
 
 
 def main() -> None:

@@ -1,21 +1,19 @@
 """railplan: Rail-only networks for LLM-training GPU clusters.
 
 Top-level API: specs, loaders and the scalar `estimate`; the vectorized model lives in
-`railplan.iteration` and `railplan.strategies`. The names load on first use (PEP 562), so
+`railplan.perf.iteration` and `railplan.specs.arrays`. The names load on first use (PEP 562), so
 `import railplan.cli` does not pay for numpy and pydantic before a command needs them.
 """
 
 from __future__ import annotations
 
-import sys
 from importlib import import_module
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from railplan.errors import RailplanError
 
 if TYPE_CHECKING:
-    from railplan.estimate import Estimate, estimate
+    from railplan.perf.estimate import Estimate, estimate
     from railplan.specs import (
         GPU,
         Model,
@@ -43,7 +41,10 @@ __all__ = [
     "load_system",
 ]
 
-_HOMES = {"Estimate": "railplan.estimate", "estimate": "railplan.estimate"} | dict.fromkeys(
+_HOMES = {
+    "Estimate": "railplan.perf.estimate",
+    "estimate": "railplan.perf.estimate",
+} | dict.fromkeys(
     ("GPU", "Model", "Network", "Strategy", "System", "load_gpu", "load_model", "load_system"),
     "railplan.specs",
 )
@@ -56,17 +57,3 @@ def __getattr__(name: str) -> Any:
     value = getattr(import_module(home), name)
     globals()[name] = value
     return value
-
-
-class _Package(ModuleType):
-    """The submodule `railplan.estimate` shares its name with the function: importing the module
-    sets the package attribute, which must stay the function (as `from railplan import estimate`
-    always gave)."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "estimate" and isinstance(value, ModuleType):
-            value = value.estimate
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

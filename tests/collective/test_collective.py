@@ -127,9 +127,9 @@ def test_cli_bad_input_one_line_exit_2(args: list[str]) -> None:
 
 def test_nvls_and_sharp_knobs_reach_the_iteration_model() -> None:
     """System.nvls and Network.sharp shorten DP/TP all-reduces; both off changes nothing."""
-    from railplan.iteration import iteration
+    from railplan.perf.iteration import iteration
     from railplan.specs import Strategy, load_model
-    from railplan.strategies import from_strategies
+    from railplan.specs.arrays import from_strategies
 
     model = load_model("gpt-22b")
     s = from_strategies(Strategy(tp=8, pp=1, dp=8, micro_batch=1, global_batch=64))

@@ -8,8 +8,13 @@ import pytest
 
 from railplan.errors import RailplanError
 from railplan.network.cost import builtin_price_books, compare, cost_power, load_price_book
-from railplan.network.paper import HOTI24_RANGES, HOTI24_TABLE2, HOTNETS23_TABLE2, reproduce_table2
 from railplan.network.topology import rail_only
+from railplan.reproduce.table2 import (
+    HOTI24_RANGES,
+    HOTI24_TABLE2,
+    HOTNETS23_TABLE2,
+    reproduce_table2,
+)
 
 
 def test_default_prices_by_hand() -> None:

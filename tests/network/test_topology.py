@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from railplan.errors import RailplanError
-from railplan.network.paper import HOTI24_TABLE2, HOTNETS23_TABLE2
 from railplan.network.topology import (
     build_counts,
     folded_clos,
@@ -19,6 +18,7 @@ from railplan.network.topology import (
     rail_only,
     rail_optimized,
 )
+from railplan.reproduce.table2 import HOTI24_TABLE2, HOTNETS23_TABLE2
 
 
 def test_two_tier_clos_by_hand() -> None:

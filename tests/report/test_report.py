@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from railplan import Network
+from railplan.explore.search import search
 from railplan.network.cost import compare
 from railplan.report import build, render, write_report
 from railplan.report import html as report_html
 from railplan.report.sections import SENSITIVITY_K, priced_speed
-from railplan.search import search
 from tests.conftest import Cli
 from tests.report.conftest import small_inputs
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from railplan.errors import RailplanError
-from railplan.placement import (
+from railplan.traffic.placement import (
     build_placement,
     collective_edges,
     cross_rail,

@@ -10,10 +10,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from railplan.errors import RailplanError
-from railplan.placement import place, rail_aligned
 from railplan.specs import Model, Strategy, load_model
-from railplan.strategies import FULL, from_strategies, layers_of_stage, valid_mask
-from railplan.traffic import KINDS, stats, to_columns, traffic
+from railplan.specs.arrays import FULL, from_strategies, layers_of_stage, valid_mask
+from railplan.traffic.matrix import KINDS, stats, to_columns, traffic
+from railplan.traffic.placement import place, rail_aligned
 from railplan.workload import comm
 
 TINY = Model(name="tiny", hidden=256, layers=12, heads=8, seq=128, vocab=1000)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from railplan.compute import (
+from railplan.perf.compute import (
     CAUSAL_WORK_FRACTION,
     FLASH_BACKWARD_FLOPS_RATIO,
     flash_attention_time_s,
@@ -19,7 +19,7 @@ from railplan.compute import (
     memory_time_s,
 )
 from railplan.specs import GPU, Model, Strategy
-from railplan.strategies import from_strategies
+from railplan.specs.arrays import from_strategies
 from railplan.workload import elementwise, routing
 from railplan.workload.gemms import Gemm, layer_gemms, logit_gemm, mlp_gemms
 

@@ -12,7 +12,7 @@ from railplan.cli.output import print_json, table
 
 
 def _sizes(text: str) -> list[float]:
-    from railplan.sweep_spec import comma_list
+    from railplan.explore.sweep_spec import comma_list
 
     bad = "{text!r} is not a comma-separated list of sizes"
     return comma_list("bytes", text, float, bad, "give at least one size in bytes, e.g. 1048576")

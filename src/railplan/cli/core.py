@@ -45,7 +45,7 @@ from railplan.cli.output import print_json, quantity_table, table
 from railplan.errors import RailplanError, near_multiples
 
 if TYPE_CHECKING:
-    from railplan.estimate import Estimate
+    from railplan.perf.estimate import Estimate
     from railplan.specs import Model, Network, Strategy, System
 
 
@@ -110,7 +110,7 @@ def estimate(
     overlap_p2p: OverlapP2pOpt = True,
 ) -> None:
     """Predict one training iteration: time, MFU/HFU, memory, and where the time goes."""
-    from railplan.estimate import estimate as run
+    from railplan.perf.estimate import estimate as run
     from railplan.specs import load_model
     from railplan.specs.build import build_network, build_strategy, build_system
 
@@ -210,8 +210,8 @@ def validate(
 ) -> None:
     """Predict published runs (2021-22 Megatron-LM and 2023-24 stacks); print predicted vs
     measured and the errors."""
-    from railplan.modern_validation import modern_commands
-    from railplan.validation import validate as run
+    from railplan.reproduce.modern_validation import modern_commands
+    from railplan.reproduce.validation import validate as run
 
     if commands:
         rows = modern_commands()

@@ -32,7 +32,7 @@ OutputOpt = Annotated[int, typer.Option(help="output tokens per request (1-1e7)"
 
 
 def _floats(field: str, text: str) -> list[float]:
-    from railplan.sweep_spec import comma_list
+    from railplan.explore.sweep_spec import comma_list
 
     bad = "must be comma-separated numbers; got {text!r}"
     return comma_list(field, text, float, bad, "must list at least one number")
@@ -127,7 +127,7 @@ def _check_figures(plot: str | None, heatmap: str | None, rates: list[float]) ->
     for field, path in (("plot", plot), ("heatmap", heatmap)):
         if path is not None:
             from railplan.fileio import check_target
-            from railplan.traffic_plots import FIGURE_SUFFIXES, check_suffix
+            from railplan.traffic.plots import FIGURE_SUFFIXES, check_suffix
 
             check_target(check_suffix(path, FIGURE_SUFFIXES, field), field)
 
@@ -142,7 +142,7 @@ def _decode_step(
     if traffic:
         out["decode_step_traffic"] = step.summary()
     if heatmap is not None:
-        from railplan.traffic_plots import heatmap as draw
+        from railplan.traffic.plots import heatmap as draw
 
         draw(
             step,

@@ -33,7 +33,7 @@ def alltoall(
 ) -> None:
     """All-to-all time on rail-optimized (direct) vs rail-only (forwarding through the HB
     domain) and the slowdown (paper: 8.2 % DGX A100, 11.2 % DGX H100)."""
-    from railplan.alltoall import compare
+    from railplan.perf.alltoall import compare
     from railplan.specs.build import build_system
 
     sy = build_system(system, hb_domain, hb_tbps, nic_gbps, None)

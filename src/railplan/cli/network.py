@@ -15,11 +15,11 @@ from railplan.cli.output import print_json, table
 
 if TYPE_CHECKING:
     from railplan.network.faults import MonteCarloResult
-    from railplan.network.paper import PaperRow, Table2Row
+    from railplan.reproduce.table2 import PaperRow, Table2Row
 
 
 def _int_list(field: str, text: str) -> list[int]:
-    from railplan.sweep_spec import comma_list
+    from railplan.explore.sweep_spec import comma_list
 
     return comma_list(field, text, int, empty="give at least one integer, e.g. 512,1024")
 
@@ -152,7 +152,7 @@ def _ocs_note(o: dict[str, Any]) -> str:
 
 def table2(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
     """Paper Table II (K=256, 400 Gbps): our counts, cost and power beside the paper's."""
-    from railplan.network.paper import HOTI24_RANGES, reproduce_table2
+    from railplan.reproduce.table2 import HOTI24_RANGES, reproduce_table2
 
     rows = reproduce_table2()
     if as_json:

@@ -32,9 +32,9 @@ from railplan.errors import near_multiples
 from railplan.names import ARCHITECTURES, REPRODUCE_FIGURES
 
 if TYPE_CHECKING:
-    from railplan.search import SearchResult
+    from railplan.explore.search import SearchResult
+    from railplan.explore.sweep import SweepResult
     from railplan.specs import Model, Network, System
-    from railplan.sweep import SweepResult
 
 
 def _candidates_table(title: str, rows: list[dict[str, Any]]) -> Table:
@@ -151,11 +151,11 @@ def search(
     optimizer_state: OptimizerStateOpt = "fp32",
 ) -> None:
     """Find the fastest parallelization that fits in memory (and the time/memory Pareto set)."""
-    from railplan.search import SearchSpace
-    from railplan.search import search as run
+    from railplan.explore.search import SearchSpace
+    from railplan.explore.search import search as run
+    from railplan.explore.sweep_spec import int_list
     from railplan.specs import load_model
     from railplan.specs.build import build_network, build_system
-    from railplan.sweep_spec import int_list
 
     m = load_model(model)
     sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu, gpu_memory_gib)
@@ -184,7 +184,7 @@ def search(
 
 def _fixed(name: str, text: str | None) -> tuple[int, ...] | None:
     """The values a `search` option fixes (None: the option was not given)."""
-    from railplan.sweep_spec import int_list
+    from railplan.explore.sweep_spec import int_list
 
     return None if text is None else tuple(int_list(name, text))
 
@@ -259,8 +259,8 @@ def sweep(
 
     Every value is checked before anything runs; exits 1 if points failed with an error.
     Run the same command again to compute the missing and failed points."""
-    from railplan.sweep import run_sweep
-    from railplan.sweep_spec import SweepSpec, int_list, parse_vary
+    from railplan.explore.sweep import run_sweep
+    from railplan.explore.sweep_spec import SweepSpec, int_list, parse_vary
 
     base: dict[str, Any] = {
         k: v

@@ -32,14 +32,14 @@ from railplan.errors import RailplanError
 from railplan.units import fmt_bytes as _bytes
 
 if TYPE_CHECKING:
-    from railplan.placement import Placement
     from railplan.specs import Strategy, System
-    from railplan.traffic import Traffic, TrafficStats
+    from railplan.traffic.matrix import Traffic, TrafficStats
+    from railplan.traffic.placement import Placement
 
 
 def stats_table(title: str, r: dict[str, Any]) -> Table:
     """Rich table of one `TrafficStats.to_dict()`."""
-    from railplan.traffic import KINDS
+    from railplan.traffic.matrix import KINDS
 
     # CP rows only when the run has context parallelism (the other kinds always show)
     kinds = [k for k in KINDS if k != "cp" or r["bytes_by_kind"][k]]
@@ -119,10 +119,10 @@ def traffic_cmd(
     zero_schedule: ZeroScheduleOpt = "micro_batch",
 ) -> None:
     """Bytes every GPU pair exchanges in one iteration, by kind (TP, PP, DP, EP, CP)."""
-    from railplan.placement import build_placement
     from railplan.specs import load_model
     from railplan.specs.build import build_system
-    from railplan.traffic import stats, traffic
+    from railplan.traffic.matrix import stats, traffic
+    from railplan.traffic.placement import build_placement
 
     dp = _checked_dp(gpus, tp, pp, cp, dp, first_gpus, grad_reduce_bytes)
     _check_outputs(heatmap, bars, export)  # before the work, so a typo costs nothing
@@ -210,8 +210,8 @@ def _json_head(
 
 def _check_outputs(heatmap: str | None, bars: str | None, export: str | None) -> None:
     """Check the suffixes of the files `traffic` will write."""
-    from railplan.traffic import EXPORT_SUFFIXES
-    from railplan.traffic_plots import FIGURE_SUFFIXES, check_suffix
+    from railplan.traffic.matrix import EXPORT_SUFFIXES
+    from railplan.traffic.plots import FIGURE_SUFFIXES, check_suffix
 
     if heatmap:
         check_suffix(heatmap, FIGURE_SUFFIXES, "heatmap")
@@ -232,9 +232,9 @@ def _write_files(
     export: str | None,
 ) -> dict[str, str]:
     """Draw the heatmap and bar charts and export the pairs, as asked; the files written."""
-    from railplan.traffic import export as export_file
-    from railplan.traffic_plots import heatmap as draw
-    from railplan.traffic_plots import kind_bars
+    from railplan.traffic.matrix import export as export_file
+    from railplan.traffic.plots import heatmap as draw
+    from railplan.traffic.plots import kind_bars
 
     files: dict[str, str] = {}
     if heatmap:

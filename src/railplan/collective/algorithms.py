@@ -4,7 +4,7 @@ The group is `gpus` GPUs of a system filling whole HB domains (x = K per domain,
 domains; one domain when gpus ≤ K). `size_bytes` is the size nccl-tests prints: the all-reduced
 vector, the gathered result, the reduce-scattered input, or each rank's all-to-all send buffer.
 Bandwidths are the system's achievable ones (railplan.specs.System). Every closed form comes from
-railplan.collectives; this module only picks the bandwidth and latency each algorithm sees.
+railplan.perf.collectives; this module only picks the bandwidth and latency each algorithm sees.
 
 Bus bandwidth as nccl-tests defines it (doc/PERFORMANCE.md): algbw = size/time, busbw = algbw ×
 2(n−1)/n for all-reduce and (n−1)/n for all-gather, reduce-scatter and all-to-all.
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from railplan import collectives as coll
-from railplan.comm_time import Links, links
 from railplan.errors import RailplanError
+from railplan.perf import collectives as coll
+from railplan.perf.comm_time import Links, links
 from railplan.records import Record
 from railplan.specs import Network, System
 from railplan.specs.base import BYTES

@@ -27,20 +27,20 @@ from functools import cached_property
 
 import numpy as np
 
-from railplan import collectives as coll
-from railplan.comm_time import (
+from railplan.errors import RailplanError
+from railplan.inference import kvcache
+from railplan.perf import collectives as coll
+from railplan.perf.comm_time import (
     Links,
     group_collective_s,
     links,
     p2p_s,
 )
-from railplan.compute import gemm_efficiency, memory_time_s
-from railplan.errors import RailplanError
-from railplan.inference import kvcache
-from railplan.layer_time import ELEMENTWISE_KERNELS_PER_LAYER
-from railplan.layout import Shape, worst_shape
+from railplan.perf.compute import gemm_efficiency, memory_time_s
+from railplan.perf.layer_time import ELEMENTWISE_KERNELS_PER_LAYER
+from railplan.perf.layout import Shape, worst_shape
 from railplan.specs import GPU, Model, Network, System
-from railplan.strategies import FloatArray
+from railplan.specs.arrays import FloatArray
 from railplan.workload.gemms import Gemm, attention_gemms, expert_gemms, logit_gemm, mlp_gemms
 
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "fp4")

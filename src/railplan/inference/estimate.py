@@ -19,7 +19,7 @@ from railplan.errors import RailplanError
 from railplan.inference import kvcache
 from railplan.inference.engine import Deployment, Num, StepLoad, step_time_s, step_times
 from railplan.records import Record
-from railplan.strategies import FloatArray
+from railplan.specs.arrays import FloatArray
 
 #: the default ceiling of the batch when none is given: TensorRT-LLM's max_batch_size default
 #: (2048, trtllm-build --max_batch_size) — the engines of NVIDIA's MLPerf runs set 806-2048

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from railplan.inference.serving import ServingResult
-from railplan.traffic_plots import FIGURE_SUFFIXES, _pyplot, _save, check_suffix
+from railplan.traffic.plots import FIGURE_SUFFIXES, _pyplot, _save, check_suffix
 
 
 def rate_sweep_plot(results: list[ServingResult], path: str | Path, title: str) -> Path:

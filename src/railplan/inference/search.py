@@ -34,8 +34,8 @@ from railplan.inference.estimate import (
 from railplan.inference.serving import MAX_PREFILL_TOKENS
 from railplan.records import Record
 from railplan.specs import Model, Network, System
+from railplan.specs.arrays import IntArray
 from railplan.specs.base import Range
-from railplan.strategies import IntArray
 
 SLO = Range(1e-4, 3600.0, "s")
 #: MLPerf Inference server-scenario limits of Llama 3.1 405B (v5.0): TTFT 6 s, TPOT 175 ms

@@ -28,7 +28,7 @@ import numpy as np
 from railplan.errors import RailplanError
 from railplan.inference.engine import Deployment, StepLoad, step_time_s
 from railplan.records import Record
-from railplan.strategies import FloatArray
+from railplan.specs.arrays import FloatArray
 
 #: tokens one step may carry (decode tokens and whole prompts): TensorRT-LLM's max_num_tokens
 #: default (8192)

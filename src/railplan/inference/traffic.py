@@ -20,8 +20,8 @@ import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.inference.engine import ACT_BYTES, Deployment
-from railplan.placement import Edges, all_to_all_edges, collective_edges, cross_rail
-from railplan.strategies import FloatArray, IntArray
+from railplan.specs.arrays import FloatArray, IntArray
+from railplan.traffic.placement import Edges, all_to_all_edges, collective_edges, cross_rail
 
 KINDS: tuple[str, ...] = ("tp", "ep", "pp", "kv")
 

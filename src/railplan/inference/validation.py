@@ -14,9 +14,9 @@ from typing import Any
 from railplan.inference.engine import Deployment
 from railplan.inference.estimate import first_token_s, infer, static_batch_tokens_per_s_per_gpu
 from railplan.inference.serving import MAX_NUM_TOKENS, serve
+from railplan.reproduce.validation import read_rows
 from railplan.specs import Network
 from railplan.specs.catalog import load_model, load_system
-from railplan.validation import read_rows
 
 DATA = "inference_mlperf.csv"
 

@@ -12,7 +12,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from railplan.traffic import KINDS
+from railplan.traffic.matrix import KINDS
 
 NETWORK_COLOURS = {"rail-optimized": "#1f77b4", "rail-only": "#ff7f0e", "ideal": "#2ca02c"}
 BREAKDOWN_ORDER = (

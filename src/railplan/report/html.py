@@ -31,7 +31,7 @@ from railplan.report.markup import (
 )
 from railplan.report.network_html import cost_section, failures_section
 from railplan.specs.strategy import strategy_label
-from railplan.traffic import KINDS
+from railplan.traffic.matrix import KINDS
 from railplan.units import fmt_bytes
 
 SUFFIXES = (".html", ".htm")
@@ -127,8 +127,8 @@ def performance_section(r: dict[str, Any], figs: dict[str, str]) -> str:
         "strategies that fit",
     ]
     return (
-        "<p>Every valid parallelization is evaluated by <code>railplan.search</code> on each "
-        "network; the fastest that fits in memory is shown.</p>"
+        "<p>Every valid parallelization is evaluated by <code>railplan.explore.search</code> on "
+        "each network; the fastest that fits in memory is shown.</p>"
         + table(head, rows, left=2)
         + figs["fig-breakdown"]
     )

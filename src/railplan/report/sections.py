@@ -1,7 +1,8 @@
 """The report's sections as plain data: each function calls library functions and returns
-JSON-ready dicts. Nothing here models anything itself; the numbers come from `railplan.search`,
-`railplan.network.cost`, `railplan.network.faults`, `railplan.traffic` and
-`railplan.validation`, the same functions the other commands print.
+JSON-ready dicts. Nothing here models anything itself; the numbers come from
+`railplan.explore.search`, `railplan.network.cost`, `railplan.network.faults`,
+`railplan.traffic.matrix` and `railplan.reproduce.validation`, the same functions the other
+commands print.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ from importlib import resources
 from typing import Any
 
 from railplan.errors import RailplanError, near_multiples
+from railplan.explore.search import SearchResult, SearchSpace, search
 from railplan.network.cost import Comparison, PriceBook, compare
 from railplan.network.faults import FailureRates, fault_table, monte_carlo
 from railplan.network.topology import NIC_SPEEDS_GBPS
-from railplan.placement import build_placement
-from railplan.search import SearchResult, SearchSpace, search
 from railplan.specs import Model, Network, Strategy, System
-from railplan.traffic import stats, traffic
+from railplan.traffic.matrix import stats, traffic
+from railplan.traffic.placement import build_placement
 
 NETWORKS: tuple[str, ...] = ("rail-optimized", "rail-only", "ideal")
 SENSITIVITY_K: tuple[int, ...] = (8, 16, 32, 64, 128, 256)
@@ -311,19 +312,20 @@ def _price_book_sources(book: PriceBook) -> list[dict[str, Any]]:
 
 def model_constants() -> list[dict[str, Any]]:
     """The model-level constants the iteration model uses, read from the modules that own them."""
-    from railplan import compute, iteration, layer_time, validation
+    from railplan.perf import compute, iteration, layer_time
+    from railplan.reproduce import validation
     from railplan.workload import memory
 
     return [
         {
             "name": "OPTIMIZER_STEP_BYTES",
             "value": iteration.OPTIMIZER_STEP_BYTES,
-            "where": "railplan.iteration",
+            "where": "railplan.perf.iteration",
         },
         {
             "name": "ELEMENTWISE_KERNELS_PER_LAYER",
             "value": layer_time.ELEMENTWISE_KERNELS_PER_LAYER,
-            "where": "railplan.layer_time",
+            "where": "railplan.perf.layer_time",
         },
         {"name": "WEIGHT_BYTES", "value": memory.WEIGHT_BYTES, "where": "railplan.workload.memory"},
         {
@@ -339,19 +341,19 @@ def model_constants() -> list[dict[str, Any]]:
         {
             "name": "GEMM tiles",
             "value": " ".join(f"{a}×{b}" for a, b in compute.TILES),
-            "where": "railplan.compute",
+            "where": "railplan.perf.compute",
         },
         {
             "name": "validation goal (mean / max |error| %)",
             "value": f"{validation.GOAL_MEAN_PCT:g} / {validation.GOAL_MAX_PCT:g}",
-            "where": "railplan.validation",
+            "where": "railplan.reproduce.validation",
         },
     ]
 
 
 def validation_summary() -> dict[str, Any]:
-    """`railplan.validation.validate()` without the per-layer diagnostic."""
-    from railplan.validation import validate
+    """`railplan.reproduce.validation.validate()` without the per-layer diagnostic."""
+    from railplan.reproduce.validation import validate
 
     v = validate()
     return {

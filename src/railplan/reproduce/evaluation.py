@@ -1,6 +1,6 @@
 """The paper's evaluation (Figs 7-10) and seed 002's NIC-count experiment, ours beside theirs.
 
-Every point of Figs 8-10 is a full strategy search (`railplan.search`) in the space Calculon
+Every point of Figs 8-10 is a full strategy search (`railplan.explore.search`) in the space Calculon
 searches for Megatron-LM (the paper enumerates "all parallelization strategies" the way
 Calculon does): tp, pp, dp, interleaving, micro-batch, recompute none/selective/full, sequence
 parallelism, distributed optimizer (ZeRO-1) or not; the gradient reduction overlaps the backward
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from railplan.errors import RailplanError
+from railplan.explore.search import MEGATRON_SPACE, SearchResult, search
 from railplan.reproduce import views
-from railplan.search import MEGATRON_SPACE, SearchResult, search
 from railplan.specs import Model, Network, System, load_model, load_system
 
 K_VALUES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -113,7 +113,7 @@ def _mean(xs: list[float]) -> float:
 
 def fig7() -> dict[str, Any]:
     """HFU predicted vs measured for Korthikanti et al.'s selective-recompute runs."""
-    from railplan.validation import korthikanti_rows
+    from railplan.reproduce.validation import korthikanti_rows
 
     points, comparisons = [], []
     for r in korthikanti_rows():
@@ -311,7 +311,7 @@ def fig10() -> dict[str, Any]:
 
 def nic_count() -> dict[str, Any]:
     """Seed 002: 175B on DGX A100 with 8/4/2/1 NICs per node (a sweep over nics_per_gpu)."""
-    from railplan.estimate import estimate
+    from railplan.perf.estimate import estimate
 
     model = load_model("gpt-175b")
     base = load_system("dgx-a100")

@@ -15,10 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from railplan.estimate import estimate
-from railplan.placement import place
+from railplan.perf.estimate import estimate
 from railplan.specs import Network, Strategy, load_model, load_system
-from railplan.traffic import stats, traffic
+from railplan.traffic.matrix import stats, traffic
+from railplan.traffic.placement import place
 
 PAPER_EP_SHARE = 0.27
 SOURCE = (
@@ -46,7 +46,7 @@ def fig5(heatmap: str | Path | None = None, first_gpus: int = 64) -> dict[str, A
     ro, rl = times["rail-optimized"], times["rail-only"]
     files: dict[str, str] = {}
     if heatmap is not None:
-        from railplan.traffic_plots import heatmap as draw
+        from railplan.traffic.plots import heatmap as draw
 
         files["heatmap"] = str(
             draw(t, heatmap, first_gpus, "MoE-1.3B, 16 DGX A100: bytes per pair")

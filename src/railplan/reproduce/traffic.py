@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from railplan.placement import place
 from railplan.specs import Model, Strategy, load_model, load_system
-from railplan.traffic import Traffic, TrafficStats, stats, traffic
+from railplan.traffic.matrix import Traffic, TrafficStats, stats, traffic
+from railplan.traffic.placement import place
 
 GB = 1e9
 
@@ -270,7 +270,7 @@ def reproduce() -> dict[str, Any]:
 def write_figures(folder: Path) -> list[Path]:
     """Fig 2 bar charts, Fig 3 heatmaps (GPUs 1–48: one stage; 1–192: four stages), Fig 4 bars
     and heatmaps (GPUs 1–256: one HB domain; 1–1024: two stages), as PNG in `folder`."""
-    from railplan.traffic_plots import heatmap, kind_bars
+    from railplan.traffic.plots import heatmap, kind_bars
 
     out: list[Path] = []
     runs = [(c, *c.run()) for c in fig2_cases()]

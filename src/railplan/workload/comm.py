@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from railplan.specs import Model
-from railplan.strategies import FULL, FloatArray, StrategyArrays
+from railplan.specs.arrays import FULL, FloatArray, StrategyArrays
 from railplan.workload.memory import (
     WEIGHT_BYTES,
     dense_stage_params,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from railplan.specs import Model
-from railplan.strategies import UNFUSED, FloatArray, StrategyArrays
+from railplan.specs.arrays import UNFUSED, FloatArray, StrategyArrays
 
 REPLICATED_FORWARD = 22.0  # bytes per s·b·h element (2 LN + 2 bias-dropout-add)
 REPLICATED_BACKWARD = 2 * 6.0 + 2 * 5.0 + 2 * 6.0  # LN + dropout + residual gradient adds

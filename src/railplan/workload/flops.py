@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from railplan.specs import Model
-from railplan.strategies import FULL, SELECTIVE, FloatArray, IntArray
+from railplan.specs.arrays import FULL, SELECTIVE, FloatArray, IntArray
 from railplan.workload.gemms import attention_gemms, layer_gemms, logit_gemm, mlp_gemms
 
 

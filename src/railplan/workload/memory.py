@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from railplan.specs import GPU, Model
-from railplan.strategies import (
+from railplan.specs.arrays import (
     FP8,
     FULL,
     SELECTIVE,

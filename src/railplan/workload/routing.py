@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from railplan.specs import Model
-from railplan.strategies import FloatArray, IntArray
+from railplan.specs.arrays import FloatArray, IntArray
 
 
 def expert_shares(model: Model) -> FloatArray:

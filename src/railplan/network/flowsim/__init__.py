@@ -32,8 +32,8 @@ exact per-flow rates; a class of m flows counts m times in the link loads. The c
 simulated flow by flow. Tests compare both on small clusters.
 
 Sources: Wang, Ghobadi et al., "Rail-only", HOTI 2024 / arXiv 2307.12169 (formulas 2 and 3 of
-SYSTEM.md, which ``railplan.collectives`` implements); max-min fairness and progressive filling:
-Bertsekas & Gallager 1992, §6.5.
+SYSTEM.md, which ``railplan.perf.collectives`` implements); max-min fairness and progressive
+filling: Bertsekas & Gallager 1992, §6.5.
 """
 
 from railplan.network.flowsim.check import (

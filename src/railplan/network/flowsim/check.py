@@ -117,11 +117,11 @@ def closed_form_s(
     nic_bytes_per_s: float,
     oversubscription: float = 1.0,
 ) -> tuple[float, str]:
-    """The closed form of ``railplan.collectives`` for a case, latency 0, and its name.
+    """The closed form of ``railplan.perf.collectives`` for a case, latency 0, and its name.
 
     ``nbytes`` is the per-pair D for all-to-all, the vector size for all-reduce. Oversubscription
     divides C_S as the iteration model does ("NIC bandwidth between HB domains ÷ ratio")."""
-    from railplan import collectives as col
+    from railplan.perf import collectives as col
 
     cf, cs = hb_bytes_per_s, nic_bytes_per_s / oversubscription
     if collective == "alltoall":

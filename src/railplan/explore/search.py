@@ -1,0 +1,452 @@
+"""Strategy search: every valid parallelization of a job, evaluated in chunks by `iteration`.
+
+The candidates are built with numpy, never one Python call per configuration:
+
+1. *rows* — the valid (tp, cp, pp, micro_batch, interleave, zero, ep) tuples: tp divides gpus,
+   heads and kv_heads; cp splits the sequence into 2·cp chunks; pp is at most the layers (layers
+   spread so that stages differ by at most one: `strategies.stage_layers`); dp =
+   gpus/(tp·cp·pp) divides the global batch; the micro-batch divides the per-replica batch; the
+   interleave divides the layers of every stage (and, when > 1, needs pp > 1 and a multiple of
+   pp micro-batches); ZeRO stages with dp·cp = 1 are skipped (identical to no ZeRO); ZeRO-2/3
+   run per micro-batch (once per step they equal ZeRO-1). Fixed values (`SearchSpace`) narrow
+   every dimension.
+2. *columns* — the (recompute, sequence_parallel) pairs; sequence parallelism with tp = 1 is
+   skipped (identical to none).
+
+Rows and columns go through the model as a 2-D broadcast (rows × columns), so every quantity
+that depends only on a row (the GEMM shapes depend on tp and the micro-batch) is computed once
+per row. The model is `railplan.perf.iteration.iteration`, the same function `estimate` uses for one
+strategy; the search never has a copy of it.
+
+Result: the fastest strategy that fits in memory, the `top` fastest, and the Pareto set of
+iteration time vs memory per GPU (no other fitting strategy is both faster and smaller).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from railplan.errors import RailplanError
+from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_TOP, check_int
+from railplan.perf.iteration import iteration
+from railplan.specs import (
+    ATTENTION_CODES,
+    OPTIMIZER_STATE_CODES,
+    PRECISION_CODES,
+    RECOMPUTE_CODES,
+    Model,
+    Network,
+    Strategy,
+    System,
+)
+from railplan.specs.arrays import BoolArray, FloatArray, IntArray, StrategyArrays
+from railplan.workload.memory import GIB
+
+CHUNK_ELEMENTS = 16_384  # rows × columns per call of `iteration`: fits the CPU caches
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Which strategy fields the search varies. `None` means every value the rules allow.
+
+    `zero` lists the ZeRO stages tried; `overlap_dp` and `grad_reduce_bytes` are fixed settings
+    of the software stack rather than choices (overlapping the gradient reduction never hurts).
+    `uneven_pp` lets pp be any value up to the layers (False: pp divides the layers).
+    """
+
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    micro_batch: tuple[int, ...] | None = None
+    interleave: tuple[int, ...] | None = None
+    ep: tuple[int, ...] | None = None
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    zero: tuple[int, ...] = (0, 1, 2, 3)
+    overlap_dp: bool = True
+    grad_reduce_bytes: int = 4
+    cp: tuple[int, ...] | None = None
+    dp: tuple[int, ...] | None = None
+    uneven_pp: bool = True  # pp need not divide the layers
+    attention: str = "flash"
+    # bf16 by default (today's common practice); ("bf16", "fp8") searches both where the GPU
+    # has fp8 tensor cores
+    precision: tuple[str, ...] = ("bf16",)
+    optimizer_state: str = "fp32"
+    # TE userbuffers for the forward TP collectives (a 2023+ stack; the paper's model has none)
+    tp_comm_overlap: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "micro_batch", "interleave", "ep", "cp", "dp"):
+            values = getattr(self, name)
+            if values is not None and (not values or min(values) < 1):
+                raise RailplanError(name, "give positive integers")
+        for r in self.recompute:
+            if r not in RECOMPUTE_CODES:
+                raise RailplanError("recompute", f"{r!r} is not one of none, selective, full")
+        if not self.recompute or not self.sequence_parallel or not self.zero:
+            raise RailplanError("space", "recompute, sequence_parallel and zero need a value")
+        if any(z not in (0, 1, 2, 3) for z in self.zero):
+            raise RailplanError("zero", "stages are 0, 1, 2, 3")
+        if self.grad_reduce_bytes not in (2, 4):
+            raise RailplanError("grad_reduce_bytes", "must be 2 or 4")
+        if self.attention not in ATTENTION_CODES:
+            raise RailplanError("attention", "must be flash or unfused")
+        if not self.precision or any(p not in PRECISION_CODES for p in self.precision):
+            raise RailplanError("precision", "give bf16, fp8 or both (bf16,fp8)")
+        if self.optimizer_state not in OPTIMIZER_STATE_CODES:
+            raise RailplanError("optimizer_state", "must be fp32, fp32-remainder or bf16")
+
+
+# The strategy space of Megatron-LM as Calculon searches it (the paper's evaluation):
+# TP, PP, DP, interleaving, micro-batch, recompute (none / attention-only / full), sequence
+# parallelism, and the distributed optimizer (ZeRO-1); no ZeRO-2/3, no context parallelism, pp
+# dividing the layers; unfused attention (the paper's model is validated on Korthikanti et al.
+# 2022's Megatron runs, which were unfused).
+MEGATRON_SPACE = SearchSpace(
+    zero=(0, 1), cp=(1,), uneven_pp=False, attention="unfused", tp_comm_overlap=False
+)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One evaluated strategy with its headline numbers."""
+
+    strategy: Strategy
+    iteration_s: float
+    mfu: float
+    hfu: float
+    memory_gib_per_gpu: float
+    breakdown_s: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy.model_dump(),
+            "iteration_s": self.iteration_s,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "memory_gib_per_gpu": self.memory_gib_per_gpu,
+            "breakdown_s": self.breakdown_s,
+        }
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """What a search found. `best` is None when no valid strategy fits in memory."""
+
+    model: str
+    system: str
+    network: str
+    gpus: int
+    global_batch: int
+    best: Candidate | None
+    top: list[Candidate]
+    pareto: list[Candidate]
+    configurations_evaluated: int
+    feasible: int
+    elapsed_s: float
+    space: SearchSpace = field(default_factory=SearchSpace)
+
+    def require_best(self, model: Model, memory_gib: float) -> Candidate:
+        """The best strategy, or a one-line error saying why there is none: no valid strategy
+        (with the GPU counts near this one that have one), or none that fits in memory."""
+        if self.configurations_evaluated == 0:
+            raise RailplanError(
+                "gpus",
+                f"no valid strategy for {self.gpus:,} GPUs and global batch "
+                f"{self.global_batch:,}: tp·cp·pp·dp = gpus needs dp to divide the batch, tp the "
+                f"{model.heads} heads, pp at most the {model.layers} layers, 2·cp to divide the "
+                f"sequence ({model.seq}); "
+                f"{working_counts(model, self.gpus, self.global_batch, self.space)}",
+            )
+        if self.best is None:
+            raise RailplanError(
+                "gpus",
+                f"none of the {self.configurations_evaluated} valid strategies fits in "
+                f"{memory_gib:g} GiB per GPU; add GPUs or use a smaller model",
+            )
+        return self.best
+
+    @property
+    def configurations_per_s(self) -> float:
+        return self.configurations_evaluated / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "system": self.system,
+            "network": self.network,
+            "gpus": self.gpus,
+            "global_batch": self.global_batch,
+            "best": self.best.to_dict() if self.best else None,
+            "top": [c.to_dict() for c in self.top],
+            "pareto": [c.to_dict() for c in self.pareto],
+            "configurations_evaluated": self.configurations_evaluated,
+            "feasible": self.feasible,
+            "elapsed_s": self.elapsed_s,
+            "configurations_per_s": self.configurations_per_s,
+        }
+
+
+def divisors(n: int) -> IntArray:
+    """The positive divisors of n, ascending."""
+    d = np.arange(1, int(np.sqrt(n)) + 1, dtype=np.int64)
+    small = d[n % d == 0]
+    return np.unique(np.concatenate([small, n // small]))
+
+
+def _allowed(candidates: IntArray, chosen: tuple[int, ...] | None) -> IntArray:
+    return candidates if chosen is None else candidates[np.isin(candidates, chosen)]
+
+
+def _cross(cols: dict[str, IntArray], name: str, values: IntArray) -> dict[str, IntArray]:
+    """Every row of `cols` paired with every value (a Cartesian product, rows major)."""
+    n, k = len(next(iter(cols.values()))), len(values)
+    out = {c: np.repeat(v, k) for c, v in cols.items()}
+    out[name] = np.tile(values, n)
+    return out
+
+
+def _select(cols: dict[str, IntArray], keep: BoolArray) -> dict[str, IntArray]:
+    return {c: v[keep] for c, v in cols.items()}
+
+
+def candidate_rows(
+    model: Model, gpus: int, global_batch: int, space: SearchSpace
+) -> dict[str, IntArray]:
+    """The valid (tp, cp, pp, dp, micro_batch, interleave, zero, ep) tuples, as 1-d arrays."""
+    tps = _allowed(divisors(gpus), space.tp)
+    tps = tps[(model.heads % tps == 0) & (model.kv_heads_ % tps == 0)]
+    cps = _allowed(divisors(gpus), space.cp)
+    cps = cps[(cps == 1) | (model.seq % (2 * cps) == 0)]
+    pps = _allowed(divisors(gpus), space.pp)
+    pps = pps[(pps <= model.layers) & (space.uneven_pp | (model.layers % pps == 0))]
+    rows = _cross(_cross({"tp": tps}, "cp", cps), "pp", pps)
+    rows = _select(rows, gpus % (rows["tp"] * rows["cp"] * rows["pp"]) == 0)
+    rows["dp"] = gpus // (rows["tp"] * rows["cp"] * rows["pp"])
+    rows = _select(rows, global_batch % rows["dp"] == 0)
+    if space.dp is not None:
+        rows = _select(rows, np.isin(rows["dp"], space.dp))
+
+    rows = _cross(rows, "micro_batch", _allowed(divisors(global_batch), space.micro_batch))
+    per_replica = global_batch // rows["dp"]
+    rows = _select(rows, per_replica % rows["micro_batch"] == 0)
+
+    rows = _cross(rows, "interleave", _allowed(divisors(model.layers), space.interleave))
+    micro_batches = global_batch // (rows["dp"] * rows["micro_batch"])
+    v, pp = rows["interleave"], rows["pp"]
+    # Interleaving needs equal virtual chunks: every stage the same layers, divisible by v.
+    even = (model.layers % pp == 0) & ((model.layers // pp) % v == 0)
+    rows = _select(rows, (v == 1) | (even & (pp > 1) & (micro_batches % pp == 0)))
+
+    rows = _cross(rows, "zero", np.array(sorted(set(space.zero)), dtype=np.int64))
+    z = rows["zero"]
+    rows = _select(rows, (z == 0) | (rows["dp"] * rows["cp"] > 1))
+
+    # MoE: expert-parallel degrees dividing the experts and dp (ep ranks come from dp), and
+    # not combined with context parallelism (not modelled).
+    eps = _allowed(divisors(model.experts), space.ep) if model.experts > 1 else np.ones(1, np.int64)
+    rows = _cross(rows, "ep", eps)
+    return _select(rows, (rows["dp"] % rows["ep"] == 0) & ((rows["ep"] == 1) | (rows["cp"] == 1)))
+
+
+def candidate_columns(space: SearchSpace) -> dict[str, IntArray]:
+    """The (recompute, sequence_parallel, precision) combinations as 1-d arrays."""
+    rc = np.array(sorted({RECOMPUTE_CODES[r] for r in space.recompute}), dtype=np.int64)
+    sp = np.array(sorted({int(b) for b in space.sequence_parallel}), dtype=np.int64)
+    pr = np.array(sorted({PRECISION_CODES[p] for p in space.precision}), dtype=np.int64)
+    return _cross(_cross({"recompute": rc}, "sequence_parallel", sp), "precision", pr)
+
+
+def _arrays(
+    rows: dict[str, IntArray],
+    cols: dict[str, IntArray],
+    global_batch: int,
+    space: SearchSpace,
+) -> StrategyArrays:
+    """rows (as a column vector) × columns (as a row vector): a broadcastable 2-d grid."""
+    r = {k: v[:, None] for k, v in rows.items()}
+    c = {k: v[None, :] for k, v in cols.items()}
+    one = np.ones((1, 1), dtype=np.int64)
+    return StrategyArrays(
+        tp=r["tp"],
+        pp=r["pp"],
+        dp=r["dp"],
+        interleave=r["interleave"],
+        micro_batch=r["micro_batch"],
+        global_batch=one * global_batch,
+        recompute=c["recompute"],
+        sequence_parallel=c["sequence_parallel"],
+        zero=r["zero"],
+        ep=r["ep"],
+        overlap_dp=one * int(space.overlap_dp),
+        grad_reduce_bytes=one * space.grad_reduce_bytes,
+        cp=r["cp"],
+        attention=one * ATTENTION_CODES[space.attention],
+        precision=c["precision"],
+        optimizer_state=one * OPTIMIZER_STATE_CODES[space.optimizer_state],
+        tp_comm_overlap=one * int(space.tp_comm_overlap),
+    )
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """Flat arrays over every valid configuration: the strategies and what the model says."""
+
+    strategies: StrategyArrays
+    iteration_s: FloatArray
+    memory_bytes: FloatArray
+    fits: BoolArray
+
+
+def enumerate_and_evaluate(
+    model: Model,
+    system: System,
+    network: Network,
+    gpus: int,
+    global_batch: int,
+    space: SearchSpace = SearchSpace(),
+) -> Evaluated:
+    """Every valid configuration of the space, evaluated through `iteration` in chunks."""
+    rows = candidate_rows(model, gpus, global_batch, space)
+    cols = candidate_columns(space)
+    n_rows, n_cols = len(rows["tp"]), len(cols["recompute"])
+    step = max(1, CHUNK_ELEMENTS // max(n_cols, 1))
+    times: list[FloatArray] = []
+    mems: list[FloatArray] = []
+    fits: list[BoolArray] = []
+    row_idx: list[IntArray] = []
+    col_idx: list[IntArray] = []
+    for start in range(0, n_rows, step):
+        chunk = {k: v[start : start + step] for k, v in rows.items()}
+        s = _arrays(chunk, cols, global_batch, space)
+        it = iteration(model, system, network, s)
+        # Sequence parallelism is the same as none when tp = 1: keep one of the two.
+        keep = ~((chunk["tp"][:, None] == 1) & (cols["sequence_parallel"][None, :] == 1))
+        ri, ci = np.nonzero(keep)
+        times.append(np.broadcast_to(it.iteration_s, keep.shape)[ri, ci])
+        mems.append(np.broadcast_to(it.memory.total_bytes, keep.shape)[ri, ci])
+        fits.append(np.broadcast_to(it.fits, keep.shape)[ri, ci])
+        row_idx.append(ri + start)
+        col_idx.append(ci)
+    r = np.concatenate(row_idx) if row_idx else np.zeros(0, dtype=np.int64)
+    c = np.concatenate(col_idx) if col_idx else np.zeros(0, dtype=np.int64)
+    flat = StrategyArrays(
+        tp=rows["tp"][r],
+        pp=rows["pp"][r],
+        dp=rows["dp"][r],
+        interleave=rows["interleave"][r],
+        micro_batch=rows["micro_batch"][r],
+        global_batch=np.full(len(r), global_batch, dtype=np.int64),
+        recompute=cols["recompute"][c],
+        sequence_parallel=cols["sequence_parallel"][c],
+        zero=rows["zero"][r],
+        ep=rows["ep"][r],
+        overlap_dp=np.full(len(r), int(space.overlap_dp), dtype=np.int64),
+        grad_reduce_bytes=np.full(len(r), space.grad_reduce_bytes, dtype=np.int64),
+        cp=rows["cp"][r],
+        attention=np.full(len(r), ATTENTION_CODES[space.attention], dtype=np.int64),
+        precision=cols["precision"][c],
+        optimizer_state=np.full(
+            len(r), OPTIMIZER_STATE_CODES[space.optimizer_state], dtype=np.int64
+        ),
+        tp_comm_overlap=np.full(len(r), int(space.tp_comm_overlap), dtype=np.int64),
+    )
+    empty_f = np.zeros(0, dtype=np.float64)
+    return Evaluated(
+        strategies=flat,
+        iteration_s=np.concatenate(times) if times else empty_f,
+        memory_bytes=np.concatenate(mems) if mems else empty_f,
+        fits=np.concatenate(fits) if fits else np.zeros(0, dtype=bool),
+    )
+
+
+def pareto_front(time_s: FloatArray, memory_bytes: FloatArray) -> IntArray:
+    """Indices of the time-vs-memory Pareto set, fastest first: each is smaller in memory than
+    every faster point (ties in time go to the smaller memory)."""
+    order = np.lexsort((memory_bytes, time_s))
+    mem_sorted = memory_bytes[order]
+    prev_min = np.concatenate([[np.inf], np.minimum.accumulate(mem_sorted)[:-1]])
+    return np.asarray(order[mem_sorted < prev_min], dtype=np.int64)
+
+
+def describe(
+    model: Model, system: System, network: Network, strategies: StrategyArrays
+) -> list[Candidate]:
+    """Candidates with full detail for a few strategies (one more pass through `iteration`)."""
+    if len(strategies) == 0:
+        return []
+    it = iteration(model, system, network, strategies)
+    out = []
+    for i in range(len(strategies)):
+        out.append(
+            Candidate(
+                strategy=strategies.strategy(i),
+                iteration_s=float(it.iteration_s[i]),
+                mfu=float(it.mfu[i]),
+                hfu=float(it.hfu[i]),
+                memory_gib_per_gpu=float(it.memory.total_bytes[i] / GIB),
+                breakdown_s={k: float(v[i]) for k, v in it.breakdown_s.items()},
+            )
+        )
+    return out
+
+
+def search(
+    model: Model,
+    system: System,
+    network: Network,
+    gpus: int,
+    global_batch: int,
+    space: SearchSpace = SearchSpace(),
+    top: int = 5,
+) -> SearchResult:
+    """Evaluate every valid strategy for `gpus` GPUs; return the fastest that fit, the `top`
+    fastest, and the time-vs-memory Pareto set. Raises RailplanError on impossible input."""
+    check_int("gpus", gpus, 1, MAX_GPUS)
+    check_int("global_batch", global_batch, 1, MAX_GLOBAL_BATCH)
+    check_int("top", top, 1, MAX_TOP)
+    t0 = time.perf_counter()
+    ev = enumerate_and_evaluate(model, system, network, gpus, global_batch, space)
+    n = len(ev.iteration_s)
+    feasible_idx = np.flatnonzero(ev.fits)
+    t_fit, m_fit = ev.iteration_s[feasible_idx], ev.memory_bytes[feasible_idx]
+    order = feasible_idx[np.lexsort((m_fit, t_fit))[:top]]
+    front = feasible_idx[pareto_front(t_fit, m_fit)]
+    # One detailed pass for the top and the Pareto set together.
+    both = describe(model, system, network, ev.strategies.take(np.concatenate([order, front])))
+    top_c, pareto = both[: len(order)], both[len(order) :]
+    elapsed = time.perf_counter() - t0
+    return SearchResult(
+        model=model.name,
+        system=system.name,
+        network=network.architecture,
+        gpus=gpus,
+        global_batch=global_batch,
+        best=top_c[0] if top_c else None,
+        top=top_c,
+        pareto=pareto,
+        configurations_evaluated=n,
+        feasible=len(feasible_idx),
+        elapsed_s=elapsed,
+        space=space,
+    )
+
+
+def working_counts(model: Model, gpus: int, global_batch: int, space: SearchSpace) -> str:
+    """GPU counts near `gpus` that have at least one valid strategy, as text."""
+
+    def works(n: int) -> bool:
+        return n > 0 and len(candidate_rows(model, n, global_batch, space)["tp"]) > 0
+
+    below = next((n for n in range(gpus - 1, max(gpus - 4097, 0), -1) if works(n)), None)
+    above = next((n for n in range(gpus + 1, gpus + 4097) if works(n)), None)
+    found = [f"{n:,}" for n in (below, above) if n is not None]
+    return (
+        ("GPU counts near it that work: " + " or ".join(found))
+        if found
+        else ("no GPU count within 4,096 of it works with this batch")
+    )

@@ -1,0 +1,233 @@
+"""A sweep's specification: the grid over spec fields (`--vary`, a spec file), checked in full
+before any point runs, and the point list it expands to (`SweepSpec.points`)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from railplan.errors import RailplanError
+from railplan.fileio import load_yaml
+from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
+
+# Spec fields a sweep can vary, with their parser; the defaults of a point.
+# Spec fields a sweep can vary, with their parser; the defaults of a point.
+FIELDS: dict[str, Callable[[str], Any]] = {
+    "model": str,
+    "system": str,
+    "network": str,
+    "oversubscription": float,
+    "gpus": int,
+    "global_batch": int,
+    "hb_domain": int,
+    "hb_tbps": float,
+    "nic_gbps": float,
+    "nics_per_gpu": float,
+}
+
+
+DEFAULTS: dict[str, Any] = {"system": "dgx-a100", "network": "rail-optimized"}
+
+
+REQUIRED = ("model", "gpus", "global_batch")
+
+
+MAX_POINTS = 100_000
+"""Most grid points one sweep may have (each is a strategy search)."""
+
+
+T = TypeVar("T")
+
+
+def comma_list(
+    field_name: str,
+    text: str,
+    kind: Callable[[str], T],
+    bad: str = "{text!r} is not a comma-separated list of integers",
+    empty: str = "give at least one integer",
+) -> list[T]:
+    """'0,1,2' → [kind('0'), kind('1'), kind('2')], or a one-line error naming the field: `bad`
+    (with `{text!r}` for the text given) when a value does not parse, `empty` when none is given."""
+    try:
+        values = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise RailplanError(field_name, bad.format(text=text)) from None
+    if not values:
+        raise RailplanError(field_name, empty)
+    return values
+
+
+def int_list(field_name: str, text: str) -> list[int]:
+    """'0,1,2' → [0, 1, 2], or a one-line error naming the field."""
+    return comma_list(field_name, text, int)
+
+
+_KIND_TEXT: dict[Callable[[str], Any], str] = {str: "a name", int: "an integer", float: "a number"}
+
+
+SPEC_KEYS = (*FIELDS, "vary", "zero")
+
+
+def _check_field(name: Any, where: str) -> str:
+    if name not in FIELDS:
+        raise RailplanError(where, f"unknown field {name!r}; one of {', '.join(FIELDS)}")
+    return str(name)
+
+
+def _parse_value(name: str, value: Any) -> Any:
+    """One value of a field, as text (command line) or typed (YAML); a one-line error names
+    the field. Booleans, 8.5 for an integer and non-finite numbers are refused."""
+    kind = FIELDS[name]
+    parsed: Any = None
+    if isinstance(value, str) and value.strip():
+        try:
+            parsed = kind(value.strip())
+        except ValueError:
+            parsed = None
+    elif kind is int and type(value) is int:
+        parsed = value
+    elif kind is float and type(value) in (int, float):
+        parsed = float(value)
+    if parsed is None or (kind is float and not math.isfinite(parsed)):
+        raise RailplanError(name, f"{value!r} is not {_KIND_TEXT[kind]}")
+    return parsed
+
+
+def parse_vary(items: Iterable[str]) -> dict[str, list[Any]]:
+    """['hb_domain=1,2,4', 'nic_gbps=100,400'] → {'hb_domain': [1, 2, 4], ...}.
+
+    Each field may appear once: a repeated field is an error rather than a silent override."""
+    out: dict[str, list[Any]] = {}
+    for item in items:
+        name, sep, values = item.partition("=")
+        name = _check_field(name.strip(), "vary")
+        if not sep or not values.strip():
+            raise RailplanError("vary", f"{item!r}: write FIELD=v1,v2,...")
+        if name in out:
+            raise RailplanError(
+                "vary", f"{name} given twice; list all its values in one --vary {name}=v1,v2,..."
+            )
+        out[name] = [_parse_value(name, v.strip()) for v in values.split(",") if v.strip()]
+    return out
+
+
+def _read_spec_file(
+    path: Path,
+) -> tuple[dict[str, Any], dict[str, list[Any]], tuple[int, ...] | None]:
+    """Base fields, varied fields and ZeRO stages of a YAML sweep file; one-line errors."""
+    data = load_yaml(Path(path), "spec")
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise RailplanError("spec", f"{str(path)!r} must be a mapping of fields to values")
+    for key in data:
+        if key not in SPEC_KEYS:
+            raise RailplanError("spec", f"unknown key {key!r}; one of {', '.join(SPEC_KEYS)}")
+    vary_data = data.get("vary") or {}
+    if not isinstance(vary_data, dict):
+        raise RailplanError("vary", "must be a mapping of FIELD: [v1, v2, ...]")
+    vary: dict[str, list[Any]] = {}
+    for name, values in vary_data.items():
+        name = _check_field(name, "vary")
+        if not isinstance(values, list):
+            raise RailplanError(f"vary.{name}", f"{values!r} is not a list; write [v1, v2, ...]")
+        vary[name] = [_parse_value(name, v) for v in values]
+    zero: tuple[int, ...] | None = None
+    if "zero" in data:
+        stages = data["zero"]
+        if not isinstance(stages, list) or any(type(z) is not int for z in stages):
+            raise RailplanError("zero", f"{stages!r}: give a list of ZeRO stages, e.g. [0, 1]")
+        zero = tuple(stages)
+    base = {k: _parse_value(k, v) for k, v in data.items() if k in FIELDS}
+    return base, vary, zero
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """Base fields, the varied fields (a Cartesian grid, in the given order), ZeRO stages.
+
+    Constructing one checks every value of the grid the way `railplan search` checks its
+    options, so a bad value fails before any point is computed."""
+
+    base: dict[str, Any]
+    vary: dict[str, list[Any]]
+    zero: tuple[int, ...] = (0, 1, 2, 3)
+
+    def __post_init__(self) -> None:
+        for name in REQUIRED:
+            if name not in self.base and name not in self.vary:
+                raise RailplanError(name, "required: give it as an option, in --spec or --vary")
+        if not self.vary:
+            raise RailplanError("vary", "give at least one FIELD=v1,v2,... to sweep over")
+        for name in self.base:
+            _check_field(name, "base")
+        for name in self.vary:
+            _check_field(name, "vary")
+        for name, values in self.vary.items():
+            if not values:
+                raise RailplanError(name, "give at least one value")
+        size = math.prod(len(dict.fromkeys(v)) for v in self.vary.values())
+        if size > MAX_POINTS:
+            raise RailplanError(
+                "vary", f"the grid has {size:,} points; at most {MAX_POINTS:,} per sweep"
+            )
+        self._check_points()
+
+    def _check_points(self) -> None:
+        from railplan.explore.search import SearchSpace
+        from railplan.specs import load_model
+        from railplan.specs.build import build_network, build_system
+
+        SearchSpace(zero=self.zero)
+        points = self.points()
+
+        def distinct(*names: str) -> list[tuple[Any, ...]]:
+            return list(dict.fromkeys(tuple(p[n] for n in names) for p in points))
+
+        for name, high in (("gpus", MAX_GPUS), ("global_batch", MAX_GLOBAL_BATCH)):
+            for (value,) in distinct(name):
+                check_int(name, value, 1, high)
+        for (model,) in distinct("model"):
+            load_model(model)
+        for system in distinct("system", "hb_domain", "hb_tbps", "nic_gbps", "nics_per_gpu"):
+            build_system(*system)
+        for network in distinct("network", "oversubscription"):
+            build_network(*network)
+
+    @classmethod
+    def build(
+        cls,
+        base: dict[str, Any],
+        vary: dict[str, list[Any]],
+        spec_file: Path | None = None,
+        zero: tuple[int, ...] | None = None,
+    ) -> SweepSpec:
+        """Merge a YAML file (fields at the top level, a `vary` mapping, optional `zero`) with
+        command-line values; the command line wins (`zero` defaults to 0, 1, 2, 3)."""
+        merged_base: dict[str, Any] = dict(DEFAULTS)
+        merged_vary: dict[str, list[Any]] = {}
+        file_zero: tuple[int, ...] | None = None
+        if spec_file is not None:
+            file_base, file_vary, file_zero = _read_spec_file(spec_file)
+            merged_base.update(file_base)
+            merged_vary.update(file_vary)
+        merged_base.update({k: _parse_value(_check_field(k, "base"), v) for k, v in base.items()})
+        merged_vary.update(vary)
+        if zero is None:
+            zero = file_zero if file_zero is not None else (0, 1, 2, 3)
+        return cls(base=merged_base, vary=merged_vary, zero=zero)
+
+    def points(self) -> list[dict[str, Any]]:
+        """Every grid point: base fields overridden by one combination of the varied ones
+        (a value listed twice gives one point)."""
+        names = list(self.vary)
+        out = []
+        for combo in itertools.product(*(dict.fromkeys(self.vary[n]) for n in names)):
+            p = {k: v for k, v in self.base.items() if k not in names}
+            p.update(zip(names, combo, strict=True))
+            out.append({k: p.get(k) for k in FIELDS})
+        return out

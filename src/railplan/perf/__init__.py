@@ -1,0 +1,2 @@
+"""Performance: compute and collective times, layout of groups over HB domains, the iteration
+model and the scalar estimate over it."""

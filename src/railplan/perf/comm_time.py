@@ -1,0 +1,232 @@
+"""Exposed time of the communication inside one iteration, over arrays of strategies.
+
+What the network gives collectives (`Links`), the collective of the slowest group of each kind
+laid out on HB domains (`railplan.perf.layout`), and, per kind, what a collective exposes beyond the
+compute it overlaps: tensor parallelism (backward behind the weight/input-gradient GEMMs,
+forward pipelined with its GEMMs through TE userbuffers), context parallelism (the ring
+attention's K/V sends), expert parallelism (all-to-alls), pipeline sends and data parallelism
+(by ZeRO stage). One rule for every overlapped collective: what outlasts the compute is
+exposed, and the compute runs at (1 − u) speed while the collective holds a share u of the SMs
+(`hidden_cost_s`). `rail-optimized` and `rail-only` carry rail-aligned traffic alike
+(hierarchical collectives keep NIC bytes inside rails; SYSTEM.md claim 2), `rail-only` forwards
+cross-rail bytes through the HB domain, `oversubscribed` divides the NIC bandwidth spread over
+many leaves by its ratio, and `ideal` puts every GPU in one HB domain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from railplan.perf import collectives as coll
+from railplan.perf.layout import Shape
+from railplan.specs import Model, Network, System
+from railplan.specs.arrays import FloatArray, StrategyArrays
+from railplan.workload import comm
+
+
+@dataclass(frozen=True)
+class Links:
+    """Bandwidths (bytes/s per GPU per direction) and step latencies one network offers.
+
+    `nic_bw` serves ring-type collectives (rings, the rail phase of hierarchical ones): NCCL
+    orders rings by topology, so a ring crosses each leaf's uplinks at most twice and an
+    oversubscribed spine does not slow it. `nic_bw_spread` serves traffic spread over many
+    leaves — all-to-all and pipeline sends — which the spine's ratio divides (the flow-level
+    simulator confirms both, docs/flow-check.md)."""
+
+    hb_domain: FloatArray
+    hb_bw: float
+    nic_bw: float
+    nic_bw_spread: float
+    hb_lat_s: float
+    nic_lat_s: float
+    rail_only: bool
+    comm_sm_fraction: float
+    nvls_bw: float = 0.0  # NVLink SHARP bandwidth, 0 = off (System.nvls)
+    sharp: bool = False  # SHARP on the rail switches (Network.sharp)
+
+
+def links(system: System, network: Network, gpus: FloatArray) -> Links:
+    """What the network gives collectives: `ideal` makes the HB domain span every GPU."""
+    k = np.asarray(gpus if network.architecture == "ideal" else system.hb_domain, dtype=float)
+    return Links(
+        hb_domain=k,
+        hb_bw=system.hb_bytes_per_s,
+        nic_bw=system.nic_bytes_per_s,
+        nic_bw_spread=system.nic_bytes_per_s * network.nic_bandwidth_factor,
+        hb_lat_s=system.hb_latency_us * 1e-6,
+        nic_lat_s=system.nic_latency_us * 1e-6,
+        rail_only=network.architecture == "rail-only",
+        comm_sm_fraction=system.comm_sm_fraction,
+        nvls_bw=coll.nvls_bytes_per_s(system.hb_tbps, system.hb_bytes_per_s)
+        if system.nvls
+        else 0.0,
+        sharp=network.sharp,
+    )
+
+
+def group_collective_s(
+    lk: Links, shape: Shape, size: FloatArray, gather_only: bool = False
+) -> FloatArray:
+    """All-reduce (or all-gather / reduce-scatter when `gather_only`) of the slowest group of a
+    kind, laid out as `shape` (railplan.perf.layout): hierarchical over x members per domain and y
+    domains (SYSTEM.md formula 2), a plain HB ring when the group lies inside one domain."""
+    phases = 1.0 if gather_only else 2.0
+    t = phases * coll.hierarchical_all_gather_s(
+        shape.x, shape.y, size, lk.hb_bw, lk.nic_bw, lk.hb_lat_s, lk.nic_lat_s
+    )
+    if not gather_only and (lk.nvls_bw > 0 or lk.sharp):
+        t = coll.in_network_hierarchical_all_reduce_s(
+            shape.x,
+            shape.y,
+            size,
+            lk.hb_bw,
+            lk.nic_bw,
+            lk.hb_lat_s,
+            lk.nic_lat_s,
+            lk.nvls_bw,
+            lk.sharp,
+        )
+    if lk.rail_only:
+        # Forwarding: the NIC-phase bytes take one more HB hop to reach the right rail.
+        hop = phases * (shape.y - 1) / shape.y * size / shape.x / lk.hb_bw
+        t = t + np.where(shape.cross_rail, hop, 0.0)
+    return np.asarray(t)
+
+
+def p2p_s(lk: Links, size: FloatArray, shape: Shape) -> FloatArray:
+    """Point-to-point send across the slowest boundary of a chain laid out as `shape`: NVLink
+    when every chain lies in one HB domain, else the NIC (plus, on rail-only, an HB hop to the
+    peer's rail when the boundary crosses rails)."""
+    over_nic = size / lk.nic_bw_spread + lk.nic_lat_s
+    if lk.rail_only:
+        over_nic = over_nic + np.where(shape.cross_rail, size / lk.hb_bw, 0.0)
+    return np.asarray(np.where(shape.inside, size / lk.hb_bw + lk.hb_lat_s, over_nic))
+
+
+def ep_comm_time_s(model: Model, lk: Links, s: StrategyArrays, shape: Shape) -> FloatArray:
+    """Exposed expert-parallel all-to-all time per MoE layer and micro-batch (all passes).
+
+    The ep ranks are spaced tp apart: x of them share an HB domain, y domains. Rail-only runs
+    the two-step all-to-all with forwarding (rail phase, then HB phase; SYSTEM.md formula 3);
+    the other networks the direct one.
+    """
+    d = comm.ep_pair_bytes(model, s)
+    fn = coll.all_to_all_rail_only_s if lk.rail_only else coll.all_to_all_rail_optimized_s
+    one = fn(shape.x, shape.y, d, lk.hb_bw, lk.nic_bw_spread, lk.hb_lat_s, lk.nic_lat_s)
+    ops = comm.ep_all_to_alls_per_moe_layer(s)
+    return np.asarray((ops["forward"] + ops["recompute"] + ops["backward"]) * one)
+
+
+def tp_comm_times(
+    model: Model, lk: Links, s: StrategyArrays, lt: dict[str, FloatArray], shape: Shape
+) -> dict[str, FloatArray]:
+    """Exposed tensor-parallel communication per layer and micro-batch, by pass.
+
+    Megatron: 2 all-reduces (or all-gather + reduce-scatter with sequence parallelism: the same
+    bytes) in the forward pass and 2 more when full recompute reruns it, all exposed; 2 in the
+    backward pass, each hidden behind its linear's weight-gradient GEMM (Korthikanti et al.
+    2022 §6.2), which runs slower meanwhile because the collective's kernels hold
+    `comm_sm_fraction` of the SMs. The group is tp consecutive ranks.
+    """
+    act = comm.tp_message_bytes(model, s)
+    ops = comm.tp_ops_per_layer(s)
+    gather = group_collective_s(lk, shape, act, gather_only=True)
+    one_op = 2.0 * gather  # all-reduce = reduce-scatter + all-gather, with or without SP
+    if lk.nvls_bw > 0 or lk.sharp:  # in-network aggregation serves the all-reduce (no SP)
+        sp = s.sequence_parallel.astype(bool)
+        one_op = np.asarray(np.where(sp, one_op, group_collective_s(lk, shape, act)))
+
+    hide = s.overlap_tp.astype(bool)
+    u = lk.comm_sm_fraction
+
+    def overlapped(comm_s: FloatArray, compute_s: FloatArray) -> FloatArray:
+        return np.asarray(np.where(hide, hidden_cost_s(comm_s, compute_s, u), comm_s))
+
+    # The backward all-reduces hide behind the QKV and MLP-up weight-gradient GEMMs;
+    # sequence parallelism keeps only the sharded input of QKV and MLP-up, so the backward pass
+    # all-gathers it again, hidden behind the input-gradient GEMM (Korthikanti §4.2.2).
+    backward = ops["backward"] / 2.0 * (
+        overlapped(one_op, lt["wgrad_qkv"]) + overlapped(one_op, lt["wgrad_mlp_up"])
+    ) + ops["sp_regather"] / 2.0 * (
+        overlapped(gather, lt["dgrad_qkv"]) + overlapped(gather, lt["dgrad_mlp_up"])
+    )
+    # Userbuffers (TE, with sequence parallelism): each forward all-gather is pipelined with
+    # the column-parallel GEMM it feeds (QKV, MLP up), each reduce-scatter with the
+    # row-parallel GEMM whose output it reduces (projection, MLP down). The buffers are shared
+    # over NVLink (CUDA IPC), so only a TP group inside one HB domain can use them.
+    ub = (s.tp_comm_overlap * s.sequence_parallel).astype(bool) & (s.tp > 1) & shape.inside
+    pipelined = sum((hidden_cost_s(gather, lt[k], u) for k in UB_FORWARD_GEMMS), np.zeros(()))
+    forward = np.where(ub, ops["forward"] / 2.0 * pipelined, ops["forward"] * one_op)
+    recompute = np.where(ub, ops["recompute"] / 2.0 * pipelined, ops["recompute"] * one_op)
+    return {
+        "forward": np.asarray(forward),
+        "recompute": np.asarray(recompute),
+        "backward": np.asarray(backward),
+    }
+
+
+# The forward GEMMs a TE userbuffers all-gather (QKV, MLP up) or reduce-scatter (projection,
+# MLP down) is pipelined with.
+UB_FORWARD_GEMMS = ("fprop_qkv", "fprop_proj", "fprop_mlp_up", "fprop_mlp_down")
+
+
+def hidden_cost_s(comm_s: FloatArray, compute_s: FloatArray, u: float) -> FloatArray:
+    """Extra time of compute with a collective hidden behind it: while the collective runs, its
+    kernels hold a share u of the SMs and the compute runs at (1 − u) speed; what outlasts the
+    compute is exposed."""
+    return np.asarray(np.where(comm_s * (1.0 - u) >= compute_s, comm_s - compute_s, comm_s * u))
+
+
+def cp_comm_time_s(
+    model: Model, lk: Links, s: StrategyArrays, lt: dict[str, FloatArray], shape: Shape
+) -> FloatArray:
+    """Exposed ring-attention time per layer and micro-batch (0 when cp = 1).
+
+    Each ring step sends the K/V block (backward: K/V and their gradients) to the successor
+    while the attention kernel works on the block received before (Megatron-Core /
+    TransformerEngine overlap the two); of the cp steps, cp − 1 have a send in flight, so a
+    pass exposes what its sends take beyond (cp − 1)/cp of its attention compute."""
+    one = p2p_s(lk, comm.cp_block_bytes(model, s), shape)
+    steps = comm.cp_steps_per_layer(s)
+    share = (s.cp - 1) / s.cp
+    recompute_attn = np.where(s.recompute > 0, lt["attention_forward"], 0.0)
+    passes = (
+        (steps["forward"], lt["attention_forward"]),
+        (steps["recompute"], recompute_attn),
+        (steps["backward"], lt["attention_backward"]),
+    )
+    exposed = sum((np.maximum(n * one - share * attn, 0.0) for n, attn in passes), np.zeros(()))
+    return np.asarray(np.where(s.cp > 1, exposed, 0.0))
+
+
+def dp_reduce_s(
+    lk: Links,
+    shape: Shape,
+    grad_bytes: FloatArray,
+    weight_bytes: FloatArray,
+    s: StrategyArrays,
+    collectives: FloatArray | float = 1.0,
+) -> dict[str, FloatArray]:
+    """Data-parallel communication of the slowest group laid out as `shape`, by when it
+    happens (`comm.dp_schedule`: ZeRO 0–3), each pass split into `collectives` equal ones
+    (`comm.dp_collectives`: buckets), each paying the group's latency."""
+    on = (shape.x * shape.y > 1) & ((grad_bytes + weight_bytes) > 0)  # no phantom latency
+    n = np.asarray(collectives, dtype=np.float64)
+    one_pass = {
+        "all_reduce": n * group_collective_s(lk, shape, grad_bytes / n),
+        "reduce_scatter": n * group_collective_s(lk, shape, grad_bytes / n, gather_only=True),
+        "all_gather": n * group_collective_s(lk, shape, weight_bytes / n, gather_only=True),
+    }
+    sched = comm.dp_schedule(s)
+    out = {
+        timing: np.asarray(np.where(on, sum(counts[k] * one_pass[k] for k in one_pass), 0.0))
+        for timing, counts in sched.items()
+    }
+    # The weight all-gather at the end, which can hide behind the next step's forward pass.
+    out["end_all_gather"] = np.asarray(
+        np.where(on, sched["end"]["all_gather"] * one_pass["all_gather"], 0.0)
+    )
+    return out

@@ -1,0 +1,324 @@
+"""Time of one training iteration on the critical path, over arrays of strategies.
+
+Kernel times per layer come from `railplan.perf.layer_time`, the exposed time of each collective
+from `railplan.perf.comm_time`; this module puts them on the critical path.
+
+The schedule is Megatron-LM's: tensor parallelism inside each layer (communication exposed),
+1F1B or interleaved pipeline (Narayanan et al. 2021), data-parallel gradient reduction at the
+end of the iteration, overlapped with the last micro-batch's backward pass when `overlap_dp`,
+then the optimizer step. Per micro-batch and stage:
+
+    t_stage = layers/pp · (forward + backward + recompute + TP communication) + 2·v·t_p2p
+              (+ ZeRO-2/3 per-micro-batch traffic beyond compute, + the gradient-accumulation
+              pass when it is not fused)
+    t_pipeline = m · (t_stage + t_logits) + (pp − 1)/v · (t_stage + t_logits/pp)
+
+with m micro-batches and v virtual stages; the last stage also runs the vocabulary projection
+and loss (t_logits). Stages may hold different numbers of layers (`strategies.stage_layers`):
+the slowest stage sets the steady-state pace, m · max(t_first, t_middle, t_last + t_logits), and
+the breakdown is that stage's. Context parallelism (cp) runs every GEMM and element-wise kernel
+on s/cp tokens and adds the ring attention's K/V sends beyond what the attention compute hides.
+Communication that crosses HB domains uses the network, timed for the slowest group of each kind
+(`railplan.perf.layout`): `rail-optimized` and `rail-only` carry rail-aligned traffic alike
+(hierarchical collectives keep NIC bytes inside rails; SYSTEM.md claim 2), `rail-only` forwards
+cross-rail bytes through the HB domain, `oversubscribed` divides the NIC bandwidth by its ratio,
+and `ideal` puts every GPU in one HB domain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from railplan.perf.comm_time import (
+    Links,
+    cp_comm_time_s,
+    dp_reduce_s,
+    ep_comm_time_s,
+    group_collective_s,
+    hidden_cost_s,
+    links,
+    p2p_s,
+    tp_comm_times,
+)
+from railplan.perf.compute import fp8_peak_tflops, memory_time_s
+from railplan.perf.layer_time import layer_times, logits_time_s, per_shape, shape_classes
+from railplan.perf.layout import Shape, megatron_shapes
+from railplan.specs import Model, Network, System
+from railplan.specs.arrays import FP8, BoolArray, FloatArray, StrategyArrays, stage_layers
+from railplan.workload import comm
+from railplan.workload.flops import hardware_flops, model_flops
+from railplan.workload.memory import (
+    GIB,
+    WEIGHT_BYTES,
+    Memory,
+    dense_stage_params,
+    expert_stage_params,
+    memory,
+)
+
+# Adam step per parameter on this GPU: read fp32 grad twice (norm, update), read and write the
+# fp32 master weight, m and v, write the bf16 weight: 4+4+12+12+2 bytes.
+OPTIMIZER_STEP_BYTES = 34.0
+GRAD_TENSORS_PER_LAYER = 12.0  # QKV, projection, MLP up/down weights and biases, 2 LayerNorms
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """Arrays over strategies: time, efficiency, memory, and the named time components."""
+
+    iteration_s: FloatArray
+    mfu: FloatArray
+    hfu: FloatArray
+    memory: Memory
+    fits: BoolArray
+    breakdown_s: dict[str, FloatArray]
+    model_flops: FloatArray
+    hardware_flops: FloatArray
+    groups: dict[str, Shape]  # worst layout of each kind of rank group (railplan.perf.layout)
+    # Per micro-batch: the first, fullest middle and last stage (with the logits) and the
+    # perfectly balanced stage (layers/pp and logits/pp), a bound no split beats.
+    stage_s: dict[str, FloatArray] = field(default_factory=dict)
+
+    @property
+    def memory_gib_per_gpu(self) -> FloatArray:
+        return np.asarray(self.memory.total_bytes / GIB)
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """Data-parallel traffic of the fullest stage (dense and MoE expert gradients), by when it
+    runs (`comm.dp_schedule`), and the parameters it holds."""
+
+    end_s: FloatArray  # once per iteration, all collectives
+    end_gather_s: FloatArray  # the weight all-gather part of `end_s`
+    micro_batch_forward_s: FloatArray  # ZeRO-3 gathers before every forward
+    micro_batch_backward_s: FloatArray  # ZeRO-2/3 traffic after every backward
+    dense_params: FloatArray
+    expert_params: FloatArray
+
+
+def data_parallel(
+    model: Model, lk: Links, s: StrategyArrays, groups: dict[str, Shape], most: FloatArray
+) -> DataParallel:
+    """Gradients of the stage of `most` layers over the dp·cp ranks tp apart (ZeRO stages as in
+    `comm_time.dp_reduce_s`); MoE expert gradients over the dp/ep expert-data-parallel ranks,
+    tp·ep apart."""
+    dense_params = dense_stage_params(model, s, True, most)
+    expert_params = expert_stage_params(model, s, most)
+    dense = dp_reduce_s(
+        lk,
+        groups["dp"],
+        comm.dp_gradient_bytes(model, s, True, most),
+        comm.dp_weight_gather_bytes(model, s, True, most),
+        s,
+        comm.dp_collectives(s, dense_params, s.grad_ranks.astype(float), most),
+    )
+    expert = dp_reduce_s(
+        lk,
+        groups["expert_dp"],
+        comm.dp_expert_gradient_bytes(model, s, most),
+        comm.dp_expert_weight_gather_bytes(model, s, most),
+        s,
+        comm.dp_collectives(s, expert_params, s.grad_ranks / s.ep, most),
+    )
+    return DataParallel(
+        end_s=dense["end"] + expert["end"],
+        end_gather_s=dense["end_all_gather"] + expert["end_all_gather"],
+        micro_batch_forward_s=dense["micro_batch_forward"] + expert["micro_batch_forward"],
+        micro_batch_backward_s=dense["micro_batch_backward"] + expert["micro_batch_backward"],
+        dense_params=dense_params,
+        expert_params=expert_params,
+    )
+
+
+def grad_accumulation_s(
+    system: System, s: StrategyArrays, d: DataParallel, layers: FloatArray
+) -> FloatArray:
+    """Per micro-batch, without gradient-accumulation fusion: a read-modify-write of the stage's
+    gradient buffer (read the bf16/fp16 GEMM output and the main grad, write the main grad;
+    Megatron's param.main_grad.add_(param.grad)); 0 with the fusion."""
+    dp, zero = s.grad_ranks.astype(float), s.zero_sharding
+    sharded = d.dense_params / np.where(zero >= 2, dp, 1.0) + d.expert_params / np.where(
+        zero >= 2, dp / s.ep, 1.0
+    )
+    rmw = memory_time_s(
+        system.gpu,
+        sharded * (WEIGHT_BYTES + 2.0 * s.grad_reduce_bytes),
+        GRAD_TENSORS_PER_LAYER * layers,
+    )
+    return np.asarray(np.where(s.grad_accumulation_fusion.astype(bool), 0.0, rmw))
+
+
+def dp_exposed_s(
+    s: StrategyArrays, d: DataParallel, window: dict[str, FloatArray], u: float
+) -> FloatArray:
+    """What the end-of-iteration DP traffic exposes. Overlapped (Megatron-Core
+    --overlap-grad-reduce / --overlap-param-gather, NeMo's distributed_fused_adam
+    overlap_grad_sync / overlap_param_sync): the gradient reduction runs bucket by bucket behind
+    the last micro-batch's backward pass, the weight all-gather behind the next step's first
+    forward pass, both slowing that compute by the SMs they hold; else all of it."""
+    hidden = hidden_cost_s(d.end_s - d.end_gather_s, window["backward"], u) + hidden_cost_s(
+        d.end_gather_s, window["forward"], u
+    )
+    return np.asarray(np.where(s.overlap_dp.astype(bool), hidden, d.end_s))
+
+
+def optimizer_s(system: System, s: StrategyArrays, d: DataParallel) -> FloatArray:
+    """The Adam step over this GPU's share of the stage's parameters (÷ dp with ZeRO ≥ 1)."""
+    dp, zero = s.grad_ranks.astype(float), s.zero_sharding
+    params = d.dense_params / np.where(zero >= 1, dp, 1.0) + d.expert_params / np.where(
+        zero >= 1, dp / s.ep, 1.0
+    )
+    return memory_time_s(system.gpu, params * OPTIMIZER_STEP_BYTES, 4.0)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The pipeline schedule: steady-state pace per micro-batch, the bubble, the critical
+    stage's layers and parts, and each stage's time per micro-batch."""
+
+    steady_s: FloatArray
+    bubble_s: FloatArray
+    critical_layers: FloatArray
+    critical_logits_s: FloatArray
+    critical_parts: dict[str, FloatArray]
+    stage_s: dict[str, FloatArray]
+
+
+def pipeline(
+    s: StrategyArrays,
+    stages: dict[str, FloatArray],
+    lt: dict[str, FloatArray],
+    t_layer: FloatArray,
+    t_logits: FloatArray,
+    p2p: FloatArray,
+    d: DataParallel,
+    grad_acc: FloatArray,
+    u: float,
+) -> Pipeline:
+    """1F1B or interleaved schedule over stages of possibly different layer counts: the slowest
+    stage sets the pace, the bubble is (pp − 1)/v balanced stages."""
+    pp, v = s.pp.astype(float), s.interleave.astype(float)
+
+    def stage_parts(n: FloatArray) -> dict[str, FloatArray]:
+        """Per micro-batch, a stage of n layers: its compute and what it exposes."""
+        # Blocking sends add to every micro-batch; overlapped ones only where they outlast
+        # compute. ZeRO 2/3 communicate every micro-batch, prefetched / reduced behind that
+        # pass's compute.
+        p2p_exposed = np.where(
+            s.overlap_p2p.astype(bool), np.maximum(2.0 * v * p2p - n * t_layer, 0.0), 2.0 * v * p2p
+        )
+        zero_mb = hidden_cost_s(d.micro_batch_forward_s, n * lt["forward"], u) + hidden_cost_s(
+            d.micro_batch_backward_s, n * (lt["backward"] + lt["recompute"]), u
+        )
+        return {"layers": n * t_layer, "p2p": p2p_exposed, "zero": zero_mb}
+
+    def stage_s(n: FloatArray) -> FloatArray:
+        parts = stage_parts(n)
+        return np.asarray(parts["layers"] + parts["p2p"] + parts["zero"] + grad_acc)
+
+    t_first = stage_s(stages["first"])
+    t_middle = np.where(pp > 2, stage_s(stages["middle"]), 0.0)
+    t_last = stage_s(stages["last"]) + t_logits
+    pace = np.maximum(np.maximum(t_first, t_middle), t_last)
+    # The critical stage's layers, and whether it runs the logits (the last stage does).
+    last_is_slowest = t_last >= np.maximum(t_first, t_middle)
+    n_crit = np.where(
+        last_is_slowest,
+        stages["last"],
+        np.where(t_first >= t_middle, stages["first"], stages["middle"]),
+    )
+    balanced = stage_s(stages["mean"]) + t_logits / pp
+    return Pipeline(
+        steady_s=np.asarray(s.micro_batches.astype(float) * pace),
+        bubble_s=np.asarray((pp - 1.0) / v * balanced),
+        critical_layers=np.asarray(n_crit),
+        critical_logits_s=np.asarray(np.where(last_is_slowest, t_logits, 0.0)),
+        critical_parts=stage_parts(n_crit),
+        stage_s={
+            "first": np.asarray(t_first),
+            "middle": np.asarray(t_middle),
+            "last": np.asarray(t_last),
+            "balanced": np.asarray(balanced),
+        },
+    )
+
+
+def iteration(model: Model, system: System, network: Network, s: StrategyArrays) -> Iteration:
+    """Critical-path time of one iteration for every strategy in `s` (arrays broadcast).
+
+    MFU and HFU are over the BF16 dense peak whatever the precision, and count the full s²
+    attention term (Megatron's convention; a causal fused kernel does about half of it)."""
+    if bool(np.any(s.precision == FP8)):
+        fp8_peak_tflops(system.gpu)  # a one-line error for GPUs without FP8
+    gpus = s.gpus.astype(float)
+    lk = links(system, network, gpus)
+    m = s.micro_batches.astype(float)
+    stages = stage_layers(model, s)
+    u = lk.comm_sm_fraction
+
+    classes = shape_classes(s)
+    lt = per_shape(lambda c: layer_times(model, system, c), s, classes)
+    groups = megatron_shapes(s.tp, s.dp, s.pp, s.ep, lk.hb_domain, s.cp)
+
+    tpc = tp_comm_times(model, lk, s, lt, groups["tp"])
+    tp_layer = tpc["forward"] + tpc["recompute"] + tpc["backward"]
+    ep_layer = (
+        model.moe_layers / model.layers * ep_comm_time_s(model, lk, s, groups["ep"])
+        if model.moe_layers
+        else 0.0
+    )
+    cp_layer = cp_comm_time_s(model, lk, s, lt, groups["cp"])
+    # Pipeline: activations (forward) and their gradients (backward) cross each boundary,
+    # scattered over the tp ranks (Narayanan et al. 2021 §4.1) or already split by SP.
+    p2p = np.where(s.pp > 1, p2p_s(lk, comm.pp_message_bytes(model, s), groups["pp"]), 0.0)
+    t_layer = lt["forward"] + lt["backward"] + lt["recompute"] + tp_layer + ep_layer + cp_layer
+    t_logits = per_shape(lambda c: {"t": logits_time_s(model, system, c)}, s, classes)["t"]
+
+    d = data_parallel(model, lk, s, groups, stages["max"])
+    grad_acc = grad_accumulation_s(system, s, d, stages["max"])
+    pipe = pipeline(s, stages, lt, t_layer, t_logits, p2p, d, grad_acc, u)
+    # Tied embeddings: first and last stage all-reduce the embedding gradient.
+    embed_bytes = comm.embedding_gradient_bytes(model, s)
+    embed_ar = np.where(
+        embed_bytes > 0, group_collective_s(lk, groups["embedding"], embed_bytes), 0.0
+    )
+    window = {k: stages["mean"] * lt[k] for k in ("forward", "backward")}
+    dp_exposed = dp_exposed_s(s, d, window, u) + embed_ar
+    optimizer = optimizer_s(system, s, d)
+
+    total = pipe.steady_s + pipe.bubble_s + dp_exposed + optimizer
+    mem = memory(model, s)
+    mflops = model_flops(model, s.global_batch)
+    hflops = hardware_flops(model, s.global_batch, s.recompute)
+    peak = gpus * system.gpu.peak_tflops * 1e12
+    n_crit, crit = pipe.critical_layers, pipe.critical_parts
+    breakdown = {
+        "compute": m * (n_crit * (lt["forward"] + lt["backward"]) + pipe.critical_logits_s),
+        "recompute": m * n_crit * lt["recompute"],
+        "tp_comm": m * n_crit * tp_layer,
+        "ep_comm": m * n_crit * ep_layer,
+        "pp_comm": m * crit["p2p"],
+        "zero_comm": m * crit["zero"],
+        "grad_accumulation": m * grad_acc,
+        "pipeline_bubble": pipe.bubble_s,
+        "dp_comm_exposed": dp_exposed,
+        "optimizer": optimizer,
+        "cp_comm": m * n_crit * cp_layer,
+    }
+    return Iteration(
+        iteration_s=np.asarray(total),
+        mfu=np.asarray(mflops / (total * peak)),
+        hfu=np.asarray(hflops / (total * peak)),
+        memory=mem,
+        fits=np.asarray(mem.fits(system.gpu)),
+        breakdown_s={
+            k: np.asarray(np.broadcast_to(x, np.shape(total))) for k, x in breakdown.items()
+        },
+        model_flops=np.asarray(mflops),
+        hardware_flops=np.asarray(hflops),
+        groups=groups,
+        stage_s=pipe.stage_s,
+    )

@@ -1,0 +1,240 @@
+"""Kernel time of one layer on one GPU, per micro-batch, over arrays of strategies.
+
+The layer's GEMMs (linear layers in the strategy's precision, the attention core unfused or as
+one fused kernel), its element-wise kernels at their measured bandwidths, the FP8 casts, the MoE
+expert delta and the vocabulary projection with the loss. Kernel times depend only on a few
+strategy fields (`SHAPE_FIELDS`): `per_shape` evaluates them once per distinct combination.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import fields, replace
+
+import numpy as np
+
+from railplan.perf.compute import flash_attention_time_s, gemm_time_s, memory_time_s
+from railplan.specs import GPU, Model, System
+from railplan.specs.arrays import (
+    FLASH1,
+    FLASH2,
+    FP8,
+    FULL,
+    SELECTIVE,
+    UNFUSED,
+    FloatArray,
+    IntArray,
+    StrategyArrays,
+)
+from railplan.workload import comm, elementwise, routing
+from railplan.workload.gemms import (
+    ATTENTION_INPUT_GEMMS,
+    Gemm,
+    expert_gemms,
+    layer_gemms,
+    logit_gemm,
+    mlp_gemms,
+    router_gemm,
+)
+
+# 2 layer norms, 2 bias-dropout-adds, activation, softmax, attention dropout, embedding/misc:
+# Megatron's fused kernels per layer forward (flash attention fuses the softmax and attention
+# dropout into its kernel: two fewer)
+ELEMENTWISE_KERNELS_PER_LAYER = 8.0
+FP8_CAST_BYTES = 4.0  # TE cast-transpose: read 2 (bf16), write 1 (fp8) + 1 (fp8 transpose)
+
+
+def local(gemms: list[Gemm], s: StrategyArrays) -> list[Gemm]:
+    """The GEMMs on one context-parallel rank: every GEMM's rows (tokens, or attention queries)
+    are the rank's s/cp; attention still runs over all s keys (the K/V ring), and causal load
+    balancing (2·cp chunks) gives each rank an equal share of the masked work."""
+    cp = s.cp.astype(float)
+    return [replace(g, m=np.asarray(g.m / cp)) for g in gemms]
+
+
+def linear_time_s(gpu: GPU, g: Gemm, s: StrategyArrays) -> FloatArray:
+    """A linear layer's GEMM in the strategy's precision (BF16, or FP8 where `precision` is
+    fp8); FP8 timing is only evaluated when some strategy asks for it."""
+    bf16 = gemm_time_s(gpu, g)
+    fp8 = s.precision == FP8
+    if not bool(np.any(fp8)):
+        return bf16
+    return np.asarray(np.where(fp8, gemm_time_s(gpu, g, fp8=True), bf16))
+
+
+def fp8_cast_times_s(gpu: GPU, gemms: list[Gemm], s: StrategyArrays) -> dict[str, FloatArray]:
+    """Transformer Engine's FP8 casts around the linear GEMMs: forward, a fused cast-transpose
+    of each GEMM input (read BF16, write FP8 and its FP8 transpose: 4 bytes per element);
+    backward, the same for each output gradient; at the element-wise kernel efficiencies.
+    Weights are cast once per step (TE caches them over micro-batches: not counted here)."""
+    on = (s.precision == FP8).astype(np.float64)
+    inputs = sum((g.batch * g.m * g.k for g in gemms), np.zeros(()))
+    outputs = sum((g.batch * g.m * g.n for g in gemms), np.zeros(()))
+    kernels = float(len(gemms))
+    fwd = memory_time_s(gpu, FP8_CAST_BYTES * inputs, kernels, gpu.elementwise_forward_efficiency)
+    bwd = memory_time_s(gpu, FP8_CAST_BYTES * outputs, kernels, gpu.elementwise_backward_efficiency)
+    return {"forward": np.asarray(on * fwd), "backward": np.asarray(on * bwd)}
+
+
+def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:
+    """Per layer, per micro-batch, on one GPU: forward, backward and recompute compute time.
+
+    Linear GEMMs run in the strategy's precision; the attention core stays BF16: unfused, the
+    score and context GEMMs plus the softmax/dropout kernels on the s×s scores; flash, one fused
+    kernel (compute.flash_attention_time_s) with no score traffic through HBM."""
+    gpu = system.gpu
+    b, t = s.micro_batch.astype(float), s.tp.astype(float)
+    gemms = local(layer_gemms(model, b, t), s)
+    linear = [g for g in gemms if not g.attention]
+    core = [g for g in gemms if g.attention]
+    flash = s.attention != UNFUSED  # a fused kernel (today's or an older generation's)
+
+    def total(times: list[FloatArray]) -> FloatArray:
+        return np.asarray(sum(times, np.zeros(())))
+
+    wgrad = {g.name: linear_time_s(gpu, g.backward()[1], s) for g in linear}
+    dgrad = {g.name: linear_time_s(gpu, g.backward()[0], s) for g in linear}
+    fprop = {g.name: linear_time_s(gpu, g, s) for g in linear}
+    lin_fwd = total(list(fprop.values()))
+    lin_bwd = total(list(wgrad.values()) + list(dgrad.values()))
+    casts = fp8_cast_times_s(gpu, linear, s)
+
+    zero = np.zeros(())
+    if bool(np.all(flash)):  # the search's usual case: only the fused kernel
+        unfused_fwd = unfused_bwd = zero
+    else:
+        unfused_fwd = total([gemm_time_s(gpu, g) for g in core])
+        unfused_bwd = total([gemm_time_s(gpu, h) for g in core for h in g.backward()])
+    core_flops = total([g.flops for g in core])
+    fused = flash_attention_time_s(gpu, core_flops)
+    for code, generation in ((FLASH2, 2), (FLASH1, 1)):  # older kernels, where asked for
+        if bool(np.any(s.attention == code)):
+            old = flash_attention_time_s(gpu, core_flops, generation=generation)
+            fused = {k: np.where(s.attention == code, old[k], v) for k, v in fused.items()}
+    attn_fwd = np.where(flash, fused["forward"], unfused_fwd)
+    attn_bwd = np.where(flash, fused["backward"], unfused_bwd)
+
+    # Element-wise kernels run well below streaming bandwidth: measured fused-kernel
+    # efficiencies (GPU spec) on the bytes of workload/elementwise.py.
+    fwd_eff, bwd_eff = gpu.elementwise_forward_efficiency, gpu.elementwise_backward_efficiency
+    ew = {k: v / s.cp for k, v in elementwise.layer_bytes(model, s).items()}
+    kernels = np.where(flash, ELEMENTWISE_KERNELS_PER_LAYER - 2.0, ELEMENTWISE_KERNELS_PER_LAYER)
+    ew_fwd = memory_time_s(gpu, ew["forward"], kernels, fwd_eff)
+    ew_bwd = memory_time_s(gpu, ew["backward"], kernels, bwd_eff)
+    ew_scores = memory_time_s(gpu, ew["scores_forward"], 2.0 * (1.0 - flash), fwd_eff)
+
+    forward = lin_fwd + attn_fwd + ew_fwd + casts["forward"]
+    backward = lin_bwd + attn_bwd + ew_bwd + casts["backward"]
+    if model.moe_layers:
+        # Average layer: a moe_layers/layers share of layers swaps its dense MLP for experts.
+        delta = moe_mlp_delta(model, system, s)
+        share = model.moe_layers / model.layers
+        forward = forward + share * delta["forward"]
+        backward = backward + share * delta["backward"]
+    recompute = np.where(
+        s.recompute == FULL, forward, np.where(s.recompute == SELECTIVE, attn_fwd + ew_scores, 0.0)
+    )
+    return {
+        "forward": np.asarray(forward),
+        "backward": np.asarray(backward),
+        "recompute": np.asarray(recompute),
+        "wgrad_qkv": total([wgrad[n] for n in ATTENTION_INPUT_GEMMS if n in wgrad]),
+        "wgrad_mlp_up": wgrad["mlp_up"],
+        "dgrad_qkv": total([dgrad[n] for n in ATTENTION_INPUT_GEMMS if n in dgrad]),
+        "dgrad_mlp_up": dgrad["mlp_up"],
+        "fprop_qkv": total([fprop[n] for n in ATTENTION_INPUT_GEMMS if n in fprop]),
+        "fprop_proj": fprop["proj"],
+        "fprop_mlp_up": fprop["mlp_up"],
+        "fprop_mlp_down": fprop["mlp_down"],
+        "attention_forward": np.asarray(attn_fwd),
+        "attention_backward": np.asarray(attn_bwd),
+    }
+
+
+def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:
+    """Extra compute of one MoE layer over a dense one: router + experts − dense MLP, with the
+    activation-function traffic of the expert slots (experts in the strategy's precision,
+    the router in BF16)."""
+    gpu = system.gpu
+    b, t, ep = s.micro_batch.astype(float), s.tp.astype(float), s.ep.astype(float)
+    dense = local(mlp_gemms(model, b, t), s)
+    experts = expert_gemms(model, b, t, ep)
+    if model.shared_experts:
+        # Shared experts: a dense MLP of shared·expert_ffn width on every token.
+        experts += mlp_gemms(model, b, t, model.shared_experts * model.expert_ffn_)
+    experts = local(experts, s)
+
+    def fwd_bwd(gs: list[Gemm]) -> tuple[FloatArray, FloatArray]:
+        f = sum((linear_time_s(gpu, g, s) for g in gs), np.zeros(()))
+        bw = sum((linear_time_s(gpu, h, s) for g in gs for h in g.backward()), np.zeros(()))
+        c = fp8_cast_times_s(gpu, gs, s)
+        return np.asarray(f + c["forward"]), np.asarray(bw + c["backward"])
+
+    (ef, eb), (df, db) = fwd_bwd(experts), fwd_bwd(dense)
+    router = router_gemm(model, b)
+    rf = gemm_time_s(gpu, router)
+    rb = sum((gemm_time_s(gpu, h) for h in router.backward()), np.zeros(()))
+    slots = b * model.seq * (model.top_k * routing.slot_factor(model, s.ep) + model.shared_experts)
+    extra = elementwise.activation_function_bytes(
+        model, (slots * model.expert_ffn_ - b * model.seq * model.ffn_) / t / s.cp
+    )
+    ew_f = memory_time_s(gpu, extra["forward"], 0.0, gpu.elementwise_forward_efficiency)
+    ew_b = memory_time_s(gpu, extra["backward"], 0.0, gpu.elementwise_backward_efficiency)
+    return {"forward": ef + rf - df + ew_f, "backward": eb + rb - db + ew_b}
+
+
+def logits_time_s(model: Model, system: System, s: StrategyArrays) -> FloatArray:
+    """Vocabulary projection forward + backward and the fp32 cross-entropy on the last stage."""
+    (g,) = local([logit_gemm(model, s.micro_batch.astype(float), s.tp.astype(float))], s)
+    gemm = gemm_time_s(system.gpu, g) + sum(gemm_time_s(system.gpu, h) for h in g.backward())
+    # softmax cross-entropy: write fp32 logits, read them for max/sum/grad, write the grad.
+    loss_bytes = 16.0 * comm.local_tokens(model, s) * model.vocab / s.tp
+    return np.asarray(
+        gemm + memory_time_s(system.gpu, loss_bytes, 4.0, system.gpu.elementwise_forward_efficiency)
+    )
+
+
+# The strategy fields that per-layer kernel times depend on.
+SHAPE_FIELDS = (
+    "micro_batch",
+    "tp",
+    "sequence_parallel",
+    "recompute",
+    "ep",
+    "cp",
+    "attention",
+    "precision",
+)
+
+
+def shape_classes(s: StrategyArrays) -> tuple[StrategyArrays, IntArray] | None:
+    """The distinct combinations of SHAPE_FIELDS (as 1-d strategies) and, per strategy, the
+    index of its combination (shaped like the broadcast strategies); None when `s` is too small
+    for this to pay."""
+    shape = np.broadcast(*s.columns()).shape
+    if int(np.prod(shape)) < 64:
+        return None
+    cols = [np.broadcast_to(getattr(s, f), shape).ravel().astype(np.int64) for f in SHAPE_FIELDS]
+    key = np.zeros(cols[0].shape, dtype=np.int64)
+    for c in cols:  # mixed-radix code of the combination
+        key = key * (int(c.max()) + 1) + c
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    one = np.ones(first.size, dtype=np.int64)
+    base = {f.name: one for f in fields(StrategyArrays)}
+    u = StrategyArrays(**(base | {f: c[first] for f, c in zip(SHAPE_FIELDS, cols, strict=True)}))
+    return u, np.asarray(inverse.reshape(shape), dtype=np.int64)
+
+
+def per_shape(
+    fn: Callable[[StrategyArrays], dict[str, FloatArray]],
+    s: StrategyArrays,
+    classes: tuple[StrategyArrays, IntArray] | None,
+) -> dict[str, FloatArray]:
+    """Evaluate `fn` (a function of the SHAPE_FIELDS only) once per distinct combination and
+    spread the results back: a search holds a few dozen kernel shapes among hundreds of
+    thousands of strategies."""
+    if classes is None:
+        return fn(s)
+    u, inverse = classes
+    out = fn(u)
+    return {k: np.asarray(np.broadcast_to(v, (u.tp.size,))[inverse]) for k, v in out.items()}

@@ -1,0 +1,369 @@
+"""Bytes every GPU pair exchanges in one training iteration, by kind (tp, pp, dp, ep, cp).
+
+Sizes and counts come only from `railplan.workload.comm` (the source the iteration-time model
+uses); who sends to whom comes from `railplan.traffic.placement` (ring, or hierarchical when a group
+spans HB and NIC domains: SYSTEM.md formula 2, the algorithm `collectives.all_reduce_s` times).
+Per iteration and TP group: the stage's layers (`strategies.layers_of_stage`) · m micro-batches
+· (forward + recompute + backward) all-reduces of b·s·h activations, plus the sequence-parallel
+backward re-gathers; per pipeline boundary: b·s·h/t each way per micro-batch; per DP group: the
+gradient and weight collectives of its ZeRO stage (`comm.dp_schedule`: ZeRO 2/3 communicate
+every micro-batch); tied embeddings: first and last stage all-reduce the embedding gradient
+(counted as `dp`: it is a gradient reduction). MoE (ep > 1): per MoE layer and micro-batch,
+uniform all-to-alls among the ep ranks (`ep`), and the expert gradients reduced over the dp/ep
+expert-data-parallel ranks (counted as `dp`). Context parallelism (cp > 1): per layer and
+micro-batch each GPU sends `comm.cp_steps_per_layer` K/V (and K/V-gradient) blocks to its
+successor on the cp ring (`cp`); gradients are reduced over the dp·cp ranks.
+
+Storage is sparse: COO arrays (src, dst, kind, bytes), coalesced per (src, dst, kind); per-kind
+scipy.sparse matrices on demand. Statistics use unordered pairs {i, j}, i < j, of distinct GPUs;
+a pair's volume is the sum of both directions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+
+from railplan.errors import RailplanError
+from railplan.fileio import atomic_write, check_target
+from railplan.specs import Model, Strategy
+from railplan.specs.arrays import StrategyArrays, check, from_strategies, layers_of_stage
+from railplan.traffic.placement import (
+    Edges,
+    Placement,
+    all_to_all_edges,
+    collective_edges,
+    cross_rail,
+    expert_groups,
+    pipeline_edges,
+    ring_edges,
+)
+from railplan.workload import comm
+
+KINDS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "cp")
+KIND_CODE: dict[str, int] = {k: i for i, k in enumerate(KINDS)}
+# One colour per kind for every figure (matplotlib's tab10 colours)
+KIND_COLOURS = {
+    "tp": "#1f77b4",
+    "pp": "#2ca02c",
+    "dp": "#d62728",
+    "ep": "#9467bd",
+    "cp": "#8c564b",
+}
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """One iteration's traffic as coalesced COO arrays over `gpus` GPUs in HB domains of
+    `hb_domain`; `kind` holds codes into KINDS."""
+
+    gpus: int
+    hb_domain: int
+    src: IntArray
+    dst: IntArray
+    kind: npt.NDArray[np.int8]
+    bytes: FloatArray
+
+    def __len__(self) -> int:
+        return int(self.src.size)
+
+    def matrix(self, kind: str | None = None) -> sp.csr_matrix:
+        """N×N sparse matrix of bytes src→dst (rows send), for one kind or all kinds."""
+        if kind is not None and kind not in KIND_CODE:
+            raise RailplanError(
+                "kind", f"{kind!r} is not allowed; choose one of {', '.join(KINDS)}"
+            )
+        sel = slice(None) if kind is None else self.kind == KIND_CODE[kind]
+        n = self.gpus
+        return sp.csr_matrix((self.bytes[sel], (self.src[sel], self.dst[sel])), shape=(n, n))
+
+    def dense(self, first_gpus: int, kind: str | None = None) -> FloatArray:
+        """Dense bytes matrix of GPUs 0…first_gpus−1 (for heatmaps)."""
+        n = min(int(first_gpus), self.gpus)
+        sel = (self.src < n) & (self.dst < n)
+        if kind is not None:
+            sel &= self.kind == KIND_CODE[kind]
+        out = np.zeros((n, n), dtype=np.float64)
+        np.add.at(out, (self.src[sel], self.dst[sel]), self.bytes[sel])
+        return out
+
+    def kind_names(self) -> npt.NDArray[np.str_]:
+        return np.asarray(KINDS)[self.kind]
+
+
+def _coalesce(
+    n: int, src: IntArray, dst: IntArray, kind: IntArray, size: FloatArray
+) -> tuple[IntArray, IntArray, npt.NDArray[np.int8], FloatArray]:
+    keep = size > 0
+    src, dst, kind, size = src[keep], dst[keep], kind[keep], size[keep]
+    key = (kind * n + src) * n + dst
+    uniq, inv = np.unique(key, return_inverse=True)
+    total = np.bincount(inv.ravel(), weights=size, minlength=uniq.size)
+    k, rest = np.divmod(uniq, n * n)
+    s, d = np.divmod(rest, n)
+    return np.asarray(s), np.asarray(d), k.astype(np.int8), np.asarray(total, dtype=np.float64)
+
+
+def _scale(e: Edges, factor: float) -> tuple[IntArray, IntArray, FloatArray]:
+    return e.src, e.dst, np.asarray(e.share * factor, dtype=np.float64)
+
+
+def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
+    """Multipliers that turn placement edges into bytes, all from `railplan.workload.comm`:
+    `tp`, `cp`: bytes per unit edge share per group per layer of the stage per iteration;
+    `ep`: bytes per all-to-all edge per MoE layer; `pp`: bytes per message per micro-batch
+    count; `embedding`: the tied-embedding all-reduce buffer, two passes."""
+    m = float(s.micro_batches)
+    ops = comm.tp_ops_per_layer(s)
+    all_reduces = float(ops["forward"] + ops["recompute"] + ops["backward"])
+    gathers = float(ops["sp_regather"])
+    tp_d = float(comm.tp_message_bytes(model, s))
+    cp_steps = comm.cp_steps_per_layer(s)
+    sends = float(cp_steps["forward"] + cp_steps["recompute"] + cp_steps["backward"])
+    a2a = comm.ep_all_to_alls_per_moe_layer(s)
+    a2a_count = float(a2a["forward"] + a2a["recompute"] + a2a["backward"])
+    return {
+        # per ring edge: the K/V (and gradient) blocks of every micro-batch
+        "cp": m * sends * float(comm.cp_block_bytes(model, s)),
+        # each all-reduce (or SP reduce-scatter + all-gather) is two gather passes
+        "tp": m * tp_d * (2.0 * all_reduces + gathers),
+        "ep": m * a2a_count * float(comm.ep_pair_bytes(model, s)),
+        "pp": m * float(comm.pp_message_bytes(model, s)),
+        "embedding": 2.0 * float(comm.embedding_gradient_bytes(model, s)),
+    }
+
+
+def dp_stage_bytes(model: Model, s: StrategyArrays, layers: int, end: bool) -> dict[str, float]:
+    """Gradient and weight collectives of one stage of `layers` layers by ZeRO stage
+    (comm.dp_schedule), per iteration, in gather passes: `dense` over the dp·cp ranks (an end
+    stage also holds the vocabulary matrix) and `expert` over the dp/ep ranks."""
+    n = np.asarray(float(layers))
+    grad = comm.dp_gradient_bytes(model, s, end, n)
+    weights = comm.dp_weight_gather_bytes(model, s, end, n)
+    e_grad = comm.dp_expert_gradient_bytes(model, s, n)
+    e_weights = comm.dp_expert_weight_gather_bytes(model, s, n)
+    return {
+        "dense": float(comm.dp_iteration_bytes(s, grad, weights)),
+        "expert": float(comm.dp_iteration_bytes(s, e_grad, e_weights)),
+    }
+
+
+def _per_stage(
+    groups: IntArray, rows_per_stage: int, keys: list[tuple[int, bool]]
+) -> list[tuple[tuple[int, bool], IntArray]]:
+    """The group rows (stage-major, `rows_per_stage` per stage) of the stages sharing each
+    distinct key of `keys` (one key per stage)."""
+    stage_of_row = np.arange(groups.shape[0]) // max(rows_per_stage, 1)
+    out = []
+    for key in dict.fromkeys(keys):
+        stage_has_key = np.array([k == key for k in keys])
+        out.append((key, groups[stage_has_key[stage_of_row]]))
+    return out
+
+
+def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
+    """Bytes each GPU pair exchanges in one iteration of `strategy` placed by `p`; every stage
+    with its own layers (`strategies.layers_of_stage`: pipelines need not divide the layers)."""
+    s = from_strategies(strategy)
+    check(model, s, p.gpus)
+    if (int(s.tp), int(s.pp), int(s.dp), int(s.cp)) != (p.tp, p.pp, p.dp, p.cp):
+        raise RailplanError(
+            "placement",
+            f"is for tp={p.tp}, cp={p.cp}, pp={p.pp}, dp={p.dp}, not the strategy's sizes",
+        )
+    vol = kind_volumes(model, s)
+    k = p.hb_domain
+    stages = np.arange(p.pp)
+    layers = layers_of_stage(model, s, stages).tolist()
+    end = ((stages == 0) | (stages == p.pp - 1)).tolist()
+    keys = [(int(n), bool(e)) for n, e in zip(layers, end, strict=True)]
+    only_layers = [(n, False) for n, _ in keys]
+    pieces: list[tuple[str, tuple[IntArray, IntArray, FloatArray]]] = [
+        ("pp", _scale(pipeline_edges(p.groups("pp"), int(s.interleave)), vol["pp"])),
+    ]
+    for (n, _), rows in _per_stage(p.groups("tp"), p.dp * p.cp, only_layers):
+        pieces.append(("tp", _scale(collective_edges(rows, k), vol["tp"] * n)))
+    if p.cp > 1:
+        for (n, _), rows in _per_stage(p.groups("cp"), p.dp * p.tp, only_layers):
+            pieces.append(("cp", _scale(ring_edges(rows, 1.0), vol["cp"] * n)))
+    for (n, e), rows in _per_stage(p.groups("dp"), p.tp, keys):
+        dense_bytes = dp_stage_bytes(model, s, n, e)["dense"]
+        pieces.append(("dp", _scale(collective_edges(rows, k), dense_bytes)))
+    if vol["embedding"] > 0:
+        pieces.append(("dp", _scale(collective_edges(p.groups("embedding"), k), vol["embedding"])))
+    if model.moe_layers:
+        ep = int(s.ep)
+        ep_groups, edp_groups = expert_groups(p, ep)
+        for (n, _), rows in _per_stage(edp_groups, ep * p.tp, only_layers):
+            expert_bytes = dp_stage_bytes(model, s, n, False)["expert"]
+            pieces.append(("dp", _scale(collective_edges(rows, k), expert_bytes)))
+        if ep > 1:
+            # uniform all-to-alls among the ep ranks of each MoE layer of the stage: the
+            # logical demand src → dst (forwarding is the timing's concern, SYSTEM.md 3)
+            moe_share = model.moe_layers / model.layers
+            for (n, _), rows in _per_stage(ep_groups, (p.dp // ep) * p.tp, only_layers):
+                pieces.append(("ep", _scale(all_to_all_edges(rows), vol["ep"] * moe_share * n)))
+    src = np.concatenate([x[0] for _, x in pieces])
+    dst = np.concatenate([x[1] for _, x in pieces])
+    size = np.concatenate([x[2] for _, x in pieces])
+    kind = np.concatenate(
+        [np.full(x[0].size, KIND_CODE[name], dtype=np.int64) for name, x in pieces]
+    )
+    s_, d_, k_, b_ = _coalesce(p.gpus, src, dst, kind, size)
+    return Traffic(p.gpus, k, s_, d_, k_, b_)
+
+
+@dataclass(frozen=True)
+class TrafficStats:
+    """Summary of one iteration's traffic (unordered pairs i < j of distinct GPUs)."""
+
+    gpus: int
+    hb_domain: int
+    bytes_by_kind: dict[str, float]
+    share_by_kind: dict[str, float]
+    total_bytes: float
+    hb_bytes: float
+    nic_bytes: float
+    hb_bytes_by_kind: dict[str, float]
+    nic_bytes_by_kind: dict[str, float]
+    nic_cross_rail_bytes: float
+    pairs_total: int
+    pairs_with_traffic: int
+    pairs_with_traffic_fraction: float
+    pairs_by_kind_fraction: dict[str, float]
+    pairs_with_tp_fraction: float
+    max_pair_bytes_hb: float
+    max_pair_bytes_nic: float
+    mean_pair_bytes_hb: float
+    mean_pair_bytes_nic: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _pair_keys(n: int, src: IntArray, dst: IntArray) -> IntArray:
+    lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+    return np.asarray(lo * n + hi)
+
+
+def stats(t: Traffic) -> TrafficStats:
+    """Bytes by kind and share, HB vs NIC bytes, cross-rail NIC bytes, pair fractions and the
+    largest / mean pair volume inside HB domains and across the NIC domain.
+
+    `mean_pair_bytes_hb`: HB bytes over all unordered pairs of GPUs that share an HB domain
+    (independent of the collective algorithm: ring or all-pairs move the same bytes);
+    `mean_pair_bytes_nic`: NIC bytes over the unordered cross-domain pairs that carry traffic."""
+    n, k = t.gpus, t.hb_domain
+    by_kind = {name: float(t.bytes[t.kind == code].sum()) for name, code in KIND_CODE.items()}
+    total = float(t.bytes.sum())
+    same_domain = (t.src // k) == (t.dst // k)
+    hb = float(t.bytes[same_domain].sum())
+    cross = cross_rail(t.src, t.dst, k)
+    pairs_total = n * (n - 1) // 2
+
+    key = _pair_keys(n, t.src, t.dst)
+    uniq, inv = np.unique(key, return_inverse=True)
+    pair_bytes = np.bincount(inv.ravel(), weights=t.bytes, minlength=uniq.size)
+    lo, hi = np.divmod(uniq, n)
+    pair_hb = (lo // k) == (hi // k)
+    kind_pairs = {
+        name: int(np.unique(key[t.kind == code]).size) for name, code in KIND_CODE.items()
+    }
+    # pairs sharing an HB domain: full domains plus a partial last one
+    full, rest = divmod(n, k)
+    hb_pairs = full * k * (k - 1) // 2 + rest * (rest - 1) // 2
+    nic_pairs = int(np.count_nonzero(~pair_hb))
+
+    def frac(x: int) -> float:
+        return x / pairs_total if pairs_total else 0.0
+
+    def top(mask: npt.NDArray[np.bool_]) -> float:
+        return float(pair_bytes[mask].max()) if np.any(mask) else 0.0
+
+    return TrafficStats(
+        gpus=n,
+        hb_domain=k,
+        bytes_by_kind=by_kind,
+        share_by_kind={name: (v / total if total else 0.0) for name, v in by_kind.items()},
+        total_bytes=total,
+        hb_bytes=hb,
+        nic_bytes=total - hb,
+        hb_bytes_by_kind={
+            name: float(t.bytes[same_domain & (t.kind == c)].sum()) for name, c in KIND_CODE.items()
+        },
+        nic_bytes_by_kind={
+            name: float(t.bytes[~same_domain & (t.kind == c)].sum())
+            for name, c in KIND_CODE.items()
+        },
+        nic_cross_rail_bytes=float(t.bytes[cross].sum()),
+        pairs_total=pairs_total,
+        pairs_with_traffic=int(uniq.size),
+        pairs_with_traffic_fraction=frac(int(uniq.size)),
+        pairs_by_kind_fraction={name: frac(c) for name, c in kind_pairs.items()},
+        pairs_with_tp_fraction=frac(kind_pairs["tp"]),
+        max_pair_bytes_hb=top(pair_hb),
+        max_pair_bytes_nic=top(~pair_hb),
+        mean_pair_bytes_hb=hb / hb_pairs if hb_pairs else 0.0,
+        mean_pair_bytes_nic=(total - hb) / nic_pairs if nic_pairs else 0.0,
+    )
+
+
+def to_columns(t: Traffic) -> dict[str, Any]:
+    """Columns src, dst, kind (name), bytes for export."""
+    return {"src": t.src, "dst": t.dst, "kind": t.kind_names(), "bytes": t.bytes}
+
+
+EXPORT_SUFFIXES = (".csv", ".parquet")
+
+
+def _write_csv(t: Traffic, tmp: Path) -> None:
+    names = np.asarray(KINDS)[t.kind]
+    with tmp.open("w", encoding="utf-8", newline="") as f:
+        f.write("src,dst,kind,bytes\n")
+        step = 1 << 16
+        for i in range(0, len(t), step):
+            rows = zip(
+                t.src[i : i + step].tolist(),
+                t.dst[i : i + step].tolist(),
+                names[i : i + step].tolist(),
+                t.bytes[i : i + step].tolist(),
+                strict=True,
+            )
+            f.write("".join(f"{s},{d},{k},{b!r}\n" for s, d, k, b in rows))
+
+
+def export(t: Traffic, path: str | Path) -> Path:
+    """Write columns src, dst, kind, bytes as CSV, or Parquet when pyarrow is importable."""
+    out = Path(path)
+    suffix = out.suffix.lower()
+    if suffix not in EXPORT_SUFFIXES:
+        raise RailplanError(
+            "export", f"{out.name!r} must end in .csv or .parquet to choose the format"
+        )
+    check_target(out, "export")
+    if suffix == ".csv":
+        return atomic_write(out, lambda tmp: _write_csv(t, tmp))
+    try:
+        import pyarrow as pa  # type: ignore[import-not-found,unused-ignore]
+        import pyarrow.parquet as pq  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        raise RailplanError(
+            "export", "Parquet needs pyarrow, which is not installed; use a .csv file instead"
+        ) from None
+    table = pa.table(
+        {
+            "src": pa.array(t.src),
+            "dst": pa.array(t.dst),
+            "kind": pa.array(t.kind_names().tolist()),
+            "bytes": pa.array(t.bytes),
+        }
+    )
+    return atomic_write(out, lambda tmp: pq.write_table(table, str(tmp)))

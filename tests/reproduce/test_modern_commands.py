@@ -1,0 +1,68 @@
+"""`railplan validate --commands`: each modern run's command reproduces its prediction, and the
+model files it reads are the CSV's models (no drift)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from railplan.reproduce.modern_validation import modern_commands, modern_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_model_files_match_the_csv() -> None:
+    for c in modern_commands():
+        path = ROOT / c["model_file"]
+        assert path.read_text() == c["model_yaml"], f"regenerate {c['model_file']}"
+
+
+def test_commands_reproduce_the_predictions(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    predicted = {r.id: r.estimate.iteration_s for r in modern_rows()}
+    commands = modern_commands()
+    assert len(commands) == len(predicted) == 32
+    for c in commands:
+        args = shlex.split(c["command"])
+        assert args[:2] == ["railplan", "estimate"]
+        out = cli.json(*args[1:])
+        assert out["iteration_s"] == pytest.approx(predicted[c["id"]], rel=1e-12), c["id"]
+
+
+def test_validate_commands_cli(cli) -> None:
+    r = cli("validate", "--commands")
+    assert r.exit_code == 0
+    assert r.stdout.count("railplan estimate --model examples/modern/") == 32
+    rows = cli.json("validate", "--commands")
+    assert {row["id"] for row in rows} == {c["id"] for c in modern_commands()}
+
+
+def test_unstated_knobs_take_the_fastest_fitting_value() -> None:
+    """The rule for knobs a source leaves unstated: no other allowed value of them is faster
+    while it fits (checked on one row by brute force)."""
+    import itertools
+
+    from railplan.perf.estimate import estimate
+    from railplan.reproduce.modern_validation import UNSTATED_KNOBS, knob_values, modern_run
+    from railplan.reproduce.validation import read_rows
+    from railplan.specs import Network
+
+    row = next(r for r in read_rows("modern_runs.csv") if r["id"] == "meg-h100-16B")
+    model, system, chosen = modern_run(row)
+    best = estimate(model, system, chosen, Network(), gpus=int(row["gpus"])).iteration_s
+    for combo in itertools.product(*(knob_values(model, chosen, k) for k in UNSTATED_KNOBS)):
+        s = chosen.model_copy(update=dict(zip(UNSTATED_KNOBS, combo, strict=True)))
+        if s.interleave > 1 and s.micro_batches % s.pp:
+            continue
+        e = estimate(model, system, s, Network(), gpus=int(row["gpus"]))
+        assert not e.fits or e.iteration_s >= best - 1e-12
+
+
+def test_catalog_holds_the_fitted_sustained_fraction() -> None:
+    """The one fitted constant is what the fit gives on the shared rows (refit if they change)."""
+    from railplan.reproduce.modern_validation import fit_sustained_fraction
+    from railplan.specs import load_gpu
+
+    assert load_gpu("h100-sxm").sustained_tensor_fraction == fit_sustained_fraction()
