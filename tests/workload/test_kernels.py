@@ -138,3 +138,19 @@ def test_elementwise_bytes_by_hand() -> None:
     unfused = from_strategies(Strategy(global_batch=1, attention="unfused"))
     scores = elementwise.layer_bytes(MODEL, unfused)["scores_forward"]
     assert float(scores) == pytest.approx(9 * MODEL.heads * MODEL.seq**2)
+
+
+def test_fp8_gemm_runs_at_the_fp8_mamf_fraction() -> None:
+    """An FP8 GEMM runs at fp8_tflops × fp8_matmul_efficiency × shape efficiency; without an FP8
+    MAMF in the catalog it falls back to the BF16 fraction. Hand-computed on the test GPU
+    (100 SMs): a 2,560 × 2,560 output is 400 tiles of 128×128, 4 full waves, no padding, tile
+    intensity 64 above the L2 intensity 10: shape efficiency 1; compute-bound (1.1 ms against
+    0.12 ms of HBM traffic)."""
+    g = Gemm("x", one(1), one(2560), one(2560), one(10240))
+    gpu = GPU_T.model_copy(update={"fp8_tflops": 200.0, "fp8_matmul_efficiency": 0.6})
+    assert float(gemm_efficiency(gpu, g)) == pytest.approx(0.8)
+    assert float(gemm_efficiency(gpu, g, fp8=True)) == pytest.approx(0.6)
+    flops = 2 * 2560 * 2560 * 10240
+    assert float(gemm_time_s(gpu, g, fp8=True)) == pytest.approx(flops / (200e12 * 0.6))
+    no_fp8_mamf = gpu.model_copy(update={"fp8_matmul_efficiency": None})
+    assert float(gemm_time_s(no_fp8_mamf, g, fp8=True)) == pytest.approx(flops / (200e12 * 0.8))

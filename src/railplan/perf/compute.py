@@ -6,7 +6,8 @@ GEMM efficiency is not one constant. A GEMM runs as output tiles spread over the
 bounded by the HBM roofline (operands read once, result written once). FP8 GEMMs (Transformer
 Engine) run at the GPU's dense FP8 peak with 1-byte operands; the tile factors are the same,
 since FP8 doubles both the FLOPs per clock and the elements per L2 byte. `matmul_efficiency` is the
-measured best case for large GEMMs (MAMF); the other factors come from the shape alone:
+measured best case for large GEMMs (MAMF; for FP8 GEMMs `fp8_matmul_efficiency`, the FP8 MAMF,
+where the catalog has it); the other factors come from the shape alone:
 - wave_fill: tiles / (waves · SMs): the last wave leaves SMs idle;
 - padding_fill: useful share of the padded output (M, N rounded up to the tile);
 - tile_intensity = mt·nt/(mt+nt) FLOP per byte fetched from L2 per k-step; a tile below the
@@ -48,9 +49,10 @@ _TILE_N = np.array([t[1] for t in TILES], dtype=np.float64)
 _TILE_INTENSITY = _TILE_M * _TILE_N / (_TILE_M + _TILE_N)  # FLOP per L2 byte per k-step
 
 
-def gemm_efficiency(gpu: GPU, g: Gemm) -> FloatArray:
+def gemm_efficiency(gpu: GPU, g: Gemm, fp8: bool = False) -> FloatArray:
     """Fraction of peak tensor FLOP/s the GEMM reaches when compute-bound (0..1]: the best tile,
-    all tiles evaluated at once along a leading axis."""
+    all tiles evaluated at once along a leading axis; `fp8`: of the FP8 peak, from the GPU's FP8
+    MAMF fraction where the catalog has one."""
     batch, m, n = np.broadcast_arrays(
         *(np.asarray(x, dtype=np.float64) for x in (g.batch, g.m, g.n))
     )
@@ -63,7 +65,8 @@ def gemm_efficiency(gpu: GPU, g: Gemm) -> FloatArray:
     padding_fill = (m * n) / (rows * mt * cols * nt)
     l2_fill = np.minimum(1.0, _TILE_INTENSITY / gpu.l2_flops_per_byte)[extra]
     best = (wave_fill * padding_fill * l2_fill).max(axis=0)
-    return np.asarray(gpu.matmul_efficiency * best)
+    mamf = gpu.fp8_matmul_efficiency if fp8 and gpu.fp8_matmul_efficiency else None
+    return np.asarray((mamf or gpu.matmul_efficiency) * best)
 
 
 def fp8_peak_tflops(gpu: GPU) -> float:
@@ -80,7 +83,9 @@ def gemm_time_s(gpu: GPU, g: Gemm, fp8: bool = False) -> FloatArray:
     `fp8`: at the FP8 peak with 1-byte operands."""
     peak = fp8_peak_tflops(gpu) if fp8 else gpu.peak_tflops
     width = FP8_BYTES_PER_ELEMENT if fp8 else BYTES_PER_ELEMENT
-    compute_s = g.flops / (peak * 1e12 * gemm_efficiency(gpu, g) * gpu.sustained_tensor_fraction)
+    compute_s = g.flops / (
+        peak * 1e12 * gemm_efficiency(gpu, g, fp8) * gpu.sustained_tensor_fraction
+    )
     moved_bytes = width * g.batch * (g.m * g.k + g.k * g.n + g.m * g.n)
     memory_s = moved_bytes / (gpu.memory_tbps * 1e12 * gpu.memory_efficiency)
     return np.maximum(compute_s, memory_s) + gpu.kernel_overhead_us * 1e-6

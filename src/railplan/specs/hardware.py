@@ -38,6 +38,11 @@ class GPU(Spec):
     matmul_efficiency: Efficiency = Field(
         description="achievable fraction of peak on large GEMMs (measured MAMF)"
     )
+    fp8_matmul_efficiency: Efficiency | None = Field(
+        default=None,
+        description="achievable fraction of the FP8 peak on large FP8 GEMMs (measured FP8 "
+        "MAMF; None: as matmul_efficiency)",
+    )
     l2_flops_per_byte: Annotated[float, Range(1.0, 10_000.0, "FLOP/byte")] = Field(
         description="tensor FLOPs per byte of L2 bandwidth: the intensity a GEMM tile needs"
     )
