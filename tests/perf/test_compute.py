@@ -1,7 +1,5 @@
-"""Direct tests of the kernel-level pieces: GEMM shapes and FLOPs (workload/gemms.py), GEMM and
-fused-attention time (compute.py), expert routing (workload/routing.py) and element-wise bytes
-(workload/elementwise.py), on hand-computed examples. The GPU here is built in the test with
-explicit numbers, so catalog changes do not move these expectations."""
+"""perf/compute.py on hand-computed examples: GEMM shape efficiency (waves, tile padding, L2),
+the compute/HBM roofline, the sustained tensor fraction, fused attention per pass, FP8."""
 
 from __future__ import annotations
 
@@ -18,53 +16,8 @@ from railplan.perf.compute import (
     gemm_time_s,
     memory_time_s,
 )
-from railplan.specs import GPU, Model, Strategy
-from railplan.specs.arrays import from_strategies
-from railplan.workload import elementwise, routing
-from railplan.workload.gemms import Gemm, layer_gemms, logit_gemm, mlp_gemms
-
-GPU_T = GPU(
-    name="test",
-    peak_tflops=100.0,
-    memory_gib=80,
-    memory_tbps=1.0,
-    sm_count=100,
-    matmul_efficiency=0.8,
-    l2_flops_per_byte=10.0,
-    memory_efficiency=0.5,
-    kernel_overhead_us=0.0,
-    flash_attention_efficiency=0.5,
-    flash_backward_efficiency=0.25,
-)
-MODEL = Model(name="m", hidden=1024, layers=4, heads=8, seq=512, vocab=1000)
-
-
-def one(x: float) -> np.ndarray:
-    return np.asarray(float(x))
-
-
-def test_gemm_flops_and_backward_shapes() -> None:
-    g = Gemm("x", one(2), one(3), one(5), one(7))
-    assert float(g.flops) == 2 * 2 * 3 * 5 * 7
-    dgrad, wgrad = g.backward()
-    assert (float(dgrad.m), float(dgrad.n), float(dgrad.k)) == (3, 7, 5)
-    assert (float(wgrad.m), float(wgrad.n), float(wgrad.k)) == (7, 5, 3)
-    assert float(dgrad.flops) == float(wgrad.flops) == float(g.flops)
-
-
-def test_layer_gemm_flops_are_24bsh2_plus_attention() -> None:
-    """A dense GPT layer (4h MLP): 24·b·s·h² linear FLOPs + 4·b·s²·h attention FLOPs forward,
-    divided by tp."""
-    b, t = 2, 4
-    s, h = MODEL.seq, MODEL.hidden
-    gemms = layer_gemms(MODEL, b, t)
-    linear = sum(float(g.flops) for g in gemms if not g.attention)
-    core = sum(float(g.flops) for g in gemms if g.attention)
-    assert linear == pytest.approx(24 * b * s * h * h / t)
-    assert core == pytest.approx(4 * b * s * s * h / t)
-    up, down = mlp_gemms(MODEL, b, t)
-    assert float(up.n) == 4 * h / t and float(down.k) == 4 * h / t
-    assert float(logit_gemm(MODEL, b, t).n) == MODEL.vocab / t
+from railplan.workload.gemms import Gemm
+from tests.kernel_fixtures import GPU_T, one
 
 
 def test_gemm_efficiency_full_waves_and_padding() -> None:
@@ -115,31 +68,6 @@ def test_memory_time_is_linear_in_bytes(moved: float, k: float) -> None:
     )
 
 
-def test_routing_uniform_and_skewed() -> None:
-    uniform = Model(name="u", hidden=64, layers=2, heads=4, experts=8, top_k=2, drop_tokens=False)
-    assert routing.expert_shares(uniform).sum() == pytest.approx(1.0)
-    assert routing.max_rank_load(uniform, 4) == pytest.approx(1.0)
-    skewed = uniform.model_copy(update={"routing_zipf": 1.0})
-    # Zipf z=1 over 8 experts, 2 per rank: the first rank holds (1 + 1/2) / H_8 of the tokens.
-    h8 = sum(1 / i for i in range(1, 9))
-    assert routing.max_rank_load(skewed, 4) == pytest.approx(4 * 1.5 / h8)
-    capped = uniform.model_copy(update={"drop_tokens": True, "capacity_factor": 1.25})
-    assert float(routing.slot_factor(capped, 4)) == 1.25
-    assert routing.dropped_fraction(capped) == 0.0
-
-
-def test_elementwise_bytes_by_hand() -> None:
-    """tp 1, micro-batch 1, flash: forward 22·sbh + activation (4·s·4h) + permute 4·sbh."""
-    s = from_strategies(Strategy(global_batch=1))
-    sbh = MODEL.seq * MODEL.hidden
-    got = elementwise.layer_bytes(MODEL, s)
-    assert float(got["forward"]) == pytest.approx(22 * sbh + 4 * 4 * sbh + 4 * sbh)
-    assert float(got["scores_forward"]) == 0.0
-    unfused = from_strategies(Strategy(global_batch=1, attention="unfused"))
-    scores = elementwise.layer_bytes(MODEL, unfused)["scores_forward"]
-    assert float(scores) == pytest.approx(9 * MODEL.heads * MODEL.seq**2)
-
-
 def test_fp8_gemm_runs_at_the_fp8_mamf_fraction() -> None:
     """An FP8 GEMM runs at fp8_tflops × fp8_matmul_efficiency × shape efficiency; without an FP8
     MAMF in the catalog it falls back to the BF16 fraction. Hand-computed on the test GPU
@@ -154,3 +82,26 @@ def test_fp8_gemm_runs_at_the_fp8_mamf_fraction() -> None:
     assert float(gemm_time_s(gpu, g, fp8=True)) == pytest.approx(flops / (200e12 * 0.6))
     no_fp8_mamf = gpu.model_copy(update={"fp8_matmul_efficiency": None})
     assert float(gemm_time_s(no_fp8_mamf, g, fp8=True)) == pytest.approx(flops / (200e12 * 0.8))
+
+
+def test_memory_time_by_hand() -> None:
+    """1 GB at 1 TB/s peak × 0.5 memory efficiency: 2 ms (no kernel overhead on the test GPU)."""
+    assert float(memory_time_s(GPU_T, 1e9)) == pytest.approx(2e-3)
+
+
+def test_gemm_time_vectorized_matches_scalar() -> None:
+    """One call over an array of shapes gives each shape's scalar time (the search relies on it)."""
+    ms = np.array([256.0, 2560.0, 4097.0])
+    many = gemm_time_s(GPU_T, Gemm("x", np.ones(3), ms, np.full(3, 1280.0), np.full(3, 4096.0)))
+    for i, m in enumerate(ms):
+        single = gemm_time_s(GPU_T, Gemm("x", one(1), one(m), one(1280), one(4096)))
+        assert float(many[i]) == pytest.approx(float(single))
+
+
+@given(st.integers(1, 20_000), st.integers(1, 20_000), st.integers(1, 20_000))
+def test_gemm_never_beats_the_peak(m: int, n: int, k: int) -> None:
+    """No shape runs faster than MAMF × peak, and efficiency stays in (0, MAMF]."""
+    g = Gemm("x", one(1), one(m), one(n), one(k))
+    eff = float(gemm_efficiency(GPU_T, g))
+    assert 0.0 < eff <= 0.8 + 1e-12
+    assert float(gemm_time_s(GPU_T, g)) >= float(g.flops) / (100e12 * 0.8) * (1 - 1e-12)
