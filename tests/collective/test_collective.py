@@ -111,7 +111,8 @@ def test_cli_json_and_errors() -> None:
         ["--algorithm", "x"],
         ["--gpus", "12"],
         ["--bytes", "abc"],
-        ["--network", "oversubscribed"],
+        ["--network", "multi-plane"],
+        ["--network", "oversubscribed", "--oversubscription", "0.5"],
     ],
 )
 def test_cli_bad_input_one_line_exit_2(args: list[str]) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from railplan.cli.options import JsonOpt, NetworkOpt, SystemOpt
+from railplan.cli.options import JsonOpt, NetworkOpt, OversubscriptionOpt, SystemOpt
 from railplan.cli.output import print_json, table
 
 
@@ -33,6 +33,10 @@ def _algorithms(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+#: the networks `railplan collective` builds (multi-plane has no group model here)
+COLLECTIVE_NETWORKS = ("rail-optimized", "rail-only", "oversubscribed", "ideal")
+
+
 def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
     """Add the `collective` command."""
     app.command()(collective)
@@ -47,15 +51,17 @@ def collective(
     algorithm: Annotated[
         str,
         typer.Option(
-            help="ring | tree | hierarchical | nvls | sharp | optimal | all, or several "
-            "comma-separated; all = the closed forms; optimal = the LP schedule (TE-CCL) on "
-            "the built graph, at most 64 GPUs, seconds to a minute per size"
+            help="ring | tree | hierarchical | nvls | sharp | flow | optimal | all, or several "
+            "comma-separated; all = the closed forms; flow = the hierarchical schedule (or "
+            "all-to-all) simulated flow by flow on the built graph; optimal = the LP schedule "
+            "(TE-CCL) on the built graph, at most 64 GPUs, seconds to a minute per size"
         ),
     ] = "all",
     nbytes: Annotated[
         str, typer.Option("--bytes", help="size(s) as nccl-tests prints, comma-separated")
     ] = "1073741824",
     network: NetworkOpt = "rail-optimized",
+    oversubscription: OversubscriptionOpt = None,
     radix: Annotated[int, typer.Option(help="switch radix of the built graph")] = 64,
     as_json: JsonOpt = False,
     plot: Annotated[
@@ -71,13 +77,13 @@ def collective(
     from railplan.specs.build import build_network
 
     sysm = load_system(system)
-    net = build_network(network, None)
-    if network not in ("rail-optimized", "rail-only", "ideal"):
-        raise RailplanError("network", "choose one of rail-optimized, rail-only, ideal")
+    if network not in COLLECTIVE_NETWORKS:
+        raise RailplanError("network", f"choose one of {', '.join(COLLECTIVE_NETWORKS)}")
+    net = build_network(network, oversubscription)
     names = _algorithms(algorithm)
     g = alg.group(sysm, net, gpus)
     nic = int(sysm.nic_gbps)
-    built = Built(net.architecture, radix, nic)
+    built = Built(net.architecture, radix, nic, net.oversubscription)
     sizes = _sizes(nbytes)
     if "optimal" in names:
         from railplan.collective.lp import MAX_RANKS
@@ -91,7 +97,9 @@ def collective(
     else:
         rows = sweep(g, op, sizes, names, built)
     for row in rows:
-        row["bound_s"] = bound_s(g, op, row["bytes"], net.architecture, radix, nic)
+        row["bound_s"] = bound_s(
+            g, op, row["bytes"], net.architecture, radix, nic, net.oversubscription
+        )
     if plot is not None:
         from railplan.collective.sweep import plot as plot_sweep
 

@@ -12,23 +12,31 @@ from railplan.collective import algorithms as alg
 from railplan.errors import RailplanError
 from railplan.fileio import atomic_write
 
-#: the closed forms and the LP schedule (collective/lp.py), in the order tables show them
-ALL_ALGORITHMS: tuple[str, ...] = (*alg.ALGORITHMS, "optimal")
+#: the closed forms, the flow-level simulation (collective/flow.py) and the LP schedule
+#: (collective/lp.py), in the order tables show them; the last two run on the built network
+ALL_ALGORITHMS: tuple[str, ...] = (*alg.ALGORITHMS, "flow", "optimal")
+BUILT_ALGORITHMS: tuple[str, ...] = ("flow", "optimal")
 
 
 @dataclass(frozen=True)
 class Built:
-    """The built network the LP schedule runs on."""
+    """The built network the flow simulation and the LP schedule run on."""
 
     arch: str
     radix: int
     nic_gbps: int
+    oversubscription: float = 1.0
 
 
 def run(g: alg.Group, op: str, algorithm: str, size: float, built: Built) -> alg.Result:
-    """One algorithm's result: a closed form (`algorithms.run`) or the LP schedule."""
-    if algorithm != "optimal":
+    """One algorithm's result: a closed form (`algorithms.run`), the flow-level simulation or the
+    LP schedule, all behind this one call."""
+    if algorithm not in BUILT_ALGORITHMS:
         return alg.run(g, op, algorithm, size)
+    if algorithm == "flow":
+        from railplan.collective.flow import flow
+
+        return flow(g, op, size, built.arch, built.radix, built.nic_gbps, built.oversubscription)
     from railplan.collective.optimal import optimal
 
     return optimal(g, op, size, built.arch, built.radix, built.nic_gbps)
@@ -42,9 +50,13 @@ def sweep(
     built: Built | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per size: each algorithm's result; "optimal" needs the `built` network."""
-    if "optimal" in algorithms and built is None:
-        raise RailplanError("algorithm", "optimal needs the built network (architecture, radix)")
+    """One row per size: each algorithm's result; "flow" and "optimal" need the `built`
+    network."""
+    needs = [a for a in algorithms if a in BUILT_ALGORITHMS]
+    if needs and built is None:
+        raise RailplanError(
+            "algorithm", f"{needs[0]} needs the built network (architecture, radix)"
+        )
     rows = []
     for size in sizes:
         results = []

@@ -1,0 +1,124 @@
+"""One collective simulated flow by flow on the built topology: the `flow` algorithm.
+
+The closed forms (collective/algorithms.py) give each phase its bottleneck bandwidth and assume
+nothing else shares a link. Here the same schedule runs on the railplan-built graph
+(network/graph.py) through the flow-level simulator (network/flowsim: max-min fair rates, ECMP
+over equal-cost switch paths), so link sharing and path collisions count:
+
+- all-reduce: the hierarchical schedule (reduce-scatter in the HB domain, then in the rail, then
+  the all-gathers back; a ring inside the domain when the group lies in one);
+- all-gather / reduce-scatter: its second / first half;
+- all-to-all: direct pairs on rail-optimized and ideal networks, the rail phase then the HB
+  phase (forwarding, NCCL PXN) on rail-only.
+
+Links carry the bandwidths the closed forms and the lower bound use (collective/bound.py): HB
+links the system's achievable HB bandwidth, NIC and fabric links their line rate scaled to the
+achievable NIC bandwidth. Each step of a ring also pays one latency (the system's HB or NIC
+latency, as the closed forms charge it): the simulator itself moves bytes only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from railplan.collective.algorithms import Group, Result, busbw_factor
+from railplan.errors import RailplanError
+
+if TYPE_CHECKING:
+    from railplan.network.flowsim.fabric import FlowNetwork
+    from railplan.network.flowsim.maxmin import Step
+
+#: the largest group simulated; the all-to-all's N² flows per step bound it (fabric.py refuses
+#: a step past its incidence limit in any case)
+MAX_RANKS = 4096
+#: pair flows of one step simulated one by one when the traffic cannot be aggregated into
+#: exact classes (e.g. an all-to-all on an oversubscribed fabric): 128 GPUs' all-to-all
+#: (16,256 flows) takes about a second on one core, 256 GPUs' about 25 s
+MAX_PAIR_FLOWS = 20_000
+
+
+def _steps(g: Group, op: str, size_bytes: float, arch: str) -> tuple[list[Step], str]:
+    """The schedule's steps and the note naming it."""
+    from railplan.network.flowsim import schedules
+
+    if op == "all-to-all":
+        pairs = schedules.uniform_pair_bytes(g.gpus, size_bytes / g.gpus)
+        if arch == "rail-only" and g.y > 1:
+            steps = schedules.alltoall_forwarding_steps(pairs, g.x)
+            return steps, "rail phase then HB phase (forwarding), flow-level on the built graph"
+        return schedules.alltoall_direct_steps(pairs), "direct pairs, flow-level on the built graph"
+    steps = schedules.hierarchical_allreduce_steps(g.gpus, g.x, size_bytes)
+    half = len(steps) // 2
+    if op == "reduce-scatter":
+        steps = steps[:half]
+    elif op == "all-gather":
+        steps = steps[half:]
+    name = "hierarchical" if g.y > 1 else "ring in the HB domain"
+    return steps, f"{name}, flow-level (max-min fair, ECMP) on the built graph"
+
+
+def flow(
+    g: Group,
+    op: str,
+    size_bytes: float,
+    arch: str,
+    radix: int,
+    nic_gbps: int,
+    oversubscription: float = 1.0,
+) -> Result:
+    """Time, algbw and busbw of the collective's schedule simulated on the built `arch`
+    network (switch radix `radix`, NICs of `nic_gbps`, `oversubscription`:1 above the leaves
+    when `arch` is oversubscribed)."""
+    from railplan.network.flowsim.maxmin import simulate
+
+    if g.gpus > MAX_RANKS:
+        raise RailplanError(
+            "gpus", f"flow (the flow-level simulation) takes at most {MAX_RANKS} GPUs; got {g.gpus}"
+        )
+    lk = g.links
+    net = _network(g, arch, radix, nic_gbps, oversubscription)
+    steps, note = _steps(g, op, size_bytes, arch)
+    _check_flows(net, steps)
+    sim = simulate(net, steps)
+    latency_s = sum(
+        s.repeat * (lk.hb_lat_s if s.name.startswith("HB") or g.y == 1 else lk.nic_lat_s)
+        for s in sim.steps
+    )
+    t = sim.time_s + latency_s
+    algbw = size_bytes / t / 1e9
+    return Result("flow", t, algbw, algbw * busbw_factor(op, g.gpus), note)
+
+
+def _network(
+    g: Group, arch: str, radix: int, nic_gbps: int, oversubscription: float
+) -> FlowNetwork:
+    """The built graph as a flow network at the bandwidths the closed forms use (NIC and
+    fabric links at the achievable share of their line rate)."""
+    from railplan.network.flowsim.fabric import KIND_HB_DOWN, KIND_HB_UP, network_for
+
+    lk = g.links
+    over = oversubscription if arch == "oversubscribed" else None
+    net = network_for(arch, g.gpus, g.x, radix, nic_gbps, lk.hb_bw * 8 / 1e9, 1, over)
+    hb = np.isin(net.link_kind, (KIND_HB_UP, KIND_HB_DOWN))
+    nic_scale = lk.nic_bw / (nic_gbps * 1e9 / 8)  # achievable over line rate
+    cap = np.where(hb, lk.hb_bw, net.capacity_bytes_per_s * nic_scale)
+    return net.with_capacity(cap)
+
+
+def _check_flows(net: FlowNetwork, steps: list[Step]) -> None:
+    """Refuse a step that would be simulated flow by flow past `MAX_PAIR_FLOWS` pairs."""
+    from railplan.network.flowsim.flows import aggregate_matrix
+
+    for st in steps:
+        if st.matrix is None:
+            continue
+        pairs = int(np.count_nonzero(st.matrix))
+        if pairs > MAX_PAIR_FLOWS and aggregate_matrix(net, st.matrix) is None:
+            raise RailplanError(
+                "gpus",
+                f"flow: this network's {st.name} cannot be aggregated into classes and has "
+                f"{pairs:,} pair flows, over the {MAX_PAIR_FLOWS:,} simulated one by one; "
+                "use at most 128 GPUs here",
+            )
