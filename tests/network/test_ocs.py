@@ -142,3 +142,45 @@ def test_cli_bad_spares_one_line_exit_2(cli: Cli, bad: str) -> None:
     if bad != "x":  # a RailplanError: railplan.cli.main prints it as one line
         msg = str(r.exception)
         assert "spare_per_domain" in msg and "\n" not in msg
+
+
+def test_tradeoff_by_hand() -> None:
+    """$6M of OCS that cuts 16,000 idle GPU-hours to 4,000 costs $500 per recovered hour."""
+    from railplan.network.ocs import tradeoff
+
+    cost = {
+        "rail_only_ocs": {
+            "ocs_cost_usd": 6e6,
+            "ocs_power_w": 7e3,
+            "over_rail_only": {"cost": 0.5, "power": 0.02},
+            "spare_gpus": 512,
+        }
+    }
+    mc = {
+        "variants": {
+            "rail-only": {"expected_idle_gpu_hours": 16_000.0},
+            "rail-only+ocs": {"expected_idle_gpu_hours": 4_000.0},
+        }
+    }
+    t = tradeoff(cost, mc)
+    assert t is not None
+    assert t["recovered_gpu_hours"] == 12_000.0
+    assert t["ocs_usd_per_recovered_gpu_hour"] == pytest.approx(500.0)
+    assert tradeoff({"rail_only_ocs": None}, mc) is None
+    no_spares = {"variants": {k: {"expected_idle_gpu_hours": 9.0} for k in mc["variants"]}}
+    got = tradeoff(cost, no_spares)
+    assert got is not None and got["ocs_usd_per_recovered_gpu_hour"] is None
+
+
+def test_cli_faults_prints_the_tradeoff(cli: Cli) -> None:
+    import json
+
+    args = ("faults", "--gpus", "1024", "--trials", "200", "--spare-per-domain", "1")
+    r = cli(*args, "--json")
+    assert r.exit_code == 0, r.output
+    t = json.loads(r.output)["ocs_tradeoff"]
+    assert t["spare_gpus"] == 128 and t["recovered_gpu_hours"] > 0
+    text = cli(*args)
+    assert "per GPU-hour recovered" in text.output
+    bad = cli("faults", "--gpus", "1024", "--price-book", "nope")
+    assert bad.exit_code == 2 and "price_book" in str(bad.exception)

@@ -14,6 +14,7 @@ from railplan.cli.options import PriceBookOpt
 from railplan.cli.output import print_json, table
 
 if TYPE_CHECKING:
+    from railplan.network.cost import PriceBook
     from railplan.network.faults import MonteCarloResult
     from railplan.reproduce.table2 import PaperRow, Table2Row
 
@@ -295,13 +296,17 @@ def faults(
         float, typer.Option(help="hours a failed part stays out (assumption)")
     ] = 24.0,
     quantile: Annotated[float, typer.Option(help="target probability for spares")] = 0.99,
+    price_book: PriceBookOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Failure impact per component and a Monte Carlo of a long job (paper §IV-C)."""
+    """Failure impact per component and a Monte Carlo of a long job (paper §IV-C), and what the
+    rail-only+ocs layer costs beside the idle GPU-hours it recovers."""
     from railplan.limits import check_int
+    from railplan.network.cost import load_price_book
     from railplan.network.faults import Policy, fault_table, monte_carlo
 
     check_int("spare_per_domain", spare_per_domain, 0, hb_domain)
+    book = load_price_book(price_book)
     check_int("swap_group", swap_group, 1, 1 << 20)
     check_int("small_domain_max", small_domain_max, 1, 1 << 20)
     policy = Policy(spare_per_domain, False, small_domain_max, swap_group)
@@ -319,7 +324,10 @@ def faults(
         quantile,
         nic_gbps,
     )
-    data = {"single_failures": table, "monte_carlo": mc.to_dict()}
+    data: dict[str, Any] = {"single_failures": table, "monte_carlo": mc.to_dict()}
+    data["ocs_tradeoff"] = _ocs_tradeoff(
+        gpus, hb_domain, radix, nic_gbps, spare_per_domain, book, data
+    )
     if as_json:
         print_json(data)
         return
@@ -333,6 +341,44 @@ def faults(
         "report's software and host interruptions, so it is the larger. Idle GPU-hours are "
         f"GPUs unusable while a part is out ({repair_hours:g} h each); restart time after an "
         "interruption is not counted in goodput."
+    )
+    if data["ocs_tradeoff"] is not None:
+        console.print(_ocs_tradeoff_note(data["ocs_tradeoff"], days))
+
+
+def _ocs_tradeoff(
+    gpus: int,
+    hb_domain: int,
+    radix: int,
+    nic_gbps: int,
+    spare_per_domain: int,
+    book: PriceBook,
+    data: dict[str, Any],
+) -> dict[str, Any] | None:
+    """The OCS layer's cost (railplan cost's rail-only+ocs) beside the GPU-hours it recovers."""
+    from railplan.network.cost import compare
+    from railplan.network.ocs import tradeoff
+
+    cost = compare(gpus, hb_domain, radix, nic_gbps, 1, book, spare_per_domain).to_dict()
+    out = tradeoff(cost, data["monte_carlo"])
+    return None if out is None else {"price_book": book.name, **out}
+
+
+def _ocs_tradeoff_note(t: dict[str, Any], days: float) -> str:
+    """One paragraph: the OCS layer's price and power beside the idle GPU-hours it saves."""
+    head = (
+        f"rail-only+ocs ({t['price_book']}): the OCS layer costs {_m(t['ocs_cost_usd'])} "
+        f"({_pct(t['cost_over_rail_only'])} over rail-only's network; an assumption, see the "
+        f"price book), power {_kw(t['ocs_power_w'])}; "
+    )
+    if t["recovered_gpu_hours"] <= 0:
+        return head + "with no spare GPUs (--spare-per-domain) it recovers no idle GPU-hours."
+    per_hour = t["ocs_usd_per_recovered_gpu_hour"]
+    value = "" if per_hour is None else f": ${per_hour:,.0f} of OCS per GPU-hour recovered"
+    return head + (
+        f"with {t['spare_gpus']:,} spare GPUs idle it cuts the job's idle GPU-hours over "
+        f"{days:g} days from {t['idle_gpu_hours_rail_only']:,.0f} to "
+        f"{t['idle_gpu_hours_ocs']:,.0f}{value}."
     )
 
 

@@ -98,3 +98,29 @@ def ocs_layer(c: NetworkCounts, ocs: OcsPrices, spare_per_swap_set: int = 1) -> 
         cost_usd=units * n * ocs.port_usd,
         power_w=None if ocs.unit_w is None else units * ocs.unit_w,
     )
+
+
+def tradeoff(cost: dict[str, Any], monte_carlo: dict[str, Any]) -> dict[str, Any] | None:
+    """What the OCS layer costs beside the idle GPU-hours it recovers over a job: `cost` is
+    `cost.compare(...).to_dict()`, `monte_carlo` is `faults.monte_carlo(...).to_dict()` for the
+    same cluster and spares. None when the price book has no OCS model."""
+    ocs = cost.get("rail_only_ocs")
+    if ocs is None:
+        return None
+    variants = monte_carlo["variants"]
+    idle_rail_only = float(variants["rail-only"]["expected_idle_gpu_hours"])
+    idle_ocs = float(variants["rail-only+ocs"]["expected_idle_gpu_hours"])
+    recovered = idle_rail_only - idle_ocs
+    ocs_cost = ocs["ocs_cost_usd"]  # None where the price book prices no OCS
+    return {
+        "ocs_cost_usd": ocs_cost,
+        "ocs_power_w": ocs["ocs_power_w"],
+        "cost_over_rail_only": ocs["over_rail_only"]["cost"],
+        "spare_gpus": int(ocs["spare_gpus"]),
+        "idle_gpu_hours_rail_only": idle_rail_only,
+        "idle_gpu_hours_ocs": idle_ocs,
+        "recovered_gpu_hours": recovered,
+        "ocs_usd_per_recovered_gpu_hour": (
+            ocs_cost / recovered if ocs_cost is not None and recovered > 0 else None
+        ),
+    }
