@@ -3,17 +3,21 @@
 Nothing is fitted to these rows: every constant of the model has its own source
 (docs/inference.md). Offline rows compare the steady-state tokens/s per GPU, server rows the
 TTFT of the continuous-batching simulation at the measured throughput (Poisson arrivals at
-tokens/s ÷ output tokens; the row's `max_num_tokens` step budget), static rows one static
-batch, first-token rows a lone prefill.
+tokens/s ÷ output tokens; the row's `max_num_tokens` step budget; as many requests per replica
+as the run's `duration_s` brings; prompt and output lengths drawn from the row's `lengths` data
+set, outputs scaled to its mean), static rows one static batch, first-token rows a lone prefill.
 """
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
+
+import numpy as np
 
 from railplan.inference.engine import Deployment
 from railplan.inference.estimate import first_token_s, infer, static_batch_tokens_per_s_per_gpu
-from railplan.inference.serving import MAX_NUM_TOKENS, serve
+from railplan.inference.serving import MAX_NUM_TOKENS, Lengths, serve
 from railplan.specs import Network
 from railplan.specs.catalog import load_model, load_system
 from railplan.validation import read_rows
@@ -25,8 +29,27 @@ def _pct(predicted: float, measured: float) -> float:
     return 100.0 * (predicted - measured) / measured
 
 
+@cache
+def _data_set(name: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Prompt and answer token counts of a data set in data/validation (one row per sample)."""
+    samples = read_rows(name)
+    return (
+        tuple(int(r["input_length"]) for r in samples),
+        tuple(int(r["output_length"]) for r in samples),
+    )
+
+
+def data_set_lengths(name: str, output_tokens: int) -> Lengths:
+    """The data set's prompt lengths, and its answer lengths scaled to a mean of
+    `output_tokens` (rounded, at least 1)."""
+    prompts, answers = (np.asarray(a, dtype=np.int64) for a in _data_set(name))
+    scaled = np.rint(answers * (output_tokens / answers.mean())).astype(np.int64)
+    return prompts, np.maximum(scaled, 1)
+
+
 def rows(requests: int = 4000) -> list[dict[str, Any]]:
-    """One dict per comparison: id, quantity, measured, predicted, error_pct, goal_pct."""
+    """One dict per comparison: id, quantity, measured, predicted, error_pct, goal_pct
+    (`requests`: per replica, for server rows without a duration)."""
     out: list[dict[str, Any]] = []
     for r in read_rows(DATA):
         dep = Deployment(
@@ -48,7 +71,11 @@ def rows(requests: int = 4000) -> list[dict[str, Any]]:
         elif r["scenario"] == "server":
             rate = float(r["tokens_per_s_per_gpu"]) * dep.gpus / o
             budget = int(r["max_num_tokens"]) if r.get("max_num_tokens") else MAX_NUM_TOKENS
-            s = serve(dep, rate, i, o, b, requests=requests, max_num_tokens=budget)
+            n = requests
+            if r.get("duration_s"):  # the run's queries per replica
+                n = round(rate / dep.replicas * float(r["duration_s"]))
+            lengths = data_set_lengths(r["lengths"], o) if r.get("lengths") else None
+            s = serve(dep, rate, i, o, b, requests=n, max_num_tokens=budget, lengths=lengths)
             found.append(("TTFT mean (s)", float(r["ttft_mean_s"]), s.ttft_mean_s, goal))
             found.append(("TTFT p99 (s)", float(r["ttft_p99_s"]), s.ttft_p99_s, None))
         elif r["scenario"] == "static":
