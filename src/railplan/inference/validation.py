@@ -97,3 +97,41 @@ def rows(requests: int = 4000) -> list[dict[str, Any]]:
                 }
             )
     return out
+
+
+PAIRS = "mlperf41_llama2_server_offline.csv"
+
+
+def server_offline_rows() -> list[dict[str, Any]]:
+    """What MLPerf v4.1's Server and Offline runs of the same systems say about the engine step,
+    without the model (data/validation/mlperf41_llama2_server_offline.csv).
+
+    Per replica (gpus / tp): Little's law gives the sequences the Server run held, N = completed
+    samples/s × mean latency / replicas, each advancing one token per step of TPOT seconds; the
+    Offline run held its full batch B (the engine's max batch), so its step took
+    T_off = B · replicas / offline tokens/s. If a step costs a + b·n for n sequences (a, b ≥ 0),
+    the Offline engine would have stepped N sequences in between T_off and T_off · N / B, so the
+    Server step's premium over an Offline step of the same batch lies between
+    TPOT / T_off − 1 and TPOT · B / (T_off · N) − 1 (≈ offline ÷ server tokens/s − 1)."""
+    out: list[dict[str, Any]] = []
+    for r in read_rows(PAIRS):
+        replicas = int(r["gpus"]) // int(r["tp"])
+        n = float(r["server_samples_per_s"]) * float(r["server_mean_latency_s"]) / replicas
+        b = int(r["offline_batch"])
+        t_srv = float(r["server_tpot_mean_s"])
+        t_off = b * replicas / float(r["offline_tokens_per_s"])
+        bounds = sorted((t_srv / t_off - 1.0, t_srv * b / (t_off * n) - 1.0))
+        out.append(
+            {
+                "submitter": r["submitter"],
+                "system": r["system"],
+                "gpu": r["gpu"],
+                "sequences": n,
+                "offline_batch": b,
+                "server_step_s": t_srv,
+                "offline_step_s": t_off,
+                "load": float(r["server_tokens_per_s"]) / float(r["offline_tokens_per_s"]),
+                "premium_pct": (100.0 * bounds[0], 100.0 * bounds[1]),
+            }
+        )
+    return out
