@@ -1,13 +1,15 @@
 """Inference accuracy goal (issue 15): offline tokens/s per GPU within 10 % of MLPerf Inference
 v4.1 (Llama 2 70B on 8x H100 and 8x H200), TTFT mean within 15 % of the H100 server run; the
-TensorRT-LLM rows are held out (reported, no goal).
+TensorRT-LLM rows are held out (reported, no goal). Then, without the model, what MLPerf v4.1's
+Server and Offline runs of the same systems say about a server step (Little's law; see
+railplan.inference.validation.server_offline_rows).
 
 Run: python benchmarks/inference_validation.py
 """
 
 from __future__ import annotations
 
-from railplan.inference.validation import rows
+from railplan.inference.validation import rows, server_offline_rows
 
 
 def main() -> None:
@@ -21,6 +23,19 @@ def main() -> None:
         print(
             f"{r['id']:30s} {r['quantity']:18s} measured {r['measured']:9.3f} "
             f"predicted {r['predicted']:9.3f} error {r['error_pct']:+7.1f} %  {verdict}"
+        )
+    print()
+    print("MLPerf v4.1 Llama 2 70B, Server vs Offline, per replica: N sequences held (Little's")
+    print("law), server step (TPOT) / offline step at its batch B, server ÷ offline tokens/s, and")
+    print("the server step's premium over an offline step of N sequences (bounds for a step time")
+    print("linear in the batch)")
+    for p in server_offline_rows():
+        low, high = p["premium_pct"]
+        print(
+            f"{p['submitter'][:14]:14s} {p['system'][:34]:34s} N {p['sequences']:5.0f} "
+            f"B {p['offline_batch']:4d} step {1e3 * p['server_step_s']:5.1f} / "
+            f"{1e3 * p['offline_step_s']:5.1f} ms  load {p['load']:5.3f}  "
+            f"premium {low:+6.1f} .. {high:+5.1f} %"
         )
 
 

@@ -101,3 +101,65 @@ def test_a_tight_budget_delays_first_tokens() -> None:
     wide = simulate(step, 150.0, 3000, 200, 50, max_batch=512, max_num_tokens=8192, seed=6)
     tight = simulate(step, 150.0, 3000, 200, 50, max_batch=512, max_num_tokens=400, seed=6)
     assert float(np.mean(tight.ttft_s)) > 1.5 * float(np.mean(wide.ttft_s))
+
+
+def test_a_one_sample_data_set_is_the_fixed_lengths_run() -> None:
+    # the sample indices are drawn after the arrivals: same arrivals, same lengths, same run
+    def step(load: StepLoad) -> float:
+        return 0.01 + 1e-4 * float(load.tokens)
+
+    fixed = simulate(step, 30.0, 800, 40, 9, max_batch=32, max_num_tokens=200, seed=7)
+    one = (np.array([40]), np.array([9]))
+    drawn = simulate(step, 30.0, 800, 1, 1, max_batch=32, max_num_tokens=200, seed=7, lengths=one)
+    assert np.array_equal(fixed.ttft_s, drawn.ttft_s)
+    assert np.array_equal(fixed.tpot_s, drawn.tpot_s)
+
+
+def test_data_set_lengths_by_hand() -> None:
+    # one request at a time (0.001 req/s, steps of 0.01 s): each request idles the engine, its
+    # prompt rides alone in one step (TTFT = 0.01 s) and each later token takes one step, so
+    # TPOT = 0.01 s whatever its length; the steps carry sum(outputs) tokens in all
+    loads: list[StepLoad] = []
+
+    def step(load: StepLoad) -> float:
+        loads.append(load)
+        return 0.01
+
+    data = (np.array([3, 50, 7]), np.array([2, 5, 11]))
+    run = simulate(step, 0.001, 60, 1, 1, max_batch=8, seed=8, lengths=data)
+    assert run.ttft_s == pytest.approx(np.full(60, 0.01))
+    assert run.tpot_s == pytest.approx(np.full(60, 0.01))
+    prompts = [int(x.prefill_tokens) for x in loads if x.prefill_seqs]
+    assert set(prompts) <= {3, 50, 7} and len(prompts) == 60
+    # prompt p comes with output o (3→2, 50→5, 7→11): every request's steps counted
+    outputs = {3: 2, 50: 5, 7: 11}
+    assert sum(x.decode + x.prefill_seqs for x in loads) == sum(outputs[p] for p in prompts)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.integers(1, 700), min_size=1, max_size=6),
+    st.integers(16, 3000),
+    st.floats(5.0, 300.0),
+)
+def test_drawn_prompts_respect_the_budget(prompts: list[int], budget: int, rate: float) -> None:
+    # first come first served: whole prompts while the budget (one token per running sequence
+    # plus the prompts) allows; only an empty engine may exceed it, with one prompt
+    loads: list[StepLoad] = []
+
+    def step(load: StepLoad) -> float:
+        loads.append(load)
+        return 0.005 + 1e-5 * float(load.tokens)
+
+    data = (np.array(prompts), np.full(len(prompts), 20))
+    run = simulate(step, rate, 300, 1, 1, 128, max_num_tokens=budget, seed=9, lengths=data)
+    assert np.isfinite(run.ttft_s).all()
+    for load in loads:
+        over = float(load.tokens) > budget
+        assert not over or (load.decode == 0 and load.prefill_seqs == 1)
+
+
+def test_bad_lengths_are_one_line_errors() -> None:
+    for bad in ((np.array([1, 2]), np.array([3])), (np.array([0]), np.array([3]))):
+        with pytest.raises(RailplanError, match="lengths"):
+            simulate(lambda load: 0.01, 1.0, 10, 1, 1, 4, lengths=bad)

@@ -28,7 +28,7 @@ import numpy as np
 from railplan.errors import RailplanError
 from railplan.inference.engine import Deployment, StepLoad, step_time_s
 from railplan.records import Record
-from railplan.specs.arrays import FloatArray
+from railplan.specs.arrays import FloatArray, IntArray
 
 #: tokens one step may carry (decode tokens and whole prompts): TensorRT-LLM's max_num_tokens
 #: default (8192)
@@ -54,6 +54,8 @@ class ServingResult(Record):
 
 
 StepFn = Callable[[StepLoad], float]
+#: a data set's prompt and output token counts, one pair per sample
+Lengths = tuple[IntArray, IntArray]
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,29 @@ def _tokens_per_s(ends: FloatArray, tokens: FloatArray, lo: float, hi: float) ->
     return float(tokens.sum() / ends[-1])
 
 
+def _lengths(
+    rng: np.random.Generator,
+    requests: int,
+    input_tokens: int,
+    output_tokens: int,
+    lengths: Lengths | None,
+) -> tuple[IntArray, IntArray]:
+    """Prompt and output tokens of every request: the given ones, or (with `lengths`, a data
+    set's samples) one sample drawn at random per request."""
+    if lengths is None:
+        return (
+            np.full(requests, input_tokens, dtype=np.int64),
+            np.full(requests, output_tokens, dtype=np.int64),
+        )
+    prompts, outputs = (np.asarray(a, dtype=np.int64) for a in lengths)
+    if prompts.shape != outputs.shape or prompts.size == 0 or prompts.ndim != 1:
+        raise RailplanError("lengths", "needs two equally long, non-empty lists of token counts")
+    if min(int(prompts.min()), int(outputs.min())) < 1:
+        raise RailplanError("lengths", "token counts must be positive")
+    pick = rng.integers(0, prompts.size, requests)
+    return prompts[pick], outputs[pick]
+
+
 def simulate(
     step_s: StepFn,
     rate_per_s: float,
@@ -127,15 +152,21 @@ def simulate(
     max_batch: int,
     max_num_tokens: int = MAX_NUM_TOKENS,
     seed: int = 0,
+    lengths: Lengths | None = None,
 ) -> Run:
     """Every request's TTFT and TPOT on one engine whose step time is `step_s(load)`, and
-    whether the queue kept up with the arrivals."""
+    whether the queue kept up with the arrivals. Every request has `input_tokens` prompt and
+    `output_tokens` output tokens, or, with `lengths` (a data set's prompt and output token
+    counts), those of a sample drawn at random."""
     _check_simulation(rate_per_s, requests, max_batch, max_num_tokens)
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1.0 / rate_per_s, requests))
+    prompt, output = _lengths(rng, requests, input_tokens, output_tokens, lengths)
+    # prompt tokens of the first k requests: csum[k]; admission is a search in it
+    csum = np.concatenate([[0], np.cumsum(prompt)])
     first = np.full(requests, np.nan)
     finish = np.full(requests, np.nan)
-    per_step = max(1, max_num_tokens // input_tokens)  # prompts an empty step may carry
+    per_step = max(1, int(max_num_tokens // prompt.mean()))  # prompts an empty step may carry
     run_id = np.zeros(0, dtype=np.int64)
     run_left = np.zeros(0, dtype=np.int64)
     run_ctx = np.zeros(0, dtype=np.float64)
@@ -147,17 +178,22 @@ def simulate(
     while done < requests:
         if run_id.size == 0 and nxt < requests and arrivals[nxt] > t:
             t = float(arrivals[nxt])  # idle until the next arrival
-        # whole prompts in what the running sequences' decode tokens leave of the budget; an
-        # empty engine takes one prompt however long
-        fit = (max_num_tokens - run_id.size) // input_tokens
-        room = min(max_batch - run_id.size, max(fit, 1 if run_id.size == 0 else 0))
+        # first come first served: whole prompts in what the running sequences' decode tokens
+        # leave of the budget, while the batch has room; an empty engine takes one prompt
+        # however long
         arrived = int(np.searchsorted(arrivals, t, side="right"))
-        new = np.arange(nxt, min(arrived, nxt + room), dtype=np.int64)
-        nxt += new.size
+        last = min(arrived, nxt + max_batch - run_id.size)
+        free = max_num_tokens - run_id.size
+        fit = int(np.searchsorted(csum, csum[nxt] + free, side="right")) - 1
+        end = max(nxt, min(last, fit))
+        if end == nxt and run_id.size == 0 and arrived > nxt:
+            end = nxt + 1
+        new = np.arange(nxt, end, dtype=np.int64)
+        nxt = end
         load = StepLoad(
             decode=float(run_id.size),
             context_tokens=float(run_ctx.sum()),
-            prefill_tokens=float(new.size * input_tokens),
+            prefill_tokens=float(csum[end] - csum[new[0]]) if new.size else 0.0,
             prefill_seqs=float(new.size),
         )
         if waiting_at_end < 0 and t >= arrivals[-1]:
@@ -171,14 +207,14 @@ def simulate(
         run_ctx += 1.0
         first[new] = t
         ids = np.concatenate([run_id, new])
-        left = np.concatenate([run_left, np.full(new.size, output_tokens - 1, dtype=np.int64)])
-        ctx = np.concatenate([run_ctx, np.full(new.size, float(input_tokens + 1))])
+        left = np.concatenate([run_left, output[new] - 1])
+        ctx = np.concatenate([run_ctx, prompt[new] + 1.0])
         over = left <= 0
         finish[ids[over]] = t
         done += int(over.sum())
         run_id, run_left, run_ctx = ids[~over], left[~over], ctx[~over]
     ttft = first - arrivals
-    tpot = (finish - first) / max(output_tokens - 1, 1)
+    tpot = (finish - first) / np.maximum(output - 1, 1)
     # tokens/s from the middle arrival until the last one (or, when a queue built up, until
     # the last prompt was admitted): the engine holds its steady (or full) batch meanwhile
     lo, hi = arrivals[requests // 2], max(arrivals[-1], last_admitted)
@@ -186,7 +222,7 @@ def simulate(
     half = requests // 2
     lifetime = float(np.median(finish[: max(half, 1)] - arrivals[: max(half, 1)]))
     settled = bool(arrivals[half] >= lifetime)
-    offered = rate_per_s * output_tokens
+    offered = rate_per_s * float(output.mean())
     return Run(ttft, tpot, rate, offered, max(waiting_at_end, 0), per_step, settled)
 
 
@@ -211,9 +247,12 @@ def serve(
     requests: int = DEFAULT_REQUESTS,
     seed: int = 0,
     max_num_tokens: int = MAX_NUM_TOKENS,
+    lengths: Lengths | None = None,
 ) -> ServingResult:
     """Simulate `dep` under Poisson arrivals at `arrival_rate` requests/s (whole deployment),
-    each step carrying at most `max_num_tokens` tokens."""
+    each step carrying at most `max_num_tokens` tokens. With `lengths` (a data set's prompt and
+    output token counts) each request draws one sample; `input_tokens` and `output_tokens` then
+    only size the KV-cache limit of the batch (their sum reserved per sequence)."""
     groups = dep.gpus // (dep.tp * dep.pp)  # replicas × ep ranks, each with its own batch
     low = MIN_RATE_PER_S * groups  # each replica simulated at arrival_rate / groups
     if not low <= arrival_rate < MAX_RATE_PER_S:
@@ -224,11 +263,17 @@ def serve(
         )
     most = dep.max_batch(input_tokens + output_tokens)
     limit = most if batch is None else min(batch, most)
-    cache: dict[tuple[int, int, int], float] = {}
+    cache: dict[tuple[int, int, int, int], float] = {}
 
     def step(load: StepLoad) -> float:
-        # the step time is linear in the context tokens between cached points 256 tokens apart
-        key = (int(load.decode), int(load.prefill_seqs), int(load.context_tokens) // 256)
+        # one engine-model call per batch, prompt count, 16 prompt tokens and 256 context
+        # tokens (the step time changes by < 0.5 % within them)
+        key = (
+            int(load.decode),
+            int(load.prefill_seqs),
+            int(load.prefill_tokens) // 16,
+            int(load.context_tokens) // 256,
+        )
         if key not in cache:
             cache[key] = step_time_s(dep, load)[0]
         return cache[key]
@@ -242,6 +287,7 @@ def serve(
         limit,
         max_num_tokens=max_num_tokens,
         seed=seed,
+        lengths=lengths,
     )
     ttft, tpot = run.ttft_s, run.tpot_s
     # stable (or too short to tell): the offered load; overloaded: what the full engine made

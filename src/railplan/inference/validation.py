@@ -3,17 +3,21 @@
 Nothing is fitted to these rows: every constant of the model has its own source
 (docs/inference.md). Offline rows compare the steady-state tokens/s per GPU, server rows the
 TTFT of the continuous-batching simulation at the measured throughput (Poisson arrivals at
-tokens/s ÷ output tokens; the row's `max_num_tokens` step budget), static rows one static
-batch, first-token rows a lone prefill.
+tokens/s ÷ output tokens; the row's `max_num_tokens` step budget; as many requests per replica
+as the run's `duration_s` brings; prompt and output lengths drawn from the row's `lengths` data
+set, outputs scaled to its mean), static rows one static batch, first-token rows a lone prefill.
 """
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
+
+import numpy as np
 
 from railplan.inference.engine import Deployment
 from railplan.inference.estimate import first_token_s, infer, static_batch_tokens_per_s_per_gpu
-from railplan.inference.serving import MAX_NUM_TOKENS, serve
+from railplan.inference.serving import MAX_NUM_TOKENS, Lengths, serve
 from railplan.reproduce.validation import read_rows
 from railplan.specs import Network
 from railplan.specs.catalog import load_model, load_system
@@ -25,8 +29,27 @@ def _pct(predicted: float, measured: float) -> float:
     return 100.0 * (predicted - measured) / measured
 
 
+@cache
+def _data_set(name: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Prompt and answer token counts of a data set in data/validation (one row per sample)."""
+    samples = read_rows(name)
+    return (
+        tuple(int(r["input_length"]) for r in samples),
+        tuple(int(r["output_length"]) for r in samples),
+    )
+
+
+def data_set_lengths(name: str, output_tokens: int) -> Lengths:
+    """The data set's prompt lengths, and its answer lengths scaled to a mean of
+    `output_tokens` (rounded, at least 1)."""
+    prompts, answers = (np.asarray(a, dtype=np.int64) for a in _data_set(name))
+    scaled = np.rint(answers * (output_tokens / answers.mean())).astype(np.int64)
+    return prompts, np.maximum(scaled, 1)
+
+
 def rows(requests: int = 4000) -> list[dict[str, Any]]:
-    """One dict per comparison: id, quantity, measured, predicted, error_pct, goal_pct."""
+    """One dict per comparison: id, quantity, measured, predicted, error_pct, goal_pct
+    (`requests`: per replica, for server rows without a duration)."""
     out: list[dict[str, Any]] = []
     for r in read_rows(DATA):
         dep = Deployment(
@@ -48,7 +71,11 @@ def rows(requests: int = 4000) -> list[dict[str, Any]]:
         elif r["scenario"] == "server":
             rate = float(r["tokens_per_s_per_gpu"]) * dep.gpus / o
             budget = int(r["max_num_tokens"]) if r.get("max_num_tokens") else MAX_NUM_TOKENS
-            s = serve(dep, rate, i, o, b, requests=requests, max_num_tokens=budget)
+            n = requests
+            if r.get("duration_s"):  # the run's queries per replica
+                n = round(rate / dep.replicas * float(r["duration_s"]))
+            lengths = data_set_lengths(r["lengths"], o) if r.get("lengths") else None
+            s = serve(dep, rate, i, o, b, requests=n, max_num_tokens=budget, lengths=lengths)
             found.append(("TTFT mean (s)", float(r["ttft_mean_s"]), s.ttft_mean_s, goal))
             found.append(("TTFT p99 (s)", float(r["ttft_p99_s"]), s.ttft_p99_s, None))
         elif r["scenario"] == "static":
@@ -69,4 +96,42 @@ def rows(requests: int = 4000) -> list[dict[str, Any]]:
                     "source": r["source"],
                 }
             )
+    return out
+
+
+PAIRS = "mlperf41_llama2_server_offline.csv"
+
+
+def server_offline_rows() -> list[dict[str, Any]]:
+    """What MLPerf v4.1's Server and Offline runs of the same systems say about the engine step,
+    without the model (data/validation/mlperf41_llama2_server_offline.csv).
+
+    Per replica (gpus / tp): Little's law gives the sequences the Server run held, N = completed
+    samples/s × mean latency / replicas, each advancing one token per step of TPOT seconds; the
+    Offline run held its full batch B (the engine's max batch), so its step took
+    T_off = B · replicas / offline tokens/s. If a step costs a + b·n for n sequences (a, b ≥ 0),
+    the Offline engine would have stepped N sequences in between T_off and T_off · N / B, so the
+    Server step's premium over an Offline step of the same batch lies between
+    TPOT / T_off − 1 and TPOT · B / (T_off · N) − 1 (≈ offline ÷ server tokens/s − 1)."""
+    out: list[dict[str, Any]] = []
+    for r in read_rows(PAIRS):
+        replicas = int(r["gpus"]) // int(r["tp"])
+        n = float(r["server_samples_per_s"]) * float(r["server_mean_latency_s"]) / replicas
+        b = int(r["offline_batch"])
+        t_srv = float(r["server_tpot_mean_s"])
+        t_off = b * replicas / float(r["offline_tokens_per_s"])
+        bounds = sorted((t_srv / t_off - 1.0, t_srv * b / (t_off * n) - 1.0))
+        out.append(
+            {
+                "submitter": r["submitter"],
+                "system": r["system"],
+                "gpu": r["gpu"],
+                "sequences": n,
+                "offline_batch": b,
+                "server_step_s": t_srv,
+                "offline_step_s": t_off,
+                "load": float(r["server_tokens_per_s"]) / float(r["offline_tokens_per_s"]),
+                "premium_pct": (100.0 * bounds[0], 100.0 * bounds[1]),
+            }
+        )
     return out
