@@ -371,8 +371,10 @@ def _ocs_tradeoff_note(t: dict[str, Any], days: float) -> str:
         f"({_pct(t['cost_over_rail_only'])} over rail-only's network; an assumption, see the "
         f"price book), power {_kw(t['ocs_power_w'])}; "
     )
-    if t["recovered_gpu_hours"] <= 0:
+    if t["spare_gpus"] == 0:
         return head + "with no spare GPUs (--spare-per-domain) it recovers no idle GPU-hours."
+    if t["recovered_gpu_hours"] <= 0:
+        return head + f"its {t['spare_gpus']:,} spare GPUs recover no idle GPU-hours here."
     per_hour = t["ocs_usd_per_recovered_gpu_hour"]
     value = "" if per_hour is None else f": ${per_hour:,.0f} of OCS per GPU-hour recovered"
     return head + (

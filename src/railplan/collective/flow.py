@@ -71,8 +71,13 @@ def flow(
     """Time, algbw and busbw of the collective's schedule simulated on the built `arch`
     network (switch radix `radix`, NICs of `nic_gbps`, `oversubscription`:1 above the leaves
     when `arch` is oversubscribed)."""
+    from railplan.collective.algorithms import OPS
     from railplan.network.flowsim.maxmin import simulate
+    from railplan.specs.base import BYTES
 
+    if op not in OPS:
+        raise RailplanError("op", f"{op!r} is not allowed; choose one of {', '.join(OPS)}")
+    size_bytes = BYTES.check("bytes", size_bytes)
     if g.gpus > MAX_RANKS:
         raise RailplanError(
             "gpus", f"flow (the flow-level simulation) takes at most {MAX_RANKS} GPUs; got {g.gpus}"
