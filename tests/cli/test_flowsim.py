@@ -158,3 +158,17 @@ def test_huge_gpus_names_the_simulator_limit(cli: Any, collective: str, limit: s
     msg = str(r.exception)
     assert msg.startswith(f"gpus: must be in [1, {limit}] for {collective}")
     assert "graph export" not in msg and "closed forms" in msg
+
+
+def test_flowsim_refuses_long_pair_by_pair_runs(cli) -> None:  # type: ignore[no-untyped-def]
+    """An all-to-all that cannot be aggregated into classes is simulated pair by pair; past
+    MAX_SIMULATED_PAIRS (128 GPUs) it is refused before any work (the fuzz found 1,024 MI300X on
+    an oversubscribed fabric running past two minutes)."""
+    from railplan.network.flowsim.maxmin import MAX_SIMULATED_PAIRS
+
+    args = ("flowsim", "--system", "mi300x", "--arch", "oversubscribed", "--bytes-per-pair", "400")
+    r = cli(*args, "--gpus", "1024")
+    assert r.exit_code == 2 and "per-pair limit" in str(r.exception)
+    assert f"{MAX_SIMULATED_PAIRS:,}" in str(r.exception)
+    ok = cli(*args, "--gpus", "128")
+    assert ok.exit_code == 0, ok.output

@@ -33,10 +33,6 @@ if TYPE_CHECKING:
 #: the largest group simulated; the all-to-all's N² flows per step bound it (fabric.py refuses
 #: a step past its incidence limit in any case)
 MAX_RANKS = 4096
-#: pair flows of one step simulated one by one when the traffic cannot be aggregated into
-#: exact classes (e.g. an all-to-all on an oversubscribed fabric): 128 GPUs' all-to-all
-#: (16,256 flows) takes about a second on one core, 256 GPUs' about 25 s
-MAX_PAIR_FLOWS = 20_000
 
 
 def _steps(g: Group, op: str, size_bytes: float, arch: str) -> tuple[list[Step], str]:
@@ -72,7 +68,7 @@ def flow(
     network (switch radix `radix`, NICs of `nic_gbps`, `oversubscription`:1 above the leaves
     when `arch` is oversubscribed)."""
     from railplan.collective.algorithms import OPS
-    from railplan.network.flowsim.maxmin import simulate
+    from railplan.network.flowsim.maxmin import check_simulated_pairs, simulate
     from railplan.specs.base import BYTES
 
     if op not in OPS:
@@ -85,7 +81,7 @@ def flow(
     lk = g.links
     net = _network(g, arch, radix, nic_gbps, oversubscription)
     steps, note = _steps(g, op, size_bytes, arch)
-    _check_flows(net, steps)
+    check_simulated_pairs(net, steps)
     sim = simulate(net, steps)
     latency_s = sum(
         s.repeat * (lk.hb_lat_s if s.name.startswith("HB") or g.y == 1 else lk.nic_lat_s)
@@ -110,20 +106,3 @@ def _network(
     nic_scale = lk.nic_bw / (nic_gbps * 1e9 / 8)  # achievable over line rate
     cap = np.where(hb, lk.hb_bw, net.capacity_bytes_per_s * nic_scale)
     return net.with_capacity(cap)
-
-
-def _check_flows(net: FlowNetwork, steps: list[Step]) -> None:
-    """Refuse a step that would be simulated flow by flow past `MAX_PAIR_FLOWS` pairs."""
-    from railplan.network.flowsim.flows import aggregate_matrix
-
-    for st in steps:
-        if st.matrix is None:
-            continue
-        pairs = int(np.count_nonzero(st.matrix))
-        if pairs > MAX_PAIR_FLOWS and aggregate_matrix(net, st.matrix) is None:
-            raise RailplanError(
-                "gpus",
-                f"flow: this network's {st.name} cannot be aggregated into classes and has "
-                f"{pairs:,} pair flows, over the {MAX_PAIR_FLOWS:,} simulated one by one; "
-                "use at most 128 GPUs here",
-            )

@@ -171,6 +171,37 @@ class SimResult:
         return sum(s.flows * s.repeat for s in self.steps)
 
 
+#: pair flows of one step a command simulates one by one (when the step cannot be aggregated
+#: into exact classes, or with --no-aggregate): the time grows with flows × rate events, about
+#: 1 s at 128 GPUs' all-to-all (16,256 flows), from 11 s to over 10 minutes at 256 GPUs'
+#: (65,280: oversubscribed radix 16, uniform vs Zipf-skewed) and minutes at 1,024 (measured)
+MAX_SIMULATED_PAIRS = 20_000
+
+
+def check_simulated_pairs(net: FlowNetwork, steps: list[Step], aggregate: bool = True) -> None:
+    """Refuse, before any work, a step that would be simulated pair by pair past
+    `MAX_SIMULATED_PAIRS` flows (commands call this; the library's `simulate` does not)."""
+    from railplan.network.flowsim.flows import aggregate_matrix
+
+    for st in steps:
+        if st.matrix is None:
+            continue  # ring steps (src/dst arrays): one flow per GPU
+        pairs = int(np.count_nonzero(st.matrix))
+        if pairs <= MAX_SIMULATED_PAIRS:
+            continue
+        if aggregate and aggregate_matrix(net, st.matrix) is not None:
+            continue
+        how = "is not aggregated (--no-aggregate)"
+        if aggregate:
+            how = "cannot be aggregated into exact classes on this network"
+        raise RailplanError(
+            "gpus",
+            f"the {st.name} step {how} and has {pairs:,} pair flows, past the per-pair limit "
+            f"of {MAX_SIMULATED_PAIRS:,} simulated one by one (128 GPUs' all-to-all; more can run "
+            "for minutes); use fewer GPUs or uniform traffic on a non-blocking fabric",
+        )
+
+
 def simulate(net: FlowNetwork, steps: list[Step], aggregate: bool = True) -> SimResult:
     """Run the steps one after another on ``net``."""
     out = []
