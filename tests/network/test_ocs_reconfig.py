@@ -51,6 +51,14 @@ def test_nics_and_circulators() -> None:
     assert (c.pods, c.pod_domains, c.units, c.ports_used) == (8, 256, 64, 8192)
 
 
+def test_tpu_v4_pod_takes_48_ocses() -> None:
+    # TPU v4 (Jouppi et al., ISCA 2023): 64 cubes, 96 optical link ends each (6 faces × 16),
+    # i.e. 48 fabrics (face position) × 2 ends per cube: as K = 48 "rails" × 2 NICs, 64 domains;
+    # 64-end fabrics, 2 per 136-port unit -> 48 OCS units, the paper's 48 OCSes
+    c = ocs_reconfigured(64 * 48, 48, BOOK, nics_per_gpu=2)
+    assert (c.units, c.fabrics_per_unit, c.pods) == (48, 2, 1)
+
+
 @pytest.mark.parametrize("k", [4, 8, 72, 256])
 def test_cost_and_power_monotone_in_gpus(k: int) -> None:
     prev_cost = prev_power = 0.0

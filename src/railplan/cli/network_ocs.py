@@ -80,9 +80,9 @@ def note(r: dict[str, Any]) -> str:
     """One line under the table: what the design is and what it cannot do."""
     c, coll = r["counts"], r["rail_collectives"]
     return (
-        f"ocs-reconfigured: {c['units']:,} × {c['model']} (up to {c['fabrics_per_unit']} of "
-        f"the {c['fabrics']} rail×NIC fabrics per unit, {c['pods']} pods of "
-        f"≤ {c['pod_domains']} domains), circuits set per job: a job fits one pod "
+        f"ocs-reconfigured: {c['units']:,} × {c['model']} ({c['fabrics']} rail×NIC fabrics, "
+        f"≤ {c['fabrics_per_unit']} per unit, in {c['pods']} pod(s) of ≤ {c['pod_domains']} "
+        "domains), circuits set per job: a job fits one pod "
         f"(≤ {c['max_job_gpus']:,} GPUs), a DP ring all-reduce over a rail is as fast as "
         f"rail-only's, an all-to-all across its {coll['domains']} domains "
         f"{coll['all_to_all_slowdown']:g}× slower (hop-by-hop forwarding); "
