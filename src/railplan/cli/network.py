@@ -15,6 +15,7 @@ from railplan.cli.output import print_json, table
 
 if TYPE_CHECKING:
     from railplan.network.faults import MonteCarloResult
+    from railplan.network.topology import NetworkCounts
     from railplan.reproduce.table2 import PaperRow, Table2Row
 
 
@@ -130,7 +131,9 @@ def cost(
     columns = ("", "rail-optimized", "rail-only", *extra)
     Console(width=120).print(table(title, columns, _cost_rows(data), left=("",)))
     if o is not None:
-        typer.echo(_ocs_note(o))
+        from railplan.cli.network_ocs import rail_only_ocs_note
+
+        typer.echo(rail_only_ocs_note(o))
     if ocs_reconfigured:
         from railplan.cli.network_ocs import note
 
@@ -165,21 +168,6 @@ def _cost_rows(data: dict[str, Any]) -> list[tuple[str, ...]]:
         )
     )
     return rows
-
-
-def _ocs_note(o: dict[str, Any]) -> str:
-    """The line under `railplan cost` that says what the OCS layer is and what it adds."""
-    oc = o["ocs"]
-    return (
-        f"rail-only+ocs: {oc['units']:,} × {oc['model']} ({oc['ports_per_unit']} ports, "
-        f"{oc['fibers_per_link']} per NIC link; {oc['ports_used']:,} of "
-        f"{oc['ports_installed']:,} ports used), {oc['swap_set_gpus']} GPUs per swap set; "
-        f"OCS adds {_pct(o['over_rail_only']['cost'])} cost, "
-        f"{_pct(o['over_rail_only']['power'])} power to rail-only; "
-        f"{oc['spare_gpus']:,} spare GPUs held idle ({oc['spare_per_swap_set']} per swap "
-        "set). OCS price is an assumption (see the price book); GPUs it recovers: "
-        "railplan faults."
-    )
 
 
 def table2(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
@@ -308,6 +296,11 @@ def topology(
         oversubscribed_tier,
         planes,
     )
+    _print_topology(c, export, as_json)
+
+
+def _print_topology(c: NetworkCounts, export: str | None, as_json: bool) -> None:
+    """`railplan topology` of an electrical architecture: tiers, totals, and the graph file."""
     data: dict[str, Any] = {"counts": c.to_dict()}
     if export:
         from railplan.network.graph import (
@@ -318,7 +311,7 @@ def topology(
         )
 
         check_graph_size(c)
-        with Console(stderr=True).status(f"building and writing the graph of {gpus:,} GPUs"):
+        with Console(stderr=True).status(f"building and writing the graph of {c.gpus:,} GPUs"):
             g = build_graph(c)
             export_graph(g, export)
         data["graph"] = graph_summary(g) | {"file": export}
@@ -327,7 +320,7 @@ def topology(
         return
     rows = [(row["name"], _n(row["switches"]), _n(row["links_in"])) for row in c.tier_detail()]
     rows.append(("total", _n(c.switches), _n(c.links)))
-    title = f"{arch}: N={gpus:,} K={hb_domain} radix={radix}"
+    title = f"{c.arch}: N={c.gpus:,} K={c.hb_domain} radix={c.radix}"
     Console().print(table(title, ("tier", "switches", "links in"), rows, left=("tier",)))
     typer.echo(
         f"switch ports {c.switch_ports:,}, transceivers {c.transceivers:,}, fabrics {c.fabrics}"

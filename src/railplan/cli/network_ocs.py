@@ -15,6 +15,10 @@ if TYPE_CHECKING:
     from railplan.network.cost import PriceBook
 
 
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
 def check_arch(arch: str, **only_others: Any) -> None:
     """``arch`` is a known architecture; options of the electrical ones are refused with
     ocs-reconfigured, and its own (``reconfig_s``, ``price_book``) with the others."""
@@ -74,6 +78,21 @@ def design(
             "power": saving(base["power_w"], c.power_w),
         }
     return out
+
+
+def rail_only_ocs_note(o: dict[str, Any]) -> str:
+    """The line under `railplan cost` that says what the OCS layer is and what it adds."""
+    oc = o["ocs"]
+    return (
+        f"rail-only+ocs: {oc['units']:,} × {oc['model']} ({oc['ports_per_unit']} ports, "
+        f"{oc['fibers_per_link']} per NIC link; {oc['ports_used']:,} of "
+        f"{oc['ports_installed']:,} ports used), {oc['swap_set_gpus']} GPUs per swap set; "
+        f"OCS adds {pct(o['over_rail_only']['cost'])} cost, "
+        f"{pct(o['over_rail_only']['power'])} power to rail-only; "
+        f"{oc['spare_gpus']:,} spare GPUs held idle ({oc['spare_per_swap_set']} per swap "
+        "set). OCS price is an assumption (see the price book); GPUs it recovers: "
+        "railplan faults."
+    )
 
 
 def note(r: dict[str, Any]) -> str:
