@@ -16,6 +16,7 @@ from railplan.cli.output import print_json, table
 if TYPE_CHECKING:
     from railplan.network.cost import PriceBook
     from railplan.network.faults import MonteCarloResult
+    from railplan.network.topology import NetworkCounts
     from railplan.reproduce.table2 import PaperRow, Table2Row
 
 
@@ -85,26 +86,59 @@ def cost(
     spare_per_domain: Annotated[
         int, typer.Option(help="idle GPUs per HB domain (swap set) for rail-only+ocs")
     ] = 1,
+    ocs_reconfigured: Annotated[
+        bool,
+        typer.Option(
+            "--ocs-reconfigured",
+            help="add the ocs-reconfigured design (NICs on OCSes, circuits set per job)",
+        ),
+    ] = False,
+    reconfig_s: Annotated[
+        float | None,
+        typer.Option(help="seconds per OCS reconfiguration; only with --ocs-reconfigured [1]"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Switches, transceivers, cost and power: rail-optimized Clos vs rail-only (paper §V-E),
     and rail-only+ocs (an OCS layer to swap in spare GPUs, §IV-C) when the price book has an
-    OCS."""
+    OCS; with --ocs-reconfigured also NICs on OCSes with circuits per job (TPU v4, TopoOpt)."""
+    from railplan.errors import RailplanError
     from railplan.limits import check_int
     from railplan.network.cost import compare, load_price_book
+    from railplan.network.ocs_reconfig import check_reconfig_s
 
     check_int("spare_per_domain", spare_per_domain, 0, 1 << 20)
+    if reconfig_s is not None:
+        check_reconfig_s(reconfig_s)
+        if not ocs_reconfigured:
+            raise RailplanError("reconfig_s", "applies only with --ocs-reconfigured")
     book = load_price_book(price_book)
     data = compare(gpus, hb_domain, radix, nic_gbps, nics_per_gpu, book, spare_per_domain).to_dict()
+    if ocs_reconfigured:
+        from railplan.cli.network_ocs import design
+
+        base = data["rail_optimized"]
+        r = design(gpus, hb_domain, book, nic_gbps, nics_per_gpu, reconfig_s, base)
+        data["ocs_reconfigured"] = r
     if as_json:
         print_json(data)
         return
     a, b, o = data["rail_optimized"], data["rail_only"], data["rail_only_ocs"]
     title = f"N={gpus:,} K={hb_domain} radix={radix} {nic_gbps} Gbps ({book.name})"
-    columns = ("", "rail-optimized", "rail-only", *(("rail-only+ocs",) if o else ()))
+    extra = (
+        *(("rail-only+ocs",) if o else ()),
+        *(("ocs-reconfigured",) if ocs_reconfigured else ()),
+    )
+    columns = ("", "rail-optimized", "rail-only", *extra)
     Console(width=120).print(table(title, columns, _cost_rows(data), left=("",)))
     if o is not None:
-        typer.echo(_ocs_note(o))
+        from railplan.cli.network_ocs import rail_only_ocs_note
+
+        typer.echo(rail_only_ocs_note(o))
+    if ocs_reconfigured:
+        from railplan.cli.network_ocs import note
+
+        typer.echo(note(data["ocs_reconfigured"]))
     if a["tiers"] == b["tiers"] > 1:
         typer.echo(_same_tiers_note(gpus, hb_domain, radix, nics_per_gpu, b["tiers"]))
 
@@ -113,15 +147,16 @@ def _cost_rows(data: dict[str, Any]) -> list[tuple[str, ...]]:
     """The rows of `railplan cost`: counts, cost and power per design, the OCS layer's own rows
     (only its column) when the price book has an OCS, and the savings."""
     a, b, o = data["rail_optimized"], data["rail_only"], data["rail_only_ocs"]
+    ocs_designs = [d for d in (o, data.get("ocs_reconfigured")) if d]
+    designs = [a, b, *ocs_designs]
     counts = ("tiers", "switches", "switch_ports", "links", "transceivers")
     formats: list[tuple[str, Callable[[Any], str]]] = [(key, _n) for key in counts]
     ocs: list[tuple[str, Callable[[Any], str]]] = [("ocs_units", _n), ("ocs_ports", _n)]
     ocs += [("ocs_cost_usd", _m), ("ocs_power_w", _kw)]
-    rows = [(key, fmt(a[key]), fmt(b[key]), *([fmt(o[key])] if o else [])) for key, fmt in formats]
-    rows += [(key, "", "", fmt(o[key])) for key, fmt in ocs if o]
+    rows = [(key, *(fmt(d[key]) for d in designs)) for key, fmt in formats]
+    rows += [(key, "", "", *(fmt(d[key]) for d in ocs_designs)) for key, fmt in ocs if o]
     rows += [
-        (key, fmt(a[key]), fmt(b[key]), *([fmt(o[key])] if o else []))
-        for key, fmt in (("cost_usd", _m), ("power_w", _mw))
+        (key, *(fmt(d[key]) for d in designs)) for key, fmt in (("cost_usd", _m), ("power_w", _mw))
     ]
     rows.append(
         (
@@ -129,26 +164,11 @@ def _cost_rows(data: dict[str, Any]) -> list[tuple[str, ...]]:
             "",
             *(
                 f"cost {_pct(d['savings']['cost'])}, power {_pct(d['savings']['power'])}"
-                for d in ((data, o) if o else (data,))
+                for d in (data, *ocs_designs)
             ),
         )
     )
     return rows
-
-
-def _ocs_note(o: dict[str, Any]) -> str:
-    """The line under `railplan cost` that says what the OCS layer is and what it adds."""
-    oc = o["ocs"]
-    return (
-        f"rail-only+ocs: {oc['units']:,} × {oc['model']} ({oc['ports_per_unit']} ports, "
-        f"{oc['fibers_per_link']} per NIC link; {oc['ports_used']:,} of "
-        f"{oc['ports_installed']:,} ports used), {oc['swap_set_gpus']} GPUs per swap set; "
-        f"OCS adds {_pct(o['over_rail_only']['cost'])} cost, "
-        f"{_pct(o['over_rail_only']['power'])} power to rail-only; "
-        f"{oc['spare_gpus']:,} spare GPUs held idle ({oc['spare_per_swap_set']} per swap "
-        "set). OCS price is an assumption (see the price book); GPUs it recovers: "
-        "railplan faults."
-    )
 
 
 def table2(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
@@ -210,11 +230,15 @@ def _paper_pct(x: float) -> str:
 def topology(
     arch: Annotated[
         str,
-        typer.Option(help="rail-optimized, rail-only, oversubscribed, multi-plane or ideal"),
+        typer.Option(
+            help="rail-optimized, rail-only, oversubscribed, multi-plane, ideal or ocs-reconfigured"
+        ),
     ],
     gpus: Annotated[int, typer.Option(help="GPUs N")],
     hb_domain: Annotated[int, typer.Option(help="HB-domain size K")],
-    radix: Annotated[int, typer.Option(help="switch radix")] = 64,
+    radix: Annotated[
+        int | None, typer.Option(help="switch radix; not with ocs-reconfigured [64]")
+    ] = None,
     nic_gbps: Annotated[int, typer.Option(help="NIC speed (Gbps)")] = 400,
     nics_per_gpu: Annotated[int, typer.Option(help="NIC ports per GPU")] = 1,
     oversubscription: Annotated[
@@ -227,14 +251,36 @@ def topology(
         int | None,
         typer.Option(help="Clos planes, one NIC port per GPU each; only with multi-plane [2]"),
     ] = None,
+    reconfig_s: Annotated[
+        float | None,
+        typer.Option(help="seconds per OCS reconfiguration; only with ocs-reconfigured [1]"),
+    ] = None,
+    price_book: Annotated[
+        str | None, typer.Option(help="price book (its ocs entry); only with ocs-reconfigured")
+    ] = None,
     export: Annotated[
         str | None, typer.Option(help="write the graph: FILE.graphml or FILE.json")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Counts of one architecture; with --export also its graph (GraphML or node-link JSON)."""
+    from railplan.cli.network_ocs import check_arch, topology_ocs
     from railplan.network.topology import build_counts
 
+    check_arch(
+        arch,
+        radix=radix,
+        oversubscription=oversubscription,
+        oversubscribed_tier=oversubscribed_tier,
+        planes=planes,
+        reconfig_s=reconfig_s,
+        price_book=price_book,
+    )
+    if arch == "ocs-reconfigured":
+        args = (nic_gbps, nics_per_gpu, price_book, reconfig_s, export, as_json)
+        topology_ocs(gpus, hb_domain, *args)
+        return
+    radix = 64 if radix is None else radix
     if export:
         from railplan.network.graph import check_export
 
@@ -251,6 +297,11 @@ def topology(
         oversubscribed_tier,
         planes,
     )
+    _print_topology(c, export, as_json)
+
+
+def _print_topology(c: NetworkCounts, export: str | None, as_json: bool) -> None:
+    """`railplan topology` of an electrical architecture: tiers, totals, and the graph file."""
     data: dict[str, Any] = {"counts": c.to_dict()}
     if export:
         from railplan.network.graph import (
@@ -261,7 +312,7 @@ def topology(
         )
 
         check_graph_size(c)
-        with Console(stderr=True).status(f"building and writing the graph of {gpus:,} GPUs"):
+        with Console(stderr=True).status(f"building and writing the graph of {c.gpus:,} GPUs"):
             g = build_graph(c)
             export_graph(g, export)
         data["graph"] = graph_summary(g) | {"file": export}
@@ -270,7 +321,7 @@ def topology(
         return
     rows = [(row["name"], _n(row["switches"]), _n(row["links_in"])) for row in c.tier_detail()]
     rows.append(("total", _n(c.switches), _n(c.links)))
-    title = f"{arch}: N={gpus:,} K={hb_domain} radix={radix}"
+    title = f"{c.arch}: N={c.gpus:,} K={c.hb_domain} radix={c.radix}"
     Console().print(table(title, ("tier", "switches", "links in"), rows, left=("tier",)))
     typer.echo(
         f"switch ports {c.switch_ports:,}, transceivers {c.transceivers:,}, fabrics {c.fabrics}"
