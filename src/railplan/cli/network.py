@@ -10,11 +10,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from railplan.cli.network_ocs import pct as _pct
 from railplan.cli.options import PriceBookOpt
 from railplan.cli.output import print_json, table
 
 if TYPE_CHECKING:
-    from railplan.network.cost import PriceBook
     from railplan.network.faults import MonteCarloResult
     from railplan.network.topology import NetworkCounts
     from railplan.reproduce.table2 import PaperRow, Table2Row
@@ -36,10 +36,6 @@ def _mw(w: float | None) -> str:
 
 def _kw(w: float | None) -> str:
     return "n/a" if w is None else f"{w / 1e3:,.1f} kW"
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
 def _n(x: int | None) -> str:
@@ -376,7 +372,9 @@ def faults(
         nic_gbps,
     )
     data: dict[str, Any] = {"single_failures": table, "monte_carlo": mc.to_dict()}
-    data["ocs_tradeoff"] = _ocs_tradeoff(
+    from railplan.cli.network_ocs import ocs_tradeoff, ocs_tradeoff_note
+
+    data["ocs_tradeoff"] = ocs_tradeoff(
         gpus, hb_domain, radix, nic_gbps, spare_per_domain, book, data
     )
     if as_json:
@@ -394,45 +392,7 @@ def faults(
         "interruption is not counted in goodput."
     )
     if data["ocs_tradeoff"] is not None:
-        console.print(_ocs_tradeoff_note(data["ocs_tradeoff"], days))
-
-
-def _ocs_tradeoff(
-    gpus: int,
-    hb_domain: int,
-    radix: int,
-    nic_gbps: int,
-    spare_per_domain: int,
-    book: PriceBook,
-    data: dict[str, Any],
-) -> dict[str, Any] | None:
-    """The OCS layer's cost (railplan cost's rail-only+ocs) beside the GPU-hours it recovers."""
-    from railplan.network.cost import compare
-    from railplan.network.ocs import tradeoff
-
-    cost = compare(gpus, hb_domain, radix, nic_gbps, 1, book, spare_per_domain).to_dict()
-    out = tradeoff(cost, data["monte_carlo"])
-    return None if out is None else {"price_book": book.name, **out}
-
-
-def _ocs_tradeoff_note(t: dict[str, Any], days: float) -> str:
-    """One paragraph: the OCS layer's price and power beside the idle GPU-hours it saves."""
-    head = (
-        f"rail-only+ocs ({t['price_book']}): the OCS layer costs {_m(t['ocs_cost_usd'])} "
-        f"({_pct(t['cost_over_rail_only'])} over rail-only's network; an assumption, see the "
-        f"price book), power {_kw(t['ocs_power_w'])}; "
-    )
-    if t["spare_gpus"] == 0:
-        return head + "with no spare GPUs (--spare-per-domain) it recovers no idle GPU-hours."
-    if t["recovered_gpu_hours"] <= 0:
-        return head + f"its {t['spare_gpus']:,} spare GPUs recover no idle GPU-hours here."
-    per_hour = t["ocs_usd_per_recovered_gpu_hour"]
-    value = "" if per_hour is None else f": ${per_hour:,.0f} of OCS per GPU-hour recovered"
-    return head + (
-        f"with {t['spare_gpus']:,} spare GPUs idle it cuts the job's idle GPU-hours over "
-        f"{days:g} days from {t['idle_gpu_hours_rail_only']:,.0f} to "
-        f"{t['idle_gpu_hours_ocs']:,.0f}{value}."
-    )
+        console.print(ocs_tradeoff_note(data["ocs_tradeoff"], days))
 
 
 def _single_failures_table(

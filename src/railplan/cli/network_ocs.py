@@ -144,3 +144,43 @@ def topology_ocs(
     title = f"{ARCH}: N={gpus:,} K={hb_domain}"
     Console(width=120).print(table(title, ("", "count"), rows, left=("",)))
     typer.echo(note(r))
+
+
+def ocs_tradeoff(
+    gpus: int,
+    hb_domain: int,
+    radix: int,
+    nic_gbps: int,
+    spare_per_domain: int,
+    book: PriceBook,
+    data: dict[str, Any],
+) -> dict[str, Any] | None:
+    """The OCS layer's cost (railplan cost's rail-only+ocs) beside the GPU-hours it recovers."""
+    from railplan.network.cost import compare
+    from railplan.network.ocs import tradeoff
+
+    cost = compare(gpus, hb_domain, radix, nic_gbps, 1, book, spare_per_domain).to_dict()
+    out = tradeoff(cost, data["monte_carlo"])
+    return None if out is None else {"price_book": book.name, **out}
+
+
+def ocs_tradeoff_note(t: dict[str, Any], days: float) -> str:
+    """One paragraph: the OCS layer's price and power beside the idle GPU-hours it saves."""
+    from railplan.cli.network import _kw, _m
+
+    head = (
+        f"rail-only+ocs ({t['price_book']}): the OCS layer costs {_m(t['ocs_cost_usd'])} "
+        f"({pct(t['cost_over_rail_only'])} over rail-only's network; an assumption, see the "
+        f"price book), power {_kw(t['ocs_power_w'])}; "
+    )
+    if t["spare_gpus"] == 0:
+        return head + "with no spare GPUs (--spare-per-domain) it recovers no idle GPU-hours."
+    if t["recovered_gpu_hours"] <= 0:
+        return head + f"its {t['spare_gpus']:,} spare GPUs recover no idle GPU-hours here."
+    per_hour = t["ocs_usd_per_recovered_gpu_hour"]
+    value = "" if per_hour is None else f": ${per_hour:,.0f} of OCS per GPU-hour recovered"
+    return head + (
+        f"with {t['spare_gpus']:,} spare GPUs idle it cuts the job's idle GPU-hours over "
+        f"{days:g} days from {t['idle_gpu_hours_rail_only']:,.0f} to "
+        f"{t['idle_gpu_hours_ocs']:,.0f}{value}."
+    )
