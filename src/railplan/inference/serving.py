@@ -143,6 +143,20 @@ def _lengths(
     return prompts[pick], outputs[pick]
 
 
+def _admit(
+    csum: FloatArray, arrived: int, nxt: int, running: int, max_batch: int, max_num_tokens: int
+) -> int:
+    """One past the last request a step admits, first come first served: whole prompts in what
+    the `running` sequences' decode tokens leave of the budget, while the batch has room; an
+    empty engine takes one prompt however long (`csum[k]`: prompt tokens of the first k)."""
+    last = min(arrived, nxt + max_batch - running)
+    fit = int(np.searchsorted(csum, csum[nxt] + max_num_tokens - running, side="right")) - 1
+    end = max(nxt, min(last, fit))
+    if end == nxt and running == 0 and arrived > nxt:
+        end = nxt + 1
+    return end
+
+
 def simulate(
     step_s: StepFn,
     rate_per_s: float,
@@ -178,16 +192,8 @@ def simulate(
     while done < requests:
         if run_id.size == 0 and nxt < requests and arrivals[nxt] > t:
             t = float(arrivals[nxt])  # idle until the next arrival
-        # first come first served: whole prompts in what the running sequences' decode tokens
-        # leave of the budget, while the batch has room; an empty engine takes one prompt
-        # however long
         arrived = int(np.searchsorted(arrivals, t, side="right"))
-        last = min(arrived, nxt + max_batch - run_id.size)
-        free = max_num_tokens - run_id.size
-        fit = int(np.searchsorted(csum, csum[nxt] + free, side="right")) - 1
-        end = max(nxt, min(last, fit))
-        if end == nxt and run_id.size == 0 and arrived > nxt:
-            end = nxt + 1
+        end = _admit(csum, arrived, nxt, run_id.size, max_batch, max_num_tokens)
         new = np.arange(nxt, end, dtype=np.int64)
         nxt = end
         load = StepLoad(
