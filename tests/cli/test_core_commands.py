@@ -175,3 +175,19 @@ def test_validate_pairs_the_same_pipeline_across_papers(cli) -> None:  # type: i
     for r in pairs.values():
         ours = r["narayanan2021_predicted_s"] / r["korthikanti2022_predicted_s"]
         assert abs(ours - 1.0) < 0.01
+
+
+def test_estimate_and_search_defer_embedding_wgrad(cli) -> None:  # type: ignore[no-untyped-def]
+    """--defer-embedding-wgrad moves the LM head's weight gradient off the last stage's pace
+    (GPT-175B, pp 8: the last stage paces); --wgrad-deferral-limit bounds how many."""
+    args = [*BASE, "--tp", "8", "--pp", "8", "--sequence-parallel"]
+    off = cli.json(*args)["iteration_s"]
+    on = cli.json(*args, "--defer-embedding-wgrad")
+    one = cli.json(*args, "--defer-embedding-wgrad", "--wgrad-deferral-limit", "1")
+    assert on["iteration_s"] < one["iteration_s"] < off
+    assert sum(on["breakdown_s"].values()) == pytest.approx(on["iteration_s"])
+    found = cli.json(
+        "search", "--model", "gpt-175b", "--gpus", "64", "--global-batch", "64",
+        "--pp", "8", "--tp", "8", "--defer-embedding-wgrad", "--top", "1",
+    )  # fmt: skip
+    assert found["best"]["strategy"]["defer_embedding_wgrad"] is True

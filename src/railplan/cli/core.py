@@ -11,6 +11,7 @@ from rich.table import Table
 from railplan.cli.options import (
     AttentionOpt,
     CpOpt,
+    DeferEmbeddingWgradOpt,
     DpOpt,
     EpOpt,
     FirstStageLayersOpt,
@@ -38,6 +39,7 @@ from railplan.cli.options import (
     SequenceParallelOpt,
     SystemOpt,
     TpCommOverlapOpt,
+    WgradDeferralLimitOpt,
     ZeroOpt,
     ZeroScheduleOpt,
 )
@@ -108,6 +110,8 @@ def estimate(
     overlap_tp: OverlapTpOpt = True,
     tp_comm_overlap: TpCommOverlapOpt = True,
     overlap_p2p: OverlapP2pOpt = True,
+    defer_embedding_wgrad: DeferEmbeddingWgradOpt = False,
+    wgrad_deferral_limit: WgradDeferralLimitOpt = 0,
 ) -> None:
     """Predict one training iteration: time, MFU/HFU, memory, and where the time goes."""
     from railplan.perf.estimate import estimate as run
@@ -143,6 +147,8 @@ def estimate(
         overlap_tp=overlap_tp,
         tp_comm_overlap=tp_comm_overlap,
         overlap_p2p=overlap_p2p,
+        defer_embedding_wgrad=defer_embedding_wgrad,
+        wgrad_deferral_limit=wgrad_deferral_limit,
     )
     e = run(m, sy, strat, net, gpus=gpus)
     if as_json:

@@ -62,6 +62,21 @@ OverlapP2pOpt = Annotated[
         help="pipeline sends behind compute (off: blocking, as Megatron-LM of 2021-22)",
     ),
 ]
+DeferEmbeddingWgradOpt = Annotated[
+    bool,
+    typer.Option(
+        "--defer-embedding-wgrad/--no-defer-embedding-wgrad",
+        help="the last stage's LM-head weight-gradient GEMMs run in the pipeline flush "
+        "(Megatron-Core defer_embedding_wgrad_compute; needs pp > 1)",
+    ),
+]
+WgradDeferralLimitOpt = Annotated[
+    int,
+    typer.Option(
+        help="micro-batches whose LM-head wgrad is deferred, 0 = all (Megatron-Core "
+        "wgrad_deferral_limit)"
+    ),
+]
 GradAccFusionOpt = Annotated[
     bool,
     typer.Option(

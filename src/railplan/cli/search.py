@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from railplan.cli.options import (
+    DeferEmbeddingWgradOpt,
     GlobalBatchOpt,
     GpuMemoryGibOpt,
     GpusOpt,
@@ -26,6 +27,7 @@ from railplan.cli.options import (
     OverlapDpOpt,
     OversubscriptionOpt,
     SystemOpt,
+    WgradDeferralLimitOpt,
 )
 from railplan.cli.output import print_json, table
 from railplan.errors import near_multiples
@@ -149,6 +151,8 @@ def search(
     ] = "flash",
     grad_reduce_bytes: GradReduceBytesOpt = 4,
     optimizer_state: OptimizerStateOpt = "fp32",
+    defer_embedding_wgrad: DeferEmbeddingWgradOpt = False,
+    wgrad_deferral_limit: WgradDeferralLimitOpt = 0,
 ) -> None:
     """Find the fastest parallelization that fits in memory (and the time/memory Pareto set)."""
     from railplan.explore.search import SearchSpace
@@ -173,6 +177,8 @@ def search(
         attention=attention,
         grad_reduce_bytes=grad_reduce_bytes,
         optimizer_state=optimizer_state,
+        defer_embedding_wgrad=defer_embedding_wgrad,
+        wgrad_deferral_limit=wgrad_deferral_limit,
     )
     r = run(m, sy, net, gpus, global_batch, space, top=top)
     r.require_best(m, sy.gpu.memory_gib)

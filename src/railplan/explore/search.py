@@ -78,6 +78,10 @@ class SearchSpace:
     optimizer_state: str = "fp32"
     # TE userbuffers for the forward TP collectives (a 2023+ stack; the paper's model has none)
     tp_comm_overlap: bool = True
+    # Megatron-Core defer_embedding_wgrad_compute / wgrad_deferral_limit (off by default, as
+    # in Megatron-Core; no effect where pp = 1)
+    defer_embedding_wgrad: bool = False
+    wgrad_deferral_limit: int = 0
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "micro_batch", "interleave", "ep", "cp", "dp"):
@@ -99,6 +103,7 @@ class SearchSpace:
             raise RailplanError("precision", "give bf16, fp8 or both (bf16,fp8)")
         if self.optimizer_state not in OPTIMIZER_STATE_CODES:
             raise RailplanError("optimizer_state", "must be fp32, fp32-remainder or bf16")
+        check_int("wgrad_deferral_limit", self.wgrad_deferral_limit, 0, MAX_GLOBAL_BATCH)
 
 
 # The strategy space of Megatron-LM as Calculon searches it (the paper's evaluation):
@@ -289,6 +294,8 @@ def _arrays(
         precision=c["precision"],
         optimizer_state=one * OPTIMIZER_STATE_CODES[space.optimizer_state],
         tp_comm_overlap=one * int(space.tp_comm_overlap),
+        defer_embedding_wgrad=one * int(space.defer_embedding_wgrad),
+        wgrad_deferral_limit=one * space.wgrad_deferral_limit,
     )
 
 
@@ -354,6 +361,8 @@ def enumerate_and_evaluate(
             len(r), OPTIMIZER_STATE_CODES[space.optimizer_state], dtype=np.int64
         ),
         tp_comm_overlap=np.full(len(r), int(space.tp_comm_overlap), dtype=np.int64),
+        defer_embedding_wgrad=np.full(len(r), int(space.defer_embedding_wgrad), dtype=np.int64),
+        wgrad_deferral_limit=np.full(len(r), space.wgrad_deferral_limit, dtype=np.int64),
     )
     empty_f = np.zeros(0, dtype=np.float64)
     return Evaluated(

@@ -14,7 +14,10 @@ then the optimizer step. Per micro-batch and stage:
     t_pipeline = m · (t_stage + t_logits) + (pp − 1)/v · (t_stage + t_logits/pp)
 
 with m micro-batches and v virtual stages; the last stage also runs the vocabulary projection
-and loss (t_logits). Stages may hold different numbers of layers (`strategies.stage_layers`):
+and loss (t_logits). With a deferred LM-head weight gradient (`defer_embedding_wgrad`) the last
+stage runs k of the m micro-batches without that GEMM (t_w), and the flush grows by
+max(0, k·t_w − (pp − 1)/v · a stage's backward pass) (`pipeline`).
+Stages may hold different numbers of layers (`strategies.stage_layers`):
 the slowest stage sets the steady-state pace, m · max(t_first, t_middle, t_last + t_logits), and
 the breakdown is that stage's. Context parallelism (cp) runs every GEMM and element-wise kernel
 on s/cp tokens and adds the ring attention's K/V sends beyond what the attention compute hides.
@@ -43,7 +46,7 @@ from railplan.perf.comm_time import (
     tp_comm_times,
 )
 from railplan.perf.compute import fp8_peak_tflops, memory_time_s
-from railplan.perf.layer_time import layer_times, logits_time_s, per_shape, shape_classes
+from railplan.perf.layer_time import layer_times, logits_times, per_shape, shape_classes
 from railplan.perf.layout import Shape, megatron_shapes
 from railplan.specs import Model, Network, System
 from railplan.specs.arrays import FP8, BoolArray, FloatArray, StrategyArrays, stage_layers
@@ -176,8 +179,9 @@ def optimizer_s(system: System, s: StrategyArrays, d: DataParallel) -> FloatArra
 
 @dataclass(frozen=True)
 class Pipeline:
-    """The pipeline schedule: steady-state pace per micro-batch, the bubble, the critical
-    stage's layers and parts, and each stage's time per micro-batch."""
+    """The pipeline schedule: steady-state pace per micro-batch, the bubble (with the exposed
+    part of a deferred LM-head weight gradient), the critical stage's layers and parts (per
+    micro-batch, averaged over the micro-batches), and each stage's time per micro-batch."""
 
     steady_s: FloatArray
     bubble_s: FloatArray
@@ -192,15 +196,24 @@ def pipeline(
     stages: dict[str, FloatArray],
     lt: dict[str, FloatArray],
     t_layer: FloatArray,
-    t_logits: FloatArray,
+    logits: dict[str, FloatArray],
     p2p: FloatArray,
     d: DataParallel,
     grad_acc: FloatArray,
     u: float,
+    t_layer_backward: FloatArray,
 ) -> Pipeline:
     """1F1B or interleaved schedule over stages of possibly different layer counts: the slowest
-    stage sets the pace, the bubble is (pp − 1)/v balanced stages."""
+    stage sets the pace, the bubble is (pp − 1)/v balanced stages.
+
+    Deferred LM-head weight gradient (`defer_embedding_wgrad`, Megatron-Core
+    `defer_embedding_wgrad_compute`): for the k deferred micro-batches the last stage runs
+    without the output layer's weight-gradient GEMM (t_w), so those k micro-batches go at
+    max(t_first, t_middle, t_last − t_w); the k GEMMs run after the stage's last backward pass,
+    while the stages before it finish the cooldown: (pp − 1)/v backward passes of a stage's
+    chunk. What does not fit in that idle time, max(0, k·t_w − idle), extends the flush."""
     pp, v = s.pp.astype(float), s.interleave.astype(float)
+    t_logits = logits["t"]
 
     def stage_parts(n: FloatArray) -> dict[str, FloatArray]:
         """Per micro-batch, a stage of n layers: its compute and what it exposes."""
@@ -222,21 +235,44 @@ def pipeline(
     t_first = stage_s(stages["first"])
     t_middle = np.where(pp > 2, stage_s(stages["middle"]), 0.0)
     t_last = stage_s(stages["last"]) + t_logits
-    pace = np.maximum(np.maximum(t_first, t_middle), t_last)
-    # The critical stage's layers, and whether it runs the logits (the last stage does).
-    last_is_slowest = t_last >= np.maximum(t_first, t_middle)
-    n_crit = np.where(
-        last_is_slowest,
-        stages["last"],
-        np.where(t_first >= t_middle, stages["first"], stages["middle"]),
-    )
+    others = np.maximum(t_first, t_middle)
+
+    def critical(last_s: FloatArray, last_logits: FloatArray) -> tuple[FloatArray, ...]:
+        """Pace, the critical stage's layers and logits time, when the last stage takes
+        `last_s` per micro-batch (`last_logits` of it in the LM head)."""
+        pace = np.maximum(others, last_s)
+        last_is_slowest = last_s >= others
+        n_crit = np.where(
+            last_is_slowest,
+            stages["last"],
+            np.where(t_first >= t_middle, stages["first"], stages["middle"]),
+        )
+        return pace, n_crit, np.where(last_is_slowest, last_logits, 0.0)
+
+    m = s.micro_batches.astype(float)
+    pace, n_crit, crit_logits = critical(t_last, t_logits)
+    parts = stage_parts(n_crit)
     balanced = stage_s(stages["mean"]) + t_logits / pp
+    bubble = (pp - 1.0) / v * balanced
+    steady = m * pace
+    k = s.deferred_wgrad_micro_batches.astype(float)
+    if bool(np.any(k > 0)):  # only then: the search without deferral pays nothing
+        t_w = logits["wgrad"]
+        pace_d, n_d, logits_d = critical(t_last - t_w, t_logits - t_w)
+        w = k / np.maximum(m, 1.0)  # share of micro-batches at the deferred pace
+        steady = (m - k) * pace + k * pace_d
+        parts_d = stage_parts(n_d)
+        parts = {key: (1.0 - w) * parts[key] + w * parts_d[key] for key in parts}
+        n_crit = (1.0 - w) * n_crit + w * n_d
+        crit_logits = (1.0 - w) * crit_logits + w * logits_d
+        idle = (pp - 1.0) / v * stages["mean"] * t_layer_backward
+        bubble = bubble + np.maximum(k * t_w - idle, 0.0)
     return Pipeline(
-        steady_s=np.asarray(s.micro_batches.astype(float) * pace),
-        bubble_s=np.asarray((pp - 1.0) / v * balanced),
+        steady_s=np.asarray(steady),
+        bubble_s=np.asarray(bubble),
         critical_layers=np.asarray(n_crit),
-        critical_logits_s=np.asarray(np.where(last_is_slowest, t_logits, 0.0)),
-        critical_parts=stage_parts(n_crit),
+        critical_logits_s=np.asarray(crit_logits),
+        critical_parts=parts,
         stage_s={
             "first": np.asarray(t_first),
             "middle": np.asarray(t_middle),
@@ -275,11 +311,13 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     # scattered over the tp ranks (Narayanan et al. 2021 §4.1) or already split by SP.
     p2p = np.where(s.pp > 1, p2p_s(lk, comm.pp_message_bytes(model, s), groups["pp"]), 0.0)
     t_layer = lt["forward"] + lt["backward"] + lt["recompute"] + tp_layer + ep_layer + cp_layer
-    t_logits = per_shape(lambda c: {"t": logits_time_s(model, system, c)}, s, classes)["t"]
+    logits = per_shape(lambda c: logits_times(model, system, c), s, classes)
+    # One layer's backward pass as the cooldown runs it (the idle a deferred wgrad fills).
+    t_layer_backward = lt["backward"] + lt["recompute"] + tpc["backward"] + tpc["recompute"]
 
     d = data_parallel(model, lk, s, groups, stages["max"])
     grad_acc = grad_accumulation_s(system, s, d, stages["max"])
-    pipe = pipeline(s, stages, lt, t_layer, t_logits, p2p, d, grad_acc, u)
+    pipe = pipeline(s, stages, lt, t_layer, logits, p2p, d, grad_acc, u, t_layer_backward)
     # Tied embeddings: first and last stage all-reduce the embedding gradient.
     embed_bytes = comm.embedding_gradient_bytes(model, s)
     embed_ar = np.where(

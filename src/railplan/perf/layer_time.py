@@ -183,15 +183,18 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
     return {"forward": ef + rf - df + ew_f, "backward": eb + rb - db + ew_b}
 
 
-def logits_time_s(model: Model, system: System, s: StrategyArrays) -> FloatArray:
-    """Vocabulary projection forward + backward and the fp32 cross-entropy on the last stage."""
+def logits_times(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:
+    """Per micro-batch on the last stage: `t`, the vocabulary projection forward + backward and
+    the fp32 cross-entropy; `wgrad`, the projection's weight-gradient GEMM alone (part of `t`:
+    what `defer_embedding_wgrad` moves to the pipeline flush)."""
     (g,) = local([logit_gemm(model, s.micro_batch.astype(float), s.tp.astype(float))], s)
-    gemm = gemm_time_s(system.gpu, g) + sum(gemm_time_s(system.gpu, h) for h in g.backward())
+    dgrad, wgrad = g.backward()
+    t_wgrad = gemm_time_s(system.gpu, wgrad)
+    gemm = gemm_time_s(system.gpu, g) + (gemm_time_s(system.gpu, dgrad) + t_wgrad)
     # softmax cross-entropy: write fp32 logits, read them for max/sum/grad, write the grad.
     loss_bytes = 16.0 * comm.local_tokens(model, s) * model.vocab / s.tp
-    return np.asarray(
-        gemm + memory_time_s(system.gpu, loss_bytes, 4.0, system.gpu.elementwise_forward_efficiency)
-    )
+    loss = memory_time_s(system.gpu, loss_bytes, 4.0, system.gpu.elementwise_forward_efficiency)
+    return {"t": np.asarray(gemm + loss), "wgrad": np.asarray(t_wgrad)}
 
 
 # The strategy fields that per-layer kernel times depend on.

@@ -63,6 +63,8 @@ class StrategyArrays:
     attention: IntArray = field(default_factory=lambda: np.full((), FLASH, dtype=np.int64))
     precision: IntArray = field(default_factory=lambda: np.full((), BF16, dtype=np.int64))
     optimizer_state: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
+    defer_embedding_wgrad: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
+    wgrad_deferral_limit: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
@@ -84,6 +86,17 @@ class StrategyArrays:
     @property
     def micro_batches(self) -> IntArray:
         return np.asarray(self.global_batch // np.maximum(self.dp * self.micro_batch, 1))
+
+    @property
+    def deferred_wgrad_micro_batches(self) -> IntArray:
+        """Micro-batches whose LM-head weight gradient the last stage defers to the pipeline
+        flush: the first `wgrad_deferral_limit` (0 = all) with `defer_embedding_wgrad`, where
+        Megatron-Core allows it (pp > 1 and gradient-accumulation fusion); else 0."""
+        m = self.micro_batches
+        limit = self.wgrad_deferral_limit
+        k = np.where(limit > 0, np.minimum(limit, m), m)
+        on = (self.defer_embedding_wgrad > 0) & (self.pp > 1) & (self.grad_accumulation_fusion > 0)
+        return np.asarray(np.where(on, k, 0))
 
     def __len__(self) -> int:
         return int(np.broadcast(*self.columns()).size)
@@ -129,6 +142,8 @@ class StrategyArrays:
             attention=attention_name[v["attention"]],
             precision=precision_name[v["precision"]],
             optimizer_state=optimizer_name[v["optimizer_state"]],
+            defer_embedding_wgrad=bool(v["defer_embedding_wgrad"]),
+            wgrad_deferral_limit=v["wgrad_deferral_limit"],
         )
 
 
@@ -140,6 +155,7 @@ def check_bounds(s: Strategy) -> None:
         check_int(name, getattr(s, name), 0, MAX_GPUS)
     for name in ("micro_batch", "global_batch"):
         check_int(name, getattr(s, name), 1, MAX_GLOBAL_BATCH)
+    check_int("wgrad_deferral_limit", s.wgrad_deferral_limit, 0, MAX_GLOBAL_BATCH)
     check_int("gpus", s.gpus, 1, MAX_GPUS)  # tp·cp·pp·dp
 
 
@@ -178,6 +194,8 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         attention=col(lambda s: ATTENTION_CODES[s.attention]),
         precision=col(lambda s: PRECISION_CODES[s.precision]),
         optimizer_state=col(lambda s: OPTIMIZER_STATE_CODES[s.optimizer_state]),
+        defer_embedding_wgrad=col(lambda s: int(s.defer_embedding_wgrad)),
+        wgrad_deferral_limit=col(lambda s: s.wgrad_deferral_limit),
     )
 
 

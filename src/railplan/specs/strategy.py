@@ -63,6 +63,12 @@ class Strategy(Spec):
     `store_param_remainders`, NeMo's choice for a BF16 model with an FP32 optimizer);
     `bf16` BF16 moments and no master copy (4 bytes: NeMo's `distributed_fused_adam` with
     `optim.dtype: bf16`).
+    `defer_embedding_wgrad`: the last pipeline stage postpones the output layer's (LM head's)
+    weight-gradient GEMM of its first `wgrad_deferral_limit` micro-batches (0 = all of them) to
+    the pipeline flush, where it fills the stage's cooldown idle (Megatron-Core
+    `defer_embedding_wgrad_compute` / `wgrad_deferral_limit`, default off; NeMo sets it in its
+    pipelined Llama 3.1 and Nemotron-4 340B configs). No effect with pp = 1 or without
+    gradient-accumulation fusion, the cases Megatron-Core refuses.
     """
 
     tp: PositiveInt = 1
@@ -104,6 +110,14 @@ class Strategy(Spec):
     precision: Precision = Field(default="bf16", description="GEMM precision of the linear layers")
     optimizer_state: OptimizerState = Field(
         default="fp32", description="Adam state per parameter: fp32 | fp32-remainder | bf16"
+    )
+    defer_embedding_wgrad: bool = Field(
+        default=False,
+        description="the LM head's weight-gradient GEMMs run in the pipeline flush "
+        "(Megatron-Core defer_embedding_wgrad_compute)",
+    )
+    wgrad_deferral_limit: int = Field(
+        default=0, ge=0, description="micro-batches whose LM-head wgrad is deferred (0 = all)"
     )
 
     @property

@@ -140,6 +140,18 @@ def logits_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     return np.asarray(4.0 * model.seq * s.micro_batch * model.vocab / s.tp, dtype=np.float64)
 
 
+def deferred_wgrad_bytes(model: Model, s: StrategyArrays) -> FloatArray:
+    """Last stage, `defer_embedding_wgrad`: what Megatron-Core keeps per deferred micro-batch
+    until the flush (`embedding_activation_buffer`, `grad_output_buffer`): the output layer's
+    BF16 input (s·b·h, split by tp with sequence parallelism) and its BF16 output gradient
+    (s·b·V/tp), for each of the k deferred micro-batches."""
+    b, t = s.micro_batch.astype(np.float64), s.tp.astype(np.float64)
+    tokens = model.seq * b
+    inputs = WEIGHT_BYTES * tokens * model.hidden / np.where(s.sequence_parallel > 0, t, 1.0)
+    grads = WEIGHT_BYTES * tokens * model.vocab / t
+    return np.asarray(s.deferred_wgrad_micro_batches * (inputs + grads))
+
+
 def dense_stage_params(
     model: Model, s: StrategyArrays, embedding: bool = True, layers: FloatArray | None = None
 ) -> FloatArray:
@@ -236,6 +248,8 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
     first = activation_bytes(model, s)
     last = stage_layers(model, s)["last"]
     last_stage_acts = layer_activation_bytes(model, s) * last + logits_bytes(model, s)
+    if bool(np.any(s.deferred_wgrad_micro_batches > 0)):
+        last_stage_acts = last_stage_acts + deferred_wgrad_bytes(model, s)
     acts = np.maximum(first, last_stage_acts) / s.cp
     reserved = np.full_like(acts, RESERVED_BYTES)
     total = weights + grads + optimizer + acts + reserved + gathered
