@@ -31,6 +31,7 @@ and `ideal` puts every GPU in one HB domain.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -191,6 +192,28 @@ class Pipeline:
     stage_s: dict[str, FloatArray]
 
 
+def _stage_parts(
+    s: StrategyArrays,
+    v: FloatArray,
+    p2p: FloatArray,
+    t_layer: FloatArray,
+    lt: dict[str, FloatArray],
+    d: DataParallel,
+    u: float,
+    n: FloatArray,
+) -> dict[str, FloatArray]:
+    """Per micro-batch, a pipeline stage of n layers: its compute and what it exposes.
+    Blocking sends add to every micro-batch; overlapped ones only where they outlast compute.
+    ZeRO 2/3 communicate every micro-batch, prefetched / reduced behind that pass's compute."""
+    p2p_exposed = np.where(
+        s.overlap_p2p.astype(bool), np.maximum(2.0 * v * p2p - n * t_layer, 0.0), 2.0 * v * p2p
+    )
+    zero_mb = hidden_cost_s(d.micro_batch_forward_s, n * lt["forward"], u) + hidden_cost_s(
+        d.micro_batch_backward_s, n * (lt["backward"] + lt["recompute"]), u
+    )
+    return {"layers": n * t_layer, "p2p": p2p_exposed, "zero": zero_mb}
+
+
 def pipeline(
     s: StrategyArrays,
     stages: dict[str, FloatArray],
@@ -215,18 +238,7 @@ def pipeline(
     pp, v = s.pp.astype(float), s.interleave.astype(float)
     t_logits = logits["t"]
 
-    def stage_parts(n: FloatArray) -> dict[str, FloatArray]:
-        """Per micro-batch, a stage of n layers: its compute and what it exposes."""
-        # Blocking sends add to every micro-batch; overlapped ones only where they outlast
-        # compute. ZeRO 2/3 communicate every micro-batch, prefetched / reduced behind that
-        # pass's compute.
-        p2p_exposed = np.where(
-            s.overlap_p2p.astype(bool), np.maximum(2.0 * v * p2p - n * t_layer, 0.0), 2.0 * v * p2p
-        )
-        zero_mb = hidden_cost_s(d.micro_batch_forward_s, n * lt["forward"], u) + hidden_cost_s(
-            d.micro_batch_backward_s, n * (lt["backward"] + lt["recompute"]), u
-        )
-        return {"layers": n * t_layer, "p2p": p2p_exposed, "zero": zero_mb}
+    stage_parts = partial(_stage_parts, s, v, p2p, t_layer, lt, d, u)
 
     def stage_s(n: FloatArray) -> FloatArray:
         parts = stage_parts(n)
