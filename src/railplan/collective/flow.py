@@ -68,7 +68,7 @@ def flow(
     network (switch radix `radix`, NICs of `nic_gbps`, `oversubscription`:1 above the leaves
     when `arch` is oversubscribed)."""
     from railplan.collective.algorithms import OPS
-    from railplan.network.flowsim.maxmin import check_simulated_pairs, simulate
+    from railplan.network.flowsim.maxmin import MAX_SIMULATED_PAIRS, simulate
     from railplan.specs.base import BYTES
 
     if op not in OPS:
@@ -81,8 +81,7 @@ def flow(
     lk = g.links
     net = _network(g, arch, radix, nic_gbps, oversubscription)
     steps, note = _steps(g, op, size_bytes, arch)
-    check_simulated_pairs(net, steps)
-    sim = simulate(net, steps)
+    sim = simulate(net, steps, max_pairs=MAX_SIMULATED_PAIRS)
     latency_s = sum(
         s.repeat * (lk.hb_lat_s if s.name.startswith("HB") or g.y == 1 else lk.nic_lat_s)
         for s in sim.steps

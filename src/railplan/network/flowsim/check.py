@@ -15,7 +15,7 @@ from railplan.network.flowsim.fabric import (
     FlowNetwork,
     network_for,
 )
-from railplan.network.flowsim.maxmin import Step, StepResult, check_simulated_pairs, simulate
+from railplan.network.flowsim.maxmin import MAX_SIMULATED_PAIRS, Step, StepResult, simulate
 from railplan.network.flowsim.schedules import (
     alltoall_direct_steps,
     alltoall_forwarding_steps,
@@ -294,8 +294,7 @@ def run(
     ratio = oversubscription or 1.0
     zipf = parse_skew(skew)
     plan = _plan(net, arch, collective, schedule, pair_bytes, size_bytes, zipf, seed)
-    check_simulated_pairs(net, plan.steps, aggregate)
-    res = simulate(net, plan.steps, aggregate)
+    res = simulate(net, plan.steps, aggregate, MAX_SIMULATED_PAIRS)
     cf_s, cf_name = closed_form_s(
         collective,
         plan.schedule,

@@ -200,8 +200,15 @@ def aggregate_matrix(net: FlowNetwork, pair_bytes: FloatArray) -> FlowSet | None
     )
 
 
-def flows_from_matrix(net: FlowNetwork, pair_bytes: FloatArray, aggregate: bool = True) -> FlowSet:
-    """Flows of a dense byte matrix: aggregated classes when exact, else one flow per pair."""
+def flows_from_matrix(
+    net: FlowNetwork,
+    pair_bytes: FloatArray,
+    aggregate: bool = True,
+    max_pairs: int | None = None,
+    step: str = "all-to-all",
+) -> FlowSet:
+    """Flows of a dense byte matrix: aggregated classes when exact, else one flow per pair,
+    refused past ``max_pairs`` pairs (None: no limit; `step` names it in the error)."""
     if aggregate:
         fs = aggregate_matrix(net, pair_bytes)
         if fs is not None:
@@ -209,4 +216,14 @@ def flows_from_matrix(net: FlowNetwork, pair_bytes: FloatArray, aggregate: bool 
     m = np.asarray(pair_bytes, dtype=np.float64).copy()
     np.fill_diagonal(m, 0.0)
     src, dst = np.nonzero(m > 0)
+    if max_pairs is not None and len(src) > max_pairs:
+        how = "cannot be aggregated into exact classes on this network"
+        if not aggregate:
+            how = "is not aggregated (--no-aggregate)"
+        raise RailplanError(
+            "gpus",
+            f"the {step} step {how} and has {len(src):,} pair flows, past the per-pair limit "
+            f"of {max_pairs:,} simulated one by one (128 GPUs' all-to-all; more can run for "
+            "minutes); use fewer GPUs or uniform traffic on a non-blocking fabric",
+        )
     return route_pairs(net, src, dst, m[src, dst])

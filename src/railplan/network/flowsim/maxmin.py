@@ -17,6 +17,12 @@ from railplan.records import Record
 #: finishing finish together
 REL_TOL = 1e-9
 
+#: pair flows of one step a command simulates one by one (when the step cannot be aggregated
+#: into exact classes, or with --no-aggregate): the time grows with flows × rate events, about
+#: 1 s at 128 GPUs' all-to-all (16,256 flows), from 11 s to over 10 minutes at 256 GPUs'
+#: (65,280: oversubscribed radix 16, uniform vs Zipf-skewed) and minutes at 1,024 (measured)
+MAX_SIMULATED_PAIRS = 20_000
+
 
 def _filling_matrices(
     incidence: sp.csr_matrix, multiplicity: FloatArray
@@ -82,9 +88,11 @@ class Step:
     dst: IntArray | None = None
     nbytes: FloatArray | None = None
 
-    def flowset(self, net: FlowNetwork, aggregate: bool = True) -> FlowSet:
+    def flowset(
+        self, net: FlowNetwork, aggregate: bool = True, max_pairs: int | None = None
+    ) -> FlowSet:
         if self.matrix is not None:
-            return flows_from_matrix(net, self.matrix, aggregate)
+            return flows_from_matrix(net, self.matrix, aggregate, max_pairs, self.name)
         assert self.src is not None and self.dst is not None and self.nbytes is not None
         return route_pairs(net, self.src, self.dst, self.nbytes)
 
@@ -171,43 +179,15 @@ class SimResult:
         return sum(s.flows * s.repeat for s in self.steps)
 
 
-#: pair flows of one step a command simulates one by one (when the step cannot be aggregated
-#: into exact classes, or with --no-aggregate): the time grows with flows × rate events, about
-#: 1 s at 128 GPUs' all-to-all (16,256 flows), from 11 s to over 10 minutes at 256 GPUs'
-#: (65,280: oversubscribed radix 16, uniform vs Zipf-skewed) and minutes at 1,024 (measured)
-MAX_SIMULATED_PAIRS = 20_000
-
-
-def check_simulated_pairs(net: FlowNetwork, steps: list[Step], aggregate: bool = True) -> None:
-    """Refuse, before any work, a step that would be simulated pair by pair past
-    `MAX_SIMULATED_PAIRS` flows (commands call this; the library's `simulate` does not)."""
-    from railplan.network.flowsim.flows import aggregate_matrix
-
-    for st in steps:
-        if st.matrix is None:
-            continue  # ring steps (src/dst arrays): one flow per GPU
-        pairs = int(np.count_nonzero(st.matrix))
-        if pairs <= MAX_SIMULATED_PAIRS:
-            continue
-        if aggregate and aggregate_matrix(net, st.matrix) is not None:
-            continue
-        how = "is not aggregated (--no-aggregate)"
-        if aggregate:
-            how = "cannot be aggregated into exact classes on this network"
-        raise RailplanError(
-            "gpus",
-            f"the {st.name} step {how} and has {pairs:,} pair flows, past the per-pair limit "
-            f"of {MAX_SIMULATED_PAIRS:,} simulated one by one (128 GPUs' all-to-all; more can run "
-            "for minutes); use fewer GPUs or uniform traffic on a non-blocking fabric",
-        )
-
-
-def simulate(net: FlowNetwork, steps: list[Step], aggregate: bool = True) -> SimResult:
-    """Run the steps one after another on ``net``."""
+def simulate(
+    net: FlowNetwork, steps: list[Step], aggregate: bool = True, max_pairs: int | None = None
+) -> SimResult:
+    """Run the steps one after another on ``net`` (commands pass ``max_pairs`` =
+    `MAX_SIMULATED_PAIRS`: a step simulated pair by pair past it is a one-line error)."""
     out = []
     for st in steps:
         if st.repeat < 1:
             continue
-        fs = st.flowset(net, aggregate)
+        fs = st.flowset(net, aggregate, max_pairs)
         out.append(simulate_flowset(fs, net.capacity_bytes_per_s, st.name, st.repeat))
     return SimResult(tuple(out))
