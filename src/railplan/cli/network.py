@@ -10,9 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from railplan.cli.network_ocs import pct as _pct
 from railplan.cli.options import PriceBookOpt
-from railplan.cli.output import print_json, table
+from railplan.cli.output import count, kw, musd, mw, pct, print_json, table
 
 if TYPE_CHECKING:
     from railplan.network.faults import MonteCarloResult
@@ -24,22 +23,6 @@ def _int_list(field: str, text: str) -> list[int]:
     from railplan.explore.sweep_spec import comma_list
 
     return comma_list(field, text, int, empty="give at least one integer, e.g. 512,1024")
-
-
-def _m(usd: float | None) -> str:
-    return "n/a" if usd is None else f"${usd / 1e6:,.1f}M"
-
-
-def _mw(w: float | None) -> str:
-    return "n/a" if w is None else f"{w / 1e6:,.2f} MW"
-
-
-def _kw(w: float | None) -> str:
-    return "n/a" if w is None else f"{w / 1e3:,.1f} kW"
-
-
-def _n(x: int | None) -> str:
-    return "n/a" if x is None else f"{x:,}"
 
 
 def _same_tiers_note(gpus: int, hb_domain: int, radix: int, nics_per_gpu: int, tiers: int) -> str:
@@ -146,20 +129,20 @@ def _cost_rows(data: dict[str, Any]) -> list[tuple[str, ...]]:
     ocs_designs = [d for d in (o, data.get("ocs_reconfigured")) if d]
     designs = [a, b, *ocs_designs]
     counts = ("tiers", "switches", "switch_ports", "links", "transceivers")
-    formats: list[tuple[str, Callable[[Any], str]]] = [(key, _n) for key in counts]
-    ocs: list[tuple[str, Callable[[Any], str]]] = [("ocs_units", _n), ("ocs_ports", _n)]
-    ocs += [("ocs_cost_usd", _m), ("ocs_power_w", _kw)]
+    formats: list[tuple[str, Callable[[Any], str]]] = [(key, count) for key in counts]
+    ocs: list[tuple[str, Callable[[Any], str]]] = [("ocs_units", count), ("ocs_ports", count)]
+    ocs += [("ocs_cost_usd", musd), ("ocs_power_w", kw)]
     rows = [(key, *(fmt(d[key]) for d in designs)) for key, fmt in formats]
     rows += [(key, "", "", *(fmt(d[key]) for d in ocs_designs)) for key, fmt in ocs if o]
     rows += [
-        (key, *(fmt(d[key]) for d in designs)) for key, fmt in (("cost_usd", _m), ("power_w", _mw))
+        (key, *(fmt(d[key]) for d in designs)) for key, fmt in (("cost_usd", musd), ("power_w", mw))
     ]
     rows.append(
         (
             "savings",
             "",
             *(
-                f"cost {_pct(d['savings']['cost'])}, power {_pct(d['savings']['power'])}"
+                f"cost {pct(d['savings']['cost'])}, power {pct(d['savings']['power'])}"
                 for d in (data, *ocs_designs)
             ),
         )
@@ -193,13 +176,13 @@ def _table2_row(r: Table2Row) -> tuple[str, ...]:
     return (
         f"{r.gpus:,}",
         str(r.radix),
-        *[_cell(_n(o[key]), _paper(h, key, _n), _paper(p, key, _n)) for key in counts],
-        _cell(_m(o["sota_cost_usd"]), None, _paper(p, "sota_cost_musd", _musd)),
-        _cell(_m(o["rail_only_cost_usd"]), None, _paper(p, "rail_only_cost_musd", _musd)),
-        _cell(_pct(o["savings_cost"]), None, _paper(p, "cost_reduction_pct", _paper_pct)),
-        _cell(_pct(o["savings_power"]), None, _paper(p, "power_reduction_pct", _paper_pct)),
+        *[_cell(count(o[key]), _paper(h, key, count), _paper(p, key, count)) for key in counts],
+        _cell(musd(o["sota_cost_usd"]), None, _paper(p, "sota_cost_musd", _musd)),
+        _cell(musd(o["rail_only_cost_usd"]), None, _paper(p, "rail_only_cost_musd", _musd)),
+        _cell(pct(o["savings_cost"]), None, _paper(p, "cost_reduction_pct", _paper_pct)),
+        _cell(pct(o["savings_power"]), None, _paper(p, "power_reduction_pct", _paper_pct)),
         _cell(
-            _pct(o["savings_cost_hotnets23_prices"]),
+            pct(o["savings_cost_hotnets23_prices"]),
             _paper(h, "cost_reduction_pct", _paper_pct),
             None,
         ),
@@ -315,8 +298,10 @@ def _print_topology(c: NetworkCounts, export: str | None, as_json: bool) -> None
     if as_json:
         print_json(data)
         return
-    rows = [(row["name"], _n(row["switches"]), _n(row["links_in"])) for row in c.tier_detail()]
-    rows.append(("total", _n(c.switches), _n(c.links)))
+    rows = [
+        (row["name"], count(row["switches"]), count(row["links_in"])) for row in c.tier_detail()
+    ]
+    rows.append(("total", count(c.switches), count(c.links)))
     title = f"{c.arch}: N={c.gpus:,} K={c.hb_domain} radix={c.radix}"
     Console().print(table(title, ("tier", "switches", "links in"), rows, left=("tier",)))
     typer.echo(
@@ -463,7 +448,7 @@ def tile(
     rows = [
         (
             str(p.job),
-            _n(p.gpus),
+            count(p.gpus),
             f"{p.domain_start}–{p.domain_end - 1}",
             f"{p.rail_start}–{p.rail_end - 1}",
             f"{p.shape[0]}×{p.shape[1]}",

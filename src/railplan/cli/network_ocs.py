@@ -8,15 +8,11 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 
-from railplan.cli.output import print_json, table
+from railplan.cli.output import kw, musd, pct, print_json, table
 from railplan.errors import RailplanError
 
 if TYPE_CHECKING:
     from railplan.network.cost import PriceBook
-
-
-def pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
 def check_arch(arch: str, **only_others: Any) -> None:
@@ -166,12 +162,11 @@ def ocs_tradeoff(
 
 def ocs_tradeoff_note(t: dict[str, Any], days: float) -> str:
     """One paragraph: the OCS layer's price and power beside the idle GPU-hours it saves."""
-    from railplan.cli.network import _kw, _m
 
     head = (
-        f"rail-only+ocs ({t['price_book']}): the OCS layer costs {_m(t['ocs_cost_usd'])} "
+        f"rail-only+ocs ({t['price_book']}): the OCS layer costs {musd(t['ocs_cost_usd'])} "
         f"({pct(t['cost_over_rail_only'])} over rail-only's network; an assumption, see the "
-        f"price book), power {_kw(t['ocs_power_w'])}; "
+        f"price book), power {kw(t['ocs_power_w'])}; "
     )
     if t["spare_gpus"] == 0:
         return head + "with no spare GPUs (--spare-per-domain) it recovers no idle GPU-hours."

@@ -65,3 +65,25 @@ def table(
 def quantity_table(title: str, rows: Iterable[tuple[str, str]]) -> Table:
     """A two-column table: each quantity beside its value."""
     return table(title, ("quantity", "value"), rows, left=("quantity",))
+
+
+# Number formats of the network commands' tables and notes; "n/a" where a price book leaves a
+# figure out (the HTML report has its own, report/markup.py).
+def musd(usd: float | None) -> str:
+    return "n/a" if usd is None else f"${usd / 1e6:,.1f}M"
+
+
+def mw(w: float | None) -> str:
+    return "n/a" if w is None else f"{w / 1e6:,.2f} MW"
+
+
+def kw(w: float | None) -> str:
+    return "n/a" if w is None else f"{w / 1e3:,.1f} kW"
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def count(x: int | None) -> str:
+    return "n/a" if x is None else f"{x:,}"
