@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from railplan.errors import RailplanError
 from railplan.network.topology import check_cluster, check_nic
+from railplan.specs.base import Range
 
 if TYPE_CHECKING:
     from railplan.network.cost import PriceBook
@@ -39,17 +40,13 @@ ARCH = "ocs-reconfigured"
 DEFAULT_RECONFIG_S = 1.0
 """Seconds per reconfiguration: our assumption, between MEMS mirror switching (milliseconds,
 Mission Apollo arXiv 2208.10041) and link retraining plus the job's re-wiring (seconds)."""
-MAX_RECONFIG_S = 86_400.0
+#: seconds per reconfiguration a command accepts: up to a day
+RECONFIG_S = Range(0.0, 86_400.0, "s", "seconds per circuit reconfiguration")
 
 
-def check_reconfig_s(value: Any) -> float:
+def check_reconfig_s(value: float) -> float:
     """A reconfiguration time in [0, 1 day] seconds, else a one-line RailplanError."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or not 0 <= value <= MAX_RECONFIG_S:
-        raise RailplanError(
-            "reconfig_s", f"must be seconds in [0, {MAX_RECONFIG_S:g}]; got {value!r}"
-        )
-    return float(value)
+    return RECONFIG_S.check("reconfig_s", value)
 
 
 @dataclass(frozen=True)
