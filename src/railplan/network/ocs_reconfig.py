@@ -44,8 +44,11 @@ Mission Apollo arXiv 2208.10041) and link retraining plus the job's re-wiring (s
 RECONFIG_S = Range(0.0, 86_400.0, "s", "seconds per circuit reconfiguration")
 
 
-def check_reconfig_s(value: float) -> float:
-    """A reconfiguration time in [0, 1 day] seconds, else a one-line RailplanError."""
+def check_reconfig_s(value: Any) -> float:
+    """A reconfiguration time in [0, 1 day] seconds, else a one-line RailplanError (a bool or a
+    string is not a number of seconds)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RailplanError("reconfig_s", f"must be a number of seconds; got {value!r}")
     return RECONFIG_S.check("reconfig_s", value)
 
 
