@@ -129,18 +129,29 @@ class Result(Record):
     busbw_gb_per_s: float | None
     note: str
 
+    @classmethod
+    def timed(cls, algorithm: str, op: str, g: Group, size: float, t: float, note: str) -> Result:
+        """The result of a collective of `size` bytes that took `t` seconds: algbw = size/t,
+        busbw = algbw × nccl-tests' factor (None when t is 0)."""
+        alg = size / t / 1e9 if t > 0 else None
+        bus = None if alg is None else alg * busbw_factor(op, g.gpus)
+        return cls(algorithm, t, alg, bus, note)
+
+
+def checked(op: str, size_bytes: float) -> float:
+    """`size_bytes` as checked bytes, after checking `op` (one rule for every algorithm)."""
+    if op not in OPS:
+        raise RailplanError("op", f"{op!r} is not allowed; choose one of {', '.join(OPS)}")
+    return BYTES.check("bytes", size_bytes)
+
 
 def run(g: Group, op: str, algorithm: str, size_bytes: float) -> Result:
     """Time, algbw and busbw (GB/s, 10^9 bytes/s, as nccl-tests prints) of one algorithm."""
-    if op not in OPS:
-        raise RailplanError("op", f"{op!r} is not allowed; choose one of {', '.join(OPS)}")
+    size = checked(op, size_bytes)
     if algorithm not in ALGORITHMS:
         allowed = ", ".join(ALGORITHMS)
         raise RailplanError("algorithm", f"{algorithm!r} is not allowed; choose one of {allowed}")
-    size = BYTES.check("bytes", size_bytes)
     t, note = time_s(g, op, algorithm, size)
     if t is None:
         return Result(algorithm, None, None, None, note)
-    alg = size / t / 1e9 if t > 0 else None
-    bus = None if alg is None else alg * busbw_factor(op, g.gpus)
-    return Result(algorithm, t, alg, bus, note)
+    return Result.timed(algorithm, op, g, size, t, note)

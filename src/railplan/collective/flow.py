@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from railplan.collective.algorithms import Group, Result, busbw_factor
+from railplan.collective.algorithms import Group, Result, checked
 from railplan.errors import RailplanError
 
 if TYPE_CHECKING:
@@ -67,13 +67,9 @@ def flow(
     """Time, algbw and busbw of the collective's schedule simulated on the built `arch`
     network (switch radix `radix`, NICs of `nic_gbps`, `oversubscription`:1 above the leaves
     when `arch` is oversubscribed)."""
-    from railplan.collective.algorithms import OPS
     from railplan.network.flowsim.maxmin import MAX_SIMULATED_PAIRS, simulate
-    from railplan.specs.base import BYTES
 
-    if op not in OPS:
-        raise RailplanError("op", f"{op!r} is not allowed; choose one of {', '.join(OPS)}")
-    size_bytes = BYTES.check("bytes", size_bytes)
+    size_bytes = checked(op, size_bytes)
     if g.gpus > MAX_RANKS:
         raise RailplanError(
             "gpus", f"flow (the flow-level simulation) takes at most {MAX_RANKS} GPUs; got {g.gpus}"
@@ -86,9 +82,7 @@ def flow(
         s.repeat * (lk.hb_lat_s if s.name.startswith("HB") or g.y == 1 else lk.nic_lat_s)
         for s in sim.steps
     )
-    t = sim.time_s + latency_s
-    algbw = size_bytes / t / 1e9
-    return Result("flow", t, algbw, algbw * busbw_factor(op, g.gpus), note)
+    return Result.timed("flow", op, g, size_bytes, sim.time_s + latency_s, note)
 
 
 def _network(

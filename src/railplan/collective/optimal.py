@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from railplan.collective.algorithms import OPS, Group, Result, busbw_factor
+from railplan.collective.algorithms import Group, Result, checked
 from railplan.collective.lp import slowest_epoch_bound, synthesize
 from railplan.errors import RailplanError
 
@@ -34,8 +34,7 @@ def optimal(g: Group, op: str, size_bytes: float, arch: str, radix: int, nic_gbp
     All-gather and all-to-all are solved directly; reduce-scatter is all-gather on the reversed
     graph (the same schedule run backwards, reducing where it copied); all-reduce is that
     reduce-scatter followed by the all-gather (the best such pair, not a proven optimum)."""
-    if op not in OPS:
-        raise RailplanError("op", f"{op!r} is not allowed; choose one of {', '.join(OPS)}")
+    size_bytes = checked(op, size_bytes)
     if arch not in LP_ARCHS:
         raise RailplanError(
             "network", f"the LP schedule runs on {', '.join(LP_ARCHS)}; got {arch!r}"
@@ -60,5 +59,4 @@ def optimal(g: Group, op: str, size_bytes: float, arch: str, radix: int, nic_gbp
         f"TE-CCL LP on the built graph: {how}{r.epochs} epochs of "
         f"{r.epoch_s * 1e6:.3g} us ({proof}); solved in {r.solve_s:.1f} s"
     )
-    algbw = size_bytes / t / 1e9
-    return Result("optimal", t, algbw, algbw * busbw_factor(op, g.gpus), note)
+    return Result.timed("optimal", op, g, size_bytes, t, note)
