@@ -91,7 +91,10 @@ class StrategyArrays:
     def deferred_wgrad_micro_batches(self) -> IntArray:
         """Micro-batches whose LM-head weight gradient the last stage defers to the pipeline
         flush: the first `wgrad_deferral_limit` (0 = all) with `defer_embedding_wgrad`, where
-        Megatron-Core allows it (pp > 1 and gradient-accumulation fusion); else 0."""
+        Megatron-Core allows it (pp > 1 and gradient-accumulation fusion); else 0 (a scalar
+        when no strategy defers: the search's usual case costs nothing)."""
+        if not np.any(self.defer_embedding_wgrad > 0):
+            return np.zeros((), dtype=np.int64)
         m = self.micro_batches
         limit = self.wgrad_deferral_limit
         k = np.where(limit > 0, np.minimum(limit, m), m)
