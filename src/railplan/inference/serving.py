@@ -259,7 +259,26 @@ def serve(
     each step carrying at most `max_num_tokens` tokens. With `lengths` (a data set's prompt and
     output token counts) each request draws one sample; `input_tokens` and `output_tokens` then
     only size the KV-cache limit of the batch (their sum reserved per sequence)."""
-    groups = dep.gpus // (dep.tp * dep.pp)  # replicas × ep ranks, each with its own batch
+    groups = replica_count(dep, arrival_rate)
+    limit = batch_limit(dep, input_tokens + output_tokens, batch)
+    run = simulate(
+        step_fn(dep),
+        arrival_rate / groups,
+        requests,
+        input_tokens,
+        output_tokens,
+        limit,
+        max_num_tokens=max_num_tokens,
+        seed=seed,
+        lengths=lengths,
+    )
+    return result(dep, arrival_rate, requests, output_tokens, run, groups)
+
+
+def replica_count(dep: Deployment, arrival_rate: float) -> int:
+    """The deployment's replicas × ep ranks (each with its own batch), after checking that
+    each gets at least the least rate the simulation takes."""
+    groups = dep.gpus // (dep.tp * dep.pp)
     low = MIN_RATE_PER_S * groups  # each replica simulated at arrival_rate / groups
     if not low <= arrival_rate < MAX_RATE_PER_S:
         raise RailplanError(
@@ -267,8 +286,18 @@ def serve(
             f"must be in [{low:g}, {MAX_RATE_PER_S:g}) requests/s ({groups} replicas of "
             f"{MIN_RATE_PER_S:g} at least); got {arrival_rate!r}",
         )
-    most = dep.max_batch(input_tokens + output_tokens)
-    limit = most if batch is None else min(batch, most)
+    return groups
+
+
+def batch_limit(dep: Deployment, tokens_per_sequence: int, batch: int | None) -> int:
+    """The engine's max batch: what the KV cache holds at `tokens_per_sequence`, or `batch`
+    if smaller."""
+    most = dep.max_batch(tokens_per_sequence)
+    return most if batch is None else min(batch, most)
+
+
+def step_fn(dep: Deployment) -> StepFn:
+    """The engine model's step time for a step load, cached."""
     cache: dict[tuple[int, int, int, int], float] = {}
 
     def step(load: StepLoad) -> float:
@@ -284,20 +313,16 @@ def serve(
             cache[key] = step_time_s(dep, load)[0]
         return cache[key]
 
-    run = simulate(
-        step,
-        arrival_rate / groups,
-        requests,
-        input_tokens,
-        output_tokens,
-        limit,
-        max_num_tokens=max_num_tokens,
-        seed=seed,
-        lengths=lengths,
-    )
+    return step
+
+
+def result(
+    dep: Deployment, arrival_rate: float, requests: int, output_tokens: int, run: Run, scale: int
+) -> ServingResult:
+    """A run's ServingResult; `scale`: the replicas the run's tokens/s stands for."""
     ttft, tpot = run.ttft_s, run.tpot_s
     # stable (or too short to tell): the offered load; overloaded: what the full engine made
-    served = run.tokens_per_s * groups if run.stable is False else arrival_rate * output_tokens
+    served = run.tokens_per_s * scale if run.stable is False else arrival_rate * output_tokens
     return ServingResult(
         arrival_rate=arrival_rate,
         requests=requests,

@@ -2,10 +2,12 @@
 
 Nothing is fitted to these rows: every constant of the model has its own source
 (docs/inference.md). Offline rows compare the steady-state tokens/s per GPU, server rows the
-TTFT of the continuous-batching simulation at the measured throughput (Poisson arrivals at
-tokens/s ÷ output tokens; the row's `max_num_tokens` step budget; as many requests per replica
-as the run's `duration_s` brings; prompt and output lengths drawn from the row's `lengths` data
-set, outputs scaled to its mean), static rows one static batch, first-token rows a lone prefill.
+TTFT of the continuous-batching simulation under the run's own load (Poisson arrivals at the
+row's `arrival_per_s`, the rate loadgen issued, else tokens/s ÷ output tokens; the row's
+`max_num_tokens` step budget; its `queries` split over the replicas, each to the least busy
+replica where the row's `dispatch` says so; prompt and output lengths drawn from the row's
+`lengths` data set, outputs scaled to its mean), static rows one static batch, first-token rows
+a lone prefill.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from railplan.inference.dispatch import serve_least_busy
 from railplan.inference.engine import Deployment
 from railplan.inference.estimate import first_token_s, infer, static_batch_tokens_per_s_per_gpu
 from railplan.inference.serving import MAX_NUM_TOKENS, Lengths, serve
@@ -70,12 +73,15 @@ def rows(requests: int = 4000) -> list[dict[str, Any]]:
             found.append(("tokens/s per GPU", float(r["tokens_per_s_per_gpu"]), pred, goal))
         elif r["scenario"] == "server":
             rate = float(r["tokens_per_s_per_gpu"]) * dep.gpus / o
+            if r.get("arrival_per_s"):  # what loadgen issued (its scheduled samples/s)
+                rate = float(r["arrival_per_s"])
             budget = int(r["max_num_tokens"]) if r.get("max_num_tokens") else MAX_NUM_TOKENS
             n = requests
-            if r.get("duration_s"):  # the run's queries per replica
-                n = round(rate / dep.replicas * float(r["duration_s"]))
+            if r.get("queries"):  # the run's queries per replica
+                n = round(int(r["queries"]) / dep.replicas)
             lengths = data_set_lengths(r["lengths"], o) if r.get("lengths") else None
-            s = serve(dep, rate, i, o, b, requests=n, max_num_tokens=budget, lengths=lengths)
+            run = serve_least_busy if r.get("dispatch") == "least-busy" else serve
+            s = run(dep, rate, i, o, b, requests=n, max_num_tokens=budget, lengths=lengths)
             found.append(("TTFT mean (s)", float(r["ttft_mean_s"]), s.ttft_mean_s, goal))
             found.append(("TTFT p99 (s)", float(r["ttft_p99_s"]), s.ttft_p99_s, None))
         elif r["scenario"] == "static":

@@ -1,0 +1,209 @@
+"""Serving with the requests dispatched to the least busy replica, all replicas simulated.
+
+`serving.simulate` runs one replica on its share of a Poisson stream split at random. NVIDIA's
+MLPerf v4.1 LLM harness does not split at random: in the Server scenario, with one IssueQuery
+thread (`server_num_issue_query_threads` 0, which configs/llama2-70b/Server leaves unset), each
+query goes to the inference group with the fewest transactions in flight, issued and not yet
+completed (`--traffic_distribution_policy` default 2, load balancing, in
+code/harness/harness_llm/main_llm.cc; `LLMServerLoadGen::getLeastBusyIdx` in llm_server.cc takes
+the first of the least busy; the count drops when the group's final response reaches loadgen).
+
+Here every replica runs the same step loop as `serving.simulate` (same admission, step load
+and token accounting) on the requests dispatched to it. The replicas advance in time order:
+the one whose clock is earliest first dispatches every arrival up to its clock, each to the
+replica with the fewest requests in flight at that arrival (dispatched minus finished by then:
+every other replica's clock is later, so its finishes up to then are known), then takes its
+next step. A replica with nothing to do waits for the next arrival.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_right
+
+import numpy as np
+
+from railplan.inference.engine import Deployment, StepLoad
+from railplan.inference.serving import (
+    DEFAULT_REQUESTS,
+    MAX_NUM_TOKENS,
+    Lengths,
+    Run,
+    ServingResult,
+    StepFn,
+    _admit,
+    _check_simulation,
+    _lengths,
+    _tokens_per_s,
+    batch_limit,
+    replica_count,
+    result,
+    step_fn,
+)
+from railplan.specs.arrays import FloatArray, IntArray
+
+
+class _Replica:
+    """One replica's queue (the requests dispatched to it, in order) and running batch."""
+
+    def __init__(self, capacity: int) -> None:
+        self.ids = np.zeros(capacity, dtype=np.int64)  # global request ids dispatched here
+        self.csum = np.zeros(capacity + 1)  # prompt tokens of the first k dispatched
+        self.n = 0  # dispatched
+        self.nxt = 0  # admitted
+        self.t = 0.0  # end of the last step
+        self.run_id = np.zeros(0, dtype=np.int64)
+        self.run_left = np.zeros(0, dtype=np.int64)
+        self.run_ctx = np.zeros(0, dtype=np.float64)
+        self.ends: list[float] = []  # step ends
+        self.finished: list[int] = []  # requests finished by each step end
+        self.tokens: list[int] = []  # tokens each step produced
+
+    def take(self, gid: int, prompt: int) -> None:
+        self.ids[self.n] = gid
+        self.csum[self.n + 1] = self.csum[self.n] + prompt
+        self.n += 1
+
+    def in_flight(self, at: float) -> int:
+        k = bisect_right(self.ends, at)
+        return self.n - (self.finished[k - 1] if k else 0)
+
+    def idle(self) -> bool:
+        return self.run_id.size == 0 and self.nxt == self.n
+
+    def step(self, step_s: StepFn, batch: int, budget: int, reqs: _Requests) -> None:
+        """One engine step at `self.t`, as serving.simulate takes it."""
+        csum = self.csum[: self.n + 1]
+        end = _admit(csum, self.n, self.nxt, self.run_id.size, batch, budget)
+        new = self.ids[self.nxt : end]
+        load = StepLoad(
+            decode=float(self.run_id.size),
+            context_tokens=float(self.run_ctx.sum()),
+            prefill_tokens=float(csum[end] - csum[self.nxt]) if new.size else 0.0,
+            prefill_seqs=float(new.size),
+        )
+        self.nxt = end
+        self.t += step_s(load)
+        if new.size and new[-1] == reqs.count - 1:
+            reqs.last_admitted = self.t  # the step that took the last prompt
+        self.ends.append(self.t)
+        self.tokens.append(self.run_id.size + new.size)
+        self.run_left -= 1
+        self.run_ctx += 1.0
+        reqs.first[new] = self.t
+        ids = np.concatenate([self.run_id, new])
+        left = np.concatenate([self.run_left, reqs.output[new] - 1])
+        ctx = np.concatenate([self.run_ctx, reqs.prompt[new] + 1.0])
+        over = left <= 0
+        reqs.finish[ids[over]] = self.t
+        self.finished.append((self.finished[-1] if self.finished else 0) + int(over.sum()))
+        self.run_id, self.run_left, self.run_ctx = ids[~over], left[~over], ctx[~over]
+
+
+class _Requests:
+    """Every request's arrival, lengths, first-token and finish times."""
+
+    def __init__(self, arrivals: FloatArray, prompt: IntArray, output: IntArray) -> None:
+        self.arrivals, self.prompt, self.output = arrivals, prompt, output
+        self.count = arrivals.size
+        self.first = np.full(self.count, np.nan)
+        self.finish = np.full(self.count, np.nan)
+        self.last_admitted = 0.0
+
+
+def _dispatch_until(reps: list[_Replica], reqs: _Requests, nxt: int, until: float) -> int:
+    """Dispatch arrivals nxt, nxt+1, … up to time `until` to the least busy replica (the first
+    of them on a tie); returns the first arrival not dispatched."""
+    while nxt < reqs.count and reqs.arrivals[nxt] <= until:
+        at = float(reqs.arrivals[nxt])
+        busy = [r.in_flight(at) for r in reps]
+        reps[busy.index(min(busy))].take(nxt, int(reqs.prompt[nxt]))
+        nxt += 1
+    return nxt
+
+
+def simulate_least_busy(
+    step_s: StepFn,
+    rate_per_s: float,
+    requests: int,
+    replicas: int,
+    input_tokens: int,
+    output_tokens: int,
+    max_batch: int,
+    max_num_tokens: int = MAX_NUM_TOKENS,
+    seed: int = 0,
+    lengths: Lengths | None = None,
+) -> Run:
+    """`serving.simulate` for `replicas` engines sharing one Poisson stream of `requests`
+    requests at `rate_per_s` (all replicas together), each arrival dispatched to the replica
+    with the fewest requests in flight. Throughput is that of all replicas."""
+    _check_simulation(rate_per_s, -(-requests // replicas), max_batch, max_num_tokens)
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate_per_s, requests))
+    prompt, output = _lengths(rng, requests, input_tokens, output_tokens, lengths)
+    reqs = _Requests(arrivals, prompt, output)
+    reps = [_Replica(requests) for _ in range(replicas)]
+    heap = [(0.0, i) for i in range(replicas)]
+    nxt, waiting_at_end = 0, -1
+    while heap:
+        t, i = heapq.heappop(heap)
+        nxt = _dispatch_until(reps, reqs, nxt, t)
+        rep = reps[i]
+        if rep.idle():
+            if nxt < requests:  # wait for the next arrival
+                rep.t = max(rep.t, float(arrivals[nxt]))
+                heapq.heappush(heap, (rep.t, i))
+            continue
+        rep.step(step_s, max_batch, max_num_tokens, reqs)
+        heapq.heappush(heap, (rep.t, i))
+        if waiting_at_end < 0 and t >= arrivals[-1]:  # arrived, not admitted, as arrivals stop
+            waiting_at_end = sum(r.n - r.nxt for r in reps)
+    return _run(reqs, reps, rate_per_s, max(waiting_at_end, 0), max_num_tokens)
+
+
+def _run(reqs: _Requests, reps: list[_Replica], rate: float, waiting: int, budget: int) -> Run:
+    """The simulation's Run, as serving.simulate reports it, over all replicas."""
+    arrivals, n = reqs.arrivals, reqs.count
+    ttft = reqs.first - arrivals
+    tpot = (reqs.finish - reqs.first) / np.maximum(reqs.output - 1, 1)
+    lo, hi = arrivals[n // 2], max(arrivals[-1], reqs.last_admitted)
+    tokens = sum(
+        _tokens_per_s(np.asarray(r.ends), np.asarray(r.tokens, dtype=np.float64), lo, hi)
+        for r in reps
+        if r.ends
+    )
+    half = max(n // 2, 1)
+    lifetime = float(np.median(reqs.finish[:half] - arrivals[:half]))
+    settled = bool(arrivals[n // 2] >= lifetime)
+    per_step = max(1, int(budget // reqs.prompt.mean()))
+    return Run(ttft, tpot, tokens, rate * float(reqs.output.mean()), waiting, per_step, settled)
+
+
+def serve_least_busy(
+    dep: Deployment,
+    arrival_rate: float,
+    input_tokens: int,
+    output_tokens: int,
+    batch: int | None = None,
+    requests: int = DEFAULT_REQUESTS,
+    seed: int = 0,
+    max_num_tokens: int = MAX_NUM_TOKENS,
+    lengths: Lengths | None = None,
+) -> ServingResult:
+    """`serving.serve` with every replica simulated and each request dispatched to the least
+    busy one (`requests`: per replica, as there; all replicas together take requests ×
+    replicas)."""
+    groups = replica_count(dep, arrival_rate)
+    run = simulate_least_busy(
+        step_fn(dep),
+        arrival_rate,
+        requests * groups,
+        groups,
+        input_tokens,
+        output_tokens,
+        batch_limit(dep, input_tokens + output_tokens, batch),
+        max_num_tokens=max_num_tokens,
+        seed=seed,
+        lengths=lengths,
+    )
+    return result(dep, arrival_rate, requests, output_tokens, run, 1)
