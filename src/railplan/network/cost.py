@@ -27,6 +27,14 @@ if TYPE_CHECKING:
 DEFAULT_PRICE_BOOK = "rail-only-hoti2024"
 
 
+def require_sources(entry: BaseModel, keys: tuple[str, ...]) -> None:
+    """Raise ValueError (pydantic reports it) if one of the optional numbers `keys` of a price-book
+    entry is given without its `<key>_source`."""
+    for key in keys:
+        if getattr(entry, key) is not None and not getattr(entry, key + "_source"):
+            raise ValueError(f"{key} needs {key}_source (every number needs its source)")
+
+
 class SpeedPrices(BaseModel):
     """Per-port and per-transceiver price (USD) and power (W) at one NIC speed: finite and
     not negative (inf/nan refused)."""
@@ -44,9 +52,7 @@ class SpeedPrices(BaseModel):
 
     @model_validator(mode="after")
     def _sources(self) -> Self:
-        for key in ("switch_port_w", "transceiver_w"):
-            if getattr(self, key) is not None and not getattr(self, key + "_source"):
-                raise ValueError(f"{key} needs {key}_source (every number needs its source)")
+        require_sources(self, ("switch_port_w", "transceiver_w"))
         if (self.switch_port_w is None) != (self.transceiver_w is None):
             raise ValueError("give both switch_port_w and transceiver_w, or neither")
         return self
@@ -78,9 +84,7 @@ class OcsPrices(BaseModel):
 
     @model_validator(mode="after")
     def _sources(self) -> Self:
-        for key in ("unit_w", "insertion_loss_db"):
-            if getattr(self, key) is not None and not getattr(self, key + "_source"):
-                raise ValueError(f"{key} needs {key}_source (every number needs its source)")
+        require_sources(self, ("unit_w", "insertion_loss_db"))
         return self
 
 
