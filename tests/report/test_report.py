@@ -17,6 +17,7 @@ from railplan.network.cost import compare
 from railplan.report import build, render, write_report
 from railplan.report import html as report_html
 from railplan.report.sections import SENSITIVITY_K, priced_speed
+from railplan.specs import Job
 from tests.conftest import Cli
 from tests.report.conftest import small_inputs
 
@@ -26,7 +27,9 @@ SMALL_ARGS = ["--model", "gpt-7.5b", "--gpus", "256", "--global-batch", "512", "
 def test_best_strategies_are_the_searchs(report_data: dict[str, Any]) -> None:
     inp = small_inputs()
     for arch in ("rail-optimized", "rail-only", "ideal"):
-        r = search(inp.model, inp.system, Network(architecture=arch), 256, 512, inp.space, top=1)
+        r = search(
+            Job(inp.model, inp.system, Network(architecture=arch), 256, 512), inp.space, top=1
+        )
         assert r.best is not None
         got = report_data["performance"]["networks"][arch]["best"]
         assert got["strategy"] == r.best.strategy.model_dump()

@@ -158,7 +158,7 @@ def search(
     from railplan.explore.search import SearchSpace
     from railplan.explore.search import search as run
     from railplan.explore.sweep_spec import int_list
-    from railplan.specs import load_model
+    from railplan.specs import Job, load_model
     from railplan.specs.build import build_network, build_system
 
     m = load_model(model)
@@ -180,7 +180,7 @@ def search(
         defer_embedding_wgrad=defer_embedding_wgrad,
         wgrad_deferral_limit=wgrad_deferral_limit,
     )
-    r = run(m, sy, net, gpus, global_batch, space, top=top)
+    r = run(Job(m, sy, net, gpus, global_batch), space, top=top)
     r.require_best(m, sy.gpu.memory_gib)
     if as_json:
         print_json(r.to_dict())

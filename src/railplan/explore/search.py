@@ -38,6 +38,7 @@ from railplan.specs import (
     OPTIMIZER_STATE_CODES,
     PRECISION_CODES,
     RECOMPUTE_CODES,
+    Job,
     Model,
     Network,
     Strategy,
@@ -309,16 +310,10 @@ class Evaluated:
     fits: BoolArray
 
 
-def enumerate_and_evaluate(
-    model: Model,
-    system: System,
-    network: Network,
-    gpus: int,
-    global_batch: int,
-    space: SearchSpace = SearchSpace(),
-) -> Evaluated:
-    """Every valid configuration of the space, evaluated through `iteration` in chunks."""
-    rows = candidate_rows(model, gpus, global_batch, space)
+def enumerate_and_evaluate(job: Job, space: SearchSpace = SearchSpace()) -> Evaluated:
+    """Every valid configuration of the space for `job`, evaluated through `iteration` in
+    chunks."""
+    rows = candidate_rows(job.model, job.gpus, job.global_batch, space)
     cols = candidate_columns(space)
     n_rows, n_cols = len(rows["tp"]), len(cols["recompute"])
     step = max(1, CHUNK_ELEMENTS // max(n_cols, 1))
@@ -329,8 +324,8 @@ def enumerate_and_evaluate(
     col_idx: list[IntArray] = []
     for start in range(0, n_rows, step):
         chunk = {k: v[start : start + step] for k, v in rows.items()}
-        s = _arrays(chunk, cols, global_batch, space)
-        it = iteration(model, system, network, s)
+        s = _arrays(chunk, cols, job.global_batch, space)
+        it = iteration(job.model, job.system, job.network, s)
         # Sequence parallelism is the same as none when tp = 1: keep one of the two.
         keep = ~((chunk["tp"][:, None] == 1) & (cols["sequence_parallel"][None, :] == 1))
         ri, ci = np.nonzero(keep)
@@ -347,7 +342,7 @@ def enumerate_and_evaluate(
         dp=rows["dp"][r],
         interleave=rows["interleave"][r],
         micro_batch=rows["micro_batch"][r],
-        global_batch=np.full(len(r), global_batch, dtype=np.int64),
+        global_batch=np.full(len(r), job.global_batch, dtype=np.int64),
         recompute=cols["recompute"][c],
         sequence_parallel=cols["sequence_parallel"][c],
         zero=rows["zero"][r],
@@ -404,37 +399,31 @@ def describe(
     return out
 
 
-def search(
-    model: Model,
-    system: System,
-    network: Network,
-    gpus: int,
-    global_batch: int,
-    space: SearchSpace = SearchSpace(),
-    top: int = 5,
-) -> SearchResult:
-    """Evaluate every valid strategy for `gpus` GPUs; return the fastest that fit, the `top`
+def search(job: Job, space: SearchSpace = SearchSpace(), top: int = 5) -> SearchResult:
+    """Evaluate every valid strategy for the job's GPUs; return the fastest that fit, the `top`
     fastest, and the time-vs-memory Pareto set. Raises RailplanError on impossible input."""
-    check_int("gpus", gpus, 1, MAX_GPUS)
-    check_int("global_batch", global_batch, 1, MAX_GLOBAL_BATCH)
+    check_int("gpus", job.gpus, 1, MAX_GPUS)
+    check_int("global_batch", job.global_batch, 1, MAX_GLOBAL_BATCH)
     check_int("top", top, 1, MAX_TOP)
     t0 = time.perf_counter()
-    ev = enumerate_and_evaluate(model, system, network, gpus, global_batch, space)
+    ev = enumerate_and_evaluate(job, space)
     n = len(ev.iteration_s)
     feasible_idx = np.flatnonzero(ev.fits)
     t_fit, m_fit = ev.iteration_s[feasible_idx], ev.memory_bytes[feasible_idx]
     order = feasible_idx[np.lexsort((m_fit, t_fit))[:top]]
     front = feasible_idx[pareto_front(t_fit, m_fit)]
     # One detailed pass for the top and the Pareto set together.
-    both = describe(model, system, network, ev.strategies.take(np.concatenate([order, front])))
+    both = describe(
+        job.model, job.system, job.network, ev.strategies.take(np.concatenate([order, front]))
+    )
     top_c, pareto = both[: len(order)], both[len(order) :]
     elapsed = time.perf_counter() - t0
     return SearchResult(
-        model=model.name,
-        system=system.name,
-        network=network.architecture,
-        gpus=gpus,
-        global_batch=global_batch,
+        model=job.model.name,
+        system=job.system.name,
+        network=job.network.architecture,
+        gpus=job.gpus,
+        global_batch=job.global_batch,
         best=top_c[0] if top_c else None,
         top=top_c,
         pareto=pareto,

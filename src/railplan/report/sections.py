@@ -17,7 +17,7 @@ from railplan.explore.search import SearchResult, SearchSpace, search
 from railplan.network.cost import Comparison, PriceBook, compare
 from railplan.network.faults import FailureRates, fault_table, monte_carlo
 from railplan.network.topology import NIC_SPEEDS_GBPS
-from railplan.specs import Model, Network, Strategy, System
+from railplan.specs import Job, Model, Network, Strategy, System
 from railplan.traffic.matrix import stats, traffic
 from railplan.traffic.placement import build_placement
 
@@ -90,7 +90,8 @@ def _best(r: SearchResult) -> dict[str, Any] | None:
 
 def best_search(inp: ReportInputs, system: System, arch: str, batch: int) -> SearchResult:
     """The library's strategy search for one network (fastest first)."""
-    return search(inp.model, system, Network(architecture=arch), inp.gpus, batch, inp.space, top=3)
+    job = Job(inp.model, system, Network(architecture=arch), inp.gpus, batch)
+    return search(job, inp.space, top=3)
 
 
 def pct_slower(t: float | None, ref: float | None) -> float | None:
