@@ -16,18 +16,14 @@ from railplan.cli.options import (
     GpuMemoryGibOpt,
     GpusOpt,
     GradReduceBytesOpt,
-    HbDomainOpt,
-    HbTbpsOpt,
+    HardwareOptions,
     JsonOpt,
     ModelOpt,
-    NetworkOpt,
-    NicGbpsOpt,
-    NicsPerGpuOpt,
     OptimizerStateOpt,
     OverlapDpOpt,
-    OversubscriptionOpt,
     SystemOpt,
     WgradDeferralLimitOpt,
+    with_option_groups,
 )
 from railplan.cli.output import print_json, table
 from railplan.errors import near_multiples
@@ -119,17 +115,13 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         reproduce_app.command(name, help=help_text)(_command(name))
 
 
+@with_option_groups
 def search(
     model: ModelOpt,
     gpus: GpusOpt,
     global_batch: GlobalBatchOpt,
     system: SystemOpt = "dgx-a100",
-    network: NetworkOpt = "rail-optimized",
-    oversubscription: OversubscriptionOpt = None,
-    hb_domain: HbDomainOpt = None,
-    hb_tbps: HbTbpsOpt = None,
-    nic_gbps: NicGbpsOpt = None,
-    nics_per_gpu: NicsPerGpuOpt = None,
+    hardware: HardwareOptions = HardwareOptions(),
     zero: Annotated[
         str, typer.Option(help="ZeRO stages to try, comma-separated (e.g. 0,1)")
     ] = "0,1,2,3",
@@ -159,11 +151,10 @@ def search(
     from railplan.explore.search import search as run
     from railplan.explore.sweep_spec import int_list
     from railplan.specs import Job, load_model
-    from railplan.specs.build import build_network, build_system
 
     m = load_model(model)
-    sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu, gpu_memory_gib)
-    net = build_network(network, oversubscription)
+    sy = hardware.system(system, gpu_memory_gib)
+    net = hardware.network_spec()
 
     space = SearchSpace(
         zero=tuple(int_list("zero", zero)),
