@@ -85,6 +85,7 @@ def cost(
     from railplan.limits import check_int
     from railplan.network.cost import compare, load_price_book
     from railplan.network.ocs_reconfig import check_reconfig_s
+    from railplan.network.topology import Cluster
 
     check_int("spare_per_domain", spare_per_domain, 0, 1 << 20)
     if reconfig_s is not None:
@@ -92,7 +93,8 @@ def cost(
         if not ocs_reconfigured:
             raise RailplanError("reconfig_s", "applies only with --ocs-reconfigured")
     book = load_price_book(price_book)
-    data = compare(gpus, hb_domain, radix, nic_gbps, nics_per_gpu, book, spare_per_domain).to_dict()
+    cluster = Cluster(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
+    data = compare(cluster, book, spare_per_domain).to_dict()
     if ocs_reconfigured:
         from railplan.cli.network_ocs import design
 
@@ -244,7 +246,7 @@ def topology(
 ) -> None:
     """Counts of one architecture; with --export also its graph (GraphML or node-link JSON)."""
     from railplan.cli.network_ocs import check_arch, topology_ocs
-    from railplan.network.topology import build_counts
+    from railplan.network.topology import Cluster, build_counts
 
     check_arch(
         arch,
@@ -265,17 +267,8 @@ def topology(
 
         check_export(export)  # before any work
 
-    c = build_counts(
-        arch,
-        gpus,
-        hb_domain,
-        radix,
-        nic_gbps,
-        nics_per_gpu,
-        oversubscription,
-        oversubscribed_tier,
-        planes,
-    )
+    cluster = Cluster(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
+    c = build_counts(arch, cluster, oversubscription, oversubscribed_tier, planes)
     _print_topology(c, export, as_json)
 
 
@@ -336,32 +329,20 @@ def faults(
     from railplan.limits import check_int
     from railplan.network.cost import load_price_book
     from railplan.network.faults import Policy, fault_table, monte_carlo
+    from railplan.network.topology import Cluster
 
     check_int("spare_per_domain", spare_per_domain, 0, hb_domain)
     book = load_price_book(price_book)
     check_int("swap_group", swap_group, 1, 1 << 20)
     check_int("small_domain_max", small_domain_max, 1, 1 << 20)
     policy = Policy(spare_per_domain, False, small_domain_max, swap_group)
-    table = fault_table(gpus, hb_domain, radix, nic_gbps, 1, policy)
-    mc = monte_carlo(
-        gpus,
-        hb_domain,
-        radix,
-        days,
-        trials,
-        seed,
-        None,
-        policy,
-        repair_hours,
-        quantile,
-        nic_gbps,
-    )
+    cluster = Cluster(gpus, hb_domain, radix, nic_gbps)
+    table = fault_table(cluster, policy)
+    mc = monte_carlo(cluster, days, trials, seed, None, policy, repair_hours, quantile)
     data: dict[str, Any] = {"single_failures": table, "monte_carlo": mc.to_dict()}
     from railplan.cli.network_ocs import ocs_tradeoff, ocs_tradeoff_note
 
-    data["ocs_tradeoff"] = ocs_tradeoff(
-        gpus, hb_domain, radix, nic_gbps, spare_per_domain, book, data
-    )
+    data["ocs_tradeoff"] = ocs_tradeoff(cluster, spare_per_domain, book, data)
     if as_json:
         print_json(data)
         return

@@ -16,7 +16,7 @@ from railplan.errors import RailplanError, near_multiples
 from railplan.explore.search import SearchResult, SearchSpace, search
 from railplan.network.cost import Comparison, PriceBook, compare
 from railplan.network.faults import FailureRates, fault_table, monte_carlo
-from railplan.network.topology import NIC_SPEEDS_GBPS
+from railplan.network.topology import NIC_SPEEDS_GBPS, Cluster
 from railplan.specs import Job, Model, Network, Strategy, System
 from railplan.traffic.matrix import stats, traffic
 from railplan.traffic.placement import build_placement
@@ -143,14 +143,10 @@ def priced_speed(book: PriceBook, nic_gbps: float) -> int:
 def cost(inp: ReportInputs) -> dict[str, Any]:
     """Switches, transceivers, dollars and watts of rail-optimized and rail-only."""
     speed = priced_speed(inp.price_book, inp.system.nic_gbps)
-    c: Comparison = compare(
-        inp.gpus,
-        inp.system.hb_domain,
-        inp.radix,
-        nic_gbps=speed,
-        nics_per_gpu=int(inp.system.nics_per_gpu),
-        book=inp.price_book,
+    cluster = Cluster(
+        inp.gpus, inp.system.hb_domain, inp.radix, speed, int(inp.system.nics_per_gpu)
     )
+    c: Comparison = compare(cluster, book=inp.price_book)
     note = ""
     if speed != inp.system.nic_gbps:
         note = (
@@ -283,9 +279,9 @@ def failures(inp: ReportInputs) -> dict[str, Any]:
     """Single-failure impact and a seeded Monte Carlo of a 54-day job (Llama 3 failure rates)."""
     nic = int(inp.system.nic_gbps) if inp.system.nic_gbps in NIC_SPEEDS_GBPS else 400
     k = inp.system.hb_domain
-    table = fault_table(inp.gpus, k, inp.radix, nic, int(inp.system.nics_per_gpu))
+    table = fault_table(Cluster(inp.gpus, k, inp.radix, nic, int(inp.system.nics_per_gpu)))
     mc = monte_carlo(
-        inp.gpus, k, inp.radix, days=MC_DAYS, trials=inp.mc_trials, seed=inp.seed, nic_gbps=nic
+        Cluster(inp.gpus, k, inp.radix, nic), days=MC_DAYS, trials=inp.mc_trials, seed=inp.seed
     )
     return {"single": table, "monte_carlo": mc.to_dict()}
 
