@@ -267,36 +267,30 @@ def candidate_columns(space: SearchSpace) -> dict[str, IntArray]:
     return _cross(_cross({"recompute": rc}, "sequence_parallel", sp), "precision", pr)
 
 
+def _fixed_codes(global_batch: int, space: SearchSpace) -> dict[str, int]:
+    """The strategy fields every candidate shares (the batch and what the space fixes), as
+    the codes `StrategyArrays` holds."""
+    return {
+        "global_batch": global_batch,
+        "overlap_dp": int(space.overlap_dp),
+        "grad_reduce_bytes": space.grad_reduce_bytes,
+        "attention": ATTENTION_CODES[space.attention],
+        "optimizer_state": OPTIMIZER_STATE_CODES[space.optimizer_state],
+        "tp_comm_overlap": int(space.tp_comm_overlap),
+        "defer_embedding_wgrad": int(space.defer_embedding_wgrad),
+        "wgrad_deferral_limit": space.wgrad_deferral_limit,
+    }
+
+
 def _arrays(
-    rows: dict[str, IntArray],
-    cols: dict[str, IntArray],
-    global_batch: int,
-    space: SearchSpace,
+    rows: dict[str, IntArray], cols: dict[str, IntArray], fixed: dict[str, int]
 ) -> StrategyArrays:
     """rows (as a column vector) × columns (as a row vector): a broadcastable 2-d grid."""
-    r = {k: v[:, None] for k, v in rows.items()}
-    c = {k: v[None, :] for k, v in cols.items()}
     one = np.ones((1, 1), dtype=np.int64)
     return StrategyArrays(
-        tp=r["tp"],
-        pp=r["pp"],
-        dp=r["dp"],
-        interleave=r["interleave"],
-        micro_batch=r["micro_batch"],
-        global_batch=one * global_batch,
-        recompute=c["recompute"],
-        sequence_parallel=c["sequence_parallel"],
-        zero=r["zero"],
-        ep=r["ep"],
-        overlap_dp=one * int(space.overlap_dp),
-        grad_reduce_bytes=one * space.grad_reduce_bytes,
-        cp=r["cp"],
-        attention=one * ATTENTION_CODES[space.attention],
-        precision=c["precision"],
-        optimizer_state=one * OPTIMIZER_STATE_CODES[space.optimizer_state],
-        tp_comm_overlap=one * int(space.tp_comm_overlap),
-        defer_embedding_wgrad=one * int(space.defer_embedding_wgrad),
-        wgrad_deferral_limit=one * space.wgrad_deferral_limit,
+        **{k: v[:, None] for k, v in rows.items()},
+        **{k: v[None, :] for k, v in cols.items()},
+        **{k: one * v for k, v in fixed.items()},
     )
 
 
@@ -317,6 +311,7 @@ def enumerate_and_evaluate(job: Job, space: SearchSpace = SearchSpace()) -> Eval
     cols = candidate_columns(space)
     n_rows, n_cols = len(rows["tp"]), len(cols["recompute"])
     step = max(1, CHUNK_ELEMENTS // max(n_cols, 1))
+    fixed = _fixed_codes(job.global_batch, space)
     times: list[FloatArray] = []
     mems: list[FloatArray] = []
     fits: list[BoolArray] = []
@@ -324,7 +319,7 @@ def enumerate_and_evaluate(job: Job, space: SearchSpace = SearchSpace()) -> Eval
     col_idx: list[IntArray] = []
     for start in range(0, n_rows, step):
         chunk = {k: v[start : start + step] for k, v in rows.items()}
-        s = _arrays(chunk, cols, job.global_batch, space)
+        s = _arrays(chunk, cols, fixed)
         it = iteration(job.model, job.system, job.network, s)
         # Sequence parallelism is the same as none when tp = 1: keep one of the two.
         keep = ~((chunk["tp"][:, None] == 1) & (cols["sequence_parallel"][None, :] == 1))
@@ -337,27 +332,9 @@ def enumerate_and_evaluate(job: Job, space: SearchSpace = SearchSpace()) -> Eval
     r = np.concatenate(row_idx) if row_idx else np.zeros(0, dtype=np.int64)
     c = np.concatenate(col_idx) if col_idx else np.zeros(0, dtype=np.int64)
     flat = StrategyArrays(
-        tp=rows["tp"][r],
-        pp=rows["pp"][r],
-        dp=rows["dp"][r],
-        interleave=rows["interleave"][r],
-        micro_batch=rows["micro_batch"][r],
-        global_batch=np.full(len(r), job.global_batch, dtype=np.int64),
-        recompute=cols["recompute"][c],
-        sequence_parallel=cols["sequence_parallel"][c],
-        zero=rows["zero"][r],
-        ep=rows["ep"][r],
-        overlap_dp=np.full(len(r), int(space.overlap_dp), dtype=np.int64),
-        grad_reduce_bytes=np.full(len(r), space.grad_reduce_bytes, dtype=np.int64),
-        cp=rows["cp"][r],
-        attention=np.full(len(r), ATTENTION_CODES[space.attention], dtype=np.int64),
-        precision=cols["precision"][c],
-        optimizer_state=np.full(
-            len(r), OPTIMIZER_STATE_CODES[space.optimizer_state], dtype=np.int64
-        ),
-        tp_comm_overlap=np.full(len(r), int(space.tp_comm_overlap), dtype=np.int64),
-        defer_embedding_wgrad=np.full(len(r), int(space.defer_embedding_wgrad), dtype=np.int64),
-        wgrad_deferral_limit=np.full(len(r), space.wgrad_deferral_limit, dtype=np.int64),
+        **{k: v[r] for k, v in rows.items()},
+        **{k: v[c] for k, v in cols.items()},
+        **{k: np.full(len(r), v, dtype=np.int64) for k, v in fixed.items()},
     )
     empty_f = np.zeros(0, dtype=np.float64)
     return Evaluated(

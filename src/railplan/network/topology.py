@@ -298,11 +298,7 @@ def _assemble(
     links = sum(g.count * g.clos.links for g in groups)
     return NetworkCounts(
         arch=arch,
-        gpus=c.gpus,
-        hb_domain=c.hb_domain,
-        radix=c.radix,
-        nic_gbps=c.nic_gbps,
-        nics_per_gpu=c.nics_per_gpu,
+        **asdict(c),
         oversubscription=oversubscription,
         oversubscribed_tier=oversubscribed_tier,
         groups=groups,
