@@ -36,6 +36,13 @@ NicsPerGpuOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
 
+# the network commands' cluster (cost, topology, faults, tile, cost-plot, flowsim)
+ClusterGpusOpt = Annotated[int, typer.Option(help="GPUs N")]
+HbDomainSizeOpt = Annotated[int, typer.Option(help="HB-domain size K")]
+RadixOpt = Annotated[int, typer.Option(help="switch radix")]
+NicSpeedOpt = Annotated[int, typer.Option(help="NIC speed (Gbps)")]
+NicPortsOpt = Annotated[int, typer.Option(help="NIC ports per GPU")]
+
 DpOpt = Annotated[int | None, typer.Option(help="default: gpus / (tp·pp)")]
 InterleaveOpt = Annotated[int, typer.Option(help="virtual stages per pipeline stage")]
 RecomputeOpt = Annotated[str, typer.Option(help="none | selective | full")]
