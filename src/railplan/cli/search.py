@@ -32,7 +32,6 @@ from railplan.names import ARCHITECTURES, REPRODUCE_FIGURES
 if TYPE_CHECKING:
     from railplan.explore.search import SearchResult
     from railplan.explore.sweep import SweepResult
-    from railplan.specs import Model, Network, System
 
 
 def _candidates_table(title: str, rows: list[dict[str, Any]]) -> Table:
@@ -172,11 +171,11 @@ def search(
         wgrad_deferral_limit=wgrad_deferral_limit,
     )
     r = run(Job(m, sy, net, gpus, global_batch), space, top=top)
-    r.require_best(m, sy.gpu.memory_gib)
+    r.require_best()
     if as_json:
         print_json(r.to_dict())
         return
-    _print_search(r, m, sy, net, gpus, global_batch)
+    _print_search(r)
 
 
 def _fixed(name: str, text: str | None) -> tuple[int, ...] | None:
@@ -186,15 +185,15 @@ def _fixed(name: str, text: str | None) -> tuple[int, ...] | None:
     return None if text is None else tuple(int_list(name, text))
 
 
-def _print_search(
-    r: SearchResult, m: Model, sy: System, net: Network, gpus: int, global_batch: int
-) -> None:
+def _print_search(r: SearchResult) -> None:
     """The fastest candidates, the time/memory Pareto set and what was evaluated."""
+    job = r.job
+    m, sy, gpus = job.model, job.system, job.gpus
     console = Console()
     console.print(
         _candidates_table(
-            f"{m.name} on {gpus} × {sy.gpu.name} (K={sy.hb_domain}, {net.architecture}), "
-            f"batch {global_batch}: fastest",
+            f"{m.name} on {gpus} × {sy.gpu.name} (K={sy.hb_domain}, {job.network.architecture}), "
+            f"batch {job.global_batch}: fastest",
             [c.to_dict() for c in r.top],
         )
     )
@@ -203,7 +202,7 @@ def _print_search(
         f"{r.configurations_evaluated:,} valid configurations evaluated, {r.feasible:,} fit, "
         f"in {r.elapsed_s:.3f} s ({r.configurations_per_s:,.0f} per second). Valid means "
         f"tp divides the {m.heads} heads, pp the {m.layers} layers, dp = gpus/(tp·pp) the "
-        f"batch of {global_batch:,}, and the micro-batch the per-replica batch."
+        f"batch of {job.global_batch:,}, and the micro-batch the per-replica batch."
     )
     if gpus % sy.hb_domain:
         console.print(

@@ -141,13 +141,9 @@ class Candidate:
 
 @dataclass(frozen=True)
 class SearchResult:
-    """What a search found. `best` is None when no valid strategy fits in memory."""
+    """What a search of `job` found. `best` is None when no valid strategy fits in memory."""
 
-    model: str
-    system: str
-    network: str
-    gpus: int
-    global_batch: int
+    job: Job
     best: Candidate | None
     top: list[Candidate]
     pareto: list[Candidate]
@@ -156,23 +152,24 @@ class SearchResult:
     elapsed_s: float
     space: SearchSpace = field(default_factory=SearchSpace)
 
-    def require_best(self, model: Model, memory_gib: float) -> Candidate:
+    def require_best(self) -> Candidate:
         """The best strategy, or a one-line error saying why there is none: no valid strategy
         (with the GPU counts near this one that have one), or none that fits in memory."""
+        model, gpus, global_batch = self.job.model, self.job.gpus, self.job.global_batch
         if self.configurations_evaluated == 0:
             raise RailplanError(
                 "gpus",
-                f"no valid strategy for {self.gpus:,} GPUs and global batch "
-                f"{self.global_batch:,}: tp·cp·pp·dp = gpus needs dp to divide the batch, tp the "
+                f"no valid strategy for {gpus:,} GPUs and global batch "
+                f"{global_batch:,}: tp·cp·pp·dp = gpus needs dp to divide the batch, tp the "
                 f"{model.heads} heads, pp at most the {model.layers} layers, 2·cp to divide the "
                 f"sequence ({model.seq}); "
-                f"{working_counts(model, self.gpus, self.global_batch, self.space)}",
+                f"{working_counts(model, gpus, global_batch, self.space)}",
             )
         if self.best is None:
             raise RailplanError(
                 "gpus",
                 f"none of the {self.configurations_evaluated} valid strategies fits in "
-                f"{memory_gib:g} GiB per GPU; add GPUs or use a smaller model",
+                f"{self.job.system.gpu.memory_gib:g} GiB per GPU; add GPUs or use a smaller model",
             )
         return self.best
 
@@ -182,11 +179,11 @@ class SearchResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "model": self.model,
-            "system": self.system,
-            "network": self.network,
-            "gpus": self.gpus,
-            "global_batch": self.global_batch,
+            "model": self.job.model.name,
+            "system": self.job.system.name,
+            "network": self.job.network.architecture,
+            "gpus": self.job.gpus,
+            "global_batch": self.job.global_batch,
             "best": self.best.to_dict() if self.best else None,
             "top": [c.to_dict() for c in self.top],
             "pareto": [c.to_dict() for c in self.pareto],
@@ -396,11 +393,7 @@ def search(job: Job, space: SearchSpace = SearchSpace(), top: int = 5) -> Search
     top_c, pareto = both[: len(order)], both[len(order) :]
     elapsed = time.perf_counter() - t0
     return SearchResult(
-        model=job.model.name,
-        system=job.system.name,
-        network=job.network.architecture,
-        gpus=job.gpus,
-        global_batch=job.global_batch,
+        job=job,
         best=top_c[0] if top_c else None,
         top=top_c,
         pareto=pareto,

@@ -104,7 +104,7 @@ def pct_slower(t: float | None, ref: float | None) -> float | None:
 def performance(inp: ReportInputs) -> dict[str, Any]:
     """Best strategy, iteration time and MFU on rail-optimized, rail-only and ideal."""
     results = {arch: best_search(inp, inp.system, arch, inp.global_batch) for arch in NETWORKS}
-    results["rail-optimized"].require_best(inp.model, inp.system.gpu.memory_gib)
+    results["rail-optimized"].require_best()
     nets = {
         arch: {
             "best": _best(r),
@@ -208,7 +208,7 @@ def override(system: System, **fields: Any) -> System:
 def _point(r: SearchResult, **fields: Any) -> dict[str, Any]:
     b = r.best
     return fields | {
-        "network": r.network,
+        "network": r.job.network.architecture,
         "iteration_s": b.iteration_s if b else None,
         "mfu": b.mfu if b else None,
         "strategy": b.strategy.model_dump() if b else None,
