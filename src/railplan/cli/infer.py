@@ -9,7 +9,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from railplan.cli.options import HardwareOptions, JsonOpt, with_option_groups
+from railplan.cli.options import (
+    HardwareOptions,
+    JsonOpt,
+    ModelOpt,
+    SystemOpt,
+    with_option_groups,
+)
 from railplan.cli.output import print_json, quantity_table, table
 from railplan.errors import RailplanError
 
@@ -38,8 +44,8 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
 
 @with_option_groups
 def infer(
-    model: Annotated[str, typer.Option(help="catalog name or YAML file")] = "llama-2-70b",
-    system: Annotated[str, typer.Option(help="catalog name or YAML file")] = "dgx-h100",
+    model: ModelOpt = "llama-2-70b",
+    system: SystemOpt = "dgx-h100",
     gpus: Annotated[int, typer.Option(help="GPUs serving the model (replicas × tp·pp·ep)")] = 8,
     tp: Annotated[int, typer.Option(help="tensor-parallel degree")] = 1,
     pp: Annotated[int, typer.Option(help="pipeline stages")] = 1,
@@ -195,8 +201,8 @@ def _sweep_table(sweep: list[ServingResult]) -> Table:
 
 
 def infer_search(
-    model: Annotated[str, typer.Option(help="catalog name or YAML file")] = "llama-3-405b",
-    system: Annotated[str, typer.Option(help="catalog name or YAML file")] = "gb200-nvl72",
+    model: ModelOpt = "llama-3-405b",
+    system: SystemOpt = "gb200-nvl72",
     gpus: Annotated[int, typer.Option(help="GPUs serving the model")] = 72,
     hb_domains: Annotated[
         str | None,
