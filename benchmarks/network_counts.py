@@ -9,7 +9,7 @@ import time
 
 from railplan.network.cost import compare
 from railplan.network.graph import build_graph
-from railplan.network.topology import rail_only, rail_optimized
+from railplan.network.topology import Cluster, rail_only, rail_optimized
 
 
 def main() -> None:
@@ -17,14 +17,14 @@ def main() -> None:
     n = 0
     for gpus in (2**i for i in range(8, 24)):
         for radix in (32, 64, 128, 256):
-            compare(gpus, 256, radix)
+            compare(Cluster(gpus, 256, radix))
             n += 1
     dt = time.perf_counter() - t0
     print(f"compare(): {n} clusters in {dt * 1e3:.1f} ms ({dt / n * 1e6:.0f} µs each)")
     for gpus in (1024, 4096, 8192):
         for f in (rail_optimized, rail_only):
             t0 = time.perf_counter()
-            g = build_graph(f(gpus, 8, 64))
+            g = build_graph(f(Cluster(gpus, 8, 64)))
             dt = time.perf_counter() - t0
             print(
                 f"build_graph({f.__name__}, {gpus} GPUs): {g.number_of_nodes()} nodes, "

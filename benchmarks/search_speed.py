@@ -11,7 +11,7 @@ import os
 import time
 
 from railplan.explore.search import SearchSpace, search
-from railplan.specs import Network, System, load_model, load_system
+from railplan.specs import Job, Network, System, load_model, load_system
 
 GOAL_PER_S = 300_000
 CASES = (  # model, system, K, network, GPUs, global batch
@@ -29,9 +29,9 @@ def main() -> None:
         model = load_model(name)
         system = System.parse(load_system(sys_name).model_dump() | {"hb_domain": k}, "system")
         net = Network(architecture=arch)
-        search(model, system, net, gpus, batch, SearchSpace())  # warm-up
+        search(Job(model, system, net, gpus, batch), SearchSpace())  # warm-up
         t0 = time.perf_counter()
-        r = search(model, system, net, gpus, batch, SearchSpace())
+        r = search(Job(model, system, net, gpus, batch), SearchSpace())
         dt = time.perf_counter() - t0
         total_n += r.configurations_evaluated
         total_s += dt

@@ -6,6 +6,7 @@ python examples/cost_comparison.py
 from __future__ import annotations
 
 from railplan.network.cost import compare
+from railplan.network.topology import Cluster
 
 
 def main() -> None:
@@ -14,7 +15,7 @@ def main() -> None:
         f"{'cost (M$)':>15} {'saving':>7}"
     )
     for gpus, k, radix in ((4096, 8, 64), (32768, 256, 64), (32768, 256, 128)):
-        c = compare(gpus, k, radix)
+        c = compare(Cluster(gpus, k, radix))
         a, b = c.rail_optimized, c.rail_only
         ca, cb = c.rail_optimized_cost.cost_usd / 1e6, c.rail_only_cost.cost_usd / 1e6
         print(

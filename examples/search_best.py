@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from railplan import Network, load_model, load_system
 from railplan.explore.search import MEGATRON_SPACE, search
+from railplan.specs import Job
 
 
 def main(model_name: str = "gpt-22b", gpus: int = 512, global_batch: int = 1024) -> None:
     model = load_model(model_name)
     system = load_system("dgx-h100")
     for arch in ("rail-optimized", "rail-only", "ideal"):
-        r = search(model, system, Network(architecture=arch), gpus, global_batch, MEGATRON_SPACE)
+        job = Job(model, system, Network(architecture=arch), gpus, global_batch)
+        r = search(job, MEGATRON_SPACE)
         if r.best is None:
             print(f"{arch}: no strategy fits")
             continue

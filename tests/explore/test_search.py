@@ -19,7 +19,7 @@ from railplan.explore.search import (
     search,
 )
 from railplan.perf.estimate import estimate
-from railplan.specs import Model, Network, Strategy, System, load_system
+from railplan.specs import Job, Model, Network, Strategy, System, load_system
 from railplan.specs.arrays import from_strategies, valid_mask
 
 TINY = Model(name="tiny", hidden=512, layers=8, heads=8, seq=512, vocab=1000)
@@ -54,7 +54,7 @@ def test_vectorized_equals_estimate(
     model: Model, gpus: int, batch: int, k: int, arch: str, picks: list[int]
 ) -> None:
     system, net = small_system(k), Network(architecture=arch)
-    ev = enumerate_and_evaluate(model, system, net, gpus, batch)
+    ev = enumerate_and_evaluate(Job(model, system, net, gpus, batch))
     n = len(ev.iteration_s)
     if n == 0:
         return
@@ -102,7 +102,7 @@ def brute_force(model: Model, gpus: int, batch: int) -> set[tuple[int, ...]]:
 
 def test_enumeration_is_complete_and_valid() -> None:
     gpus, batch = 8, 16
-    ev = enumerate_and_evaluate(TINY, small_system(4), Network(), gpus, batch)
+    ev = enumerate_and_evaluate(Job(TINY, small_system(4), Network(), gpus, batch))
     s = ev.strategies
     assert bool(np.all(valid_mask(TINY, s)))
     assert bool(np.all(s.tp * s.cp * s.pp * s.dp == gpus))
@@ -131,8 +131,8 @@ def test_enumeration_is_complete_and_valid() -> None:
 
 def test_best_is_fastest_fitting_and_pareto_is_nondominated() -> None:
     system = small_system(8)
-    r = search(TINY, system, Network(), 16, 32, top=3)
-    ev = enumerate_and_evaluate(TINY, system, Network(), 16, 32)
+    r = search(Job(TINY, system, Network(), 16, 32), top=3)
+    ev = enumerate_and_evaluate(Job(TINY, system, Network(), 16, 32))
     assert r.configurations_evaluated == len(ev.iteration_s)
     assert r.feasible == int(ev.fits.sum())
     assert r.best is not None
@@ -163,15 +163,15 @@ def test_pareto_front_property(points: list[tuple[float, float]]) -> None:
 def test_space_restricts_and_none_fits() -> None:
     system = small_system(8)
     r = search(
-        TINY, system, Network(), 16, 32, SearchSpace(tp=(2,), zero=(0,), recompute=("full",))
+        Job(TINY, system, Network(), 16, 32), SearchSpace(tp=(2,), zero=(0,), recompute=("full",))
     )
     assert r.best is not None
     assert {c.strategy.tp for c in r.pareto} == {2}
     assert r.best.strategy.recompute == "full" and r.best.strategy.zero == 0
-    meg = search(TINY, system, Network(), 16, 32, MEGATRON_SPACE)
+    meg = search(Job(TINY, system, Network(), 16, 32), MEGATRON_SPACE)
     assert meg.configurations_evaluated < r.configurations_evaluated * 100
     huge = Model(name="huge", hidden=32768, layers=8, heads=8, seq=512, vocab=1000)
-    none = search(huge, system, Network(), 2, 2)
+    none = search(Job(huge, system, Network(), 2, 2))
     assert none.best is None and none.feasible == 0 and none.configurations_evaluated > 0
 
 
@@ -268,7 +268,7 @@ def test_search_includes_expert_parallelism() -> None:
 
     model, system = load_model("moe-1.3b"), load_system("dgx-a100")
     net = Network(architecture="rail-only")
-    r = search(model, system, net, 128, 512)
+    r = search(Job(model, system, net, 128, 512))
     assert r.best is not None
     assert r.best.strategy.ep > 1  # all 128 experts on every GPU does not fit
     e = estimate(model, system, r.best.strategy, net)
@@ -281,8 +281,10 @@ def test_search_enumerates_precision_where_asked() -> None:
 
     m, sy = load_model("gpt-22b"), load_system("dgx-h100")
     space = SearchSpace(tp=(8,), pp=(1, 2), zero=(1,), precision=("bf16", "fp8"))
-    both = search(m, sy, Network(), 64, 256, space, top=50)
-    bf16 = search(m, sy, Network(), 64, 256, SearchSpace(tp=(8,), pp=(1, 2), zero=(1,)), top=50)
+    both = search(Job(m, sy, Network(), 64, 256), space, top=50)
+    bf16 = search(
+        Job(m, sy, Network(), 64, 256), SearchSpace(tp=(8,), pp=(1, 2), zero=(1,)), top=50
+    )
     assert both.configurations_evaluated == 2 * bf16.configurations_evaluated
     assert both.best is not None and bf16.best is not None
     assert both.best.strategy.precision == "fp8"
@@ -297,10 +299,6 @@ def test_search_fp8_refused_without_fp8_tensor_cores() -> None:
 
     with pytest.raises(RailplanError, match="precision"):
         search(
-            load_model("gpt-22b"),
-            load_system("dgx-a100"),
-            Network(),
-            64,
-            256,
+            Job(load_model("gpt-22b"), load_system("dgx-a100"), Network(), 64, 256),
             SearchSpace(tp=(8,), precision=("fp8",)),
         )

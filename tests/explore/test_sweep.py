@@ -305,7 +305,7 @@ def test_error_rows_are_retried_on_resume(tmp_path: Path, monkeypatch: pytest.Mo
     real = railplan.explore.search.search
 
     def flaky(*args: Any, **kwargs: Any) -> Any:
-        if args[1].hb_domain == 2 and args[3] == 16:
+        if args[0].system.hb_domain == 2 and args[0].gpus == 16:
             raise RailplanError("gpus", "simulated failure")
         return real(*args, **kwargs)
 
@@ -584,7 +584,7 @@ def test_a_point_that_raises_fails_alone(tmp_path: Path, monkeypatch: pytest.Mon
     real = railplan.explore.search.search
 
     def typeerror(*args: Any, **kwargs: Any) -> Any:
-        if args[1].hb_domain == 2:
+        if args[0].system.hb_domain == 2:
             raise TypeError("'float' object cannot be interpreted as an integer")
         return real(*args, **kwargs)
 

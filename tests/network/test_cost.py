@@ -8,7 +8,7 @@ import pytest
 
 from railplan.errors import RailplanError
 from railplan.network.cost import builtin_price_books, compare, cost_power, load_price_book
-from railplan.network.topology import rail_only
+from railplan.network.topology import Cluster, rail_only
 from railplan.reproduce.table2 import (
     HOTI24_RANGES,
     HOTI24_TABLE2,
@@ -18,7 +18,7 @@ from railplan.reproduce.table2 import (
 
 
 def test_default_prices_by_hand() -> None:
-    c = compare(32768, 256, 64)
+    c = compare(Cluster(32768, 256, 64))
     # 2560 × 64 ports × $694 + 196,608 × $199
     assert c.rail_optimized_cost.cost_usd == 2560 * 64 * 694 + 196608 * 199 == 152_829_952
     assert c.rail_only_cost.cost_usd == 1536 * 64 * 694 + 131072 * 199 == 94_306_304
@@ -29,7 +29,7 @@ def test_default_prices_by_hand() -> None:
 
 @pytest.mark.parametrize("row", HOTI24_TABLE2, ids=lambda r: f"{r.gpus}-{r.radix}")
 def test_hoti_cells(row) -> None:  # type: ignore[no-untyped-def]
-    c = compare(row.gpus, 256, row.radix)
+    c = compare(Cluster(row.gpus, 256, row.radix))
     assert round(100 * (c.savings_cost or 0), 1) == row.cost_reduction_pct
     assert round(100 * (c.savings_power or 0), 1) == row.power_reduction_pct
     if row.sota_cost_musd is not None:
@@ -39,7 +39,7 @@ def test_hoti_cells(row) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("row", HOTNETS23_TABLE2, ids=lambda r: f"{r.gpus}-{r.radix}")
 def test_hotnets_cost_reduction_truncated(row) -> None:  # type: ignore[no-untyped-def]
-    c = compare(row.gpus, 256, row.radix, book=load_price_book("rail-only-hotnets23"))
+    c = compare(Cluster(row.gpus, 256, row.radix), book=load_price_book("rail-only-hotnets23"))
     assert int(100 * (c.savings_cost or 0)) == row.cost_reduction_pct  # paper truncates
     assert c.savings_power is None  # that price book has no power figures
 
@@ -64,11 +64,11 @@ def test_price_book_yaml(tmp_path: Path) -> None:
         "    transceiver_usd: 500\n    transceiver_usd_source: y1y\n"
     )
     book = load_price_book(f)
-    cp = cost_power(rail_only(4096, 8, 64, nic_gbps=800), book)
+    cp = cost_power(rail_only(Cluster(4096, 8, 64, nic_gbps=800)), book)
     assert cp.cost_usd == 192 * 64 * 1000 + 16384 * 500
     assert cp.power_w is None
     with pytest.raises(RailplanError, match="nic_gbps"):
-        cost_power(rail_only(4096, 8, 64, nic_gbps=400), book)
+        cost_power(rail_only(Cluster(4096, 8, 64, nic_gbps=400)), book)
 
 
 def test_price_book_errors(tmp_path: Path) -> None:

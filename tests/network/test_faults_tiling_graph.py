@@ -19,7 +19,13 @@ from railplan.network.faults import (
 )
 from railplan.network.graph import build_graph, graph_summary
 from railplan.network.tiling import largest_free_rectangle, shapes, tile
-from railplan.network.topology import ARCHITECTURES, build_counts, rail_only, rail_optimized
+from railplan.network.topology import (
+    ARCHITECTURES,
+    Cluster,
+    build_counts,
+    rail_only,
+    rail_optimized,
+)
 
 
 def test_llama3_table_sums_to_419() -> None:
@@ -38,19 +44,19 @@ def test_recovery_policies() -> None:
 
 
 def test_fault_table_same_gpus_cut_off() -> None:
-    t = fault_table(32768, 256, 64)["architectures"]
+    t = fault_table(Cluster(32768, 256, 64))["architectures"]
     a = {i["component"]: i for i in t["rail-optimized"]["impacts"]}
     b = {i["component"]: i for i in t["rail-only"]["impacts"]}
     for comp in ("gpu_leaf_link", "leaf_switch", "gpu", "server"):
         assert a[comp]["gpus_cut_off"] == b[comp]["gpus_cut_off"]  # §IV-C: identical
     assert t["rail-only"]["switches"] < t["rail-optimized"]["switches"]
-    one_tier = fault_table(32768, 256, 128)["architectures"]["rail-only"]["impacts"]
+    one_tier = fault_table(Cluster(32768, 256, 128))["architectures"]["rail-only"]["impacts"]
     assert not next(i for i in one_tier if i["component"] == "spine_switch")["applicable"]
 
 
 def test_monte_carlo_reproducible_and_calibrated() -> None:
-    a = monte_carlo(16384, 8, 64, trials=300, seed=7)
-    b = monte_carlo(16384, 8, 64, trials=300, seed=7)
+    a = monte_carlo(Cluster(16384, 8, 64), trials=300, seed=7)
+    b = monte_carlo(Cluster(16384, 8, 64), trials=300, seed=7)
     assert a.variants == b.variants
     # the Llama 3 setting reproduces its 419 interruptions in 54 days (within MC noise)
     assert a.variants["rail-optimized"]["expected_interruptions"] == pytest.approx(419, rel=0.03)
@@ -58,7 +64,7 @@ def test_monte_carlo_reproducible_and_calibrated() -> None:
         a.variants["rail-only"]["expected_interruptions"]
         < a.variants["rail-optimized"]["expected_interruptions"]
     )
-    s = monte_carlo(4096, 8, 64, trials=300, seed=1, policy=Policy(spare_per_domain=1))
+    s = monte_carlo(Cluster(4096, 8, 64), trials=300, seed=1, policy=Policy(spare_per_domain=1))
     v = s.variants
     assert v["rail-only+ocs"]["expected_idle_gpus"] < v["rail-only"]["expected_idle_gpus"]
     assert v["rail-optimized"]["spare_gpus_needed"] <= v["rail-only"]["spare_gpus_needed"]
@@ -69,11 +75,11 @@ def test_rates_positive_and_errors() -> None:
     assert min(r.gpu_per_h, r.server_per_h, r.nic_link_per_h, r.network_element_per_h) > 0
     for days in (0.0, 1e-9, float("nan"), float("inf")):  # the simulation steps by the hour
         with pytest.raises(RailplanError, match="days"):
-            monte_carlo(1024, 8, 64, days=days)
+            monte_carlo(Cluster(1024, 8, 64), days=days)
     with pytest.raises(RailplanError, match=r"^quantile"):  # named as the CLI flag
-        monte_carlo(1024, 8, 64, target_quantile=1.0)
+        monte_carlo(Cluster(1024, 8, 64), target_quantile=1.0)
     with pytest.raises(RailplanError, match="trials"):
-        monte_carlo(1024, 8, 64, trials=0)
+        monte_carlo(Cluster(1024, 8, 64), trials=0)
 
 
 def test_tiling_basic() -> None:
@@ -115,7 +121,7 @@ def test_tiling_no_overlap(domains: int, k: int, jobs: list[int]) -> None:
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_graph_matches_counts(arch: str) -> None:
-    c = build_counts(arch, 2048, 8, 32)
+    c = build_counts(arch, Cluster(2048, 8, 32))
     g = build_graph(c)
     s = graph_summary(g)
     assert s["links"] == c.links
@@ -129,9 +135,9 @@ def test_graph_matches_counts(arch: str) -> None:
 
 
 def test_graph_components_and_rails() -> None:
-    ro = build_graph(rail_optimized(1024, 8, 32))
+    ro = build_graph(rail_optimized(Cluster(1024, 8, 32)))
     assert nx.is_connected(ro)
-    rl = build_graph(rail_only(1024, 8, 32))
+    rl = build_graph(rail_only(Cluster(1024, 8, 32)))
     comps = list(nx.connected_components(rl))
     assert len(comps) == 8
     for comp in comps:  # every component is one rail

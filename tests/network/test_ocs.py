@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from railplan.errors import RailplanError
 from railplan.network.cost import OcsPrices, compare, load_price_book
 from railplan.network.ocs import ocs_layer
-from railplan.network.topology import rail_only
+from railplan.network.topology import Cluster, rail_only
 from tests.conftest import Cli
 
 BOOK = load_price_book()  # rail-only-hoti2024
@@ -34,13 +34,13 @@ def test_shipped_books_carry_a_sourced_ocs() -> None:
 def test_counts_by_hand_1024_gpus_k8() -> None:
     # 1,024 GPUs, one 400G NIC each, 2 fibers per link: 16 OCS ports per 8-GPU domain, so a
     # 136-port OCS holds 8 domains (128 ports); 128 domains -> 16 OCS units
-    layer = ocs_layer(rail_only(1024, 8, 64), OCS)
+    layer = ocs_layer(rail_only(Cluster(1024, 8, 64)), OCS)
     assert (layer.links, layer.ports_used) == (1024, 2048)
     assert (layer.units, layer.ports_installed) == (16, 16 * 136)
     assert (layer.swap_set_gpus, layer.swap_sets, layer.spare_gpus) == (8, 128, 128)
     assert layer.cost_usd == 16 * 136 * 694 == 1_510_144
     assert layer.power_w == 16 * 108
-    c = compare(1024, 8, 64).to_dict()
+    c = compare(Cluster(1024, 8, 64)).to_dict()
     o = c["rail_only_ocs"]
     rail_only_usd = 3072 * 694 + 4096 * 199  # switches and transceivers unchanged by the OCS
     assert c["rail_only"]["cost_usd"] == rail_only_usd
@@ -52,7 +52,7 @@ def test_counts_by_hand_1024_gpus_k8() -> None:
 def test_large_domain_split_into_swap_sets() -> None:
     # K = 256 (Table II): 512 ports per domain > 136, so each domain is cut into swap sets of
     # 136 // 2 = 68 GPUs, ceil(256 / 68) = 4 OCS units per domain, 128 domains -> 512 units
-    layer = ocs_layer(rail_only(32768, 256, 64), OCS, spare_per_swap_set=2)
+    layer = ocs_layer(rail_only(Cluster(32768, 256, 64)), OCS, spare_per_swap_set=2)
     assert layer.swap_set_gpus == 68
     assert layer.units == 128 * 4 == layer.swap_sets
     assert layer.spare_gpus == 2 * 512
@@ -61,13 +61,13 @@ def test_large_domain_split_into_swap_sets() -> None:
 
 def test_circulators_halve_the_ports(tmp_path: Path) -> None:
     one = OCS.model_copy(update={"fibers_per_link": 1})
-    layer = ocs_layer(rail_only(1024, 8, 64), one)
+    layer = ocs_layer(rail_only(Cluster(1024, 8, 64)), one)
     # 8 ports per domain: 17 domains per OCS, ceil(128 / 17) = 8 units
     assert (layer.ports_used, layer.units) == (1024, 8)
 
 
 def test_spares_do_not_change_the_hardware_but_idle_gpus() -> None:
-    c = rail_only(4096, 8, 64)
+    c = rail_only(Cluster(4096, 8, 64))
     layers = [ocs_layer(c, OCS, s) for s in range(0, 9)]
     assert len({la.cost_usd for la in layers}) == 1  # every NIC link passes the OCS anyway
     idle = [la.spare_gpus for la in layers]
@@ -81,7 +81,7 @@ def test_spares_do_not_change_the_hardware_but_idle_gpus() -> None:
 def test_one_gpu_wider_than_the_ocs() -> None:
     tiny = OCS.model_copy(update={"ports": 3})
     with pytest.raises(RailplanError, match="one GPU needs 4"):
-        ocs_layer(rail_only(64, 8, 64, nics_per_gpu=2), tiny)
+        ocs_layer(rail_only(Cluster(64, 8, 64, nics_per_gpu=2)), tiny)
 
 
 def test_ocs_price_book_schema(tmp_path: Path) -> None:
@@ -97,7 +97,7 @@ def test_ocs_price_book_schema(tmp_path: Path) -> None:
         load_price_book(f)
     f.write_text(base)
     book = load_price_book(f)
-    d = compare(64, 8, 64, book=book).to_dict()["rail_only_ocs"]
+    d = compare(Cluster(64, 8, 64), book=book).to_dict()["rail_only_ocs"]
     # 8 ports per domain, 2 domains per 16-port OCS, 8 domains -> 4 units x 16 ports x $10
     assert (d["ocs_units"], d["ocs_cost_usd"], d["ocs_power_w"]) == (4, 640, None)
 
@@ -111,13 +111,13 @@ def test_ocs_price_book_schema(tmp_path: Path) -> None:
 )
 def test_layer_properties(domains: int, k: int, f: int, ports: int) -> None:
     o = OCS.model_copy(update={"fibers_per_link": f, "ports": ports})
-    c = rail_only(domains * k, k, 64)
+    c = rail_only(Cluster(domains * k, k, 64))
     la = ocs_layer(c, o, 0)
     assert la.ports_installed >= la.ports_used == c.gpus * f  # every link fits
     assert la.units >= math.ceil(la.ports_used / ports)  # at least the port lower bound
     assert la.swap_set_gpus <= k and la.swap_set_gpus * f <= ports
     # one more domain never needs fewer OCS units or dollars
-    more = ocs_layer(rail_only((domains + 1) * k, k, 64), o, 0)
+    more = ocs_layer(rail_only(Cluster((domains + 1) * k, k, 64)), o, 0)
     assert more.units >= la.units and more.cost_usd >= la.cost_usd
 
 

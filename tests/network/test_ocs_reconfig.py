@@ -71,11 +71,12 @@ def test_cost_and_power_monotone_in_gpus(k: int) -> None:
 
 
 def test_no_switches_fewer_transceivers_than_rail_only() -> None:
-    from railplan.network.topology import rail_only
+    from railplan.network.topology import Cluster, rail_only
 
     for gpus, k in ((1024, 8), (16384, 8), (32768, 256)):
         assert (
-            ocs_reconfigured(gpus, k, BOOK).transceivers * 2 <= rail_only(gpus, k, 64).transceivers
+            ocs_reconfigured(gpus, k, BOOK).transceivers * 2
+            <= rail_only(Cluster(gpus, k, 64)).transceivers
         )
 
 

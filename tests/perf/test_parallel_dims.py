@@ -15,7 +15,7 @@ from railplan.errors import RailplanError
 from railplan.explore.search import SearchSpace, enumerate_and_evaluate
 from railplan.perf.iteration import iteration
 from railplan.perf.layout import megatron_shapes
-from railplan.specs import Model, Network, Strategy, load_model, load_system
+from railplan.specs import Job, Model, Network, Strategy, load_model, load_system
 from railplan.specs.arrays import check, from_strategies, layers_of_stage, stage_layers, valid_mask
 from railplan.workload.memory import memory
 from tests.conftest import Cli
@@ -272,13 +272,13 @@ def test_estimate_json_has_cp_and_uneven_stages(cli: Cli) -> None:
 
 
 def test_search_enumerates_cp_and_uneven_pp_and_takes_fixed_values() -> None:
-    ev = enumerate_and_evaluate(LLAMA, H100, Network(), 16, 16)
+    ev = enumerate_and_evaluate(Job(LLAMA, H100, Network(), 16, 16))
     s = ev.strategies
     assert set(np.unique(s.cp).tolist()) >= {1, 2, 4}
     assert bool(np.any(LLAMA.layers % s.pp != 0))  # pp = 4, 8, 16 do not divide 10 layers
     assert bool(np.any((s.zero >= 2) & (s.pp > 1)))
     fixed = enumerate_and_evaluate(
-        LLAMA, H100, Network(), 16, 16, SearchSpace(tp=(2,), cp=(2,), pp=(2,))
+        Job(LLAMA, H100, Network(), 16, 16), SearchSpace(tp=(2,), cp=(2,), pp=(2,))
     )
     f = fixed.strategies
     assert len(f) > 0

@@ -14,9 +14,11 @@ import pytest
 from railplan import Network
 from railplan.explore.search import search
 from railplan.network.cost import compare
+from railplan.network.topology import Cluster
 from railplan.report import build, render, write_report
 from railplan.report import html as report_html
 from railplan.report.sections import SENSITIVITY_K, priced_speed
+from railplan.specs import Job
 from tests.conftest import Cli
 from tests.report.conftest import small_inputs
 
@@ -26,7 +28,9 @@ SMALL_ARGS = ["--model", "gpt-7.5b", "--gpus", "256", "--global-batch", "512", "
 def test_best_strategies_are_the_searchs(report_data: dict[str, Any]) -> None:
     inp = small_inputs()
     for arch in ("rail-optimized", "rail-only", "ideal"):
-        r = search(inp.model, inp.system, Network(architecture=arch), 256, 512, inp.space, top=1)
+        r = search(
+            Job(inp.model, inp.system, Network(architecture=arch), 256, 512), inp.space, top=1
+        )
         assert r.best is not None
         got = report_data["performance"]["networks"][arch]["best"]
         assert got["strategy"] == r.best.strategy.model_dump()
@@ -34,7 +38,7 @@ def test_best_strategies_are_the_searchs(report_data: dict[str, Any]) -> None:
 
 
 def test_cost_is_the_comparison(report_data: dict[str, Any]) -> None:
-    c = compare(256, 8, 64, nic_gbps=400).to_dict()
+    c = compare(Cluster(256, 8, 64, nic_gbps=400)).to_dict()
     got = report_data["cost"]
     assert got["rail_only"] == c["rail_only"] and got["rail_optimized"] == c["rail_optimized"]
     assert got["savings"] == c["savings"]
@@ -179,9 +183,9 @@ def test_power_panel_says_when_the_price_book_has_no_watts() -> None:
     from railplan.report.figures import cost_power
 
     book = load_price_book("public-web-estimates")
-    cost = compare(2048, 8, 64, nic_gbps=800, book=book).to_dict()
+    cost = compare(Cluster(2048, 8, 64, nic_gbps=800), book=book).to_dict()
     assert cost["rail_only"]["power_w"] is None  # the book's 800 Gbps entry has no watts
     fig = cost_power(cost)
     assert any("no watts" in a.text for a in fig.layout.annotations)
-    with_watts = cost_power(compare(2048, 8, 64, nic_gbps=400).to_dict())
+    with_watts = cost_power(compare(Cluster(2048, 8, 64, nic_gbps=400)).to_dict())
     assert not any("no watts" in (a.text or "") for a in with_watts.layout.annotations)

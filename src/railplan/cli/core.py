@@ -12,36 +12,23 @@ from railplan.cli.options import (
     AttentionOpt,
     CpOpt,
     DeferEmbeddingWgradOpt,
-    DpOpt,
-    EpOpt,
     FirstStageLayersOpt,
-    GlobalBatchOpt,
     GpuMemoryGibOpt,
-    GpusOpt,
     GradAccFusionOpt,
     GradReduceBytesOpt,
-    HbDomainOpt,
-    HbTbpsOpt,
-    InterleaveOpt,
+    HardwareOptions,
     JsonOpt,
     LastStageLayersOpt,
-    ModelOpt,
-    NetworkOpt,
-    NicGbpsOpt,
-    NicsPerGpuOpt,
     OptimizerStateOpt,
     OverlapDpOpt,
     OverlapP2pOpt,
     OverlapTpOpt,
-    OversubscriptionOpt,
     PrecisionOpt,
-    RecomputeOpt,
-    SequenceParallelOpt,
-    SystemOpt,
     TpCommOverlapOpt,
+    TrainingOptions,
     WgradDeferralLimitOpt,
-    ZeroOpt,
     ZeroScheduleOpt,
+    with_option_groups,
 )
 from railplan.cli.output import print_json, quantity_table, table
 from railplan.errors import RailplanError, near_multiples
@@ -75,28 +62,12 @@ def job_dp(gpus: int, tp: int, pp: int, cp: int, dp: int | None) -> int:
     return dp
 
 
+@with_option_groups
 def estimate(
-    model: ModelOpt,
-    gpus: GpusOpt,
-    global_batch: GlobalBatchOpt,
-    system: SystemOpt = "dgx-a100",
-    tp: int = 1,
-    pp: int = 1,
-    dp: DpOpt = None,
-    interleave: InterleaveOpt = 1,
-    micro_batch: int = 1,
-    recompute: RecomputeOpt = "none",
-    sequence_parallel: SequenceParallelOpt = False,
-    zero: ZeroOpt = 0,
-    ep: EpOpt = 1,
+    training: TrainingOptions,
     overlap_dp: OverlapDpOpt = True,
     grad_accumulation_fusion: GradAccFusionOpt = True,
-    network: NetworkOpt = "rail-optimized",
-    oversubscription: OversubscriptionOpt = None,
-    hb_domain: HbDomainOpt = None,
-    hb_tbps: HbTbpsOpt = None,
-    nic_gbps: NicGbpsOpt = None,
-    nics_per_gpu: NicsPerGpuOpt = None,
+    hardware: HardwareOptions = HardwareOptions(),
     as_json: JsonOpt = False,
     cp: CpOpt = 1,
     first_stage_layers: FirstStageLayersOpt = 0,
@@ -116,25 +87,17 @@ def estimate(
     """Predict one training iteration: time, MFU/HFU, memory, and where the time goes."""
     from railplan.perf.estimate import estimate as run
     from railplan.specs import load_model
-    from railplan.specs.build import build_network, build_strategy, build_system
+    from railplan.specs.build import build_strategy
 
-    check_positive(gpus=gpus, tp=tp, pp=pp, cp=cp)
-    dp = job_dp(gpus, tp, pp, cp, dp)
-    m = load_model(model)
-    sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu, gpu_memory_gib)
-    net = build_network(network, oversubscription)
+    t = training
+    check_positive(gpus=t.gpus, tp=t.tp, pp=t.pp, cp=cp)
+    dp = job_dp(t.gpus, t.tp, t.pp, cp, t.dp)
+    m = load_model(t.model)
+    sy = hardware.system(t.system, gpu_memory_gib)
+    net = hardware.network_spec()
     strat = build_strategy(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        interleave=interleave,
-        micro_batch=micro_batch,
-        global_batch=global_batch,
-        recompute=recompute,
-        sequence_parallel=sequence_parallel,
-        zero=zero,
+        **t.strategy_fields(dp),
         overlap_dp=overlap_dp,
-        ep=ep,
         grad_accumulation_fusion=grad_accumulation_fusion,
         cp=cp,
         first_stage_layers=first_stage_layers,
@@ -150,11 +113,11 @@ def estimate(
         defer_embedding_wgrad=defer_embedding_wgrad,
         wgrad_deferral_limit=wgrad_deferral_limit,
     )
-    e = run(m, sy, strat, net, gpus=gpus)
+    e = run(m, sy, strat, net, gpus=t.gpus)
     if as_json:
         print_json(e.to_dict())
         return
-    Console().print(_estimate_table(e, m, sy, net, strat, gpus))
+    Console().print(_estimate_table(e, m, sy, net, strat, t.gpus))
 
 
 def _estimate_table(

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
+from railplan.cli.options import JsonOpt, RadixOpt
 from railplan.cli.output import print_json, table
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def flowsim(
         float | None,
         typer.Option("--bytes", help="all-reduce vector bytes; all-to-all bytes per GPU"),
     ] = None,
-    radix: Annotated[int, typer.Option(help="switch radix")] = 64,
+    radix: RadixOpt = 64,
     skew: Annotated[
         str | None, typer.Option(help="all-to-all traffic skew: zipf:S (expert load)")
     ] = None,
@@ -53,7 +54,7 @@ def flowsim(
         bool, typer.Option("--no-aggregate", help="simulate every GPU pair as its own flow")
     ] = False,
     seed: Annotated[int, typer.Option(help="seed of the Zipf expert ranking")] = 0,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Flow-level simulation (max-min fair, ECMP) of a collective beside its closed form."""
     from railplan.network.flowsim import run

@@ -10,13 +10,11 @@ from rich.console import Console
 from rich.table import Table
 
 from railplan.cli.options import (
-    HbDomainOpt,
-    HbTbpsOpt,
+    HardwareOptions,
     JsonOpt,
-    NetworkOpt,
-    NicGbpsOpt,
-    NicsPerGpuOpt,
-    OversubscriptionOpt,
+    ModelOpt,
+    SystemOpt,
+    with_option_groups,
 )
 from railplan.cli.output import print_json, quantity_table, table
 from railplan.errors import RailplanError
@@ -44,9 +42,10 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
     app.command("infer-search")(infer_search)
 
 
+@with_option_groups
 def infer(
-    model: Annotated[str, typer.Option(help="catalog name or YAML file")] = "llama-2-70b",
-    system: Annotated[str, typer.Option(help="catalog name or YAML file")] = "dgx-h100",
+    model: ModelOpt = "llama-2-70b",
+    system: SystemOpt = "dgx-h100",
     gpus: Annotated[int, typer.Option(help="GPUs serving the model (replicas × tp·pp·ep)")] = 8,
     tp: Annotated[int, typer.Option(help="tensor-parallel degree")] = 1,
     pp: Annotated[int, typer.Option(help="pipeline stages")] = 1,
@@ -57,12 +56,7 @@ def infer(
     input_tokens: InputOpt = 1024,
     output_tokens: OutputOpt = 256,
     precision: PrecisionOpt = "fp8",
-    network: NetworkOpt = "rail-optimized",
-    oversubscription: OversubscriptionOpt = None,
-    hb_domain: HbDomainOpt = None,
-    hb_tbps: HbTbpsOpt = None,
-    nic_gbps: NicGbpsOpt = None,
-    nics_per_gpu: NicsPerGpuOpt = None,
+    hardware: HardwareOptions = HardwareOptions(),
     arrival_rate: Annotated[
         str | None,
         typer.Option(help="requests/s (Poisson); a comma list sweeps the rates"),
@@ -87,14 +81,13 @@ def infer(
     from railplan.inference.engine import Deployment
     from railplan.inference.estimate import infer as run
     from railplan.inference.serving import rate_sweep
-    from railplan.specs.build import build_network, build_system
     from railplan.specs.catalog import load_model
 
     rates = _floats("arrival_rate", arrival_rate) if arrival_rate is not None else []
     _check_figures(plot, heatmap, rates)
-    sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu)
+    sy = hardware.system(system)
     m = load_model(model)
-    dep = Deployment(m, sy, build_network(network, oversubscription), gpus, tp, pp, ep, precision)
+    dep = Deployment(m, sy, hardware.network_spec(), gpus, tp, pp, ep, precision)
     r = run(dep, batch, input_tokens, output_tokens)
     out: dict[str, Any] = r.to_dict()
     sweep = rate_sweep(dep, rates, input_tokens, output_tokens, batch, requests) if rates else []
@@ -208,8 +201,8 @@ def _sweep_table(sweep: list[ServingResult]) -> Table:
 
 
 def infer_search(
-    model: Annotated[str, typer.Option(help="catalog name or YAML file")] = "llama-3-405b",
-    system: Annotated[str, typer.Option(help="catalog name or YAML file")] = "gb200-nvl72",
+    model: ModelOpt = "llama-3-405b",
+    system: SystemOpt = "gb200-nvl72",
     gpus: Annotated[int, typer.Option(help="GPUs serving the model")] = 72,
     hb_domains: Annotated[
         str | None,

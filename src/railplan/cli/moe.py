@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from railplan.cli.options import SystemOpt
 from railplan.cli.output import print_json, quantity_table, table
 
 
@@ -17,7 +18,7 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
 
 
 def alltoall(
-    system: Annotated[str, typer.Option(help="catalog name or YAML file")] = "dgx-a100",
+    system: SystemOpt = "dgx-a100",
     gpus: Annotated[int | None, typer.Option(help="GPUs in the all-to-all (default K²)")] = None,
     bytes_per_pair: Annotated[
         float, typer.Option(help="bytes each GPU sends each other GPU (1-1e15)")

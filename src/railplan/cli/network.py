@@ -10,7 +10,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from railplan.cli.options import PriceBookOpt
+from railplan.cli.options import (
+    ClusterGpusOpt,
+    HbDomainSizeOpt,
+    JsonOpt,
+    NicPortsOpt,
+    NicSpeedOpt,
+    PriceBookOpt,
+    RadixOpt,
+)
 from railplan.cli.output import count, kw, musd, mw, pct, print_json, table
 
 if TYPE_CHECKING:
@@ -56,11 +64,11 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
 
 
 def cost(
-    gpus: Annotated[int, typer.Option(help="GPUs N")],
+    gpus: ClusterGpusOpt,
     radix: Annotated[int, typer.Option(help="switch radix (ports at the NIC speed)")],
     hb_domain: Annotated[int, typer.Option(help="HB-domain size K (divides N)")],
     nic_gbps: Annotated[int, typer.Option(help="NIC speed: 100, 200, 400 or 800")] = 400,
-    nics_per_gpu: Annotated[int, typer.Option(help="NIC ports per GPU")] = 1,
+    nics_per_gpu: NicPortsOpt = 1,
     price_book: PriceBookOpt = None,
     spare_per_domain: Annotated[
         int, typer.Option(help="idle GPUs per HB domain (swap set) for rail-only+ocs")
@@ -76,7 +84,7 @@ def cost(
         float | None,
         typer.Option(help="seconds per OCS reconfiguration; only with --ocs-reconfigured [1]"),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Switches, transceivers, cost and power: rail-optimized Clos vs rail-only (paper §V-E),
     and rail-only+ocs (an OCS layer to swap in spare GPUs, §IV-C) when the price book has an
@@ -85,6 +93,7 @@ def cost(
     from railplan.limits import check_int
     from railplan.network.cost import compare, load_price_book
     from railplan.network.ocs_reconfig import check_reconfig_s
+    from railplan.network.topology import Cluster
 
     check_int("spare_per_domain", spare_per_domain, 0, 1 << 20)
     if reconfig_s is not None:
@@ -92,7 +101,8 @@ def cost(
         if not ocs_reconfigured:
             raise RailplanError("reconfig_s", "applies only with --ocs-reconfigured")
     book = load_price_book(price_book)
-    data = compare(gpus, hb_domain, radix, nic_gbps, nics_per_gpu, book, spare_per_domain).to_dict()
+    cluster = Cluster(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
+    data = compare(cluster, book, spare_per_domain).to_dict()
     if ocs_reconfigured:
         from railplan.cli.network_ocs import design
 
@@ -150,7 +160,7 @@ def _cost_rows(data: dict[str, Any]) -> list[tuple[str, ...]]:
     return rows
 
 
-def table2(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False) -> None:
+def table2(as_json: JsonOpt = False) -> None:
     """Paper Table II (K=256, 400 Gbps): our counts, cost and power beside the paper's."""
     from railplan.reproduce.table2 import HOTI24_RANGES, reproduce_table2
 
@@ -213,13 +223,13 @@ def topology(
             help="rail-optimized, rail-only, oversubscribed, multi-plane, ideal or ocs-reconfigured"
         ),
     ],
-    gpus: Annotated[int, typer.Option(help="GPUs N")],
-    hb_domain: Annotated[int, typer.Option(help="HB-domain size K")],
+    gpus: ClusterGpusOpt,
+    hb_domain: HbDomainSizeOpt,
     radix: Annotated[
         int | None, typer.Option(help="switch radix; not with ocs-reconfigured [64]")
     ] = None,
-    nic_gbps: Annotated[int, typer.Option(help="NIC speed (Gbps)")] = 400,
-    nics_per_gpu: Annotated[int, typer.Option(help="NIC ports per GPU")] = 1,
+    nic_gbps: NicSpeedOpt = 400,
+    nics_per_gpu: NicPortsOpt = 1,
     oversubscription: Annotated[
         float | None, typer.Option(help="down:up ratio; only with --arch oversubscribed [3]")
     ] = None,
@@ -240,11 +250,11 @@ def topology(
     export: Annotated[
         str | None, typer.Option(help="write the graph: FILE.graphml or FILE.json")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Counts of one architecture; with --export also its graph (GraphML or node-link JSON)."""
     from railplan.cli.network_ocs import check_arch, topology_ocs
-    from railplan.network.topology import build_counts
+    from railplan.network.topology import Cluster, build_counts
 
     check_arch(
         arch,
@@ -265,17 +275,8 @@ def topology(
 
         check_export(export)  # before any work
 
-    c = build_counts(
-        arch,
-        gpus,
-        hb_domain,
-        radix,
-        nic_gbps,
-        nics_per_gpu,
-        oversubscription,
-        oversubscribed_tier,
-        planes,
-    )
+    cluster = Cluster(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
+    c = build_counts(arch, cluster, oversubscription, oversubscribed_tier, planes)
     _print_topology(c, export, as_json)
 
 
@@ -313,9 +314,9 @@ def _print_topology(c: NetworkCounts, export: str | None, as_json: bool) -> None
 
 def faults(
     gpus: Annotated[int, typer.Option(help="GPUs in the job/cluster")] = 16384,
-    hb_domain: Annotated[int, typer.Option(help="HB-domain size K")] = 8,
-    radix: Annotated[int, typer.Option(help="switch radix")] = 64,
-    nic_gbps: Annotated[int, typer.Option(help="NIC speed (Gbps)")] = 400,
+    hb_domain: HbDomainSizeOpt = 8,
+    radix: RadixOpt = 64,
+    nic_gbps: NicSpeedOpt = 400,
     spare_per_domain: Annotated[int, typer.Option(help="idle GPUs per HB domain")] = 0,
     small_domain_max: Annotated[
         int, typer.Option(help="K up to which a domain migrates whole")
@@ -329,39 +330,27 @@ def faults(
     ] = 24.0,
     quantile: Annotated[float, typer.Option(help="target probability for spares")] = 0.99,
     price_book: PriceBookOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Failure impact per component and a Monte Carlo of a long job (paper §IV-C), and what the
     rail-only+ocs layer costs beside the idle GPU-hours it recovers."""
     from railplan.limits import check_int
     from railplan.network.cost import load_price_book
     from railplan.network.faults import Policy, fault_table, monte_carlo
+    from railplan.network.topology import Cluster
 
     check_int("spare_per_domain", spare_per_domain, 0, hb_domain)
     book = load_price_book(price_book)
     check_int("swap_group", swap_group, 1, 1 << 20)
     check_int("small_domain_max", small_domain_max, 1, 1 << 20)
     policy = Policy(spare_per_domain, False, small_domain_max, swap_group)
-    table = fault_table(gpus, hb_domain, radix, nic_gbps, 1, policy)
-    mc = monte_carlo(
-        gpus,
-        hb_domain,
-        radix,
-        days,
-        trials,
-        seed,
-        None,
-        policy,
-        repair_hours,
-        quantile,
-        nic_gbps,
-    )
+    cluster = Cluster(gpus, hb_domain, radix, nic_gbps)
+    table = fault_table(cluster, policy)
+    mc = monte_carlo(cluster, days, trials, seed, None, policy, repair_hours, quantile)
     data: dict[str, Any] = {"single_failures": table, "monte_carlo": mc.to_dict()}
     from railplan.cli.network_ocs import ocs_tradeoff, ocs_tradeoff_note
 
-    data["ocs_tradeoff"] = ocs_tradeoff(
-        gpus, hb_domain, radix, nic_gbps, spare_per_domain, book, data
-    )
+    data["ocs_tradeoff"] = ocs_tradeoff(cluster, spare_per_domain, book, data)
     if as_json:
         print_json(data)
         return
@@ -433,10 +422,10 @@ def _monte_carlo_table(
 
 
 def tile(
-    gpus: Annotated[int, typer.Option(help="GPUs N")],
-    hb_domain: Annotated[int, typer.Option(help="HB-domain size K")],
+    gpus: ClusterGpusOpt,
+    hb_domain: HbDomainSizeOpt,
     jobs: Annotated[str, typer.Option(help="job sizes in GPUs, e.g. 512,1024,4096")],
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Split a rail-only cluster into domain × rail rectangles, one per job."""
     from railplan.network.tiling import tile as do_tile
@@ -468,9 +457,9 @@ def tile(
 
 def cost_plot_cmd(
     out: Annotated[str, typer.Option(help="output FILE.png or FILE.svg")],
-    hb_domain: Annotated[int, typer.Option(help="HB-domain size K")] = 256,
+    hb_domain: HbDomainSizeOpt = 256,
     radices: Annotated[str, typer.Option(help="comma-separated radices")] = "32,64,128,256",
-    nic_gbps: Annotated[int, typer.Option(help="NIC speed (Gbps)")] = 400,
+    nic_gbps: NicSpeedOpt = 400,
     price_book: PriceBookOpt = None,
 ) -> None:
     """Plot cost and power vs cluster size for both designs and several radices."""

@@ -13,6 +13,7 @@ from railplan.errors import RailplanError
 
 if TYPE_CHECKING:
     from railplan.network.cost import PriceBook
+    from railplan.network.topology import Cluster
 
 
 def check_arch(arch: str, **only_others: Any) -> None:
@@ -143,19 +144,13 @@ def topology_ocs(
 
 
 def ocs_tradeoff(
-    gpus: int,
-    hb_domain: int,
-    radix: int,
-    nic_gbps: int,
-    spare_per_domain: int,
-    book: PriceBook,
-    data: dict[str, Any],
+    cluster: Cluster, spare_per_domain: int, book: PriceBook, data: dict[str, Any]
 ) -> dict[str, Any] | None:
     """The OCS layer's cost (railplan cost's rail-only+ocs) beside the GPU-hours it recovers."""
     from railplan.network.cost import compare
     from railplan.network.ocs import tradeoff
 
-    cost = compare(gpus, hb_domain, radix, nic_gbps, 1, book, spare_per_domain).to_dict()
+    cost = compare(cluster, book, spare_per_domain).to_dict()
     out = tradeoff(cost, data["monte_carlo"])
     return None if out is None else {"price_book": book.name, **out}
 

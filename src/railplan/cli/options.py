@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_type_hints
 
 import typer
 
 from railplan.names import ARCHITECTURES, price_book_names
+
+if TYPE_CHECKING:
+    from railplan.specs import Network, System
+
+R = TypeVar("R")
 
 ModelOpt = Annotated[str, typer.Option(help="catalog name or YAML file")]
 GpusOpt = Annotated[int, typer.Option(help="GPUs in the job (tp·cp·pp·dp)")]
@@ -25,6 +35,13 @@ NicsPerGpuOpt = Annotated[
     float | None, typer.Option(help="override NICs per GPU (0.125-16; 0.125 = a NIC per 8 GPUs)")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
+
+# the network commands' cluster (cost, topology, faults, tile, cost-plot, flowsim)
+ClusterGpusOpt = Annotated[int, typer.Option(help="GPUs N")]
+HbDomainSizeOpt = Annotated[int, typer.Option(help="HB-domain size K")]
+RadixOpt = Annotated[int, typer.Option(help="switch radix")]
+NicSpeedOpt = Annotated[int, typer.Option(help="NIC speed (Gbps)")]
+NicPortsOpt = Annotated[int, typer.Option(help="NIC ports per GPU")]
 
 DpOpt = Annotated[int | None, typer.Option(help="default: gpus / (tp·pp)")]
 InterleaveOpt = Annotated[int, typer.Option(help="virtual stages per pipeline stage")]
@@ -138,3 +155,96 @@ PriceBookOpt = Annotated[
         + " (default rail-only-hoti2024; public-web-estimates also has 800 Gbps)"
     ),
 ]
+
+
+class OptionGroup:
+    """Base of a frozen dataclass of options that several commands take together, in the same
+    order: a command names the group once as a parameter, and `with_option_groups` lists the
+    group's fields in its place on the command line."""
+
+
+def with_option_groups(command: Callable[..., R]) -> Callable[..., R]:
+    """`command` with each parameter annotated by an `OptionGroup` dataclass replaced, in the
+    signature typer reads, by that dataclass's fields (same names, types, help and defaults);
+    the command is called with the group built from them."""
+    signature = inspect.signature(command, eval_str=True)
+    groups: dict[str, type[OptionGroup]] = {}
+    params: list[inspect.Parameter] = []
+    for param in signature.parameters.values():
+        group = param.annotation
+        if not (isinstance(group, type) and issubclass(group, OptionGroup)):
+            params.append(param)
+            continue
+        groups[param.name] = group
+        hints = get_type_hints(group, include_extras=True)
+        params += [
+            param.replace(name=f.name, annotation=hints[f.name], default=_default(f))
+            for f in dataclasses.fields(group)  # type: ignore[arg-type]
+        ]
+
+    @functools.wraps(command)
+    def run(**kwargs: Any) -> R:
+        for name, group in groups.items():
+            names = [f.name for f in dataclasses.fields(group)]  # type: ignore[arg-type]
+            kwargs[name] = group(**{n: kwargs.pop(n) for n in names})
+        return command(**kwargs)
+
+    run.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params}
+    return run
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    return inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default
+
+
+@dataclass(frozen=True)
+class HardwareOptions(OptionGroup):
+    """The network and the overrides of the catalog system (`estimate`, `search`, `infer`)."""
+
+    network: NetworkOpt = "rail-optimized"
+    oversubscription: OversubscriptionOpt = None
+    hb_domain: HbDomainOpt = None
+    hb_tbps: HbTbpsOpt = None
+    nic_gbps: NicGbpsOpt = None
+    nics_per_gpu: NicsPerGpuOpt = None
+
+    def system(self, name: str, gpu_memory_gib: float | None = None) -> System:
+        """The catalog system `name` with these overrides."""
+        from railplan.specs.build import build_system
+
+        return build_system(
+            name, self.hb_domain, self.hb_tbps, self.nic_gbps, self.nics_per_gpu, gpu_memory_gib
+        )
+
+    def network_spec(self) -> Network:
+        """The network these options name."""
+        from railplan.specs.build import build_network
+
+        return build_network(self.network, self.oversubscription)
+
+
+@dataclass(frozen=True)
+class TrainingOptions(OptionGroup):
+    """The job and the first strategy options of `estimate` and `traffic`."""
+
+    model: ModelOpt
+    gpus: GpusOpt
+    global_batch: GlobalBatchOpt
+    system: SystemOpt = "dgx-a100"
+    tp: int = 1
+    pp: int = 1
+    dp: DpOpt = None
+    interleave: InterleaveOpt = 1
+    micro_batch: int = 1
+    recompute: RecomputeOpt = "none"
+    sequence_parallel: SequenceParallelOpt = False
+    zero: ZeroOpt = 0
+    ep: EpOpt = 1
+
+    def strategy_fields(self, dp: int) -> dict[str, Any]:
+        """These options as `build_strategy` fields, with the data-parallel degree `dp`."""
+        fields = dataclasses.asdict(self) | {"dp": dp}
+        for name in ("model", "gpus", "system"):
+            del fields[name]
+        return fields

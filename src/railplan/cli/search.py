@@ -16,18 +16,14 @@ from railplan.cli.options import (
     GpuMemoryGibOpt,
     GpusOpt,
     GradReduceBytesOpt,
-    HbDomainOpt,
-    HbTbpsOpt,
+    HardwareOptions,
     JsonOpt,
     ModelOpt,
-    NetworkOpt,
-    NicGbpsOpt,
-    NicsPerGpuOpt,
     OptimizerStateOpt,
     OverlapDpOpt,
-    OversubscriptionOpt,
     SystemOpt,
     WgradDeferralLimitOpt,
+    with_option_groups,
 )
 from railplan.cli.output import print_json, table
 from railplan.errors import near_multiples
@@ -36,7 +32,6 @@ from railplan.names import ARCHITECTURES, REPRODUCE_FIGURES
 if TYPE_CHECKING:
     from railplan.explore.search import SearchResult
     from railplan.explore.sweep import SweepResult
-    from railplan.specs import Model, Network, System
 
 
 def _candidates_table(title: str, rows: list[dict[str, Any]]) -> Table:
@@ -119,17 +114,13 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
         reproduce_app.command(name, help=help_text)(_command(name))
 
 
+@with_option_groups
 def search(
     model: ModelOpt,
     gpus: GpusOpt,
     global_batch: GlobalBatchOpt,
     system: SystemOpt = "dgx-a100",
-    network: NetworkOpt = "rail-optimized",
-    oversubscription: OversubscriptionOpt = None,
-    hb_domain: HbDomainOpt = None,
-    hb_tbps: HbTbpsOpt = None,
-    nic_gbps: NicGbpsOpt = None,
-    nics_per_gpu: NicsPerGpuOpt = None,
+    hardware: HardwareOptions = HardwareOptions(),
     zero: Annotated[
         str, typer.Option(help="ZeRO stages to try, comma-separated (e.g. 0,1)")
     ] = "0,1,2,3",
@@ -158,12 +149,11 @@ def search(
     from railplan.explore.search import SearchSpace
     from railplan.explore.search import search as run
     from railplan.explore.sweep_spec import int_list
-    from railplan.specs import load_model
-    from railplan.specs.build import build_network, build_system
+    from railplan.specs import Job, load_model
 
     m = load_model(model)
-    sy = build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu, gpu_memory_gib)
-    net = build_network(network, oversubscription)
+    sy = hardware.system(system, gpu_memory_gib)
+    net = hardware.network_spec()
 
     space = SearchSpace(
         zero=tuple(int_list("zero", zero)),
@@ -180,12 +170,12 @@ def search(
         defer_embedding_wgrad=defer_embedding_wgrad,
         wgrad_deferral_limit=wgrad_deferral_limit,
     )
-    r = run(m, sy, net, gpus, global_batch, space, top=top)
-    r.require_best(m, sy.gpu.memory_gib)
+    r = run(Job(m, sy, net, gpus, global_batch), space, top=top)
+    r.require_best()
     if as_json:
         print_json(r.to_dict())
         return
-    _print_search(r, m, sy, net, gpus, global_batch)
+    _print_search(r)
 
 
 def _fixed(name: str, text: str | None) -> tuple[int, ...] | None:
@@ -195,15 +185,15 @@ def _fixed(name: str, text: str | None) -> tuple[int, ...] | None:
     return None if text is None else tuple(int_list(name, text))
 
 
-def _print_search(
-    r: SearchResult, m: Model, sy: System, net: Network, gpus: int, global_batch: int
-) -> None:
+def _print_search(r: SearchResult) -> None:
     """The fastest candidates, the time/memory Pareto set and what was evaluated."""
+    job = r.job
+    m, sy, gpus = job.model, job.system, job.gpus
     console = Console()
     console.print(
         _candidates_table(
-            f"{m.name} on {gpus} × {sy.gpu.name} (K={sy.hb_domain}, {net.architecture}), "
-            f"batch {global_batch}: fastest",
+            f"{m.name} on {gpus} × {sy.gpu.name} (K={sy.hb_domain}, {job.network.architecture}), "
+            f"batch {job.global_batch}: fastest",
             [c.to_dict() for c in r.top],
         )
     )
@@ -212,7 +202,7 @@ def _print_search(
         f"{r.configurations_evaluated:,} valid configurations evaluated, {r.feasible:,} fit, "
         f"in {r.elapsed_s:.3f} s ({r.configurations_per_s:,.0f} per second). Valid means "
         f"tp divides the {m.heads} heads, pp the {m.layers} layers, dp = gpus/(tp·pp) the "
-        f"batch of {global_batch:,}, and the micro-batch the per-replica batch."
+        f"batch of {job.global_batch:,}, and the micro-batch the per-replica batch."
     )
     if gpus % sy.hb_domain:
         console.print(

@@ -11,21 +11,13 @@ from rich.table import Table
 
 from railplan.cli.options import (
     CpOpt,
-    DpOpt,
-    EpOpt,
     FirstStageLayersOpt,
-    GlobalBatchOpt,
-    GpusOpt,
     HbDomainOpt,
-    InterleaveOpt,
     JsonOpt,
     LastStageLayersOpt,
-    ModelOpt,
-    RecomputeOpt,
-    SequenceParallelOpt,
-    SystemOpt,
-    ZeroOpt,
+    TrainingOptions,
     ZeroScheduleOpt,
+    with_option_groups,
 )
 from railplan.cli.output import print_json, table
 from railplan.errors import RailplanError
@@ -79,20 +71,9 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
     reproduce_app.command("traffic")(reproduce_traffic)
 
 
+@with_option_groups
 def traffic_cmd(
-    model: ModelOpt,
-    gpus: GpusOpt,
-    global_batch: GlobalBatchOpt,
-    system: SystemOpt = "dgx-a100",
-    tp: int = 1,
-    pp: int = 1,
-    dp: DpOpt = None,
-    interleave: InterleaveOpt = 1,
-    micro_batch: int = 1,
-    recompute: RecomputeOpt = "none",
-    sequence_parallel: SequenceParallelOpt = False,
-    zero: ZeroOpt = 0,
-    ep: EpOpt = 1,
+    training: TrainingOptions,
     grad_reduce_bytes: Annotated[
         int, typer.Option(help="bytes per reduced gradient element: 2 | 4")
     ] = 4,
@@ -124,22 +105,14 @@ def traffic_cmd(
     from railplan.traffic.matrix import stats, traffic
     from railplan.traffic.placement import build_placement
 
-    dp = _checked_dp(gpus, tp, pp, cp, dp, first_gpus, grad_reduce_bytes)
+    t = training
+    dp = _checked_dp(t.gpus, t.tp, t.pp, cp, t.dp, first_gpus, grad_reduce_bytes)
     _check_outputs(heatmap, bars, export)  # before the work, so a typo costs nothing
-    m = load_model(model)
-    sy = build_system(system, hb_domain, None, None, None)
+    m = load_model(t.model)
+    sy = build_system(t.system, hb_domain, None, None, None)
     strat = _strategy(
-        gpus,
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        interleave=interleave,
-        micro_batch=micro_batch,
-        global_batch=global_batch,
-        recompute=recompute,
-        sequence_parallel=sequence_parallel,
-        zero=zero,
-        ep=ep,
+        t.gpus,
+        **t.strategy_fields(dp),
         grad_reduce_bytes=grad_reduce_bytes,
         cp=cp,
         first_stage_layers=first_stage_layers,
@@ -147,12 +120,12 @@ def traffic_cmd(
         zero_schedule=zero_schedule,
     )
     p = build_placement(
-        placement, tp, pp, dp, sy.hb_domain, order, interleave, m.tied_embeddings, cp
+        placement, t.tp, t.pp, dp, sy.hb_domain, order, t.interleave, m.tied_embeddings, cp
     )
-    t = traffic(m, strat, p)
-    r = stats(t)
-    title = f"{m.name} on {gpus} GPUs, K={sy.hb_domain}, placement {','.join(p.order)}"
-    files = _write_files(t, r, m.name, title, first_gpus, heatmap, bars, export)
+    matrix = traffic(m, strat, p)
+    r = stats(matrix)
+    title = f"{m.name} on {t.gpus} GPUs, K={sy.hb_domain}, placement {','.join(p.order)}"
+    files = _write_files(matrix, r, m.name, title, first_gpus, heatmap, bars, export)
     if as_json:
         print_json(_json_head(m.name, sy, strat, placement, p) | r.to_dict() | {"files": files})
         return

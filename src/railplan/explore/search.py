@@ -38,6 +38,7 @@ from railplan.specs import (
     OPTIMIZER_STATE_CODES,
     PRECISION_CODES,
     RECOMPUTE_CODES,
+    Job,
     Model,
     Network,
     Strategy,
@@ -140,13 +141,9 @@ class Candidate:
 
 @dataclass(frozen=True)
 class SearchResult:
-    """What a search found. `best` is None when no valid strategy fits in memory."""
+    """What a search of `job` found. `best` is None when no valid strategy fits in memory."""
 
-    model: str
-    system: str
-    network: str
-    gpus: int
-    global_batch: int
+    job: Job
     best: Candidate | None
     top: list[Candidate]
     pareto: list[Candidate]
@@ -155,23 +152,24 @@ class SearchResult:
     elapsed_s: float
     space: SearchSpace = field(default_factory=SearchSpace)
 
-    def require_best(self, model: Model, memory_gib: float) -> Candidate:
+    def require_best(self) -> Candidate:
         """The best strategy, or a one-line error saying why there is none: no valid strategy
         (with the GPU counts near this one that have one), or none that fits in memory."""
+        model, gpus, global_batch = self.job.model, self.job.gpus, self.job.global_batch
         if self.configurations_evaluated == 0:
             raise RailplanError(
                 "gpus",
-                f"no valid strategy for {self.gpus:,} GPUs and global batch "
-                f"{self.global_batch:,}: tp·cp·pp·dp = gpus needs dp to divide the batch, tp the "
+                f"no valid strategy for {gpus:,} GPUs and global batch "
+                f"{global_batch:,}: tp·cp·pp·dp = gpus needs dp to divide the batch, tp the "
                 f"{model.heads} heads, pp at most the {model.layers} layers, 2·cp to divide the "
                 f"sequence ({model.seq}); "
-                f"{working_counts(model, self.gpus, self.global_batch, self.space)}",
+                f"{working_counts(model, gpus, global_batch, self.space)}",
             )
         if self.best is None:
             raise RailplanError(
                 "gpus",
                 f"none of the {self.configurations_evaluated} valid strategies fits in "
-                f"{memory_gib:g} GiB per GPU; add GPUs or use a smaller model",
+                f"{self.job.system.gpu.memory_gib:g} GiB per GPU; add GPUs or use a smaller model",
             )
         return self.best
 
@@ -181,11 +179,11 @@ class SearchResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "model": self.model,
-            "system": self.system,
-            "network": self.network,
-            "gpus": self.gpus,
-            "global_batch": self.global_batch,
+            "model": self.job.model.name,
+            "system": self.job.system.name,
+            "network": self.job.network.architecture,
+            "gpus": self.job.gpus,
+            "global_batch": self.job.global_batch,
             "best": self.best.to_dict() if self.best else None,
             "top": [c.to_dict() for c in self.top],
             "pareto": [c.to_dict() for c in self.pareto],
@@ -266,36 +264,30 @@ def candidate_columns(space: SearchSpace) -> dict[str, IntArray]:
     return _cross(_cross({"recompute": rc}, "sequence_parallel", sp), "precision", pr)
 
 
+def _fixed_codes(global_batch: int, space: SearchSpace) -> dict[str, int]:
+    """The strategy fields every candidate shares (the batch and what the space fixes), as
+    the codes `StrategyArrays` holds."""
+    return {
+        "global_batch": global_batch,
+        "overlap_dp": int(space.overlap_dp),
+        "grad_reduce_bytes": space.grad_reduce_bytes,
+        "attention": ATTENTION_CODES[space.attention],
+        "optimizer_state": OPTIMIZER_STATE_CODES[space.optimizer_state],
+        "tp_comm_overlap": int(space.tp_comm_overlap),
+        "defer_embedding_wgrad": int(space.defer_embedding_wgrad),
+        "wgrad_deferral_limit": space.wgrad_deferral_limit,
+    }
+
+
 def _arrays(
-    rows: dict[str, IntArray],
-    cols: dict[str, IntArray],
-    global_batch: int,
-    space: SearchSpace,
+    rows: dict[str, IntArray], cols: dict[str, IntArray], fixed: dict[str, int]
 ) -> StrategyArrays:
     """rows (as a column vector) × columns (as a row vector): a broadcastable 2-d grid."""
-    r = {k: v[:, None] for k, v in rows.items()}
-    c = {k: v[None, :] for k, v in cols.items()}
     one = np.ones((1, 1), dtype=np.int64)
     return StrategyArrays(
-        tp=r["tp"],
-        pp=r["pp"],
-        dp=r["dp"],
-        interleave=r["interleave"],
-        micro_batch=r["micro_batch"],
-        global_batch=one * global_batch,
-        recompute=c["recompute"],
-        sequence_parallel=c["sequence_parallel"],
-        zero=r["zero"],
-        ep=r["ep"],
-        overlap_dp=one * int(space.overlap_dp),
-        grad_reduce_bytes=one * space.grad_reduce_bytes,
-        cp=r["cp"],
-        attention=one * ATTENTION_CODES[space.attention],
-        precision=c["precision"],
-        optimizer_state=one * OPTIMIZER_STATE_CODES[space.optimizer_state],
-        tp_comm_overlap=one * int(space.tp_comm_overlap),
-        defer_embedding_wgrad=one * int(space.defer_embedding_wgrad),
-        wgrad_deferral_limit=one * space.wgrad_deferral_limit,
+        **{k: v[:, None] for k, v in rows.items()},
+        **{k: v[None, :] for k, v in cols.items()},
+        **{k: one * v for k, v in fixed.items()},
     )
 
 
@@ -309,19 +301,14 @@ class Evaluated:
     fits: BoolArray
 
 
-def enumerate_and_evaluate(
-    model: Model,
-    system: System,
-    network: Network,
-    gpus: int,
-    global_batch: int,
-    space: SearchSpace = SearchSpace(),
-) -> Evaluated:
-    """Every valid configuration of the space, evaluated through `iteration` in chunks."""
-    rows = candidate_rows(model, gpus, global_batch, space)
+def enumerate_and_evaluate(job: Job, space: SearchSpace = SearchSpace()) -> Evaluated:
+    """Every valid configuration of the space for `job`, evaluated through `iteration` in
+    chunks."""
+    rows = candidate_rows(job.model, job.gpus, job.global_batch, space)
     cols = candidate_columns(space)
     n_rows, n_cols = len(rows["tp"]), len(cols["recompute"])
     step = max(1, CHUNK_ELEMENTS // max(n_cols, 1))
+    fixed = _fixed_codes(job.global_batch, space)
     times: list[FloatArray] = []
     mems: list[FloatArray] = []
     fits: list[BoolArray] = []
@@ -329,8 +316,8 @@ def enumerate_and_evaluate(
     col_idx: list[IntArray] = []
     for start in range(0, n_rows, step):
         chunk = {k: v[start : start + step] for k, v in rows.items()}
-        s = _arrays(chunk, cols, global_batch, space)
-        it = iteration(model, system, network, s)
+        s = _arrays(chunk, cols, fixed)
+        it = iteration(job.model, job.system, job.network, s)
         # Sequence parallelism is the same as none when tp = 1: keep one of the two.
         keep = ~((chunk["tp"][:, None] == 1) & (cols["sequence_parallel"][None, :] == 1))
         ri, ci = np.nonzero(keep)
@@ -342,27 +329,9 @@ def enumerate_and_evaluate(
     r = np.concatenate(row_idx) if row_idx else np.zeros(0, dtype=np.int64)
     c = np.concatenate(col_idx) if col_idx else np.zeros(0, dtype=np.int64)
     flat = StrategyArrays(
-        tp=rows["tp"][r],
-        pp=rows["pp"][r],
-        dp=rows["dp"][r],
-        interleave=rows["interleave"][r],
-        micro_batch=rows["micro_batch"][r],
-        global_batch=np.full(len(r), global_batch, dtype=np.int64),
-        recompute=cols["recompute"][c],
-        sequence_parallel=cols["sequence_parallel"][c],
-        zero=rows["zero"][r],
-        ep=rows["ep"][r],
-        overlap_dp=np.full(len(r), int(space.overlap_dp), dtype=np.int64),
-        grad_reduce_bytes=np.full(len(r), space.grad_reduce_bytes, dtype=np.int64),
-        cp=rows["cp"][r],
-        attention=np.full(len(r), ATTENTION_CODES[space.attention], dtype=np.int64),
-        precision=cols["precision"][c],
-        optimizer_state=np.full(
-            len(r), OPTIMIZER_STATE_CODES[space.optimizer_state], dtype=np.int64
-        ),
-        tp_comm_overlap=np.full(len(r), int(space.tp_comm_overlap), dtype=np.int64),
-        defer_embedding_wgrad=np.full(len(r), int(space.defer_embedding_wgrad), dtype=np.int64),
-        wgrad_deferral_limit=np.full(len(r), space.wgrad_deferral_limit, dtype=np.int64),
+        **{k: v[r] for k, v in rows.items()},
+        **{k: v[c] for k, v in cols.items()},
+        **{k: np.full(len(r), v, dtype=np.int64) for k, v in fixed.items()},
     )
     empty_f = np.zeros(0, dtype=np.float64)
     return Evaluated(
@@ -404,37 +373,27 @@ def describe(
     return out
 
 
-def search(
-    model: Model,
-    system: System,
-    network: Network,
-    gpus: int,
-    global_batch: int,
-    space: SearchSpace = SearchSpace(),
-    top: int = 5,
-) -> SearchResult:
-    """Evaluate every valid strategy for `gpus` GPUs; return the fastest that fit, the `top`
+def search(job: Job, space: SearchSpace = SearchSpace(), top: int = 5) -> SearchResult:
+    """Evaluate every valid strategy for the job's GPUs; return the fastest that fit, the `top`
     fastest, and the time-vs-memory Pareto set. Raises RailplanError on impossible input."""
-    check_int("gpus", gpus, 1, MAX_GPUS)
-    check_int("global_batch", global_batch, 1, MAX_GLOBAL_BATCH)
+    check_int("gpus", job.gpus, 1, MAX_GPUS)
+    check_int("global_batch", job.global_batch, 1, MAX_GLOBAL_BATCH)
     check_int("top", top, 1, MAX_TOP)
     t0 = time.perf_counter()
-    ev = enumerate_and_evaluate(model, system, network, gpus, global_batch, space)
+    ev = enumerate_and_evaluate(job, space)
     n = len(ev.iteration_s)
     feasible_idx = np.flatnonzero(ev.fits)
     t_fit, m_fit = ev.iteration_s[feasible_idx], ev.memory_bytes[feasible_idx]
     order = feasible_idx[np.lexsort((m_fit, t_fit))[:top]]
     front = feasible_idx[pareto_front(t_fit, m_fit)]
     # One detailed pass for the top and the Pareto set together.
-    both = describe(model, system, network, ev.strategies.take(np.concatenate([order, front])))
+    both = describe(
+        job.model, job.system, job.network, ev.strategies.take(np.concatenate([order, front]))
+    )
     top_c, pareto = both[: len(order)], both[len(order) :]
     elapsed = time.perf_counter() - t0
     return SearchResult(
-        model=model.name,
-        system=system.name,
-        network=network.architecture,
-        gpus=gpus,
-        global_batch=global_batch,
+        job=job,
         best=top_c[0] if top_c else None,
         top=top_c,
         pareto=pareto,

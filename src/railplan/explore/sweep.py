@@ -80,7 +80,7 @@ def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, An
     row says so in `error` and is a finished answer; any exception raised on the way gives a
     row with only `error` set, which a resumed sweep computes again (see `is_done`)."""
     from railplan.explore.search import SearchSpace, search
-    from railplan.specs import load_model
+    from railplan.specs import Job, load_model
     from railplan.specs.build import build_network, build_system
 
     row = _empty_row(point, zero)
@@ -94,15 +94,8 @@ def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, An
             point.get("nics_per_gpu"),
         )
         net = build_network(point["network"], point.get("oversubscription"))
-        r = search(
-            m,
-            sy,
-            net,
-            int(point["gpus"]),
-            int(point["global_batch"]),
-            SearchSpace(zero=zero),
-            top=1,
-        )
+        job = Job(m, sy, net, int(point["gpus"]), int(point["global_batch"]))
+        r = search(job, SearchSpace(zero=zero), top=1)
     except RailplanError as err:
         row["error"] = str(err)
         return row

@@ -19,12 +19,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from railplan.errors import RailplanError
 from railplan.fileio import load_yaml, parse_yaml
 from railplan.names import price_book_names
-from railplan.network.topology import NetworkCounts, rail_only, rail_optimized
+from railplan.network.topology import Cluster, NetworkCounts, rail_only, rail_optimized
 
 if TYPE_CHECKING:
     from railplan.network.ocs import OcsLayer
 
 DEFAULT_PRICE_BOOK = "rail-only-hoti2024"
+
+
+def require_sources(entry: BaseModel, keys: tuple[str, ...]) -> None:
+    """Raise ValueError (pydantic reports it) if one of the optional numbers `keys` of a price-book
+    entry is given without its `<key>_source`."""
+    for key in keys:
+        if getattr(entry, key) is not None and not getattr(entry, key + "_source"):
+            raise ValueError(f"{key} needs {key}_source (every number needs its source)")
 
 
 class SpeedPrices(BaseModel):
@@ -44,9 +52,7 @@ class SpeedPrices(BaseModel):
 
     @model_validator(mode="after")
     def _sources(self) -> Self:
-        for key in ("switch_port_w", "transceiver_w"):
-            if getattr(self, key) is not None and not getattr(self, key + "_source"):
-                raise ValueError(f"{key} needs {key}_source (every number needs its source)")
+        require_sources(self, ("switch_port_w", "transceiver_w"))
         if (self.switch_port_w is None) != (self.transceiver_w is None):
             raise ValueError("give both switch_port_w and transceiver_w, or neither")
         return self
@@ -78,9 +84,7 @@ class OcsPrices(BaseModel):
 
     @model_validator(mode="after")
     def _sources(self) -> Self:
-        for key in ("unit_w", "insertion_loss_db"):
-            if getattr(self, key) is not None and not getattr(self, key + "_source"):
-                raise ValueError(f"{key} needs {key}_source (every number needs its source)")
+        require_sources(self, ("unit_w", "insertion_loss_db"))
         return self
 
 
@@ -283,22 +287,13 @@ class Comparison:
         }
 
 
-def compare(
-    gpus: int,
-    hb_domain: int,
-    radix: int,
-    nic_gbps: int = 400,
-    nics_per_gpu: int = 1,
-    book: PriceBook | None = None,
-    spare_per_domain: int = 1,
-) -> Comparison:
+def compare(c: Cluster, book: PriceBook | None = None, spare_per_domain: int = 1) -> Comparison:
     """Counts, cost and power of both designs (the paper's Table II row for these inputs), and of
     rail-only+ocs when the price book has an OCS model (``spare_per_domain`` idle GPUs per swap
     set are counted beside it)."""
     book = book or load_price_book()
-    book.at(nic_gbps)
-    base = rail_optimized(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
-    prop = rail_only(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
+    book.at(c.nic_gbps)
+    base, prop = rail_optimized(c), rail_only(c)
     layer = None
     if book.ocs is not None:
         from railplan.network.ocs import ocs_layer

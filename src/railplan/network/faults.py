@@ -29,7 +29,7 @@ import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.limits import check_int
-from railplan.network.topology import NetworkCounts, rail_only, rail_optimized
+from railplan.network.topology import Cluster, NetworkCounts, rail_only, rail_optimized
 from railplan.records import Record
 
 COMPONENTS: tuple[str, ...] = ("gpu_leaf_link", "leaf_switch", "spine_switch", "gpu", "server")
@@ -84,7 +84,7 @@ LLAMA3_MODEL_RADIX = 64
 
 
 def _llama3_network_elements() -> int:
-    c = rail_optimized(LLAMA3_GPUS, LLAMA3_GPUS_PER_SERVER, LLAMA3_MODEL_RADIX)
+    c = rail_optimized(Cluster(LLAMA3_GPUS, LLAMA3_GPUS_PER_SERVER, LLAMA3_MODEL_RADIX))
     return c.switches + c.links
 
 
@@ -244,18 +244,10 @@ def single_failures(c: NetworkCounts, variant: str, policy: Policy) -> list[Impa
     return out
 
 
-def fault_table(
-    gpus: int,
-    hb_domain: int,
-    radix: int,
-    nic_gbps: int = 400,
-    nics_per_gpu: int = 1,
-    policy: Policy | None = None,
-) -> dict[str, Any]:
+def fault_table(c: Cluster, policy: Policy | None = None) -> dict[str, Any]:
     """Single-failure impact for rail-optimized, rail-only and rail-only with OCS."""
     policy = policy or Policy()
-    ro = rail_optimized(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
-    rl = rail_only(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
+    ro, rl = rail_optimized(c), rail_only(c)
     rows: dict[str, Any] = {}
     for variant, counts in (("rail-optimized", ro), ("rail-only", rl), ("rail-only+ocs", rl)):
         rows[variant] = {
@@ -367,9 +359,7 @@ def _per_hour(rates: FailureRates) -> dict[str, float]:
 
 
 def monte_carlo(
-    job_gpus: int,
-    hb_domain: int,
-    radix: int,
+    cluster: Cluster,
     days: float = 54.0,
     trials: int = 2000,
     seed: int = 0,
@@ -377,9 +367,8 @@ def monte_carlo(
     policy: Policy | None = None,
     repair_hours: float = 24.0,
     target_quantile: float = 0.99,
-    nic_gbps: int = 400,
 ) -> MonteCarloResult:
-    """Seeded, vectorized Monte Carlo of a ``days``-long job on ``job_gpus`` GPUs.
+    """Seeded, vectorized Monte Carlo of a ``days``-long job on all the GPUs of ``cluster``.
 
     Failures of every component class arrive as Poisson processes (rates per component-hour);
     each one makes some GPUs unusable for ``repair_hours`` (policy-dependent, see
@@ -387,13 +376,12 @@ def monte_carlo(
     inter-switch links). Time is binned hourly; per trial we track unusable GPUs over time.
     ``repair_hours`` is an assumption (not in the Llama 3 report) and scales the idle-GPU numbers.
     """
-    _check_monte_carlo(job_gpus, trials, seed, days, repair_hours, target_quantile)
+    _check_monte_carlo(cluster.gpus, trials, seed, days, repair_hours, target_quantile)
     rates = rates or FailureRates.llama3()
     policy = policy or Policy()
     hours = max(1, math.ceil(days * 24))
     rep = max(1, math.ceil(repair_hours))
-    ro = rail_optimized(job_gpus, hb_domain, radix, nic_gbps)
-    rl = rail_only(job_gpus, hb_domain, radix, nic_gbps)
+    ro, rl = rail_optimized(cluster), rail_only(cluster)
     per_h = _per_hour(rates)
     variants = (("rail-optimized", ro), ("rail-only", rl), ("rail-only+ocs", rl))
     events_per_trial = max(
@@ -433,5 +421,5 @@ def monte_carlo(
             "spare_gpus_needed": float(np.quantile(peak, target_quantile, method="higher")),
         }
     return MonteCarloResult(
-        job_gpus, days, trials, seed, target_quantile, repair_hours, rates, policy, out
+        cluster.gpus, days, trials, seed, target_quantile, repair_hours, rates, policy, out
     )

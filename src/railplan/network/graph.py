@@ -29,7 +29,7 @@ import networkx as nx
 
 from railplan.errors import RailplanError
 from railplan.fileio import atomic_write, check_target
-from railplan.network.topology import Clos, NetworkCounts, build_counts
+from railplan.network.topology import Clos, Cluster, NetworkCounts, build_counts
 
 MAX_GRAPH_GPUS = 65_536
 MAX_GRAPH_ELEMENTS = 300_000
@@ -132,8 +132,11 @@ def build_graph(counts: NetworkCounts) -> nx.Graph:
 def graph_for(
     arch: str, gpus: int, hb_domain: int, radix: int, nic_gbps: int = 400, **kw: Any
 ) -> nx.Graph:
-    """Counts then graph in one call (keyword options as in ``topology.build_counts``)."""
-    return build_graph(build_counts(arch, gpus, hb_domain, radix, nic_gbps, **kw))
+    """Counts then graph in one call (``nics_per_gpu`` as in ``topology.Cluster``, the other
+    keyword options as in ``topology.build_counts``)."""
+    nics_per_gpu = kw.pop("nics_per_gpu", 1)
+    c = Cluster(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
+    return build_graph(build_counts(arch, c, **kw))
 
 
 def check_export(path: str | Path) -> Path:

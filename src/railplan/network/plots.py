@@ -8,6 +8,7 @@ from typing import Any
 from railplan.errors import RailplanError
 from railplan.fileio import atomic_write
 from railplan.network.cost import PriceBook, compare, load_price_book
+from railplan.network.topology import Cluster
 
 
 def cost_series(
@@ -22,7 +23,7 @@ def cost_series(
     rows = []
     for radix in radices:
         for n in sizes:
-            c = compare(n, hb_domain, radix, nic_gbps, 1, book)
+            c = compare(Cluster(n, hb_domain, radix, nic_gbps), book)
             rows.append(
                 {
                     "radix": radix,

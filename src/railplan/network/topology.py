@@ -108,6 +108,19 @@ class FabricGroup:
 
 
 @dataclass(frozen=True)
+class Cluster:
+    """The GPUs a network connects: ``gpus`` GPUs in HB domains of ``hb_domain``, each with
+    ``nics_per_gpu`` NIC ports of ``nic_gbps``, on switches of ``radix`` ports. Checked where a
+    network is built (``check_cluster``, ``check_radix``, ``check_nic``)."""
+
+    gpus: int
+    hb_domain: int
+    radix: int
+    nic_gbps: int = 400
+    nics_per_gpu: int = 1
+
+
+@dataclass(frozen=True)
 class NetworkCounts:
     """Counts of one architecture for one cluster. Bandwidth in Gbps per direction."""
 
@@ -271,11 +284,7 @@ def folded_clos(
 
 def _assemble(
     arch: str,
-    gpus: int,
-    hb_domain: int,
-    radix: int,
-    nic_gbps: int,
-    nics_per_gpu: int,
+    c: Cluster,
     groups: tuple[FabricGroup, ...],
     oversubscription: float = 1.0,
     oversubscribed_tier: int = 0,
@@ -289,11 +298,7 @@ def _assemble(
     links = sum(g.count * g.clos.links for g in groups)
     return NetworkCounts(
         arch=arch,
-        gpus=gpus,
-        hb_domain=hb_domain,
-        radix=radix,
-        nic_gbps=nic_gbps,
-        nics_per_gpu=nics_per_gpu,
+        **asdict(c),
         oversubscription=oversubscription,
         oversubscribed_tier=oversubscribed_tier,
         groups=groups,
@@ -301,7 +306,7 @@ def _assemble(
         switches_per_tier=per_tier,
         switches=switches,
         links=links,
-        switch_ports=radix * switches,
+        switch_ports=c.radix * switches,
         switch_ports_used=sum(g.count * g.clos.switch_ports_used for g in groups),
         transceivers=2 * links,
         nic_ports=sum(g.count * g.clos.endpoints for g in groups),
@@ -309,98 +314,75 @@ def _assemble(
     )
 
 
-def _common(gpus: int, hb_domain: int, radix: int, nic_gbps: int, nics_per_gpu: int) -> None:
-    check_cluster(gpus, hb_domain)
-    check_radix(radix)
-    check_nic(nic_gbps)
-    check_int("nics_per_gpu", nics_per_gpu, 1, MAX_NICS_PER_GPU)
+def _common(c: Cluster) -> None:
+    check_cluster(c.gpus, c.hb_domain)
+    check_radix(c.radix)
+    check_nic(c.nic_gbps)
+    check_int("nics_per_gpu", c.nics_per_gpu, 1, MAX_NICS_PER_GPU)
 
 
-def rail_optimized(
-    gpus: int, hb_domain: int, radix: int, nic_gbps: int = 400, nics_per_gpu: int = 1
-) -> NetworkCounts:
+def rail_optimized(c: Cluster) -> NetworkCounts:
     """Baseline: one minimal-tier full-bisection Clos over all N·nics NIC ports (paper §V-E)."""
-    _common(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
-    clos = folded_clos(gpus * nics_per_gpu, radix)
-    group = FabricGroup(1, clos, hb_domain)
-    return _assemble("rail-optimized", gpus, hb_domain, radix, nic_gbps, nics_per_gpu, (group,))
+    _common(c)
+    group = FabricGroup(1, folded_clos(c.gpus * c.nics_per_gpu, c.radix), c.hb_domain)
+    return _assemble("rail-optimized", c, (group,))
 
 
 def oversubscribed(
-    gpus: int,
-    hb_domain: int,
-    radix: int,
-    oversubscription: float = 3.0,
-    oversubscribed_tier: int = 1,
-    nic_gbps: int = 400,
-    nics_per_gpu: int = 1,
+    c: Cluster, oversubscription: float = 3.0, oversubscribed_tier: int = 1
 ) -> NetworkCounts:
     """Rail-optimized Clos with ``oversubscription``:1 down:up ports at ``oversubscribed_tier``."""
-    _common(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
+    _common(c)
     check_int("oversubscribed_tier", oversubscribed_tier, 1, 16)
-    clos = folded_clos(gpus * nics_per_gpu, radix, oversubscription, oversubscribed_tier)
-    return _assemble(
-        "oversubscribed",
-        gpus,
-        hb_domain,
-        radix,
-        nic_gbps,
-        nics_per_gpu,
-        (FabricGroup(1, clos, hb_domain),),
-        oversubscription,
-        oversubscribed_tier,
-    )
+    clos = folded_clos(c.gpus * c.nics_per_gpu, c.radix, oversubscription, oversubscribed_tier)
+    group = FabricGroup(1, clos, c.hb_domain)
+    return _assemble("oversubscribed", c, (group,), oversubscription, oversubscribed_tier)
 
 
-def rail_only(
-    gpus: int, hb_domain: int, radix: int, nic_gbps: int = 400, nics_per_gpu: int = 1
-) -> NetworkCounts:
+def rail_only(c: Cluster) -> NetworkCounts:
     """K separate minimal-tier full-bisection Clos networks, one per rail (paper §IV-A, §V-E).
 
     A rail has N/K·nics NIC ports. If that is at most the radix, ``radix // rail`` rails share
     one switch (the last switch may carry fewer). A rail of a single NIC port (N = K, one NIC)
     needs no network at all.
     """
-    _common(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
-    rail_ports = (gpus // hb_domain) * nics_per_gpu
+    _common(c)
+    rail_ports = (c.gpus // c.hb_domain) * c.nics_per_gpu
     groups: tuple[FabricGroup, ...]
     if rail_ports == 1:
         groups = ()
-    elif rail_ports <= radix:
-        per_switch = radix // rail_ports
-        full, rest = divmod(hb_domain, per_switch)
-        groups = (FabricGroup(full, folded_clos(per_switch * rail_ports, radix), per_switch),)
+    elif rail_ports <= c.radix:
+        per_switch = c.radix // rail_ports
+        full, rest = divmod(c.hb_domain, per_switch)
+        groups = (FabricGroup(full, folded_clos(per_switch * rail_ports, c.radix), per_switch),)
         if rest:
-            groups += (FabricGroup(1, folded_clos(rest * rail_ports, radix), rest),)
+            groups += (FabricGroup(1, folded_clos(rest * rail_ports, c.radix), rest),)
         groups = tuple(g for g in groups if g.count)
     else:
-        groups = (FabricGroup(hb_domain, folded_clos(rail_ports, radix), 1),)
-    return _assemble("rail-only", gpus, hb_domain, radix, nic_gbps, nics_per_gpu, groups)
+        groups = (FabricGroup(c.hb_domain, folded_clos(rail_ports, c.radix), 1),)
+    return _assemble("rail-only", c, groups)
 
 
 def multi_plane(
     gpus: int, hb_domain: int, radix: int, planes: int = 2, nic_gbps: int = 400
 ) -> NetworkCounts:
     """``planes`` parallel rail-optimized full-bisection Clos planes, one NIC port per GPU each."""
-    _common(gpus, hb_domain, radix, nic_gbps, 1)
+    _common(Cluster(gpus, hb_domain, radix, nic_gbps))
     check_int("planes", planes, 1, MAX_NICS_PER_GPU)
     group = FabricGroup(planes, folded_clos(gpus, radix), hb_domain)
-    return _assemble("multi-plane", gpus, hb_domain, radix, nic_gbps, planes, (group,))
+    return _assemble("multi-plane", Cluster(gpus, hb_domain, radix, nic_gbps, planes), (group,))
 
 
 def ideal(gpus: int, radix: int = 64, nic_gbps: int = 400, nics_per_gpu: int = 1) -> NetworkCounts:
     """One HB domain of all N GPUs: no NIC network, zero switches, links and transceivers."""
-    _common(gpus, gpus, radix, nic_gbps, nics_per_gpu)
-    return _assemble("ideal", gpus, gpus, radix, nic_gbps, nics_per_gpu, ())
+    c = Cluster(gpus, gpus, radix, nic_gbps, nics_per_gpu)
+    _common(c)
+    return _assemble("ideal", c, ())
 
 
 def build_counts(
     arch: str,
-    gpus: int,
-    hb_domain: int,
-    radix: int,
-    nic_gbps: int = 400,
-    nics_per_gpu: int = 1,
+    c: Cluster,
     oversubscription: float | None = None,
     oversubscribed_tier: int | None = None,
     planes: int | None = None,
@@ -425,18 +407,18 @@ def build_counts(
     if arch == "oversubscribed":
         over = 3.0 if oversubscription is None else oversubscription
         tier = 1 if oversubscribed_tier is None else oversubscribed_tier
-        return oversubscribed(gpus, hb_domain, radix, over, tier, nic_gbps, nics_per_gpu)
+        return oversubscribed(c, over, tier)
     if arch == "multi-plane":
         planes = 2 if planes is None else planes
-        if nics_per_gpu not in (1, planes):
+        if c.nics_per_gpu not in (1, planes):
             raise RailplanError(
                 "nics_per_gpu",
                 f"multi-plane has one NIC port per GPU in each plane; set the ports with "
-                f"planes (got nics_per_gpu={nics_per_gpu}, planes={planes})",
+                f"planes (got nics_per_gpu={c.nics_per_gpu}, planes={planes})",
             )
-        return multi_plane(gpus, hb_domain, radix, planes, nic_gbps)
+        return multi_plane(c.gpus, c.hb_domain, c.radix, planes, c.nic_gbps)
     if arch == "rail-optimized":
-        return rail_optimized(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
+        return rail_optimized(c)
     if arch == "rail-only":
-        return rail_only(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
-    return ideal(gpus, radix, nic_gbps, nics_per_gpu)
+        return rail_only(c)
+    return ideal(c.gpus, c.radix, c.nic_gbps, c.nics_per_gpu)

@@ -100,37 +100,6 @@ def group_shape(n: Num, stride: Num, hb_domain: Num) -> tuple[FloatArray, FloatA
     return x, np.ceil(n / x)
 
 
-def all_gather_s(
-    n: Num,
-    stride: Num,
-    size_bytes: Num,
-    hb_domain: Num,
-    hb_bw: Num,
-    nic_bw: Num,
-    hb_lat_s: Num,
-    nic_lat_s: Num,
-) -> FloatArray:
-    """All-gather (or reduce-scatter) of a group: a ring inside one HB domain, a ring over the
-    NIC domain for one GPU per domain, hierarchical when the group spans both."""
-    x, y = group_shape(n, stride, hb_domain)
-    return hierarchical_all_gather_s(x, y, size_bytes, hb_bw, nic_bw, hb_lat_s, nic_lat_s)
-
-
-def all_reduce_s(
-    n: Num,
-    stride: Num,
-    size_bytes: Num,
-    hb_domain: Num,
-    hb_bw: Num,
-    nic_bw: Num,
-    hb_lat_s: Num,
-    nic_lat_s: Num,
-) -> FloatArray:
-    """All-reduce of a group = reduce-scatter + all-gather, with `all_gather_s`'s algorithm."""
-    args = (n, stride, size_bytes, hb_domain, hb_bw, nic_bw, hb_lat_s, nic_lat_s)
-    return np.asarray(2.0 * all_gather_s(*args))
-
-
 #: NVLink SHARP link efficiency on NVSwitch 3 (H100/H200 class): nccl-tests on 8× H200 peaks at
 #: busbw 475 GB/s (NVIDIA/nccl-tests#272) = algbw 271 GB/s; NVLS moves (n+1)/n·D per GPU link
 #: (NVIDIA/nccl-tests#212, PR #239), so the link carries 305 GB/s of 450 GB/s line rate: 0.679.

@@ -16,8 +16,8 @@ from railplan.errors import RailplanError, near_multiples
 from railplan.explore.search import SearchResult, SearchSpace, search
 from railplan.network.cost import Comparison, PriceBook, compare
 from railplan.network.faults import FailureRates, fault_table, monte_carlo
-from railplan.network.topology import NIC_SPEEDS_GBPS
-from railplan.specs import Model, Network, Strategy, System
+from railplan.network.topology import NIC_SPEEDS_GBPS, Cluster
+from railplan.specs import Job, Model, Network, Strategy, System
 from railplan.traffic.matrix import stats, traffic
 from railplan.traffic.placement import build_placement
 
@@ -90,7 +90,8 @@ def _best(r: SearchResult) -> dict[str, Any] | None:
 
 def best_search(inp: ReportInputs, system: System, arch: str, batch: int) -> SearchResult:
     """The library's strategy search for one network (fastest first)."""
-    return search(inp.model, system, Network(architecture=arch), inp.gpus, batch, inp.space, top=3)
+    job = Job(inp.model, system, Network(architecture=arch), inp.gpus, batch)
+    return search(job, inp.space, top=3)
 
 
 def pct_slower(t: float | None, ref: float | None) -> float | None:
@@ -103,7 +104,7 @@ def pct_slower(t: float | None, ref: float | None) -> float | None:
 def performance(inp: ReportInputs) -> dict[str, Any]:
     """Best strategy, iteration time and MFU on rail-optimized, rail-only and ideal."""
     results = {arch: best_search(inp, inp.system, arch, inp.global_batch) for arch in NETWORKS}
-    results["rail-optimized"].require_best(inp.model, inp.system.gpu.memory_gib)
+    results["rail-optimized"].require_best()
     nets = {
         arch: {
             "best": _best(r),
@@ -142,14 +143,10 @@ def priced_speed(book: PriceBook, nic_gbps: float) -> int:
 def cost(inp: ReportInputs) -> dict[str, Any]:
     """Switches, transceivers, dollars and watts of rail-optimized and rail-only."""
     speed = priced_speed(inp.price_book, inp.system.nic_gbps)
-    c: Comparison = compare(
-        inp.gpus,
-        inp.system.hb_domain,
-        inp.radix,
-        nic_gbps=speed,
-        nics_per_gpu=int(inp.system.nics_per_gpu),
-        book=inp.price_book,
+    cluster = Cluster(
+        inp.gpus, inp.system.hb_domain, inp.radix, speed, int(inp.system.nics_per_gpu)
     )
+    c: Comparison = compare(cluster, book=inp.price_book)
     note = ""
     if speed != inp.system.nic_gbps:
         note = (
@@ -211,7 +208,7 @@ def override(system: System, **fields: Any) -> System:
 def _point(r: SearchResult, **fields: Any) -> dict[str, Any]:
     b = r.best
     return fields | {
-        "network": r.network,
+        "network": r.job.network.architecture,
         "iteration_s": b.iteration_s if b else None,
         "mfu": b.mfu if b else None,
         "strategy": b.strategy.model_dump() if b else None,
@@ -282,9 +279,9 @@ def failures(inp: ReportInputs) -> dict[str, Any]:
     """Single-failure impact and a seeded Monte Carlo of a 54-day job (Llama 3 failure rates)."""
     nic = int(inp.system.nic_gbps) if inp.system.nic_gbps in NIC_SPEEDS_GBPS else 400
     k = inp.system.hb_domain
-    table = fault_table(inp.gpus, k, inp.radix, nic, int(inp.system.nics_per_gpu))
+    table = fault_table(Cluster(inp.gpus, k, inp.radix, nic, int(inp.system.nics_per_gpu)))
     mc = monte_carlo(
-        inp.gpus, k, inp.radix, days=MC_DAYS, trials=inp.mc_trials, seed=inp.seed, nic_gbps=nic
+        Cluster(inp.gpus, k, inp.radix, nic), days=MC_DAYS, trials=inp.mc_trials, seed=inp.seed
     )
     return {"single": table, "monte_carlo": mc.to_dict()}
 

@@ -20,7 +20,7 @@ from typing import Any
 from railplan.errors import RailplanError
 from railplan.explore.search import MEGATRON_SPACE, SearchResult, search
 from railplan.reproduce import views
-from railplan.specs import Model, Network, System, load_model, load_system
+from railplan.specs import Job, Network, System, load_model, load_system
 
 K_VALUES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 FIG8_CLUSTERS = (16384, 32768, 65536)
@@ -46,6 +46,15 @@ PAPER_FIG7_ERROR_PCT: dict[str, float] = {"gpt-1t": 1.8, "gpt-22b": 10.8}
 PAPER_FIG8_K256_VS_IDEAL_PCT: dict[str, float] = {"gpt-1t": 0.9, "gpt-146b": 4.1}
 PAPER_FIG8_GPT146B_K1_TO_8_PCT = 43.3
 PAPER_FIG8_GPT146B_K8_TO_256_PCT = 30.6
+#: Fig 8's "K a→b cuts time" claims per model, checked at every cluster size: K from, K to, the
+#: paper's percentage (None: the paper says it only in words) and a note on the claim.
+FIG8_K_CUTS: dict[str, tuple[tuple[int, int, float | None, str], ...]] = {
+    "gpt-146b": (
+        (1, 8, PAPER_FIG8_GPT146B_K1_TO_8_PCT, ""),
+        (8, 256, PAPER_FIG8_GPT146B_K8_TO_256_PCT, ""),
+    ),
+    "gpt-1t": ((32, 256, None, " (paper: flat past K≈32)"),),
+}
 PAPER_FIG9_HB_X4_GAIN_PCT: dict[int, float] = {8: 8.0, 256: 13.3}
 PAPER_FIG9_NIC_X4_GAIN_PCT: dict[int, float] = {8: 35.9, 256: 8.0}
 PAPER_FIG10_RELATIVE_PCT: dict[int, tuple[float, float]] = {256: (95.0, 99.0), 8: (65.0, 85.0)}
@@ -62,13 +71,20 @@ def gh200(hb_domain: int, hb_tbps: float | None = None, nic_gbps: float | None =
     return System.parse(base | over, "system")
 
 
-def best(model: Model, system: System, network: Network, gpus: int, batch: int) -> SearchResult:
+RAIL_ONLY = Network(architecture="rail-only")
+IDEAL = Network(architecture="ideal")
+
+
+def best(job: Job) -> SearchResult:
     """The fastest strategy that fits (the paper's search space)."""
-    return search(model, system, network, gpus, batch, MEGATRON_SPACE, top=1)
+    return search(job, MEGATRON_SPACE, top=1)
 
 
-def _point(r: SearchResult, **fields: Any) -> dict[str, Any]:
-    b = r.best
+def _point(job: Job, **fields: Any) -> dict[str, Any]:
+    """A figure's point: the job's model, GPUs and batch, `fields`, then the best strategy's
+    time, MFU and largest overhead (None when no strategy fits)."""
+    b = best(job).best
+    fields = {"model": job.model.name, "gpus": job.gpus, "batch": job.global_batch, **fields}
     if b is None:
         return {**fields, "iteration_s": None, "mfu": None, "strategy": None}
     dominant = max((k for k in b.breakdown_s if k != "compute"), key=lambda k: b.breakdown_s[k])
@@ -155,12 +171,12 @@ def fig8() -> dict[str, Any]:
         model = load_model(name)
         for n in FIG8_CLUSTERS:
             for k in K_VALUES:
-                r = best(model, gh200(k), Network(architecture="rail-only"), n, batch)
-                p = _point(r, model=name, gpus=n, batch=batch, hb_domain=k, network="rail-only")
+                p = _point(
+                    Job(model, gh200(k), RAIL_ONLY, n, batch), hb_domain=k, network="rail-only"
+                )
                 points.append(p)
                 t[name, n, k] = p["iteration_s"]
-            r = best(model, gh200(256), Network(architecture="ideal"), n, batch)
-            p = _point(r, model=name, gpus=n, batch=batch, hb_domain=n, network="ideal")
+            p = _point(Job(model, gh200(256), IDEAL, n, batch), hb_domain=n, network="ideal")
             points.append(p)
             t[name, n, "ideal"] = p["iteration_s"]
     comparisons = []
@@ -173,29 +189,12 @@ def fig8() -> dict[str, Any]:
                     100.0 * (t[name, n, 256] / t[name, n, "ideal"] - 1.0),
                 )
             )
-    for n in FIG8_CLUSTERS:
-        comparisons.append(
-            _cmp(
-                f"gpt-146b N={n}: K 1→8 cuts time, %",
-                PAPER_FIG8_GPT146B_K1_TO_8_PCT,
-                _pct_less(t["gpt-146b", n, 8], t["gpt-146b", n, 1]),
-            )
-        )
-        comparisons.append(
-            _cmp(
-                f"gpt-146b N={n}: K 8→256 cuts time, %",
-                PAPER_FIG8_GPT146B_K8_TO_256_PCT,
-                _pct_less(t["gpt-146b", n, 256], t["gpt-146b", n, 8]),
-            )
-        )
-    for n in FIG8_CLUSTERS:
-        comparisons.append(
-            _cmp(
-                f"gpt-1t N={n}: K 32→256 cuts time, % (paper: flat past K≈32)",
-                None,
-                _pct_less(t["gpt-1t", n, 256], t["gpt-1t", n, 32]),
-            )
-        )
+    for name, cuts in FIG8_K_CUTS.items():
+        for n in FIG8_CLUSTERS:
+            for k_from, k_to, paper, note in cuts:
+                label = f"{name} N={n}: K {k_from}→{k_to} cuts time, %{note}"
+                cut = _pct_less(t[name, n, k_to], t[name, n, k_from])
+                comparisons.append(_cmp(label, paper, cut))
     return _report(
         "fig8",
         "DGX GH200 parameters, K overridden, rail-only; ideal = one HB domain of N "
@@ -213,18 +212,8 @@ def fig9() -> dict[str, Any]:
     for k in FIG9_K:
         for hb in FIG9_HB_TBPS:
             for nic in FIG9_NIC_GBPS:
-                r = best(
-                    model, gh200(k, hb, nic), Network(architecture="rail-only"), FIG9_GPUS, 4096
-                )
-                p = _point(
-                    r,
-                    model="gpt-1t",
-                    gpus=FIG9_GPUS,
-                    batch=4096,
-                    hb_domain=k,
-                    hb_tbps=hb,
-                    nic_gbps=nic,
-                )
+                job = Job(model, gh200(k, hb, nic), RAIL_ONLY, FIG9_GPUS, 4096)
+                p = _point(job, hb_domain=k, hb_tbps=hb, nic_gbps=nic)
                 points.append(p)
                 t[k, hb, nic] = p["iteration_s"]
     lo_hb, hi_hb = FIG9_HB_TBPS[0], FIG9_HB_TBPS[-1]
@@ -262,44 +251,22 @@ def fig10() -> dict[str, Any]:
     points: list[dict[str, Any]] = []
     t: dict[tuple[int | str, int], float] = {}
     for batch in FIG10_BATCHES:
-        r = best(model, gh200(256), Network(architecture="ideal"), FIG10_GPUS, batch)
-        p = _point(
-            r,
-            model="gpt-1t",
-            gpus=FIG10_GPUS,
-            batch=batch,
-            hb_domain=FIG10_GPUS,
-            network="ideal",
-            relative_to_ideal=1.0,
-        )
+        job = Job(model, gh200(256), IDEAL, FIG10_GPUS, batch)
+        p = _point(job, hb_domain=FIG10_GPUS, network="ideal", relative_to_ideal=1.0)
         points.append(p)
         t["ideal", batch] = p["iteration_s"]
         for k in FIG10_K:
-            r = best(model, gh200(k), Network(architecture="rail-only"), FIG10_GPUS, batch)
-            p = _point(
-                r, model="gpt-1t", gpus=FIG10_GPUS, batch=batch, hb_domain=k, network="rail-only"
-            )
+            job = Job(model, gh200(k), RAIL_ONLY, FIG10_GPUS, batch)
+            p = _point(job, hb_domain=k, network="rail-only")
             p["relative_to_ideal"] = t["ideal", batch] / p["iteration_s"]
             points.append(p)
             t[k, batch] = p["iteration_s"]
     lo, hi = FIG10_BATCHES[0], FIG10_BATCHES[-1]
     comparisons = []
     for k in (256, 8):
-        paper_lo, paper_hi = PAPER_FIG10_RELATIVE_PCT[k]
-        comparisons.append(
-            _cmp(
-                f"K={k}, batch {lo}: relative to ideal, %",
-                paper_lo,
-                100.0 * t["ideal", lo] / t[k, lo],
-            )
-        )
-        comparisons.append(
-            _cmp(
-                f"K={k}, batch {hi}: relative to ideal, %",
-                paper_hi,
-                100.0 * t["ideal", hi] / t[k, hi],
-            )
-        )
+        for batch, paper in zip((lo, hi), PAPER_FIG10_RELATIVE_PCT[k], strict=True):
+            relative = 100.0 * t["ideal", batch] / t[k, batch]
+            comparisons.append(_cmp(f"K={k}, batch {batch}: relative to ideal, %", paper, relative))
     return _report(
         "fig10",
         f"GPT-1T on {FIG10_GPUS} GPUs, GH200 parameters, rail-only vs ideal "
@@ -320,7 +287,7 @@ def nic_count() -> dict[str, Any]:
         for nics in NIC_COUNT_NICS
     ]
     net = Network()
-    searched = [best(model, s, net, NIC_COUNT_GPUS, NIC_COUNT_BATCH) for s in systems]
+    searched = [best(Job(model, s, net, NIC_COUNT_GPUS, NIC_COUNT_BATCH)) for s in systems]
     t_search = [r.best.iteration_s if r.best else float("nan") for r in searched]
     # The measurement kept one strategy while unplugging NICs: the best one with 8 NICs.
     fixed = searched[0].best

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from railplan.network.cost import PriceBook, compare, load_price_book
+from railplan.network.topology import Cluster
 
 HB_DOMAIN = 256
 NIC_GBPS = 400
@@ -113,8 +114,8 @@ def reproduce_table2(
     hotnets_book = hotnets_book or load_price_book("rail-only-hotnets23")
     rows: list[Table2Row] = []
     for gpus, radix in CELLS:
-        c = compare(gpus, HB_DOMAIN, radix, NIC_GBPS, 1, book)
-        old = compare(gpus, HB_DOMAIN, radix, NIC_GBPS, 1, hotnets_book)
+        cluster = Cluster(gpus, HB_DOMAIN, radix, NIC_GBPS)
+        c, old = compare(cluster, book), compare(cluster, hotnets_book)
         power_saving_w = None
         if c.rail_optimized_cost.power_w is not None and c.rail_only_cost.power_w is not None:
             power_saving_w = c.rail_optimized_cost.power_w - c.rail_only_cost.power_w

@@ -2,6 +2,7 @@
 
 from railplan.specs.catalog import load_gpu, load_model, load_system, names
 from railplan.specs.hardware import GPU, System
+from railplan.specs.job import Job
 from railplan.specs.model import Model
 from railplan.specs.network import ARCHITECTURES, Network
 from railplan.specs.strategy import (
@@ -21,6 +22,7 @@ __all__ = [
     "PRECISION_CODES",
     "RECOMPUTE_CODES",
     "ZERO_SCHEDULE_CODES",
+    "Job",
     "Model",
     "Network",
     "Strategy",

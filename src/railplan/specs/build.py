@@ -9,20 +9,7 @@ from railplan.errors import RailplanError
 from railplan.names import ARCHITECTURES
 from railplan.specs.hardware import System
 from railplan.specs.network import Network
-from railplan.specs.strategy import (
-    ATTENTION_CODES,
-    OPTIMIZER_STATE_CODES,
-    PRECISION_CODES,
-    RECOMPUTE_CODES,
-    ZERO_SCHEDULE_CODES,
-    Strategy,
-)
-
-RECOMPUTE = tuple(RECOMPUTE_CODES)
-ZERO_SCHEDULES = tuple(ZERO_SCHEDULE_CODES)
-ATTENTION = tuple(ATTENTION_CODES)
-PRECISION = tuple(PRECISION_CODES)
-OPTIMIZER_STATES = tuple(OPTIMIZER_STATE_CODES)
+from railplan.specs.strategy import CODED_FIELDS, Strategy
 
 
 def choice(field: str, value: str, allowed: tuple[str, ...]) -> str:
@@ -74,16 +61,9 @@ def build_network(network: str, oversubscription: float | None) -> Network:
 def build_strategy(**kwargs: Any) -> Strategy:
     from railplan.specs.base import from_validation_error
 
-    choice("recompute", kwargs["recompute"], RECOMPUTE)
-    if "zero_schedule" in kwargs:
-        choice("zero_schedule", kwargs["zero_schedule"], ZERO_SCHEDULES)
-    for field, allowed in (
-        ("attention", ATTENTION),
-        ("precision", PRECISION),
-        ("optimizer_state", OPTIMIZER_STATES),
-    ):
+    for field, codes in CODED_FIELDS.items():
         if field in kwargs:
-            choice(field, kwargs[field], allowed)
+            choice(field, kwargs[field], tuple(codes))
     try:
         return Strategy.model_validate(kwargs)
     except Exception as err:

@@ -18,6 +18,14 @@ Precision = Literal["bf16", "fp8"]
 PRECISION_CODES: dict[str, int] = {"bf16": 0, "fp8": 1}
 OptimizerState = Literal["fp32", "fp32-remainder", "bf16"]
 OPTIMIZER_STATE_CODES: dict[str, int] = {"fp32": 0, "fp32-remainder": 1, "bf16": 2}
+#: The strategy's named choices, field → name → code (numpy arrays hold the codes).
+CODED_FIELDS: dict[str, dict[str, int]] = {
+    "recompute": RECOMPUTE_CODES,
+    "zero_schedule": ZERO_SCHEDULE_CODES,
+    "attention": ATTENTION_CODES,
+    "precision": PRECISION_CODES,
+    "optimizer_state": OPTIMIZER_STATE_CODES,
+}
 
 
 class Strategy(Spec):

@@ -2,7 +2,7 @@
 
 Sizes and counts come only from `railplan.workload.comm` (the source the iteration-time model
 uses); who sends to whom comes from `railplan.traffic.placement` (ring, or hierarchical when a group
-spans HB and NIC domains: SYSTEM.md formula 2, the algorithm `collectives.all_reduce_s` times).
+spans HB and NIC domains: SYSTEM.md formula 2, the algorithm `comm_time.group_collective_s` times).
 Per iteration and TP group: the stage's layers (`strategies.layers_of_stage`) · m micro-batches
 · (forward + recompute + backward) all-reduces of b·s·h activations, plus the sequence-parallel
 backward re-gathers; per pipeline boundary: b·s·h/t each way per micro-batch; per DP group: the

@@ -10,20 +10,13 @@ from typing import Any
 import numpy as np
 
 from railplan.errors import RailplanError
+from railplan.network.flowsim import schedules
 from railplan.network.flowsim.fabric import (
     FloatArray,
     FlowNetwork,
     network_for,
 )
 from railplan.network.flowsim.maxmin import MAX_SIMULATED_PAIRS, Step, StepResult, simulate
-from railplan.network.flowsim.schedules import (
-    alltoall_direct_steps,
-    alltoall_forwarding_steps,
-    hierarchical_allreduce_steps,
-    ring_allreduce_steps,
-    uniform_pair_bytes,
-    zipf_pair_bytes,
-)
 from railplan.records import Record
 
 
@@ -207,22 +200,24 @@ def _plan(
         auto = "forwarding" if arch == "rail-only" else "direct"
         sched = schedule if schedule != "auto" else auto
         b = (
-            uniform_pair_bytes(gpus, pair_bytes)
+            schedules.uniform_pair_bytes(gpus, pair_bytes)
             if zipf is None
-            else zipf_pair_bytes(gpus, pair_bytes, zipf, seed)
+            else schedules.zipf_pair_bytes(gpus, pair_bytes, zipf, seed)
         )
         if sched == "forwarding":
-            return _Plan(alltoall_forwarding_steps(b, k), sched, float(pair_bytes), None)
+            return _Plan(schedules.alltoall_forwarding_steps(b, k), sched, float(pair_bytes), None)
         cut = oversubscribed_alltoall_bound_s(net, b)
-        return _Plan(alltoall_direct_steps(b), sched, float(pair_bytes), cut)
+        return _Plan(schedules.alltoall_direct_steps(b), sched, float(pair_bytes), cut)
     if pair_bytes is not None:
         raise RailplanError("bytes_per_pair", "is for alltoall; use --bytes for all-reduce")
     if zipf is not None:
         raise RailplanError("skew", "skewed traffic applies to alltoall only")
     nbytes = float(size_bytes) if size_bytes is not None else float(2**30)
     if collective == "allreduce-ring":
-        return _Plan(ring_allreduce_steps(gpus, k, nbytes), "ring", nbytes, None)
-    return _Plan(hierarchical_allreduce_steps(gpus, k, nbytes), "hierarchical", nbytes, None)
+        return _Plan(schedules.ring_allreduce_steps(gpus, k, nbytes), "ring", nbytes, None)
+    return _Plan(
+        schedules.hierarchical_allreduce_steps(gpus, k, nbytes), "hierarchical", nbytes, None
+    )
 
 
 def _inputs(
