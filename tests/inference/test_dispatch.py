@@ -9,11 +9,10 @@ from railplan.inference.dispatch import (
     _dispatch_until,
     _Replica,
     _Requests,
-    serve_least_busy,
-    simulate_least_busy,
+    least_busy,
 )
 from railplan.inference.engine import Deployment, StepLoad, step_time_s
-from railplan.inference.serving import serve, simulate
+from railplan.inference.serving import _lengths, serve, simulate
 from railplan.specs import Network
 from railplan.specs.catalog import load_model, load_system
 
@@ -25,7 +24,10 @@ def _step(load: StepLoad) -> float:
 @pytest.mark.parametrize("rate", [20.0, 200.0, 900.0])  # light, near capacity, overloaded
 def test_one_replica_is_the_single_replica_simulation(rate: float) -> None:
     one = simulate(_step, rate, 3000, 100, 30, 64, max_num_tokens=512, seed=3)
-    joint = simulate_least_busy(_step, rate, 3000, 1, 100, 30, 64, max_num_tokens=512, seed=3)
+    rng = np.random.default_rng(3)  # the stream simulate draws with seed 3
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, 3000))
+    prompt, output = _lengths(rng, 3000, 100, 30, None)
+    joint = least_busy(_step, rate, arrivals, prompt, output, 1, 64, 512)
     assert np.array_equal(one.ttft_s, joint.ttft_s) and np.array_equal(one.tpot_s, joint.tpot_s)
     assert joint.tokens_per_s == one.tokens_per_s
     assert (joint.waiting_at_end, joint.settled, joint.stable) == (
@@ -63,7 +65,7 @@ def test_least_busy_serving_at_light_load() -> None:
     dep = Deployment(
         load_model("llama-2-70b"), load_system("dgx-h100"), Network(), 8, 2, 1, 1, "fp8"
     )
-    lb = serve_least_busy(dep, 4.0, 222, 20, requests=300)
+    lb = serve(dep, 4.0, 222, 20, requests=300, least_busy=True)
     rnd = serve(dep, 4.0, 222, 20, requests=300)
     assert lb.requests == 300 and lb.stable is True
     assert lb.tokens_per_s == pytest.approx(4.0 * 20)

@@ -23,22 +23,12 @@ from bisect import bisect_right
 
 import numpy as np
 
-from railplan.inference.engine import Deployment, StepLoad
+from railplan.inference.engine import StepLoad
 from railplan.inference.serving import (
-    DEFAULT_REQUESTS,
-    MAX_NUM_TOKENS,
-    Lengths,
     Run,
-    ServingResult,
     StepFn,
     _admit,
-    _check_simulation,
-    _lengths,
     _tokens_per_s,
-    batch_limit,
-    replica_count,
-    result,
-    step_fn,
 )
 from railplan.specs.arrays import FloatArray, IntArray
 
@@ -122,25 +112,21 @@ def _dispatch_until(reps: list[_Replica], reqs: _Requests, nxt: int, until: floa
     return nxt
 
 
-def simulate_least_busy(
+def least_busy(
     step_s: StepFn,
     rate_per_s: float,
-    requests: int,
+    arrivals: FloatArray,
+    prompt: IntArray,
+    output: IntArray,
     replicas: int,
-    input_tokens: int,
-    output_tokens: int,
     max_batch: int,
-    max_num_tokens: int = MAX_NUM_TOKENS,
-    seed: int = 0,
-    lengths: Lengths | None = None,
+    max_num_tokens: int,
 ) -> Run:
-    """`serving.simulate` for `replicas` engines sharing one Poisson stream of `requests`
-    requests at `rate_per_s` (all replicas together), each arrival dispatched to the replica
-    with the fewest requests in flight. Throughput is that of all replicas."""
-    _check_simulation(rate_per_s, -(-requests // replicas), max_batch, max_num_tokens)
-    rng = np.random.default_rng(seed)
-    arrivals = np.cumsum(rng.exponential(1.0 / rate_per_s, requests))
-    prompt, output = _lengths(rng, requests, input_tokens, output_tokens, lengths)
+    """`serving.simulate`'s run for `replicas` engines sharing one stream at `rate_per_s` (the
+    arrival times and each request's prompt and output tokens, as `simulate` drew them), each
+    arrival dispatched to the replica with the fewest requests in flight. Throughput is that
+    of all replicas."""
+    requests = int(arrivals.size)
     reqs = _Requests(arrivals, prompt, output)
     reps = [_Replica(requests) for _ in range(replicas)]
     heap = [(0.0, i) for i in range(replicas)]
@@ -177,33 +163,3 @@ def _run(reqs: _Requests, reps: list[_Replica], rate: float, waiting: int, budge
     settled = bool(arrivals[n // 2] >= lifetime)
     per_step = max(1, int(budget // reqs.prompt.mean()))
     return Run(ttft, tpot, tokens, rate * float(reqs.output.mean()), waiting, per_step, settled)
-
-
-def serve_least_busy(
-    dep: Deployment,
-    arrival_rate: float,
-    input_tokens: int,
-    output_tokens: int,
-    batch: int | None = None,
-    requests: int = DEFAULT_REQUESTS,
-    seed: int = 0,
-    max_num_tokens: int = MAX_NUM_TOKENS,
-    lengths: Lengths | None = None,
-) -> ServingResult:
-    """`serving.serve` with every replica simulated and each request dispatched to the least
-    busy one (`requests`: per replica, as there; all replicas together take requests ×
-    replicas)."""
-    groups = replica_count(dep, arrival_rate)
-    run = simulate_least_busy(
-        step_fn(dep),
-        arrival_rate,
-        requests * groups,
-        groups,
-        input_tokens,
-        output_tokens,
-        batch_limit(dep, input_tokens + output_tokens, batch),
-        max_num_tokens=max_num_tokens,
-        seed=seed,
-        lengths=lengths,
-    )
-    return result(dep, arrival_rate, requests, output_tokens, run, 1)

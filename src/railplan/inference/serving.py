@@ -167,15 +167,24 @@ def simulate(
     max_num_tokens: int = MAX_NUM_TOKENS,
     seed: int = 0,
     lengths: Lengths | None = None,
+    replicas: int = 1,
 ) -> Run:
     """Every request's TTFT and TPOT on one engine whose step time is `step_s(load)`, and
     whether the queue kept up with the arrivals. Every request has `input_tokens` prompt and
     `output_tokens` output tokens, or, with `lengths` (a data set's prompt and output token
-    counts), those of a sample drawn at random."""
-    _check_simulation(rate_per_s, requests, max_batch, max_num_tokens)
+    counts), those of a sample drawn at random. With `replicas` > 1, that many engines share
+    the stream, each arrival dispatched to the least busy (`dispatch.least_busy`)."""
+    _check_simulation(rate_per_s, -(-requests // replicas), max_batch, max_num_tokens)
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1.0 / rate_per_s, requests))
     prompt, output = _lengths(rng, requests, input_tokens, output_tokens, lengths)
+    if replicas > 1:
+        # dispatch builds on this module's step loop, so it is imported here, not at the top
+        from railplan.inference.dispatch import least_busy
+
+        return least_busy(
+            step_s, rate_per_s, arrivals, prompt, output, replicas, max_batch, max_num_tokens
+        )
     # prompt tokens of the first k requests: csum[k]; admission is a search in it
     csum = np.concatenate([[0], np.cumsum(prompt)])
     first = np.full(requests, np.nan)
@@ -254,25 +263,32 @@ def serve(
     seed: int = 0,
     max_num_tokens: int = MAX_NUM_TOKENS,
     lengths: Lengths | None = None,
+    least_busy: bool = False,
 ) -> ServingResult:
     """Simulate `dep` under Poisson arrivals at `arrival_rate` requests/s (whole deployment),
     each step carrying at most `max_num_tokens` tokens. With `lengths` (a data set's prompt and
     output token counts) each request draws one sample; `input_tokens` and `output_tokens` then
-    only size the KV-cache limit of the batch (their sum reserved per sequence)."""
+    only size the KV-cache limit of the batch (their sum reserved per sequence).
+
+    By default one replica is simulated on its share of the stream (`requests` of them); with
+    `least_busy` every replica is, each request dispatched to the one with the fewest in flight
+    (`simulate` with `replicas`; `requests` per replica, requests × replicas in all)."""
     groups = replica_count(dep, arrival_rate)
     limit = batch_limit(dep, input_tokens + output_tokens, batch)
+    replicas = groups if least_busy else 1
     run = simulate(
         step_fn(dep),
-        arrival_rate / groups,
-        requests,
+        arrival_rate * replicas / groups,
+        requests * replicas,
         input_tokens,
         output_tokens,
         limit,
         max_num_tokens=max_num_tokens,
         seed=seed,
         lengths=lengths,
+        replicas=replicas,
     )
-    return result(dep, arrival_rate, requests, output_tokens, run, groups)
+    return result(dep, arrival_rate, requests, output_tokens, run, groups // replicas)
 
 
 def replica_count(dep: Deployment, arrival_rate: float) -> int:

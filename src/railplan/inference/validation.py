@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from railplan.inference.dispatch import serve_least_busy
 from railplan.inference.engine import Deployment
 from railplan.inference.estimate import first_token_s, infer, static_batch_tokens_per_s_per_gpu
 from railplan.inference.serving import MAX_NUM_TOKENS, Lengths, serve
@@ -80,8 +79,10 @@ def rows(requests: int = 4000) -> list[dict[str, Any]]:
             if r.get("queries"):  # the run's queries per replica
                 n = round(int(r["queries"]) / dep.replicas)
             lengths = data_set_lengths(r["lengths"], o) if r.get("lengths") else None
-            run = serve_least_busy if r.get("dispatch") == "least-busy" else serve
-            s = run(dep, rate, i, o, b, requests=n, max_num_tokens=budget, lengths=lengths)
+            least_busy = r.get("dispatch") == "least-busy"
+            s = serve(
+                dep, rate, i, o, b, n, max_num_tokens=budget, lengths=lengths, least_busy=least_busy
+            )
             found.append(("TTFT mean (s)", float(r["ttft_mean_s"]), s.ttft_mean_s, goal))
             found.append(("TTFT p99 (s)", float(r["ttft_p99_s"]), s.ttft_p99_s, None))
         elif r["scenario"] == "static":
