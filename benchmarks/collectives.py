@@ -46,9 +46,10 @@ def teccl(every_size: bool = False) -> None:
         n = int(r["chassis"])
         g, ranks = chassis.dgx2(n) if r["topology"] == "dgx2" else chassis.ndv2(n)
         size = float(r["size_bytes"])
-        res = lp.synthesize(g, ranks, r["op"], size)
-        per = len(ranks) // n
-        chassis_sets = [ranks[c * per : (c + 1) * per] for c in range(n)]
+        chassis_sets = chassis.groups(ranks, n)
+        res = lp.synthesize(
+            g, ranks, r["op"], size, symmetry=chassis.rotation(ranks, n), groups=chassis_sets
+        )
         best_gb = size / graph_bound_s(g, ranks, r["op"], size, chassis_sets) / 1e9
         theirs = float(r["algbw_gb_per_s"])
         diff = res.algbw_gb_per_s / theirs - 1

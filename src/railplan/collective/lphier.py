@@ -1,0 +1,126 @@
+"""A hierarchical all-gather for chassis joined through one switch (TE-CCL's NDv2 beyond two
+chassis): the inter-chassis exchange is fixed by a round-robin construction, and the integer
+program (lp.py) then only decides the spread inside the chassis, on the full time-expanded
+graph.
+
+The shape (`exchange`): m groups of ranks (chassis) whose only links to other groups are one
+link from a rank of each group to a switch node and one from the switch to a rank of each
+group, each at least one chunk per epoch. Every chunk of a group must cross the switch into
+each of the m − 1 other groups, and a group's single in-link takes one chunk per epoch, so the
+exchange is a sequence of sends: in epoch k each group sends one chunk of its own (one its
+egress rank can hold by then, by `dist`) to the group r + 1 ahead of it, r = 0..m−2 taken in
+turn, so all groups send to distinct groups in every epoch and the switch merely forwards.
+Each group sends each of its chunks once to each other group; an epoch in which no chunk is yet
+available (latency-bound sizes) is left empty. The construction is the same in every group,
+so it is invariant under rotating the groups (lpsym's symmetry).
+
+What this fixes is a restriction: a program infeasible under it proves nothing about the full
+program (lp.py reports such counts as "excluded", never as proven too few). TE-CCL itself
+solves the whole program with Gurobi (its partitioned/A* variants split by time instead).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+IntArr = NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """The fixed inter-chassis sends: epoch, commodity, egress edge and ingress edge of each."""
+
+    epoch: IntArr
+    chunk: IntArr
+    out_edge: IntArr  # rank -> switch
+    in_edge: IntArr  # switch -> rank of the receiving group
+    switch_edges: IntArr  # every edge at the switch (their other flows are fixed at 0)
+
+
+def _switch_links(
+    tail: IntArr, head: IntArr, group_of: IntArr, n: int, m: int
+) -> tuple[IntArr, IntArr, IntArr] | None:
+    """(edge to the switch, edge from it) per group and the switch's edges, or None when the
+    graph does not have the shape of the module's docstring."""
+    cross = (tail < n) & (head < n) & (group_of[tail] != group_of[head])
+    if cross.any() or (group_of[:n] < 0).any():
+        return None
+    for w in np.unique(np.concatenate([tail[tail >= n], head[head >= n]])):
+        outs, ins = np.flatnonzero(head == w), np.flatnonzero(tail == w)
+        at = np.concatenate([outs, ins])
+        if len(outs) != m or len(ins) != m or len(at) != int(((tail >= n) | (head >= n)).sum()):
+            return None
+        g_out, g_in = group_of[tail[outs]], group_of[head[ins]]
+        if sorted(g_out.tolist()) != list(range(m)) or sorted(g_in.tolist()) != list(range(m)):
+            return None
+        return outs[np.argsort(g_out)], ins[np.argsort(g_in)], at
+    return None
+
+
+def exchange(
+    tail: IntArr,
+    head: IntArr,
+    cap: NDArray[np.float64],
+    arr: IntArr,
+    dist: NDArray[np.float64],
+    groups: list[list[int]],
+    n: int,
+) -> Exchange | None:
+    """The round-robin exchange of the module's docstring, or None if the shape differs."""
+    m = len(groups)
+    group_of = np.full(int(max(tail.max(), head.max())) + 1, -1, dtype=np.int64)
+    for g, members in enumerate(groups):
+        group_of[members] = g
+    links = _switch_links(tail, head, group_of, n, m)
+    if m < 2 or links is None or cap[links[2]].min() < 1:
+        return None
+    out_e, in_e, at = links
+    rows: list[tuple[int, int, int, int]] = []
+    for g, members in enumerate(groups):
+        egress = int(tail[out_e[g]])
+        ready = [float(dist[c, egress]) for c in members]
+        todo = {r: list(range(len(members))) for r in range(m - 1)}
+        k = turn = 0
+        while any(todo.values()):
+            for r in [(turn + i) % (m - 1) for i in range(m - 1)]:
+                pick = [j for j in todo[r] if ready[j] <= k]
+                if pick:
+                    todo[r].remove(pick[0])
+                    rows.append((k, members[pick[0]], g, (g + 1 + r) % m))
+                    turn = r + 1
+                    break
+            k += 1
+    ep, ch, src, dst = (np.array(col, dtype=np.int64) for col in zip(*rows, strict=True))
+    return Exchange(ep, ch, out_e[src], in_e[dst], at)
+
+
+def fix(
+    ex: Exchange,
+    arr: IntArr,
+    bounds: tuple[NDArray[np.float64], NDArray[np.float64]],
+    n: int,
+    n_edges: int,
+    kf: int,
+) -> bool:
+    """Fix the switch's flows f[c, e, k] (column (c·E + e)·K + k, K = `kf`) in `bounds`
+    (lo, hi, changed in place): 1 on the exchange's sends, 0 elsewhere. False if a send does
+    not fit in the time-expanded program (its flow is already fixed at 0)."""
+    lo, hi = bounds
+    fwd = ex.epoch + arr[ex.out_edge]  # the switch forwards what arrives in the same epoch
+    if (fwd >= kf).any():
+        return False
+    need = np.concatenate(
+        [
+            (ex.chunk * n_edges + ex.out_edge) * kf + ex.epoch,
+            (ex.chunk * n_edges + ex.in_edge) * kf + fwd,
+        ]
+    )
+    if (hi[need] < 1).any():
+        return False
+    c, e, k = (a.ravel() for a in np.meshgrid(np.arange(n), ex.switch_edges, np.arange(kf)))
+    hi[(c * n_edges + e) * kf + k] = 0.0
+    lo[need] = hi[need] = 1.0
+    return True
