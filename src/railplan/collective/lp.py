@@ -47,7 +47,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 from railplan.collective import lphier, lpsym
 from railplan.collective.lpbuild import Net, all_gather, all_to_all, network, order
-from railplan.collective.lpsearch import Found, bisect, search
+from railplan.collective.lpsearch import Found, Solve, bisect, search
 from railplan.errors import RailplanError
 
 MAX_RANKS = 64
@@ -143,7 +143,9 @@ def _solve(
             lpsym.check_all_gather(flows, net, n, k_max)
         return "feasible", float(np.sum(x[prob.delivered]))
     if res.status == 2:
-        return ("infeasible" if sym is None and ex is None else "excluded"), 0.0
+        # an LP loses nothing to symmetry (the average of a solution's images is a symmetric
+        # solution), an integer program may
+        return ("infeasible" if (sym is None or not integer) and ex is None else "excluded"), 0.0
     return "unknown", 0.0
 
 
@@ -194,9 +196,9 @@ def _at_epoch(
     net: Net, op: str, groups: list[list[int]], sym: _Sym | None, limits: tuple[float, ...]
 ) -> Found | None:
     """The search at one epoch length. With `groups` (chassis) of lphier's shape, the
-    all-gather with the chassis exchange fixed first (a quarter of the find and bisect time),
-    then the free program bisected below the schedule it gives (`proven` from the bounds and
-    the free program only)."""
+    all-gather with the chassis exchange fixed first (half the find time, a quarter of the
+    bisection's), then the free program below the schedule it gives (`_below`; `proven` from
+    the bounds and the free program only)."""
     n = int(net.is_rank.sum())
     limit_s, find_s, bisect_s = limits
     lower = _epochs_lower(net, op, n, groups)
@@ -212,19 +214,28 @@ def _at_epoch(
         def fixed(k: int, lim: float) -> tuple[str, float]:
             return _solve(net, op, n, k, lim, sym, ex)
 
-        found = search(fixed, lower, (min(limit_s, find_s / 4), find_s / 4, bisect_s / 4))
-        if found is not None:  # fewer epochs without the fixed exchange? the bound first
-            t0 = time.perf_counter()
-            state, got = free(lower, min(limit_s, 3 * bisect_s / 4))
-            if state == "feasible":
-                return Found(lower, lower, got)
-            left = 3 * bisect_s / 4 - (time.perf_counter() - t0)
-            span = (lower + 1, found.epochs)
-            if state == "infeasible":
-                found = Found(found.epochs, lower + 1, found.delivered)
-            return bisect(free, span, found, (min(limit_s, left), left))
-        find_s, bisect_s = 3 * find_s / 4, 3 * bisect_s / 4
+        start = max(lower, ex.epochs_min)  # the restricted program's own bound, not a proof
+        found = search(fixed, start, (min(limit_s, find_s / 2), find_s / 2, bisect_s / 4))
+        if found is not None:
+            return _below(free, lower, Found(found.epochs, lower, found.delivered), bisect_s)
+        find_s, bisect_s = find_s / 2, 3 * bisect_s / 4
     return search(free, lower, (min(limit_s, find_s), find_s, bisect_s))
+
+
+def _below(free: Solve, lower: int, found: Found, bisect_s: float) -> Found:
+    """Fewer epochs than the fixed exchange's `found` with the free program: the bound
+    `lower` first (often met when latency, not the chassis links, binds), then bisection, in
+    three quarters of `bisect_s` (each solve at most `SOLVE_LIMIT_S`)."""
+    if found.epochs <= lower:
+        return found
+    t0 = time.perf_counter()
+    state, got = free(lower, min(SOLVE_LIMIT_S, 3 * bisect_s / 4))
+    if state == "feasible":
+        return Found(lower, lower, got)
+    if state == "infeasible":
+        found = Found(found.epochs, lower + 1, found.delivered)
+    left = 3 * bisect_s / 4 - (time.perf_counter() - t0)
+    return bisect(free, (lower + 1, found.epochs), found, (min(SOLVE_LIMIT_S, left), left))
 
 
 def synthesize(

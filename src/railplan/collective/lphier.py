@@ -38,6 +38,7 @@ class Exchange:
     out_edge: IntArr  # rank -> switch
     in_edge: IntArr  # switch -> rank of the receiving group
     switch_edges: IntArr  # every edge at the switch (their other flows are fixed at 0)
+    epochs_min: int  # no program keeping these sends ends sooner (the last arrival's spread)
 
 
 def _switch_links(
@@ -60,6 +61,28 @@ def _switch_links(
     return None
 
 
+def _sends(ready: list[float], classes: int, slots: tuple[int, int]) -> list[tuple[int, int, int]]:
+    """(epoch, chunk, class) for one group: each chunk (available from epoch `ready`) to each
+    class once; per epoch at most slots[0] distinct chunks (the link to the switch, which
+    copies) and slots[1] sends (the receiving group's link), classes taken in turn."""
+    todo = {r: list(range(len(ready))) for r in range(classes)}
+    out: list[tuple[int, int, int]] = []
+    k = turn = 0
+    while any(todo.values()):
+        chosen: set[int] = set()
+        sends = 0
+        for r in [(turn + i) % classes for i in range(classes)]:
+            for j in [j for j in todo[r] if ready[j] <= k]:
+                if sends == slots[1] or (j not in chosen and len(chosen) == slots[0]):
+                    continue
+                todo[r].remove(j)
+                chosen.add(j)
+                out.append((k, j, r))
+                sends, turn = sends + 1, r + 1
+        k += 1
+    return out
+
+
 def exchange(
     tail: IntArr,
     head: IntArr,
@@ -78,23 +101,17 @@ def exchange(
     if m < 2 or links is None or cap[links[2]].min() < 1:
         return None
     out_e, in_e, at = links
+    slots = (int(cap[out_e].min()), int(cap[in_e].min()))
     rows: list[tuple[int, int, int, int]] = []
     for g, members in enumerate(groups):
-        egress = int(tail[out_e[g]])
-        ready = [float(dist[c, egress]) for c in members]
-        todo = {r: list(range(len(members))) for r in range(m - 1)}
-        k = turn = 0
-        while any(todo.values()):
-            for r in [(turn + i) % (m - 1) for i in range(m - 1)]:
-                pick = [j for j in todo[r] if ready[j] <= k]
-                if pick:
-                    todo[r].remove(pick[0])
-                    rows.append((k, members[pick[0]], g, (g + 1 + r) % m))
-                    turn = r + 1
-                    break
-            k += 1
+        ready = [float(dist[c, tail[out_e[g]]]) for c in members]
+        for k, j, r in _sends(ready, m - 1, slots):
+            rows.append((k, members[j], g, (g + 1 + r) % m))
     ep, ch, src, dst = (np.array(col, dtype=np.int64) for col in zip(*rows, strict=True))
-    return Exchange(ep, ch, out_e[src], in_e[dst], at)
+    # a chunk lands at the receiving rank, then must still reach its group's farthest rank
+    spread = [float(dist[head[in_e[g]], members].max()) for g, members in enumerate(groups)]
+    land = ep + arr[out_e[src]] + arr[in_e[dst]] + np.array(spread)[dst]
+    return Exchange(ep, ch, out_e[src], in_e[dst], at, int(land.max()))
 
 
 def fix(
