@@ -31,6 +31,15 @@ schedule is found in it, τ doubles (the time stays that of a valid schedule, on
 `optimal` on a result says every smaller epoch count was proven infeasible. Limits: 64 ranks
 (`MAX_RANKS`); in practice a 32-rank all-to-all on a built graph already falls back to coarse
 epochs, and 64 ranks may find no schedule in the budget (a one-line error).
+
+Two optional restrictions make HiGHS find integer schedules TE-CCL found with Gurobi (four NDv2
+chassis: 26 epochs at 1 GB in about 11 s, where the plain program found none at its epoch in
+four minutes): `symmetry`, an automorphism such as a chassis rotation, keeps one variable per
+orbit (lpsym), and `groups` (chassis) joined by one switch fix the inter-chassis exchange by a
+round-robin construction (lphier), leaving the program the spread inside the chassis. A
+program infeasible under either proves nothing ("excluded"); the free program is then tried at
+the bound and below the schedule found. Every all-gather schedule is checked against the full
+program's rows and replayed on the time-expanded graph (`lpsym.check_all_gather`).
 """
 
 from __future__ import annotations
