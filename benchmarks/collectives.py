@@ -20,7 +20,8 @@ TECCL_CASES = (
 
 
 def teccl(every_size: bool = False) -> None:
-    """Our LP beside TE-CCL's published schedules (slowest-link epochs, as theirs)."""
+    """Our LP beside TE-CCL's published schedules (slowest-link epochs, as theirs), with the
+    chassis rotation as a symmetry and the chassis as groups (lp.synthesize)."""
     import csv
     from importlib import resources
 

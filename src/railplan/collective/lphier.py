@@ -6,13 +6,15 @@ graph.
 The shape (`exchange`): m groups of ranks (chassis) whose only links to other groups are one
 link from a rank of each group to a switch node and one from the switch to a rank of each
 group, each at least one chunk per epoch. Every chunk of a group must cross the switch into
-each of the m − 1 other groups, and a group's single in-link takes one chunk per epoch, so the
-exchange is a sequence of sends: in epoch k each group sends one chunk of its own (one its
-egress rank can hold by then, by `dist`) to the group r + 1 ahead of it, r = 0..m−2 taken in
-turn, so all groups send to distinct groups in every epoch and the switch merely forwards.
-Each group sends each of its chunks once to each other group; an epoch in which no chunk is yet
-available (latency-bound sizes) is left empty. The construction is the same in every group,
-so it is invariant under rotating the groups (lpsym's symmetry).
+each of the m − 1 other groups, so the exchange is a list of sends (`_sends`): in epoch k each
+group sends chunks of its own that its egress rank can hold by then (by `dist`) to the groups
+r + 1 ahead of it, r = 0..m−2 taken in turn; at most as many distinct chunks as its link to the
+switch takes whole per epoch (the switch copies one chunk to several groups) and as many sends
+as a group's link from the switch takes. Every group sends the same classes in the same epoch,
+so no group receives more than its link takes; an epoch in which no chunk is yet available
+(latency-bound sizes) is left empty. The construction is the same in every group, so it is
+invariant under rotating the groups (lpsym's symmetry). `Exchange.epochs_min` (last arrival
+plus the spread to the farthest rank of its group) is where lp.py starts to search.
 
 What this fixes is a restriction: a program infeasible under it proves nothing about the full
 program (lp.py reports such counts as "excluded", never as proven too few). TE-CCL itself
