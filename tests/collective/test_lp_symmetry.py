@@ -71,8 +71,9 @@ def test_symmetry_must_be_an_automorphism() -> None:
     swap = {"gpu:0": "gpu:1", "gpu:1": "gpu:0"}  # GPU 0 has the IB link out, GPU 1 in
     with pytest.raises(RailplanError, match="symmetry"):
         lpsym.node_perm(g, nodes, edges, swap)
-    with pytest.raises(RailplanError, match="permutation"):
-        lpsym.node_perm(g, nodes, edges, {"gpu:0": "gpu:1"})
+    for bad in ({"gpu:0": "gpu:1"}, {"gpu:0": "gpu:99", "gpu:99": "gpu:0"}):
+        with pytest.raises(RailplanError, match="permutation"):
+            lpsym.node_perm(g, nodes, edges, bad)
 
 
 @pytest.mark.parametrize("size", [64e3, 1e6])

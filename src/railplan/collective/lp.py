@@ -143,6 +143,8 @@ def _solve(
     )
     if res.x is not None and res.status in (0, 1):
         x = np.asarray(res.x)[label]
+        if integer:  # the schedule reported is the whole-chunk one: check that, not HiGHS's
+            x = np.rint(x)  # values within its integrality tolerance
         if not lpsym.satisfies(prob.a_ub, prob.b_ub, prob.a_eq, prob.b_eq, prob.lo, prob.hi, x):
             raise RailplanError(
                 "schedule", "the solver's schedule breaks the time-expanded program"

@@ -40,7 +40,7 @@ def node_perm(
     that maps ranks (the first nodes) to ranks."""
     index = {v: i for i, v in enumerate(nodes)}
     full = {v: sigma.get(v, v) for v in nodes}
-    if sorted(full.values(), key=index.__getitem__) != nodes:
+    if sorted(full.values(), key=lambda v: index.get(v, -1)) != nodes:
         raise RailplanError("symmetry", "is not a permutation of the graph's nodes")
     perm = np.array([index[full[v]] for v in nodes], dtype=np.int64)
     where = {e: i for i, e in enumerate(edges)}
@@ -114,7 +114,8 @@ def satisfies(
     hi: NDArray[np.float64],
     x: NDArray[np.float64],
 ) -> bool:
-    """x meets every row and bound of the full program (to a relative 1e-6)."""
+    """x meets every row and bound of the full program (to a relative 1e-6: HiGHS's own
+    tolerances are 1e-7 on rows and bounds)."""
     tol = 1e-6 * max(1.0, float(np.abs(x).max(initial=0.0)))
     return bool(
         (a_ub @ x <= b_ub + tol).all()
