@@ -56,6 +56,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 from railplan.collective import lphier, lpsym
 from railplan.collective.lpbuild import Net, all_gather, all_to_all, network, order
+from railplan.collective.lpsearch import MAX_EPOCHS as MAX_EPOCHS  # docs/model.md names it here
 from railplan.collective.lpsearch import Found, Solve, bisect, search
 from railplan.errors import RailplanError
 
