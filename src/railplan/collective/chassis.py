@@ -88,3 +88,18 @@ def ndv2(chassis: int = 2) -> tuple[nx.DiGraph, list[str]]:
             _link(g, ranks[8 * c], "ibswitch", NDV2_IB_BYTES_PER_S, NDV2_IB_LATENCY_S)
             _link(g, "ibswitch", ranks[8 * c + 1], NDV2_IB_BYTES_PER_S, NDV2_IB_LATENCY_S)
     return g, ranks
+
+
+def groups(ranks: list[str], chassis: int) -> list[list[str]]:
+    """The ranks of each chassis (ranks as `dgx2` and `ndv2` list them)."""
+    per = len(ranks) // chassis
+    return [ranks[c * per : (c + 1) * per] for c in range(chassis)]
+
+
+def rotation(ranks: list[str], chassis: int) -> dict[str, str]:
+    """Every chassis to the next, an automorphism of `dgx2(chassis)` and `ndv2(chassis)`
+    (rank i to rank i + ranks per chassis, NVSwitch c to c + 1; the IB switch stays)."""
+    n = len(ranks)
+    sigma = {r: ranks[(i + n // chassis) % n] for i, r in enumerate(ranks)}
+    sigma.update({f"nvswitch:{c}": f"nvswitch:{(c + 1) % chassis}" for c in range(chassis)})
+    return sigma
