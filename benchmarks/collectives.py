@@ -119,13 +119,16 @@ def lp_on_rails() -> None:
     print()
     print("16 GPUs of DGX H100, 1 GiB: best closed form, LP schedule, bound (us)")
     for op in ("all-reduce", "all-to-all"):
-        for arch in ("rail-optimized", "rail-only"):
-            g = alg.group(h100, Network(architecture=arch), 16)
+        for arch in ("rail-optimized", "rail-only", "multi-plane"):
+            spec = "rail-optimized" if arch == "multi-plane" else arch
+            g = alg.group(h100, Network(architecture=spec), 16)
             times = {a: alg.time_s(g, op, a, 2**30)[0] for a in alg.ALGORITHMS}
             ok = {a: t for a, t in times.items() if t is not None}
             best = min(ok, key=lambda a: ok[a])
-            r = optimal(g, op, 2**30, arch, 64, int(h100.nic_gbps))
-            b = bound_s(g, op, 2**30, arch)
+            planes = 2 if arch == "multi-plane" else 1
+            port = int(h100.nic_gbps) // planes
+            r = optimal(g, op, 2**30, arch, 64, port, planes)
+            b = bound_s(g, op, 2**30, arch, 64, port, 1.0, planes)
             print(
                 f"  {op:11s} {arch:15s} best {best:12s} {ok[best] * 1e6:9.1f}  "
                 f"LP {(r.time_s or 0) * 1e6:9.1f}  bound {b * 1e6:9.1f}  ({r.note})"
@@ -154,6 +157,39 @@ def flow_vs_closed_forms() -> None:
             )
 
 
+#: (label, architecture, oversubscription, planes): every network `railplan collective` builds
+NETWORKS = (
+    ("rail-optimized", "rail-optimized", 1.0, 1),
+    ("rail-only", "rail-only", 1.0, 1),
+    ("multi-plane 2x200G", "multi-plane", 1.0, 2),
+    ("oversubscribed 3:1", "oversubscribed", 3.0, 1),
+)
+
+
+def networks() -> None:
+    """Ring, hierarchical, the flow-level simulation and the bound on every network (64 GPUs,
+    radix 16): multi-plane splits each GPU's 400G into two 200G ports, one per plane."""
+    from railplan.collective.flow import flow
+
+    h100 = load_system("dgx-h100")
+    print()
+    print("64 GPUs of DGX H100, radix 16, 1 GiB, per network (us; - = no path)")
+    for op in ("all-reduce", "all-to-all"):
+        for label, arch, over, planes in NETWORKS:
+            spec = "rail-optimized" if arch == "multi-plane" else arch
+            g = alg.group(h100, Network(architecture=spec, oversubscription=over), 64)
+            port = int(h100.nic_gbps) // planes
+            ring = alg.time_s(g, op, "ring", 2**30)[0]
+            hier = alg.time_s(g, op, "hierarchical", 2**30)[0] or 0.0
+            sim = flow(g, op, 2**30, arch, 16, port, over, planes).time_s or 0.0
+            b = bound_s(g, op, 2**30, arch, 16, port, over, planes)
+            ring_us = f"{ring * 1e6:9.1f}" if ring is not None else f"{'-':>9s}"
+            print(
+                f"  {op:11s} {label:19s} ring {ring_us}  hierarchical {hier * 1e6:9.1f}  "
+                f"flow {sim * 1e6:9.1f}  bound {b * 1e6:9.1f}"
+            )
+
+
 if __name__ == "__main__":
     import sys
 
@@ -163,3 +199,4 @@ if __name__ == "__main__":
         main()
         lp_on_rails()
         flow_vs_closed_forms()
+        networks()

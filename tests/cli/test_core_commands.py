@@ -40,6 +40,24 @@ def test_estimate_overrides_change_result(cli) -> None:  # type: ignore[no-untyp
     assert k16 <= cli.json(*args)["iteration_s"]
 
 
+def test_estimate_in_network_all_reduce_flags(cli) -> None:  # type: ignore[no-untyped-def]
+    # GPT-3 175B on 128 H100, ZeRO 0 (a DP all-reduce), TP all-reduces without sequence
+    # parallelism: --nvls shortens both, --sharp the DP one's rail phase; with ZeRO-1 and SP
+    # (reduce-scatter / all-gather only) neither changes anything
+    job = ["estimate", "--model", "gpt-3-175b", "--system", "dgx-h100", "--gpus", "128"]
+    args = [*job, "--global-batch", "256", "--tp", "4", "--pp", "8", "--no-overlap-dp"]
+    plain = cli.json(*args)
+    nvls, sharp = cli.json(*args, "--nvls"), cli.json(*args, "--sharp")
+    for key in ("dp_comm_exposed", "tp_comm"):
+        assert nvls["breakdown_s"][key] < plain["breakdown_s"][key]
+    assert sharp["breakdown_s"]["dp_comm_exposed"] < plain["breakdown_s"]["dp_comm_exposed"]
+    assert sharp["breakdown_s"]["tp_comm"] == plain["breakdown_s"]["tp_comm"]
+    rs_ag = [*args, "--zero", "1", "--sequence-parallel"]
+    both, neither = cli.json(*rs_ag, "--nvls", "--sharp"), cli.json(*rs_ag)
+    assert both["network"]["sharp"]
+    assert both["breakdown_s"] == neither["breakdown_s"]
+
+
 def test_estimate_table(cli) -> None:  # type: ignore[no-untyped-def]
     r = cli(*BASE, "--tp", "8", "--pp", "8")
     assert r.exit_code == 0

@@ -111,7 +111,10 @@ def test_cli_json_and_errors() -> None:
         ["--algorithm", "x"],
         ["--gpus", "12"],
         ["--bytes", "abc"],
-        ["--network", "multi-plane"],
+        ["--network", "mesh"],
+        ["--network", "multi-plane", "--planes", "3"],
+        ["--network", "multi-plane", "--planes", "1"],
+        ["--network", "rail-only", "--planes", "2"],
         ["--network", "oversubscribed", "--oversubscription", "0.5"],
     ],
 )
@@ -124,6 +127,27 @@ def test_cli_bad_input_one_line_exit_2(args: list[str]) -> None:
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1
     assert "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("op", alg.OPS)
+@pytest.mark.parametrize("planes", [2, 4])
+def test_multi_plane_bound_is_rail_optimized_at_the_same_bandwidth(op: str, planes: int) -> None:
+    """Max flow on the multi-plane graph (planes ports of 400/planes Gbps per GPU, one Clos per
+    plane) equals that on one rail-optimized Clos of 400G ports: splitting a GPU's bandwidth
+    over identical planes changes no cut."""
+    g = _group("rail-optimized", 64)
+    multi = bound_s(g, op, 2**30, "multi-plane", 16, 400 // planes, 1.0, planes)
+    assert multi == pytest.approx(bound_s(g, op, 2**30, "rail-optimized", 16, 400), rel=1e-6)
+
+
+def test_cli_multi_plane_runs_every_algorithm_above_the_bound() -> None:
+    args = ["collective", "--gpus", "16", "--radix", "16", "--network", "multi-plane"]
+    r = CliRunner().invoke(app, [*args, "--algorithm", "all,flow,optimal", "--json"])
+    assert r.exit_code == 0, r.output
+    row = json.loads(r.output)["sizes"][0]
+    times = {a["algorithm"]: a["time_s"] for a in row["algorithms"]}
+    assert set(times) == {*alg.ALGORITHMS, "flow", "optimal"}
+    assert all(t is None or t >= row["bound_s"] * (1 - 1e-9) for t in times.values())
 
 
 def test_nvls_and_sharp_knobs_reach_the_iteration_model() -> None:

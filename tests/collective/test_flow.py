@@ -102,7 +102,7 @@ def test_cli_flow_and_oversubscribed(cli) -> None:  # type: ignore[no-untyped-de
     assert r.exit_code == 0, r.output
     algos = json.loads(r.output)["sizes"][0]["algorithms"]
     assert [a["algorithm"] for a in algos] == ["ring", "flow"]
-    bad = cli("collective", "--network", "multi-plane")
+    bad = cli("collective", "--network", "dragonfly")
     assert bad.exit_code == 2 and "choose one of" in str(bad.exception)
     big = cli(
         "collective", "--gpus", "512", "--radix", "16", "--network", "oversubscribed",

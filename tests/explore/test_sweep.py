@@ -40,6 +40,19 @@ def test_parse_vary_and_grid() -> None:
         SweepSpec.build(base=BASE, vary={})
 
 
+def test_in_network_fields_vary_and_keep_old_keys() -> None:
+    from railplan.explore.sweep import point_key
+
+    v = parse_vary(["sharp=false,TRUE", "nvls=on"])
+    assert v == {"sharp": [False, True], "nvls": [True]}
+    with pytest.raises(RailplanError, match="sharp: 'maybe' is not true or false"):
+        parse_vary(["sharp=maybe"])
+    p = SweepSpec.build(base=BASE, vary={"hb_domain": [8]}).points()[0]
+    key = json.loads(point_key(p, (1,)))
+    assert "nvls" not in key and "sharp" not in key  # sweeps begun before these fields resume
+    assert json.loads(point_key(p | {"sharp": True}, (1,)))["sharp"] is True
+
+
 def test_yaml_spec(tmp_path: Path) -> None:
     f = tmp_path / "s.yaml"
     f.write_text(

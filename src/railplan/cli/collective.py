@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from railplan.cli.options import JsonOpt, NetworkOpt, OversubscriptionOpt, SystemOpt
+from railplan.cli.options import JsonOpt, OversubscriptionOpt, SystemOpt
 from railplan.cli.output import print_json, table
+
+if TYPE_CHECKING:
+    from railplan.collective.sweep import Built
+    from railplan.specs import Network, System
 
 
 def _sizes(text: str) -> list[float]:
@@ -33,8 +37,38 @@ def _algorithms(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
-#: the networks `railplan collective` builds (multi-plane has no group model here)
-COLLECTIVE_NETWORKS = ("rail-optimized", "rail-only", "oversubscribed", "ideal")
+#: the networks `railplan collective` builds
+COLLECTIVE_NETWORKS = ("rail-optimized", "rail-only", "oversubscribed", "multi-plane", "ideal")
+
+
+def _built(
+    sysm: System, network: str, oversubscription: float | None, planes: int | None, radix: int
+) -> tuple[Network, Built]:
+    """The network the closed forms see and the one the graph algorithms build. Multi-plane
+    splits each GPU's NIC bandwidth (NIC Gbps × NICs per GPU) into `planes` equal ports, one
+    per rail-optimized plane; its closed forms are rail-optimized's at the same bandwidth."""
+    from railplan.collective.sweep import Built
+    from railplan.errors import RailplanError
+    from railplan.limits import check_int
+    from railplan.network.topology import MAX_NICS_PER_GPU
+    from railplan.specs.build import build_network
+
+    if network not in COLLECTIVE_NETWORKS:
+        raise RailplanError("network", f"choose one of {', '.join(COLLECTIVE_NETWORKS)}")
+    if network != "multi-plane":
+        if planes is not None:
+            raise RailplanError("planes", "applies only to --network multi-plane")
+        net = build_network(network, oversubscription)
+        return net, Built(net.architecture, radix, int(sysm.nic_gbps), net.oversubscription)
+    p = check_int("planes", 2 if planes is None else planes, 2, MAX_NICS_PER_GPU)
+    total = sysm.nic_gbps * sysm.nics_per_gpu
+    if total % p:
+        raise RailplanError(
+            "planes", f"must divide the GPU's {total:g} Gbps of NIC bandwidth into whole Gbps"
+        )
+    return build_network("rail-optimized", oversubscription), Built(
+        "multi-plane", radix, int(total // p), planes=p
+    )
 
 
 def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
@@ -60,8 +94,14 @@ def collective(
     nbytes: Annotated[
         str, typer.Option("--bytes", help="size(s) as nccl-tests prints, comma-separated")
     ] = "1073741824",
-    network: NetworkOpt = "rail-optimized",
+    network: Annotated[str, typer.Option(help=" | ".join(COLLECTIVE_NETWORKS))] = (
+        "rail-optimized"
+    ),
     oversubscription: OversubscriptionOpt = None,
+    planes: Annotated[
+        int | None,
+        typer.Option(help="planes (2-16) sharing each GPU's NIC bandwidth; with multi-plane [2]"),
+    ] = None,
     radix: Annotated[int, typer.Option(help="switch radix of the built graph")] = 64,
     as_json: JsonOpt = False,
     plot: Annotated[
@@ -71,19 +111,14 @@ def collective(
     """Time, algbw and busbw (as nccl-tests) per algorithm, and the max-flow lower bound."""
     from railplan.collective import algorithms as alg
     from railplan.collective.bound import bound_s
-    from railplan.collective.sweep import Built, sweep
+    from railplan.collective.sweep import sweep
     from railplan.errors import RailplanError
     from railplan.specs import load_system
-    from railplan.specs.build import build_network
 
     sysm = load_system(system)
-    if network not in COLLECTIVE_NETWORKS:
-        raise RailplanError("network", f"choose one of {', '.join(COLLECTIVE_NETWORKS)}")
-    net = build_network(network, oversubscription)
+    net, built = _built(sysm, network, oversubscription, planes, radix)
     names = _algorithms(algorithm)
     g = alg.group(sysm, net, gpus)
-    nic = int(sysm.nic_gbps)
-    built = Built(net.architecture, radix, nic, net.oversubscription)
     sizes = _sizes(nbytes)
     if "optimal" in names:
         from railplan.collective.lp import MAX_RANKS
@@ -98,7 +133,14 @@ def collective(
         rows = sweep(g, op, sizes, names, built)
     for row in rows:
         row["bound_s"] = bound_s(
-            g, op, row["bytes"], net.architecture, radix, nic, net.oversubscription
+            g,
+            op,
+            row["bytes"],
+            built.arch,
+            radix,
+            built.nic_gbps,
+            built.oversubscription,
+            built.planes,
         )
     if plot is not None:
         from railplan.collective.sweep import plot as plot_sweep

@@ -31,6 +31,15 @@ HbTbpsOpt = Annotated[
     float | None, typer.Option(help="override HB Tbps per GPU per direction (0.01-1000)")
 ]
 NicGbpsOpt = Annotated[float | None, typer.Option(help="override NIC Gbps per direction (1-1e5)")]
+NvlsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--nvls", help="all-reduces inside the HB domain use NVLink SHARP (NVSwitch 3 and later)"
+    ),
+]
+SharpOpt = Annotated[
+    bool, typer.Option("--sharp", help="the rail switches aggregate all-reduces (SHARP)")
+]
 NicsPerGpuOpt = Annotated[
     float | None, typer.Option(help="override NICs per GPU (0.125-16; 0.125 = a NIC per 8 GPUs)")
 ]
@@ -208,20 +217,29 @@ class HardwareOptions(OptionGroup):
     hb_tbps: HbTbpsOpt = None
     nic_gbps: NicGbpsOpt = None
     nics_per_gpu: NicsPerGpuOpt = None
+    nvls: NvlsOpt = False
+    sharp: SharpOpt = False
 
     def system(self, name: str, gpu_memory_gib: float | None = None) -> System:
-        """The catalog system `name` with these overrides."""
+        """The catalog system `name` with these overrides (`--nvls` turns NVLink SHARP on; off,
+        the system's own setting holds)."""
         from railplan.specs.build import build_system
 
         return build_system(
-            name, self.hb_domain, self.hb_tbps, self.nic_gbps, self.nics_per_gpu, gpu_memory_gib
+            name,
+            self.hb_domain,
+            self.hb_tbps,
+            self.nic_gbps,
+            self.nics_per_gpu,
+            gpu_memory_gib,
+            nvls=True if self.nvls else None,
         )
 
     def network_spec(self) -> Network:
         """The network these options name."""
         from railplan.specs.build import build_network
 
-        return build_network(self.network, self.oversubscription)
+        return build_network(self.network, self.oversubscription, True if self.sharp else None)
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,12 @@ from railplan.errors import RailplanError
 from railplan.network.graph import MAX_GRAPH_GPUS, graph_for
 
 
-def topology(g: Group, arch: str, radix: int, nic_gbps: int, oversubscription: float) -> nx.DiGraph:
-    """Directed graph with `capacity` in bytes/s per direction on every arc."""
+def topology(
+    g: Group, arch: str, radix: int, nic_gbps: int, oversubscription: float, planes: int = 1
+) -> nx.DiGraph:
+    """Directed graph with `capacity` in bytes/s per direction on every arc. `nic_gbps` is the
+    line rate of one NIC port; `multi-plane` gives each GPU `planes` ports of it, one per plane
+    (the GPU's achievable NIC bandwidth shared evenly among them)."""
     if g.gpus > MAX_GRAPH_GPUS:  # the bound is a max flow on the whole graph
         raise RailplanError(
             "gpus", f"the lower bound supports up to {MAX_GRAPH_GPUS:,} GPUs; got {g.gpus:,}"
@@ -38,9 +42,14 @@ def topology(g: Group, arch: str, radix: int, nic_gbps: int, oversubscription: f
             dg.add_edge(f"gpu:0:{i}", "hb:0", capacity=g.links.hb_bw)
             dg.add_edge("hb:0", f"gpu:0:{i}", capacity=g.links.hb_bw)
         return dg
-    kw = {"oversubscription": oversubscription} if arch == "oversubscribed" else {}
+    kw: dict[str, float | int] = {}
+    if arch == "oversubscribed":
+        kw["oversubscription"] = oversubscription
+    elif arch == "multi-plane":
+        kw["planes"] = planes
     base = graph_for(arch, g.gpus, g.x, radix, nic_gbps, **kw)
-    per_gbps = g.links.nic_bw / nic_gbps  # achievable bytes/s per Gbps of line rate
+    ports = planes if arch == "multi-plane" else 1
+    per_gbps = g.links.nic_bw / (nic_gbps * ports)  # achievable bytes/s per Gbps of line rate
     for a, b, cap in base.edges(data="capacity_gbps"):
         dg.add_edge(a, b, capacity=cap * per_gbps)
         dg.add_edge(b, a, capacity=cap * per_gbps)
@@ -96,9 +105,10 @@ def bound_s(
     radix: int = 64,
     nic_gbps: int = 400,
     oversubscription: float = 1.0,
+    planes: int = 1,
 ) -> float:
     """The largest cut bound over the cuts tried (seconds, latency excluded)."""
-    dg = topology(g, arch, radix, nic_gbps, oversubscription)
+    dg = topology(g, arch, radix, nic_gbps, oversubscription, planes)
     ranks = [f"gpu:{d}:{i}" for d in range(g.y) for i in range(g.x)]
     n, d = g.gpus, size_bytes
     cuts: list[set[str]] = [{ranks[0]}]

@@ -13,7 +13,7 @@ from railplan.errors import RailplanError
 #: (slowest-link epochs can leave only a handful, each rounding the finish up by a whole one)
 A2A_EPOCHS = 8
 #: networks whose built graph the LP runs on (bound.topology)
-LP_ARCHS: tuple[str, ...] = ("rail-optimized", "rail-only", "ideal")
+LP_ARCHS: tuple[str, ...] = ("rail-optimized", "rail-only", "multi-plane", "ideal")
 
 
 def built_graph(g: Group, arch: str, radix: int, nic_gbps: int) -> tuple[nx.DiGraph, list[str]]:
@@ -29,7 +29,9 @@ def built_graph(g: Group, arch: str, radix: int, nic_gbps: int) -> tuple[nx.DiGr
     return dg, ranks
 
 
-def optimal(g: Group, op: str, size_bytes: float, arch: str, radix: int, nic_gbps: int) -> Result:
+def optimal(
+    g: Group, op: str, size_bytes: float, arch: str, radix: int, nic_gbps: int, planes: int = 1
+) -> Result:
     """The synthesized schedule on the railplan-built topology, as an algorithm's `Result`.
     All-gather and all-to-all are solved directly; reduce-scatter is all-gather on the reversed
     graph (the same schedule run backwards, reducing where it copied); all-reduce is that
@@ -39,6 +41,11 @@ def optimal(g: Group, op: str, size_bytes: float, arch: str, radix: int, nic_gbp
         raise RailplanError(
             "network", f"the LP schedule runs on {', '.join(LP_ARCHS)}; got {arch!r}"
         )
+    if arch == "multi-plane":
+        # a schedule of one plane at planes × the port rate runs split evenly over the planes
+        # (each chunk in `planes` parts, one per plane) in the same time; whole chunks on the
+        # multi-plane graph would each take one port at 1/planes of the rate
+        arch, nic_gbps = "rail-optimized", nic_gbps * planes
     dg, ranks = built_graph(g, arch, radix, nic_gbps)
     if op == "all-to-all":  # flows split freely: finer epochs than the slowest link's
         tau, lower = slowest_epoch_bound(dg, ranks, op, size_bytes)

@@ -20,12 +20,14 @@ BUILT_ALGORITHMS: tuple[str, ...] = ("flow", "optimal")
 
 @dataclass(frozen=True)
 class Built:
-    """The built network the flow simulation and the LP schedule run on."""
+    """The built network the flow simulation and the LP schedule run on: `nic_gbps` per NIC
+    port; `planes` ports per GPU, one in each plane, with `multi-plane`."""
 
     arch: str
     radix: int
     nic_gbps: int
     oversubscription: float = 1.0
+    planes: int = 1
 
 
 def run(g: alg.Group, op: str, algorithm: str, size: float, built: Built) -> alg.Result:
@@ -36,10 +38,19 @@ def run(g: alg.Group, op: str, algorithm: str, size: float, built: Built) -> alg
     if algorithm == "flow":
         from railplan.collective.flow import flow
 
-        return flow(g, op, size, built.arch, built.radix, built.nic_gbps, built.oversubscription)
+        return flow(
+            g,
+            op,
+            size,
+            built.arch,
+            built.radix,
+            built.nic_gbps,
+            built.oversubscription,
+            built.planes,
+        )
     from railplan.collective.optimal import optimal
 
-    return optimal(g, op, size, built.arch, built.radix, built.nic_gbps)
+    return optimal(g, op, size, built.arch, built.radix, built.nic_gbps, built.planes)
 
 
 def sweep(

@@ -47,13 +47,14 @@ from railplan.explore.sweep_log import (
     read_rows,
     write_parquet,
 )
-from railplan.explore.sweep_spec import FIELDS, SweepSpec
+from railplan.explore.sweep_spec import FIELDS, KEY_WHEN_SET, SweepSpec
 from railplan.fileio import check_target
 
 
 def point_key(point: dict[str, Any], zero: tuple[int, ...]) -> str:
     """Stable identity of a point (its fields and the search space) for resuming."""
-    return json.dumps({**{k: point.get(k) for k in FIELDS}, "zero": list(zero)}, sort_keys=True)
+    named = {k: point.get(k) for k in FIELDS if k not in KEY_WHEN_SET or point.get(k) is not None}
+    return json.dumps({**named, "zero": list(zero)}, sort_keys=True)
 
 
 def failure_text(err: BaseException) -> str:
@@ -92,8 +93,9 @@ def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, An
             point.get("hb_tbps"),
             point.get("nic_gbps"),
             point.get("nics_per_gpu"),
+            nvls=point.get("nvls"),
         )
-        net = build_network(point["network"], point.get("oversubscription"))
+        net = build_network(point["network"], point.get("oversubscription"), point.get("sharp"))
         job = Job(m, sy, net, int(point["gpus"]), int(point["global_batch"]))
         r = search(job, SearchSpace(zero=zero), top=1)
     except RailplanError as err:

@@ -14,8 +14,20 @@ from railplan.errors import RailplanError
 from railplan.fileio import load_yaml
 from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
 
-# Spec fields a sweep can vary, with their parser; the defaults of a point.
-# Spec fields a sweep can vary, with their parser; the defaults of a point.
+
+def switch(text: str) -> bool:
+    """'true'/'false' (also 'on'/'off', '1'/'0', any case) → bool; anything else ValueError."""
+    words = {"true": True, "on": True, "1": True, "false": False, "off": False, "0": False}
+    try:
+        return words[text.strip().lower()]
+    except KeyError:
+        raise ValueError(text) from None
+
+
+# Spec fields a sweep can vary, with their parser; the defaults of a point. `nvls` (System.nvls)
+# and `sharp` (Network.sharp) are in-network all-reduce (docs/collectives.md); unset, the
+# system's and network's own values hold, and a point's key leaves them out (so sweeps started
+# before they existed resume).
 FIELDS: dict[str, Callable[[str], Any]] = {
     "model": str,
     "system": str,
@@ -27,7 +39,11 @@ FIELDS: dict[str, Callable[[str], Any]] = {
     "hb_tbps": float,
     "nic_gbps": float,
     "nics_per_gpu": float,
+    "nvls": switch,
+    "sharp": switch,
 }
+#: fields a point's key names only when set
+KEY_WHEN_SET: tuple[str, ...] = ("nvls", "sharp")
 
 
 DEFAULTS: dict[str, Any] = {"system": "dgx-a100", "network": "rail-optimized"}
@@ -66,7 +82,12 @@ def int_list(field_name: str, text: str) -> list[int]:
     return comma_list(field_name, text, int)
 
 
-_KIND_TEXT: dict[Callable[[str], Any], str] = {str: "a name", int: "an integer", float: "a number"}
+_KIND_TEXT: dict[Callable[[str], Any], str] = {
+    str: "a name",
+    int: "an integer",
+    float: "a number",
+    switch: "true or false",
+}
 
 
 SPEC_KEYS = (*FIELDS, "vary", "zero")
@@ -80,7 +101,8 @@ def _check_field(name: Any, where: str) -> str:
 
 def _parse_value(name: str, value: Any) -> Any:
     """One value of a field, as text (command line) or typed (YAML); a one-line error names
-    the field. Booleans, 8.5 for an integer and non-finite numbers are refused."""
+    the field. Booleans (but for a true/false field), 8.5 for an integer and non-finite numbers
+    are refused."""
     kind = FIELDS[name]
     parsed: Any = None
     if isinstance(value, str) and value.strip():
@@ -92,6 +114,8 @@ def _parse_value(name: str, value: Any) -> Any:
         parsed = value
     elif kind is float and type(value) in (int, float):
         parsed = float(value)
+    elif kind is switch and type(value) is bool:
+        parsed = value
     if parsed is None or (kind is float and not math.isfinite(parsed)):
         raise RailplanError(name, f"{value!r} is not {_KIND_TEXT[kind]}")
     return parsed

@@ -26,6 +26,7 @@ def build_system(
     nic_gbps: float | None,
     nics_per_gpu: float | None,
     gpu_memory_gib: float | None = None,
+    nvls: bool | None = None,
 ) -> System:
     """The catalog system with the command line's overrides applied (validated again)."""
     from railplan.specs.catalog import load_system
@@ -41,6 +42,7 @@ def build_system(
             "hb_tbps": hb_tbps,
             "nic_gbps": nic_gbps,
             "nics_per_gpu": nics_per_gpu,
+            "nvls": nvls,
         }.items()
         if v is not None
     }
@@ -50,11 +52,17 @@ def build_system(
     return System.parse(data, "system")
 
 
-def build_network(network: str, oversubscription: float | None) -> Network:
+def build_network(
+    network: str, oversubscription: float | None, sharp: bool | None = None
+) -> Network:
+    """The network spec `network` names (with its oversubscription, and SHARP in the rail
+    switches when `sharp`)."""
     arch = choice("network", network, ARCHITECTURES)
     data: dict[str, Any] = {"architecture": arch}
     if oversubscription is not None:
         data["oversubscription"] = oversubscription
+    if sharp is not None:
+        data["sharp"] = sharp
     return Network.parse(data, "network")
 
 
