@@ -150,6 +150,19 @@ def test_cli_multi_plane_runs_every_algorithm_above_the_bound() -> None:
     assert all(t is None or t >= row["bound_s"] * (1 - 1e-9) for t in times.values())
 
 
+def test_lp_on_an_oversubscribed_fabric_beats_direct_and_respects_the_bound() -> None:
+    """16 H100 under radix-8 leaves at 3:1: the direct all-to-all pays the thinned uplinks, the
+    LP schedule may forward through the HB domain; neither beats the max-flow bound."""
+    from railplan.collective.optimal import optimal
+
+    g = alg.group(H100, Network(architecture="oversubscribed", oversubscription=3.0), 16)
+    lp = optimal(g, "all-to-all", 2**30, "oversubscribed", 8, 400, 1, 3.0).time_s
+    ring = alg.time_s(g, "all-to-all", "ring", 2**30)[0]
+    bound = bound_s(g, "all-to-all", 2**30, "oversubscribed", 8, 400, 3.0)
+    assert lp is not None and ring is not None
+    assert bound * (1 - 1e-9) <= lp < ring
+
+
 def test_nvls_and_sharp_knobs_reach_the_iteration_model() -> None:
     """System.nvls and Network.sharp shorten DP/TP all-reduces; both off changes nothing."""
     from railplan.perf.iteration import iteration

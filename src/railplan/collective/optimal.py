@@ -13,15 +13,23 @@ from railplan.errors import RailplanError
 #: (slowest-link epochs can leave only a handful, each rounding the finish up by a whole one)
 A2A_EPOCHS = 8
 #: networks whose built graph the LP runs on (bound.topology)
-LP_ARCHS: tuple[str, ...] = ("rail-optimized", "rail-only", "multi-plane", "ideal")
+LP_ARCHS: tuple[str, ...] = (
+    "rail-optimized",
+    "rail-only",
+    "multi-plane",
+    "oversubscribed",
+    "ideal",
+)
 
 
-def built_graph(g: Group, arch: str, radix: int, nic_gbps: int) -> tuple[nx.DiGraph, list[str]]:
+def built_graph(
+    g: Group, arch: str, radix: int, nic_gbps: int, oversubscription: float = 1.0
+) -> tuple[nx.DiGraph, list[str]]:
     """The railplan-built topology of `bound.topology` with latencies: the system's HB latency
     on GPU→HB-domain arcs and its NIC latency on GPU→NIC arcs (once per network crossing)."""
     from railplan.collective.bound import topology
 
-    dg = topology(g, arch, radix, nic_gbps, 1.0)
+    dg = topology(g, arch, radix, nic_gbps, oversubscription)
     for a, b, data in dg.edges(data=True):
         if a.startswith("gpu:"):
             data["latency_s"] = g.links.hb_lat_s if b.startswith("hb:") else g.links.nic_lat_s
@@ -30,7 +38,14 @@ def built_graph(g: Group, arch: str, radix: int, nic_gbps: int) -> tuple[nx.DiGr
 
 
 def optimal(
-    g: Group, op: str, size_bytes: float, arch: str, radix: int, nic_gbps: int, planes: int = 1
+    g: Group,
+    op: str,
+    size_bytes: float,
+    arch: str,
+    radix: int,
+    nic_gbps: int,
+    planes: int = 1,
+    oversubscription: float = 1.0,
 ) -> Result:
     """The synthesized schedule on the railplan-built topology, as an algorithm's `Result`.
     All-gather and all-to-all are solved directly; reduce-scatter is all-gather on the reversed
@@ -46,7 +61,7 @@ def optimal(
         # (each chunk in `planes` parts, one per plane) in the same time; whole chunks on the
         # multi-plane graph would each take one port at 1/planes of the rate
         arch, nic_gbps = "rail-optimized", nic_gbps * planes
-    dg, ranks = built_graph(g, arch, radix, nic_gbps)
+    dg, ranks = built_graph(g, arch, radix, nic_gbps, oversubscription)
     if op == "all-to-all":  # flows split freely: finer epochs than the slowest link's
         tau, lower = slowest_epoch_bound(dg, ranks, op, size_bytes)
         try:

@@ -50,7 +50,16 @@ def run(g: alg.Group, op: str, algorithm: str, size: float, built: Built) -> alg
         )
     from railplan.collective.optimal import optimal
 
-    return optimal(g, op, size, built.arch, built.radix, built.nic_gbps, built.planes)
+    return optimal(
+        g,
+        op,
+        size,
+        built.arch,
+        built.radix,
+        built.nic_gbps,
+        built.planes,
+        built.oversubscription,
+    )
 
 
 def sweep(
