@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -52,22 +52,36 @@ def test_a100_has_no_nvls() -> None:
     assert alg.time_s(g, "all-reduce", "nvls", 2**20)[0] is None
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
-    arch=st.sampled_from(["rail-optimized", "rail-only", "ideal"]),
+    arch=st.sampled_from(["rail-optimized", "rail-only", "ideal", "multi-plane", "oversubscribed"]),
     domains=st.integers(1, 6),
     op=st.sampled_from(alg.OPS),
     size=st.floats(1.0, 1e11),
     nic_gbps=st.sampled_from([100.0, 200.0, 400.0, 800.0]),
     hb_tbps=st.floats(0.5, 10.0),
+    radix=st.sampled_from([8, 16, 64]),
+    ratio=st.sampled_from([1.0, 3.0, 7.0]),  # integral down:up splits of every radix here
 )
 def test_bound_never_above_any_algorithm(
-    arch: str, domains: int, op: str, size: float, nic_gbps: float, hb_tbps: float
+    arch: str,
+    domains: int,
+    op: str,
+    size: float,
+    nic_gbps: float,
+    hb_tbps: float,
+    radix: int,
+    ratio: float,
 ) -> None:
     system = H100.model_copy(update={"nic_gbps": nic_gbps, "hb_tbps": hb_tbps})
     gpus = 8 * domains
-    g = alg.group(system, Network(architecture=arch), gpus)
-    b = bound_s(g, op, size, arch, 64, int(nic_gbps))
+    over = ratio if arch == "oversubscribed" else 1.0
+    spec = "rail-optimized" if arch == "multi-plane" else arch
+    g = alg.group(system, Network(architecture=spec, oversubscription=over), gpus)
+    planes = 2 if arch == "multi-plane" else 1
+    assume(arch != "multi-plane" or nic_gbps >= 200)  # 100G split in two: no 50G NIC speed
+    assume(arch != "oversubscribed" or gpus > radix)  # one leaf has no uplinks to thin
+    b = bound_s(g, op, size, arch, radix, int(nic_gbps) // planes, over, planes)
     assert b > 0
     for a in alg.ALGORITHMS:
         t, _ = alg.time_s(g, op, a, size)

@@ -50,7 +50,7 @@ def _built(
     from railplan.collective.sweep import Built
     from railplan.errors import RailplanError
     from railplan.limits import check_int
-    from railplan.network.topology import MAX_NICS_PER_GPU
+    from railplan.network.topology import MAX_NICS_PER_GPU, NIC_SPEEDS_GBPS
     from railplan.specs.build import build_network
 
     if network not in COLLECTIVE_NETWORKS:
@@ -62,9 +62,12 @@ def _built(
         return net, Built(net.architecture, radix, int(sysm.nic_gbps), net.oversubscription)
     p = check_int("planes", 2 if planes is None else planes, 2, MAX_NICS_PER_GPU)
     total = sysm.nic_gbps * sysm.nics_per_gpu
-    if total % p:
+    if total / p not in NIC_SPEEDS_GBPS:
+        speeds = ", ".join(map(str, NIC_SPEEDS_GBPS))
         raise RailplanError(
-            "planes", f"must divide the GPU's {total:g} Gbps of NIC bandwidth into whole Gbps"
+            "planes",
+            f"{p} planes split the GPU's {total:g} Gbps into {total / p:g} Gbps ports; a port "
+            f"must be one of {speeds} Gbps",
         )
     return build_network("rail-optimized", oversubscription), Built(
         "multi-plane", radix, int(total // p), planes=p
