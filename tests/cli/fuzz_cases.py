@@ -40,6 +40,8 @@ VARY = [
     "bogus=1",
     "hb_domain=",
     "model=gpt-1.7b",
+    "sharp=true,maybe",
+    "nvls=on,off",
 ]
 #: options whose value is a file the command writes (given paths in the scratch directory)
 OUTPUTS = {"out", "output", "export", "plot", "heatmap", "figures", "csv", "bars"}
