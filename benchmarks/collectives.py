@@ -6,6 +6,7 @@ Run: python benchmarks/collectives.py
 from __future__ import annotations
 
 from railplan.collective import algorithms as alg
+from railplan.collective.algorithms import Built
 from railplan.collective.bound import bound_s
 from railplan.specs import Network, load_system
 
@@ -104,7 +105,7 @@ def main() -> None:
             times = {a: alg.time_s(g, op, a, 2**30)[0] for a in alg.ALGORITHMS}
             ok = {a: t for a, t in times.items() if t is not None}
             best = min(ok, key=lambda a: ok[a])
-            b = bound_s(g, op, 2**30, arch)
+            b = bound_s(g, op, 2**30, Built(arch))
             print(
                 f"  {op:15s} {arch:15s} best {best:12s} {ok[best] * 1e6:9.1f}  "
                 f"bound {b * 1e6:9.1f}  ratio {ok[best] / b:5.2f}"
@@ -136,8 +137,8 @@ def lp_on_rails() -> None:
             ok = {a: t for a, t in times.items() if t is not None}
             best = min(ok, key=lambda a: ok[a])
             port = int(h100.nic_gbps) // planes
-            r = optimal(g, op, 2**30, arch, radix, port, planes, over)
-            b = bound_s(g, op, 2**30, arch, radix, port, over, planes)
+            r = optimal(g, op, 2**30, Built(arch, radix, port, over, planes))
+            b = bound_s(g, op, 2**30, Built(arch, radix, port, over, planes))
             print(
                 f"  {op:11s} {label:21s} best {best:12s} {ok[best] * 1e6:9.1f}  "
                 f"LP {(r.time_s or 0) * 1e6:9.1f}  bound {b * 1e6:9.1f}  ({r.note})"
@@ -157,7 +158,7 @@ def flow_vs_closed_forms() -> None:
             g = alg.group(h100, Network(architecture=arch, oversubscription=over), 64)
             schedule = "ring" if op == "all-to-all" and arch != "rail-only" else "hierarchical"
             closed = alg.time_s(g, op, schedule, 2**30)[0] or 0.0
-            sim = flow(g, op, 2**30, arch, 16, int(h100.nic_gbps), over).time_s or 0.0
+            sim = flow(g, op, 2**30, Built(arch, 16, int(h100.nic_gbps), over)).time_s or 0.0
             gap = 100 * (sim / closed - 1)
             verdict = ("MET" if abs(gap) <= 0.1 else "NOT MET") if over == 1.0 else "shared links"
             print(
@@ -190,8 +191,8 @@ def networks() -> None:
             port = int(h100.nic_gbps) // planes
             ring = alg.time_s(g, op, "ring", 2**30)[0]
             hier = alg.time_s(g, op, "hierarchical", 2**30)[0] or 0.0
-            sim = flow(g, op, 2**30, arch, 16, port, over, planes).time_s or 0.0
-            b = bound_s(g, op, 2**30, arch, 16, port, over, planes)
+            sim = flow(g, op, 2**30, Built(arch, 16, port, over, planes)).time_s or 0.0
+            b = bound_s(g, op, 2**30, Built(arch, 16, port, over, planes))
             ring_us = f"{ring * 1e6:9.1f}" if ring is not None else f"{'-':>9s}"
             print(
                 f"  {op:11s} {label:19s} ring {ring_us}  hierarchical {hier * 1e6:9.1f}  "

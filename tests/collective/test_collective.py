@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from railplan.cli import app
 from railplan.collective import algorithms as alg
+from railplan.collective.algorithms import Built
 from railplan.collective.bound import bound_s
 from railplan.errors import RailplanError
 from railplan.specs import Network, load_system
@@ -81,7 +82,7 @@ def test_bound_never_above_any_algorithm(
     planes = 2 if arch == "multi-plane" else 1
     assume(arch != "multi-plane" or nic_gbps >= 200)  # 100G split in two: no 50G NIC speed
     assume(arch != "oversubscribed" or gpus > radix)  # one leaf has no uplinks to thin
-    b = bound_s(g, op, size, arch, radix, int(nic_gbps) // planes, over, planes)
+    b = bound_s(g, op, size, Built(arch, radix, int(nic_gbps) // planes, over, planes))
     assert b > 0
     for a in alg.ALGORITHMS:
         t, _ = alg.time_s(g, op, a, size)
@@ -94,7 +95,7 @@ def test_bound_monotone_in_nic_bandwidth() -> None:
     for gbps in (100.0, 200.0, 400.0):
         s = H100.model_copy(update={"nic_gbps": gbps})
         g = alg.group(s, Network(architecture="rail-only"), 32)
-        times.append(bound_s(g, "all-gather", 2**30, "rail-only", 64, int(gbps)))
+        times.append(bound_s(g, "all-gather", 2**30, Built("rail-only", 64, int(gbps))))
     assert times[0] > times[1] > times[2]
 
 
@@ -150,8 +151,8 @@ def test_multi_plane_bound_is_rail_optimized_at_the_same_bandwidth(op: str, plan
     plane) equals that on one rail-optimized Clos of 400G ports: splitting a GPU's bandwidth
     over identical planes changes no cut."""
     g = _group("rail-optimized", 64)
-    multi = bound_s(g, op, 2**30, "multi-plane", 16, 400 // planes, 1.0, planes)
-    assert multi == pytest.approx(bound_s(g, op, 2**30, "rail-optimized", 16, 400), rel=1e-6)
+    multi = bound_s(g, op, 2**30, Built("multi-plane", 16, 400 // planes, 1.0, planes))
+    assert multi == pytest.approx(bound_s(g, op, 2**30, Built("rail-optimized", 16, 400)), rel=1e-6)
 
 
 def test_cli_multi_plane_runs_every_algorithm_above_the_bound() -> None:
@@ -170,9 +171,9 @@ def test_lp_on_an_oversubscribed_fabric_beats_direct_and_respects_the_bound() ->
     from railplan.collective.optimal import optimal
 
     g = alg.group(H100, Network(architecture="oversubscribed", oversubscription=3.0), 16)
-    lp = optimal(g, "all-to-all", 2**30, "oversubscribed", 8, 400, 1, 3.0).time_s
+    lp = optimal(g, "all-to-all", 2**30, Built("oversubscribed", 8, 400, 3.0, 1)).time_s
     ring = alg.time_s(g, "all-to-all", "ring", 2**30)[0]
-    bound = bound_s(g, "all-to-all", 2**30, "oversubscribed", 8, 400, 3.0)
+    bound = bound_s(g, "all-to-all", 2**30, Built("oversubscribed", 8, 400, 3.0))
     assert lp is not None and ring is not None
     assert bound * (1 - 1e-9) <= lp < ring
 
@@ -257,4 +258,4 @@ def test_bound_refuses_graphs_past_the_graph_limit() -> None:
 
     g = alg.group(load_system("dgx-h100"), Network(architecture="ideal"), 2 * MAX_GRAPH_GPUS)
     with pytest.raises(RailplanError, match="up to 65,536 GPUs"):
-        bound_s(g, "all-gather", 1e9, "ideal")
+        bound_s(g, "all-gather", 1e9, Built("ideal"))

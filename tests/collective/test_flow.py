@@ -9,9 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from railplan.collective import algorithms as alg
+from railplan.collective.algorithms import Built
 from railplan.collective.bound import bound_s
 from railplan.collective.flow import flow
-from railplan.collective.sweep import Built, sweep
+from railplan.collective.sweep import sweep
 from railplan.errors import RailplanError
 from railplan.specs import Network, load_system
 
@@ -32,23 +33,23 @@ def test_nonblocking_fabric_gives_the_closed_forms(arch: str) -> None:
         closed = alg.time_s(g, op, "hierarchical", GB)[0]
         if arch == "rail-optimized" and op == "all-to-all":
             closed = alg.time_s(g, op, "ring", GB)[0]  # direct pairs
-        sim = flow(g, op, GB, arch, 16, 400)
+        sim = flow(g, op, GB, Built(arch, 16, 400))
         assert sim.time_s == pytest.approx(closed, rel=1e-6), op
 
 
 def test_one_domain_is_the_hb_ring() -> None:
     g = _group("rail-only", 8)
-    sim = flow(g, "all-reduce", GB, "rail-only", 64, 400)
+    sim = flow(g, "all-reduce", GB, Built("rail-only", 64, 400))
     assert sim.time_s == pytest.approx(alg.time_s(g, "all-reduce", "ring", GB)[0], rel=1e-6)
 
 
 def test_halves_make_the_all_reduce() -> None:
     g = _group("oversubscribed", 32, 3.0)
     parts = [
-        flow(g, op, GB, "oversubscribed", 16, 400, 3.0).time_s
+        flow(g, op, GB, Built("oversubscribed", 16, 400, 3.0)).time_s
         for op in ("all-gather", "reduce-scatter")
     ]
-    whole = flow(g, "all-reduce", GB, "oversubscribed", 16, 400, 3.0).time_s
+    whole = flow(g, "all-reduce", GB, Built("oversubscribed", 16, 400, 3.0)).time_s
     assert sum(t for t in parts if t is not None) == pytest.approx(whole, rel=1e-9)
 
 
@@ -56,14 +57,14 @@ def test_oversubscription_shows_where_the_closed_form_misses() -> None:
     """3:1 above the leaves (radix 16): the rail rings of a 512-GPU all-reduce cross the
     thinned spine, which the closed form (rings at the NIC rate) does not see; the simulated
     all-reduce is slower than on the full-bisection fabric and never beats the bound."""
-    full = flow(_group("rail-optimized", 512), "all-reduce", GB, "rail-optimized", 16, 400)
+    full = flow(_group("rail-optimized", 512), "all-reduce", GB, Built("rail-optimized", 16, 400))
     g = _group("oversubscribed", 512, 3.0)
-    thin = flow(g, "all-reduce", GB, "oversubscribed", 16, 400, 3.0)
+    thin = flow(g, "all-reduce", GB, Built("oversubscribed", 16, 400, 3.0))
     closed = alg.time_s(g, "all-reduce", "hierarchical", GB)[0]
     assert full.time_s is not None and thin.time_s is not None and closed is not None
     assert thin.time_s > full.time_s * 1.05
     assert thin.time_s > closed
-    assert thin.time_s >= bound_s(g, "all-reduce", GB, "oversubscribed", 16, 400, 3.0)
+    assert thin.time_s >= bound_s(g, "all-reduce", GB, Built("oversubscribed", 16, 400, 3.0))
 
 
 @settings(max_examples=12, deadline=None)
@@ -75,15 +76,15 @@ def test_oversubscription_shows_where_the_closed_form_misses() -> None:
 )
 def test_never_beats_the_bound(arch: str, gpus: int, op: str, size: float) -> None:
     g = _group(arch, gpus)
-    sim = flow(g, op, size, arch, 16, 400)
+    sim = flow(g, op, size, Built(arch, 16, 400))
     assert sim.time_s is not None
-    assert sim.time_s >= bound_s(g, op, size, arch, 16, 400) * (1 - 1e-9)
+    assert sim.time_s >= bound_s(g, op, size, Built(arch, 16, 400)) * (1 - 1e-9)
 
 
 def test_too_many_pair_flows_is_a_clear_error() -> None:
     g = _group("oversubscribed", 512, 3.0)
     with pytest.raises(RailplanError, match="pair flows"):
-        flow(g, "all-to-all", GB, "oversubscribed", 16, 400, 3.0)
+        flow(g, "all-to-all", GB, Built("oversubscribed", 16, 400, 3.0))
 
 
 def test_sweep_needs_the_built_network() -> None:

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from railplan.cli import app
 from railplan.collective import algorithms as alg
 from railplan.collective import chassis, lp
+from railplan.collective.algorithms import Built
 from railplan.collective.bound import bound_s
 from railplan.collective.optimal import optimal
 from railplan.errors import RailplanError
@@ -105,9 +106,9 @@ def test_never_beats_the_cut_bound(system: str, gpus: int, arch: str, op: str, s
     sysm = load_system(system)
     g = alg.group(sysm, Network(architecture=arch), gpus)
     nic = int(sysm.nic_gbps)
-    r = optimal(g, op, size, arch, 64, nic)
+    r = optimal(g, op, size, Built(arch, 64, nic))
     assert r.time_s is not None
-    assert r.time_s >= bound_s(g, op, size, arch, 64, nic) * (1 - 1e-9)
+    assert r.time_s >= bound_s(g, op, size, Built(arch, 64, nic)) * (1 - 1e-9)
 
 
 def test_bad_inputs() -> None:

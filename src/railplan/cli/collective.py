@@ -11,7 +11,7 @@ from railplan.cli.options import JsonOpt, OversubscriptionOpt, SystemOpt
 from railplan.cli.output import print_json, table
 
 if TYPE_CHECKING:
-    from railplan.collective.sweep import Built
+    from railplan.collective.algorithms import Built
     from railplan.specs import Network, System
 
 
@@ -47,7 +47,7 @@ def _built(
     """The network the closed forms see and the one the graph algorithms build. Multi-plane
     splits each GPU's NIC bandwidth (NIC Gbps × NICs per GPU) into `planes` equal ports, one
     per rail-optimized plane; its closed forms are rail-optimized's at the same bandwidth."""
-    from railplan.collective.sweep import Built
+    from railplan.collective.algorithms import Built
     from railplan.errors import RailplanError
     from railplan.limits import check_int
     from railplan.network.topology import MAX_NICS_PER_GPU, NIC_SPEEDS_GBPS
@@ -135,16 +135,7 @@ def collective(
     else:
         rows = sweep(g, op, sizes, names, built)
     for row in rows:
-        row["bound_s"] = bound_s(
-            g,
-            op,
-            row["bytes"],
-            built.arch,
-            radix,
-            built.nic_gbps,
-            built.oversubscription,
-            built.planes,
-        )
+        row["bound_s"] = bound_s(g, op, row["bytes"], built)
     if plot is not None:
         from railplan.collective.sweep import plot as plot_sweep
 

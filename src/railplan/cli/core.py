@@ -195,8 +195,8 @@ def validate(
         print_json(v)
         return
     console = Console()
-    console.print(_validation_table(v))
-    console.print(_layer_table(v))
+    console.print(_rows_table(v, _VALIDATION))
+    console.print(_rows_table(v, _LAYER))
     g = v["goal"]
     for key, title in (
         ("korthikanti2022", "Korthikanti 2022 iteration time"),
@@ -209,8 +209,8 @@ def validate(
             f"{s['max_abs_pct']:.2f} % over {s['rows']} rows "
             f"(goal: mean ≤ {g['mean_abs_pct']:g} %, max ≤ {g['max_abs_pct']:g} %)"
         )
-    console.print(_same_pipeline_table(v))
-    console.print(_modern_table(v))
+    console.print(_rows_table(v, _SAME_PIPELINE))
+    console.print(_rows_table(v, _MODERN))
     for src, s in v["modern_runs"]["by_source"].items():
         console.print(
             f"modern runs, {src}: mean |error| {s['mean_abs_pct']:.2f} %, max "
@@ -222,84 +222,76 @@ def validate(
     )
 
 
-def _validation_table(v: dict[str, Any]) -> Table:
-    """Predicted vs measured for every 2021-22 row."""
-    return table(
-        "Validation against published runs (DGX A100)",
-        ("source", "run", "metric", "measured", "predicted", "error"),
-        [
-            (
-                r["source"],
-                r["label"],
-                r["metric"],
-                f"{r['measured']:.2f}",
-                f"{r['predicted']:.2f}",
-                f"{r['error_pct']:+.1f} %",
-            )
-            for r in v["rows"]
-        ],
-        left=("source", "run", "metric"),
-    )
+#: a validation table: title, the key of its rows in `validate()`'s dict, its columns as
+#: (header, template over the row's keys), and how many leading columns are text
+_ValidationTable = tuple[str, tuple[str, ...], tuple[tuple[str, str], ...], int]
+
+_VALIDATION = (
+    "Validation against published runs (DGX A100)",
+    ("rows",),
+    (
+        ("source", "{source}"),
+        ("run", "{label}"),
+        ("metric", "{metric}"),
+        ("measured", "{measured:.2f}"),
+        ("predicted", "{predicted:.2f}"),
+        ("error", "{error_pct:+.1f} %"),
+    ),
+    3,
+)
+_LAYER = (
+    "Diagnostic: one GPT-22B layer, tp 8, micro-batch 4 (Korthikanti Table 4)",
+    ("layer_korthikanti2022_table4",),
+    (
+        ("experiment", "{experiment}"),
+        ("fwd measured", "{measured_forward_ms:.1f} ms"),
+        ("fwd predicted", "{predicted_forward_ms:.2f} ms"),
+        ("bwd measured", "{measured_backward_ms:.1f} ms"),
+        ("bwd predicted", "{predicted_backward_ms:.2f} ms"),
+    ),
+    1,
+)
+_SAME_PIPELINE = (
+    "Same pipeline in both papers (only dp and the year differ): seconds per iteration",
+    ("same_pipeline_both_papers",),
+    (
+        ("model", "{model}"),
+        ("2022 measured", "{korthikanti2022_measured_s:.2f}"),
+        ("2021 implied", "{narayanan2021_implied_s:.2f}"),
+        ("2021 / 2022", "{measured_ratio:.3f}"),
+        ("ours 2022", "{korthikanti2022_predicted_s:.2f}"),
+        ("ours 2021", "{narayanan2021_predicted_s:.2f}"),
+    ),
+    1,
+)
+_MODERN = (
+    "Modern runs (2023-24 stacks, data/validation/modern_runs.csv): seconds per "
+    "iteration; accuracy is not tuned here",
+    ("modern_runs", "rows"),
+    (
+        ("run", "{id}"),
+        ("measured", "{measured_s:.2f}"),
+        ("predicted", "{predicted_s:.2f}"),
+        ("error", "{error_pct:+.1f} %"),
+        ("memory", "{memory_gib_per_gpu:.1f} GiB"),
+        ("fits", "{fits_text}"),
+    ),
+    1,
+)
 
 
-def _layer_table(v: dict[str, Any]) -> Table:
-    """One GPT-22B layer's forward and backward times beside Korthikanti's Table 4."""
-    return table(
-        "Diagnostic: one GPT-22B layer, tp 8, micro-batch 4 (Korthikanti Table 4)",
-        ("experiment", "fwd measured", "fwd predicted", "bwd measured", "bwd predicted"),
-        [
-            (
-                r["experiment"],
-                f"{r['measured_forward_ms']:.1f} ms",
-                f"{r['predicted_forward_ms']:.2f} ms",
-                f"{r['measured_backward_ms']:.1f} ms",
-                f"{r['predicted_backward_ms']:.2f} ms",
-            )
-            for r in v["layer_korthikanti2022_table4"]
-        ],
-        left=("experiment",),
-    )
-
-
-def _same_pipeline_table(v: dict[str, Any]) -> Table:
-    """The pipelines both papers ran: measured and predicted seconds per iteration."""
-    return table(
-        "Same pipeline in both papers (only dp and the year differ): seconds per iteration",
-        ("model", "2022 measured", "2021 implied", "2021 / 2022", "ours 2022", "ours 2021"),
-        [
-            (
-                r["model"],
-                f"{r['korthikanti2022_measured_s']:.2f}",
-                f"{r['narayanan2021_implied_s']:.2f}",
-                f"{r['measured_ratio']:.3f}",
-                f"{r['korthikanti2022_predicted_s']:.2f}",
-                f"{r['narayanan2021_predicted_s']:.2f}",
-            )
-            for r in v["same_pipeline_both_papers"]
-        ],
-        left=("model",),
-    )
-
-
-def _modern_table(v: dict[str, Any]) -> Table:
-    """Predicted vs measured for the 2023-24 runs, with memory and whether it fits."""
-    return table(
-        "Modern runs (2023-24 stacks, data/validation/modern_runs.csv): seconds per "
-        "iteration; accuracy is not tuned here",
-        ("run", "measured", "predicted", "error", "memory", "fits"),
-        [
-            (
-                r["id"],
-                f"{r['measured_s']:.2f}",
-                f"{r['predicted_s']:.2f}",
-                f"{r['error_pct']:+.1f} %",
-                f"{r['memory_gib_per_gpu']:.1f} GiB",
-                "yes" if r["fits"] else "no",
-            )
-            for r in v["modern_runs"]["rows"]
-        ],
-        left=("run",),
-    )
+def _rows_table(v: dict[str, Any], spec: _ValidationTable) -> Table:
+    """One of `validate`'s tables: each row of `v` at the spec's key, through its templates."""
+    title, key, columns, text = spec
+    rows: Any = v
+    for k in key:
+        rows = rows[k]
+    headers = tuple(h for h, _ in columns)
+    cells = [
+        tuple(t.format(**r, fits_text="yes" if r.get("fits") else "no") for _, t in columns)
+        for r in rows
+    ]
+    return table(title, headers, cells, left=headers[:text])
 
 
 def catalog(

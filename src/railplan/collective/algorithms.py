@@ -52,6 +52,19 @@ class Group:
         return self.links.hb_lat_s if self.y == 1 else self.links.nic_lat_s
 
 
+@dataclass(frozen=True)
+class Built:
+    """The built network the bound, the flow simulation and the LP schedule run on: its
+    architecture, switch radix and NIC port line rate, the leaves' down:up ratio
+    (`oversubscribed`) and the ports per GPU, one in each plane (`multi-plane`)."""
+
+    arch: str
+    radix: int = 64
+    nic_gbps: int = 400
+    oversubscription: float = 1.0
+    planes: int = 1
+
+
 def group(system: System, network: Network, gpus: int, nvls: bool = True) -> Group:
     """The group of `gpus` GPUs filling HB domains in turn (`ideal`: one domain of all)."""
     k = gpus if network.architecture == "ideal" else system.hb_domain

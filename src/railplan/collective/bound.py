@@ -21,17 +21,16 @@ from __future__ import annotations
 
 import networkx as nx
 
-from railplan.collective.algorithms import Group
+from railplan.collective.algorithms import Built, Group
 from railplan.errors import RailplanError
 from railplan.network.graph import MAX_GRAPH_GPUS, graph_for
 
 
-def topology(
-    g: Group, arch: str, radix: int, nic_gbps: int, oversubscription: float, planes: int = 1
-) -> nx.DiGraph:
-    """Directed graph with `capacity` in bytes/s per direction on every arc. `nic_gbps` is the
-    line rate of one NIC port; `multi-plane` gives each GPU `planes` ports of it, one per plane
-    (the GPU's achievable NIC bandwidth shared evenly among them)."""
+def topology(g: Group, built: Built) -> nx.DiGraph:
+    """Directed graph with `capacity` in bytes/s per direction on every arc. `built.nic_gbps`
+    is the line rate of one NIC port; `multi-plane` gives each GPU `built.planes` ports of it,
+    one per plane (the GPU's achievable NIC bandwidth shared evenly among them)."""
+    arch, radix, nic_gbps, planes = built.arch, built.radix, built.nic_gbps, built.planes
     if g.gpus > MAX_GRAPH_GPUS:  # the bound is a max flow on the whole graph
         raise RailplanError(
             "gpus", f"the lower bound supports up to {MAX_GRAPH_GPUS:,} GPUs; got {g.gpus:,}"
@@ -44,7 +43,7 @@ def topology(
         return dg
     kw: dict[str, float | int] = {}
     if arch == "oversubscribed":
-        kw["oversubscription"] = oversubscription
+        kw["oversubscription"] = built.oversubscription
     elif arch == "multi-plane":
         kw["planes"] = planes
     base = graph_for(arch, g.gpus, g.x, radix, nic_gbps, **kw)
@@ -97,18 +96,10 @@ def cut_capacities(dg: nx.DiGraph, cuts: list[set[str]], ranks: list[str]) -> li
     return out
 
 
-def bound_s(
-    g: Group,
-    op: str,
-    size_bytes: float,
-    arch: str,
-    radix: int = 64,
-    nic_gbps: int = 400,
-    oversubscription: float = 1.0,
-    planes: int = 1,
-) -> float:
-    """The largest cut bound over the cuts tried (seconds, latency excluded)."""
-    dg = topology(g, arch, radix, nic_gbps, oversubscription, planes)
+def bound_s(g: Group, op: str, size_bytes: float, built: Built) -> float:
+    """The largest cut bound over the cuts tried on the `built` network (seconds, latency
+    excluded)."""
+    dg = topology(g, built)
     ranks = [f"gpu:{d}:{i}" for d in range(g.y) for i in range(g.x)]
     n, d = g.gpus, size_bytes
     cuts: list[set[str]] = [{ranks[0]}]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from railplan.collective.algorithms import Group, Result, checked
+from railplan.collective.algorithms import Built, Group, Result, checked
 from railplan.errors import RailplanError
 
 if TYPE_CHECKING:
@@ -55,23 +55,14 @@ def _steps(g: Group, op: str, size_bytes: float, arch: str) -> tuple[list[Step],
     return steps, f"{name}, flow-level (max-min fair, ECMP) on the built graph"
 
 
-def flow(
-    g: Group,
-    op: str,
-    size_bytes: float,
-    arch: str,
-    radix: int,
-    nic_gbps: int,
-    oversubscription: float = 1.0,
-    planes: int = 1,
-) -> Result:
-    """Time, algbw and busbw of the collective's schedule simulated on the built `arch`
-    network (switch radix `radix`, NICs of `nic_gbps`, `oversubscription`:1 above the leaves
-    when `arch` is oversubscribed). `multi-plane` (`planes` ports of `nic_gbps` per GPU, one
-    per plane, traffic spread evenly over them as NCCL spreads its channels over a GPU's NIC
-    ports): its planes are identical Clos networks that each carry 1/planes of every flow at
-    1/planes of the rate, so the simulation runs one such plane at planes × `nic_gbps`, which
-    takes the same time (the flow simulator routes a GPU through one leaf)."""
+def flow(g: Group, op: str, size_bytes: float, built: Built) -> Result:
+    """Time, algbw and busbw of the collective's schedule simulated on the `built` network
+    (its switch radix and NIC ports; `oversubscription`:1 above the leaves when oversubscribed).
+    `multi-plane` (`planes` ports per GPU, one per plane, traffic spread evenly over them as
+    NCCL spreads its channels over a GPU's NIC ports): its planes are identical Clos networks
+    that each carry 1/planes of every flow at 1/planes of the rate, so the simulation runs one
+    such plane at planes × the port rate, which takes the same time (the flow simulator routes
+    a GPU through one leaf)."""
     from railplan.network.flowsim.maxmin import MAX_SIMULATED_PAIRS, simulate
 
     size_bytes = checked(op, size_bytes)
@@ -80,9 +71,10 @@ def flow(
             "gpus", f"flow (the flow-level simulation) takes at most {MAX_RANKS} GPUs; got {g.gpus}"
         )
     lk = g.links
+    arch, nic_gbps = built.arch, built.nic_gbps
     if arch == "multi-plane":
-        arch, nic_gbps = "rail-optimized", nic_gbps * planes
-    net = _network(g, arch, radix, nic_gbps, oversubscription)
+        arch, nic_gbps = "rail-optimized", nic_gbps * built.planes
+    net = _network(g, arch, built.radix, nic_gbps, built.oversubscription)
     steps, note = _steps(g, op, size_bytes, arch)
     sim = simulate(net, steps, max_pairs=MAX_SIMULATED_PAIRS)
     latency_s = sum(

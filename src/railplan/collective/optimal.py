@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from railplan.collective.algorithms import Group, Result, checked
+from railplan.collective.algorithms import Built, Group, Result, checked
 from railplan.collective.lp import slowest_epoch_bound, synthesize
 from railplan.errors import RailplanError
 
@@ -22,14 +22,12 @@ LP_ARCHS: tuple[str, ...] = (
 )
 
 
-def built_graph(
-    g: Group, arch: str, radix: int, nic_gbps: int, oversubscription: float = 1.0
-) -> tuple[nx.DiGraph, list[str]]:
+def built_graph(g: Group, built: Built) -> tuple[nx.DiGraph, list[str]]:
     """The railplan-built topology of `bound.topology` with latencies: the system's HB latency
     on GPU→HB-domain arcs and its NIC latency on GPU→NIC arcs (once per network crossing)."""
     from railplan.collective.bound import topology
 
-    dg = topology(g, arch, radix, nic_gbps, oversubscription)
+    dg = topology(g, built)
     for a, b, data in dg.edges(data=True):
         if a.startswith("gpu:"):
             data["latency_s"] = g.links.hb_lat_s if b.startswith("hb:") else g.links.nic_lat_s
@@ -37,31 +35,22 @@ def built_graph(
     return dg, ranks
 
 
-def optimal(
-    g: Group,
-    op: str,
-    size_bytes: float,
-    arch: str,
-    radix: int,
-    nic_gbps: int,
-    planes: int = 1,
-    oversubscription: float = 1.0,
-) -> Result:
+def optimal(g: Group, op: str, size_bytes: float, built: Built) -> Result:
     """The synthesized schedule on the railplan-built topology, as an algorithm's `Result`.
     All-gather and all-to-all are solved directly; reduce-scatter is all-gather on the reversed
     graph (the same schedule run backwards, reducing where it copied); all-reduce is that
     reduce-scatter followed by the all-gather (the best such pair, not a proven optimum)."""
     size_bytes = checked(op, size_bytes)
-    if arch not in LP_ARCHS:
+    if built.arch not in LP_ARCHS:
         raise RailplanError(
-            "network", f"the LP schedule runs on {', '.join(LP_ARCHS)}; got {arch!r}"
+            "network", f"the LP schedule runs on {', '.join(LP_ARCHS)}; got {built.arch!r}"
         )
-    if arch == "multi-plane":
+    if built.arch == "multi-plane":
         # a schedule of one plane at planes × the port rate runs split evenly over the planes
         # (each chunk in `planes` parts, one per plane) in the same time; whole chunks on the
         # multi-plane graph would each take one port at 1/planes of the rate
-        arch, nic_gbps = "rail-optimized", nic_gbps * planes
-    dg, ranks = built_graph(g, arch, radix, nic_gbps, oversubscription)
+        built = Built("rail-optimized", built.radix, built.nic_gbps * built.planes)
+    dg, ranks = built_graph(g, built)
     if op == "all-to-all":  # flows split freely: finer epochs than the slowest link's
         tau, lower = slowest_epoch_bound(dg, ranks, op, size_bytes)
         try:

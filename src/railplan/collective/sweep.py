@@ -4,11 +4,11 @@ nccl-tests prints them)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from railplan.collective import algorithms as alg
+from railplan.collective.algorithms import Built
 from railplan.errors import RailplanError
 from railplan.fileio import atomic_write
 
@@ -16,18 +16,6 @@ from railplan.fileio import atomic_write
 #: (collective/lp.py), in the order tables show them; the last two run on the built network
 ALL_ALGORITHMS: tuple[str, ...] = (*alg.ALGORITHMS, "flow", "optimal")
 BUILT_ALGORITHMS: tuple[str, ...] = ("flow", "optimal")
-
-
-@dataclass(frozen=True)
-class Built:
-    """The built network the flow simulation and the LP schedule run on: `nic_gbps` per NIC
-    port; `planes` ports per GPU, one in each plane, with `multi-plane`."""
-
-    arch: str
-    radix: int
-    nic_gbps: int
-    oversubscription: float = 1.0
-    planes: int = 1
 
 
 def run(g: alg.Group, op: str, algorithm: str, size: float, built: Built) -> alg.Result:
@@ -38,28 +26,10 @@ def run(g: alg.Group, op: str, algorithm: str, size: float, built: Built) -> alg
     if algorithm == "flow":
         from railplan.collective.flow import flow
 
-        return flow(
-            g,
-            op,
-            size,
-            built.arch,
-            built.radix,
-            built.nic_gbps,
-            built.oversubscription,
-            built.planes,
-        )
+        return flow(g, op, size, built)
     from railplan.collective.optimal import optimal
 
-    return optimal(
-        g,
-        op,
-        size,
-        built.arch,
-        built.radix,
-        built.nic_gbps,
-        built.planes,
-        built.oversubscription,
-    )
+    return optimal(g, op, size, built)
 
 
 def sweep(
@@ -83,7 +53,7 @@ def sweep(
         for a in algorithms:
             if progress is not None and a == "optimal":
                 progress(f"solving the {op} schedule of {size:,.0f} bytes on {g.gpus} GPUs")
-            results.append(run(g, op, a, size, built or Built("", 0, 0)).to_dict())
+            results.append(run(g, op, a, size, built or Built("")).to_dict())
         rows.append({"bytes": size, "algorithms": results})
     return rows
 
