@@ -114,20 +114,18 @@ GradAccFusionOpt = Annotated[
 CpOpt = Annotated[
     int, typer.Option(help="context-parallel degree (ring attention); gpus = tp·cp·pp·dp")
 ]
-FirstStageLayersOpt = Annotated[
-    int,
-    typer.Option(
-        help="layers of the first pipeline stage (0 = spread evenly; Megatron "
-        "--decoder-first-pipeline-num-layers)"
-    ),
-]
-LastStageLayersOpt = Annotated[
-    int,
-    typer.Option(
-        help="layers of the last pipeline stage (0 = spread evenly; Megatron "
-        "--decoder-last-pipeline-num-layers)"
-    ),
-]
+
+
+def _stage_layers_option(which: str) -> Any:
+    """`--first-stage-layers` / `--last-stage-layers`, named after Megatron's flag."""
+    return typer.Option(
+        help=f"layers of the {which} pipeline stage (0 = spread evenly; Megatron "
+        f"--decoder-{which}-pipeline-num-layers)"
+    )
+
+
+FirstStageLayersOpt = Annotated[int, _stage_layers_option("first")]
+LastStageLayersOpt = Annotated[int, _stage_layers_option("last")]
 ZeroScheduleOpt = Annotated[
     str,
     typer.Option(
