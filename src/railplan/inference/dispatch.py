@@ -28,7 +28,7 @@ from railplan.inference.serving import (
     Run,
     StepFn,
     _admit,
-    _tokens_per_s,
+    summary,
 )
 from railplan.specs.arrays import FloatArray, IntArray
 
@@ -149,17 +149,8 @@ def least_busy(
 
 def _run(reqs: _Requests, reps: list[_Replica], rate: float, waiting: int, budget: int) -> Run:
     """The simulation's Run, as serving.simulate reports it, over all replicas."""
-    arrivals, n = reqs.arrivals, reqs.count
-    ttft = reqs.first - arrivals
-    tpot = (reqs.finish - reqs.first) / np.maximum(reqs.output - 1, 1)
-    lo, hi = arrivals[n // 2], max(arrivals[-1], reqs.last_admitted)
-    tokens = sum(
-        _tokens_per_s(np.asarray(r.ends), np.asarray(r.tokens, dtype=np.float64), lo, hi)
-        for r in reps
-        if r.ends
+    engines = [(np.asarray(r.ends), np.asarray(r.tokens, dtype=np.float64)) for r in reps]
+    finished = (reqs.first, reqs.finish, reqs.last_admitted)
+    return summary(
+        reqs.arrivals, reqs.prompt, reqs.output, finished, engines, rate, waiting, budget
     )
-    half = max(n // 2, 1)
-    lifetime = float(np.median(reqs.finish[:half] - arrivals[:half]))
-    settled = bool(arrivals[n // 2] >= lifetime)
-    per_step = max(1, int(budget // reqs.prompt.mean()))
-    return Run(ttft, tpot, tokens, rate * float(reqs.output.mean()), waiting, per_step, settled)

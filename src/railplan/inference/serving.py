@@ -189,7 +189,6 @@ def simulate(
     csum = np.concatenate([[0], np.cumsum(prompt)])
     first = np.full(requests, np.nan)
     finish = np.full(requests, np.nan)
-    per_step = max(1, int(max_num_tokens // prompt.mean()))  # prompts an empty step may carry
     run_id = np.zeros(0, dtype=np.int64)
     run_left = np.zeros(0, dtype=np.int64)
     run_ctx = np.zeros(0, dtype=np.float64)
@@ -228,17 +227,40 @@ def simulate(
         finish[ids[over]] = t
         done += int(over.sum())
         run_id, run_left, run_ctx = ids[~over], left[~over], ctx[~over]
+    engine = (np.asarray(step_end), np.asarray(step_tokens, dtype=np.float64))
+    finished = (first, finish, last_admitted)
+    return summary(
+        arrivals, prompt, output, finished, [engine], rate_per_s, waiting_at_end, max_num_tokens
+    )
+
+
+def summary(
+    arrivals: FloatArray,
+    prompt: IntArray,
+    output: IntArray,
+    finished: tuple[FloatArray, FloatArray, float],
+    engines: list[tuple[FloatArray, FloatArray]],
+    rate_per_s: float,
+    waiting_at_end: int,
+    max_num_tokens: int,
+) -> Run:
+    """The Run of a simulation: `finished` holds each request's first-token and finish times
+    and when the last prompt was admitted; `engines` each engine's step end times and tokens.
+    Tokens/s are counted from the middle arrival until the last one (or, when a queue built up,
+    until the last prompt was admitted): the engines hold their steady (or full) batch
+    meanwhile."""
+    first, finish, last_admitted = finished
+    n = arrivals.size
     ttft = first - arrivals
     tpot = (finish - first) / np.maximum(output - 1, 1)
-    # tokens/s from the middle arrival until the last one (or, when a queue built up, until
-    # the last prompt was admitted): the engine holds its steady (or full) batch meanwhile
-    lo, hi = arrivals[requests // 2], max(arrivals[-1], last_admitted)
-    rate = _tokens_per_s(np.asarray(step_end), np.asarray(step_tokens, dtype=np.float64), lo, hi)
-    half = requests // 2
-    lifetime = float(np.median(finish[: max(half, 1)] - arrivals[: max(half, 1)]))
-    settled = bool(arrivals[half] >= lifetime)
+    lo, hi = arrivals[n // 2], max(arrivals[-1], last_admitted)
+    rate = sum(_tokens_per_s(ends, tokens, lo, hi) for ends, tokens in engines if ends.size)
+    half = max(n // 2, 1)
+    lifetime = float(np.median(finish[:half] - arrivals[:half]))
+    settled = bool(arrivals[n // 2] >= lifetime)
     offered = rate_per_s * float(output.mean())
-    return Run(ttft, tpot, rate, offered, max(waiting_at_end, 0), per_step, settled)
+    per_step = max(1, int(max_num_tokens // prompt.mean()))  # prompts an empty step may carry
+    return Run(ttft, tpot, float(rate), offered, max(waiting_at_end, 0), per_step, settled)
 
 
 def rate_sweep(
