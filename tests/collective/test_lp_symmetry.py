@@ -65,15 +65,28 @@ def test_replay_accepts_a_schedule_and_names_each_broken_rule() -> None:
 def test_symmetry_must_be_an_automorphism() -> None:
     g, ranks = chassis.ndv2(2)
     nodes, edges = order(g, ranks)
-    perm, eperm = lpsym.node_perm(g, nodes, edges, chassis.rotation(ranks, 2))
+    perm, eperm = lpsym.node_perm(g, nodes, edges, chassis.rotation(ranks, 2), len(ranks))
     assert sorted(perm.tolist()) == list(range(len(nodes)))
     assert sorted(eperm.tolist()) == list(range(len(edges)))
     swap = {"gpu:0": "gpu:1", "gpu:1": "gpu:0"}  # GPU 0 has the IB link out, GPU 1 in
     with pytest.raises(RailplanError, match="symmetry"):
-        lpsym.node_perm(g, nodes, edges, swap)
+        lpsym.node_perm(g, nodes, edges, swap, len(ranks))
     for bad in ({"gpu:0": "gpu:1"}, {"gpu:0": "gpu:99", "gpu:99": "gpu:0"}):
         with pytest.raises(RailplanError, match="permutation"):
-            lpsym.node_perm(g, nodes, edges, bad)
+            lpsym.node_perm(g, nodes, edges, bad, len(ranks))
+
+
+def test_symmetry_must_map_ranks_to_ranks() -> None:
+    # a triangle of two ranks and a switch: swapping rank r0 with the switch is an
+    # automorphism of the graph, but not of the program (a switch holds no chunks)
+    g = nx.DiGraph()
+    for u, v in (("r0", "s"), ("s", "r1"), ("r1", "r0")):
+        g.add_edge(u, v, capacity=B)
+        g.add_edge(v, u, capacity=B)
+    with pytest.raises(RailplanError, match="symmetry: maps rank r0 to s"):
+        lp.synthesize(g, ["r0", "r1"], "all-gather", 1e6, symmetry={"r0": "s", "s": "r0"})
+    swap = lp.synthesize(g, ["r0", "r1"], "all-gather", 1e6, symmetry={"r0": "r1", "r1": "r0"})
+    assert swap.epochs == 1
 
 
 @pytest.mark.parametrize("size", [64e3, 1e6])

@@ -287,7 +287,7 @@ def synthesize(
     if not (tau > 0 and math.isfinite(tau)):
         raise RailplanError("epochs", f"an epoch length must be positive; got {tau}")
     nodes, pairs = order(dg, ranks)
-    sym = None if symmetry is None else lpsym.node_perm(dg, nodes, pairs, symmetry)
+    sym = None if symmetry is None else lpsym.node_perm(dg, nodes, pairs, symmetry, n)
     index = {v: i for i, v in enumerate(nodes)}
     grp = [[index[r] for r in members] for members in groups or []]
     # half the budget to find a schedule at the epoch asked, an eighth at each coarser one, a

@@ -34,15 +34,22 @@ IntArr = NDArray[np.int64]
 
 
 def node_perm(
-    dg: nx.DiGraph, nodes: list[str], edges: list[tuple[str, str]], sigma: Mapping[str, str]
+    dg: nx.DiGraph,
+    nodes: list[str],
+    edges: list[tuple[str, str]],
+    sigma: Mapping[str, str],
+    ranks: int,
 ) -> tuple[IntArr, IntArr]:
     """σ on node indices and edge indices; RailplanError unless σ is an automorphism of `dg`
-    that maps ranks (the first nodes) to ranks."""
+    that maps ranks (the first `ranks` nodes) to ranks."""
     index = {v: i for i, v in enumerate(nodes)}
     full = {v: sigma.get(v, v) for v in nodes}
     if sorted(full.values(), key=lambda v: index.get(v, -1)) != nodes:
         raise RailplanError("symmetry", "is not a permutation of the graph's nodes")
     perm = np.array([index[full[v]] for v in nodes], dtype=np.int64)
+    if (perm[:ranks] >= ranks).any():
+        v = nodes[int(np.flatnonzero(perm[:ranks] >= ranks)[0])]
+        raise RailplanError("symmetry", f"maps rank {v} to {full[v]}, which is not a rank")
     where = {e: i for i, e in enumerate(edges)}
     eperm = np.empty(len(edges), dtype=np.int64)
     for i, (u, v) in enumerate(edges):
