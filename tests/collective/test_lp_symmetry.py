@@ -89,6 +89,23 @@ def test_symmetry_must_map_ranks_to_ranks() -> None:
     assert swap.epochs == 1
 
 
+@pytest.mark.parametrize(
+    ("groups", "message"),
+    [
+        ([["r0", "zz"]], "'zz' is not one of the ranks"),
+        ([["r0", "s"]], "'s' is not one"),
+        ([["r0"], ["r1", "r0"]], "rank 'r0' is in more than one group"),
+    ],
+)
+def test_groups_are_disjoint_sets_of_ranks(groups: list[list[str]], message: str) -> None:
+    g = nx.DiGraph()
+    for u, v in (("r0", "s"), ("s", "r1")):
+        g.add_edge(u, v, capacity=B)
+        g.add_edge(v, u, capacity=B)
+    with pytest.raises(RailplanError, match=f"groups: {message}"):
+        lp.synthesize(g, ["r0", "r1"], "all-gather", 1e6, groups=groups)
+
+
 @pytest.mark.parametrize("size", [64e3, 1e6])
 def test_symmetric_program_finds_the_same_epochs(size: float) -> None:
     g, ranks = chassis.ndv2(2)
