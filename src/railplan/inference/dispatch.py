@@ -8,12 +8,14 @@ completed (`--traffic_distribution_policy` default 2, load balancing, in
 code/harness/harness_llm/main_llm.cc; `LLMServerLoadGen::getLeastBusyIdx` in llm_server.cc takes
 the first of the least busy; the count drops when the group's final response reaches loadgen).
 
-Here every replica runs the same step loop as `serving.simulate` (same admission, step load
-and token accounting) on the requests dispatched to it. The replicas advance in time order:
-the one whose clock is earliest first dispatches every arrival up to its clock, each to the
-replica with the fewest requests in flight at that arrival (dispatched minus finished by then:
-every other replica's clock is later, so its finishes up to then are known), then takes its
-next step. A replica with nothing to do waits for the next arrival.
+Every replica runs the engine's step loop of `serving`'s docstring (admission by
+`serving._admit`, step load and token accounting) on the requests dispatched to it; with one
+replica this is `serving.simulate`'s single engine (simulate calls `least_busy` for any
+count). The replicas advance in time order: the one whose clock is earliest first
+dispatches every arrival up to its clock, each to the replica with the fewest requests in
+flight at that arrival (dispatched minus finished by then: every other replica's clock is
+later, so its finishes up to then are known), then takes its next step. A replica with
+nothing to do waits for the next arrival.
 """
 
 from __future__ import annotations
