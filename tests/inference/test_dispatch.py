@@ -76,3 +76,16 @@ def test_least_busy_serving_at_light_load() -> None:
     )
     assert lb.ttft_mean_s == pytest.approx(lone[0], rel=0.05)
     assert lb.ttft_mean_s < rnd.ttft_mean_s
+
+
+def test_a_replica_grows_past_its_even_share() -> None:
+    # least_busy sizes each replica for an even share (not for every request: that was
+    # replicas × requests memory); one given more grows
+    rep = _Replica(1)
+    for gid in range(5):
+        rep.take(gid, 10 + gid)
+    assert list(rep.ids[: rep.n]) == [0, 1, 2, 3, 4]
+    assert list(rep.csum[: rep.n + 1]) == [0, 10, 21, 33, 46, 60]
+    arrivals = np.array([0.0, 0.001, 0.002, 0.003])
+    run = least_busy(_step, 1.0, arrivals, np.full(4, 100), np.full(4, 3), 2, 64, 512)
+    assert np.isfinite(run.ttft_s).all() and np.isfinite(run.tpot_s).all()

@@ -52,6 +52,9 @@ class _Replica:
         self.tokens: list[int] = []  # tokens each step produced
 
     def take(self, gid: int, prompt: int) -> None:
+        if self.n == self.ids.size:  # grow by doubling: a replica's share is not known ahead
+            self.ids = np.concatenate([self.ids, np.zeros_like(self.ids)])
+            self.csum = np.concatenate([self.csum, np.zeros(self.n)])
         self.ids[self.n] = gid
         self.csum[self.n + 1] = self.csum[self.n] + prompt
         self.n += 1
@@ -130,7 +133,8 @@ def least_busy(
     of all replicas."""
     requests = int(arrivals.size)
     reqs = _Requests(arrivals, prompt, output)
-    reps = [_Replica(requests) for _ in range(replicas)]
+    # room for an even share each (a replica given more grows): not requests × replicas
+    reps = [_Replica(-(-requests // replicas)) for _ in range(replicas)]
     heap = [(0.0, i) for i in range(replicas)]
     nxt, waiting_at_end = 0, -1
     while heap:
