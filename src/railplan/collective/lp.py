@@ -250,6 +250,22 @@ def _below(free: Solve, lower: int, found: Found, bisect_s: float) -> Found:
     return bisect(free, (lower + 1, found.epochs), found, (min(SOLVE_LIMIT_S, left), left))
 
 
+def _group_indices(ranks: list[str], groups: list[list[str]]) -> list[list[int]]:
+    """`groups` as rank indices (the program's first nodes); one-line errors unless each
+    member is a rank in at most one group (a switch or a repeated rank would count in the
+    groups' cut bound and could raise it above the true optimum)."""
+    index = {v: i for i, v in enumerate(ranks)}
+    seen: set[str] = set()
+    for members in groups:
+        for r in members:
+            if r not in index:
+                raise RailplanError("groups", f"{r!r} is not one of the ranks")
+            if r in seen:
+                raise RailplanError("groups", f"rank {r!r} is in more than one group")
+            seen.add(r)
+    return [[index[r] for r in members] for members in groups]
+
+
 def synthesize(
     dg: nx.DiGraph,
     ranks: list[str],
@@ -287,9 +303,8 @@ def synthesize(
     if not (tau > 0 and math.isfinite(tau)):
         raise RailplanError("epochs", f"an epoch length must be positive; got {tau}")
     nodes, pairs = order(dg, ranks)
-    sym = None if symmetry is None else lpsym.node_perm(dg, nodes, pairs, symmetry)
-    index = {v: i for i, v in enumerate(nodes)}
-    grp = [[index[r] for r in members] for members in groups or []]
+    sym = None if symmetry is None else lpsym.node_perm(dg, nodes, pairs, symmetry, n)
+    grp = _group_indices(ranks, groups or [])
     # half the budget to find a schedule at the epoch asked, an eighth at each coarser one, a
     # quarter to bisect below the first found
     for step in range(COARSEN_STEPS + 1):

@@ -82,8 +82,15 @@ def _distances(tail: IntArr, head: IntArr, arr: IntArr, n_nodes: int) -> NDArray
     return d
 
 
-def _grid(*shape: int) -> tuple[IntArr, ...]:
+def grid(*shape: int) -> tuple[IntArr, ...]:
+    """Every index tuple of an array of `shape`, in C order, as one flat array per axis."""
     return tuple(a.ravel() for a in np.meshgrid(*[np.arange(s) for s in shape], indexing="ij"))
+
+
+def flow_column(c: IntArr, e: IntArr, k: IntArr, n_edges: int, epochs: int) -> IntArr:
+    """The programs' column of flow f[c, e, k]: (c·E + e)·K + k, E = `n_edges`, K = `epochs`
+    (the flows come first; lpsym and lphier address them through this)."""
+    return (c * n_edges + e) * epochs + k
 
 
 class _Coo:
@@ -120,7 +127,7 @@ class Problem:
 
 def _flows(net: Net, n: int, k_max: int) -> tuple[IntArr, IntArr, IntArr, IntArr]:
     """Flow variables f[c, e, k] (column (c·E + e)·K + k): commodity, edge, epoch, arrival."""
-    c, e, k = _grid(n, len(net.tail), k_max)
+    c, e, k = grid(n, len(net.tail), k_max)
     return c, e, k, k + net.arr[e]
 
 
@@ -148,7 +155,7 @@ def all_gather(net: Net, n: int, k_max: int) -> Problem:
     nb = n * n * kk
     head_r, tail_r = net.rank_idx[net.head[e]], net.rank_idx[net.tail[e]]
     eq = _Coo()
-    bc, br, bt = _grid(n, n, kk)
+    bc, br, bt = grid(n, n, kk)
     eq.add(np.arange(nb), nf + np.arange(nb), 1.0)
     later = np.flatnonzero(bt > 0)
     eq.add(later, nf + later - 1, -1.0)
@@ -197,7 +204,7 @@ def all_to_all(net: Net, n: int, k_max: int) -> Problem:
     c, e, k, at = _flows(net, n, k_max)
     nf, kk, nv = len(c), k_max + 1, net.n_nodes
     nh = n * nv * kk
-    hc, hv, ht = _grid(n, nv, kk)
+    hc, hv, ht = grid(n, nv, kk)
     eq = _Coo()  # h_t - h_(t-1) - arrivals(t) + departures(t) = supply (t = 0)
     eq.add(np.arange(nh), nf + np.arange(nh), 1.0)
     later = np.flatnonzero(ht > 0)

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from railplan.collective.lpbuild import flow_column, grid
+
 IntArr = NDArray[np.int64]
 
 
@@ -133,13 +135,13 @@ def fix(
         return False
     need = np.concatenate(
         [
-            (ex.chunk * n_edges + ex.out_edge) * kf + ex.epoch,
-            (ex.chunk * n_edges + ex.in_edge) * kf + fwd,
+            flow_column(ex.chunk, ex.out_edge, ex.epoch, n_edges, kf),
+            flow_column(ex.chunk, ex.in_edge, fwd, n_edges, kf),
         ]
     )
     if (hi[need] < 1).any():
         return False
-    c, e, k = (a.ravel() for a in np.meshgrid(np.arange(n), ex.switch_edges, np.arange(kf)))
-    hi[(c * n_edges + e) * kf + k] = 0.0
+    c, e, k = grid(n, len(ex.switch_edges), kf)
+    hi[flow_column(c, ex.switch_edges[e], k, n_edges, kf)] = 0.0
     lo[need] = hi[need] = 1.0
     return True

@@ -28,21 +28,29 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
+from railplan.collective.lpbuild import flow_column, grid
 from railplan.errors import RailplanError
 
 IntArr = NDArray[np.int64]
 
 
 def node_perm(
-    dg: nx.DiGraph, nodes: list[str], edges: list[tuple[str, str]], sigma: Mapping[str, str]
+    dg: nx.DiGraph,
+    nodes: list[str],
+    edges: list[tuple[str, str]],
+    sigma: Mapping[str, str],
+    ranks: int,
 ) -> tuple[IntArr, IntArr]:
     """σ on node indices and edge indices; RailplanError unless σ is an automorphism of `dg`
-    that maps ranks (the first nodes) to ranks."""
+    that maps ranks (the first `ranks` nodes) to ranks."""
     index = {v: i for i, v in enumerate(nodes)}
     full = {v: sigma.get(v, v) for v in nodes}
     if sorted(full.values(), key=lambda v: index.get(v, -1)) != nodes:
         raise RailplanError("symmetry", "is not a permutation of the graph's nodes")
     perm = np.array([index[full[v]] for v in nodes], dtype=np.int64)
+    if (perm[:ranks] >= ranks).any():
+        v = nodes[int(np.flatnonzero(perm[:ranks] >= ranks)[0])]
+        raise RailplanError("symmetry", f"maps rank {v} to {full[v]}, which is not a rank")
     where = {e: i for i, e in enumerate(edges)}
     eperm = np.empty(len(edges), dtype=np.int64)
     for i, (u, v) in enumerate(edges):
@@ -68,21 +76,15 @@ def orbits(colperm: IntArr) -> tuple[IntArr, int]:
     return compact.astype(np.int64), int(compact.max()) + 1
 
 
-def _grid(*shape: int) -> tuple[IntArr, ...]:
-    return tuple(a.ravel() for a in np.meshgrid(*[np.arange(x) for x in shape], indexing="ij"))
-
-
 def columns(
     perm: IntArr, eperm: IntArr, n_edges: int, flow_epochs: int, blocks: tuple[int, int, int]
 ) -> IntArr:
     """Column permutation of lp's layout: flows (c·E + e)·K + k, then state variables
     (c·S + s)·T + t where s is a rank or node index (`blocks` = (n, S, T))."""
     n, s_count, t_count = blocks
-    c, e, k = (
-        a.ravel() for a in np.meshgrid(*map(np.arange, (n, n_edges, flow_epochs)), indexing="ij")
-    )
-    flows = (perm[c] * n_edges + eperm[e]) * flow_epochs + k
-    c2, s, t = _grid(*blocks)
+    c, e, k = grid(n, n_edges, flow_epochs)
+    flows = flow_column(perm[c], eperm[e], k, n_edges, flow_epochs)
+    c2, s, t = grid(*blocks)
     state = len(flows) + (perm[c2] * s_count + perm[s]) * t_count + t
     return np.concatenate([flows, state]).astype(np.int64)
 

@@ -8,12 +8,14 @@ completed (`--traffic_distribution_policy` default 2, load balancing, in
 code/harness/harness_llm/main_llm.cc; `LLMServerLoadGen::getLeastBusyIdx` in llm_server.cc takes
 the first of the least busy; the count drops when the group's final response reaches loadgen).
 
-Here every replica runs the same step loop as `serving.simulate` (same admission, step load
-and token accounting) on the requests dispatched to it. The replicas advance in time order:
-the one whose clock is earliest first dispatches every arrival up to its clock, each to the
-replica with the fewest requests in flight at that arrival (dispatched minus finished by then:
-every other replica's clock is later, so its finishes up to then are known), then takes its
-next step. A replica with nothing to do waits for the next arrival.
+Every replica runs the engine's step loop of `serving`'s docstring (admission by
+`serving._admit`, step load and token accounting) on the requests dispatched to it; with one
+replica this is `serving.simulate`'s single engine (simulate calls `least_busy` for any
+count). The replicas advance in time order: the one whose clock is earliest first
+dispatches every arrival up to its clock, each to the replica with the fewest requests in
+flight at that arrival (dispatched minus finished by then: every other replica's clock is
+later, so its finishes up to then are known), then takes its next step. A replica with
+nothing to do waits for the next arrival.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from railplan.inference.serving import (
     Run,
     StepFn,
     _admit,
-    summary,
+    _tokens_per_s,
 )
 from railplan.specs.arrays import FloatArray, IntArray
 
@@ -50,6 +52,9 @@ class _Replica:
         self.tokens: list[int] = []  # tokens each step produced
 
     def take(self, gid: int, prompt: int) -> None:
+        if self.n == self.ids.size:  # grow by doubling: a replica's share is not known ahead
+            self.ids = np.concatenate([self.ids, np.zeros_like(self.ids)])
+            self.csum = np.concatenate([self.csum, np.zeros(self.n)])
         self.ids[self.n] = gid
         self.csum[self.n + 1] = self.csum[self.n] + prompt
         self.n += 1
@@ -128,7 +133,8 @@ def least_busy(
     of all replicas."""
     requests = int(arrivals.size)
     reqs = _Requests(arrivals, prompt, output)
-    reps = [_Replica(requests) for _ in range(replicas)]
+    # room for an even share each (a replica given more grows): not requests × replicas
+    reps = [_Replica(-(-requests // replicas)) for _ in range(replicas)]
     heap = [(0.0, i) for i in range(replicas)]
     nxt, waiting_at_end = 0, -1
     while heap:
@@ -148,9 +154,20 @@ def least_busy(
 
 
 def _run(reqs: _Requests, reps: list[_Replica], rate: float, waiting: int, budget: int) -> Run:
-    """The simulation's Run, as serving.simulate reports it, over all replicas."""
-    engines = [(np.asarray(r.ends), np.asarray(r.tokens, dtype=np.float64)) for r in reps]
-    finished = (reqs.first, reqs.finish, reqs.last_admitted)
-    return summary(
-        reqs.arrivals, reqs.prompt, reqs.output, finished, engines, rate, waiting, budget
+    """The simulation's Run over all replicas: tokens/s are counted from the middle arrival
+    until the last one (or, when a queue built up, until the last prompt was admitted), while
+    the engines hold their steady (or full) batch."""
+    arrivals, n = reqs.arrivals, reqs.count
+    ttft = reqs.first - arrivals
+    tpot = (reqs.finish - reqs.first) / np.maximum(reqs.output - 1, 1)
+    lo, hi = arrivals[n // 2], max(arrivals[-1], reqs.last_admitted)
+    tokens = sum(
+        _tokens_per_s(np.asarray(r.ends), np.asarray(r.tokens, dtype=np.float64), lo, hi)
+        for r in reps
+        if r.ends
     )
+    half = max(n // 2, 1)
+    lifetime = float(np.median(reqs.finish[:half] - arrivals[:half]))
+    settled = bool(arrivals[n // 2] >= lifetime)
+    per_step = max(1, int(budget // reqs.prompt.mean()))  # prompts an empty step may carry
+    return Run(ttft, tpot, tokens, rate * float(reqs.output.mean()), waiting, per_step, settled)

@@ -15,7 +15,8 @@ token) / (output − 1)). When nothing runs, the engine idles until the next arr
 
 The events are the engine steps themselves, so a plain loop over steps is the discrete-event
 simulation (a process library would add nothing: there is one server and no other resource);
-the running batch is held in numpy arrays.
+the running batch is held in numpy arrays. The loop is `dispatch.least_busy`'s, which
+`simulate` runs for one replica (or for several sharing one stream, dispatched least-busy).
 """
 
 from __future__ import annotations
@@ -174,93 +175,19 @@ def simulate(
     `output_tokens` output tokens, or, with `lengths` (a data set's prompt and output token
     counts), those of a sample drawn at random. With `replicas` > 1, that many engines share
     the stream, each arrival dispatched to the least busy (`dispatch.least_busy`)."""
+    if replicas < 1:
+        raise RailplanError("replicas", f"must be a positive integer; got {replicas!r}")
     _check_simulation(rate_per_s, -(-requests // replicas), max_batch, max_num_tokens)
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1.0 / rate_per_s, requests))
     prompt, output = _lengths(rng, requests, input_tokens, output_tokens, lengths)
-    if replicas > 1:
-        # dispatch builds on this module's step loop, so it is imported here, not at the top
-        from railplan.inference.dispatch import least_busy
+    # dispatch builds on this module's admission, so it is imported here, not at the top; with
+    # one replica its step loop is the single engine's
+    from railplan.inference.dispatch import least_busy
 
-        return least_busy(
-            step_s, rate_per_s, arrivals, prompt, output, replicas, max_batch, max_num_tokens
-        )
-    # prompt tokens of the first k requests: csum[k]; admission is a search in it
-    csum = np.concatenate([[0], np.cumsum(prompt)])
-    first = np.full(requests, np.nan)
-    finish = np.full(requests, np.nan)
-    run_id = np.zeros(0, dtype=np.int64)
-    run_left = np.zeros(0, dtype=np.int64)
-    run_ctx = np.zeros(0, dtype=np.float64)
-    t, nxt, done = 0.0, 0, 0
-    step_end: list[float] = []
-    step_tokens: list[int] = []
-    waiting_at_end = -1
-    last_admitted = 0.0
-    while done < requests:
-        if run_id.size == 0 and nxt < requests and arrivals[nxt] > t:
-            t = float(arrivals[nxt])  # idle until the next arrival
-        arrived = int(np.searchsorted(arrivals, t, side="right"))
-        end = _admit(csum, arrived, nxt, run_id.size, max_batch, max_num_tokens)
-        new = np.arange(nxt, end, dtype=np.int64)
-        nxt = end
-        load = StepLoad(
-            decode=float(run_id.size),
-            context_tokens=float(run_ctx.sum()),
-            prefill_tokens=float(csum[end] - csum[new[0]]) if new.size else 0.0,
-            prefill_seqs=float(new.size),
-        )
-        if waiting_at_end < 0 and t >= arrivals[-1]:
-            waiting_at_end = arrived - nxt  # arrived but not admitted when arrivals stop
-        t += step_s(load)
-        if new.size and nxt == requests:
-            last_admitted = t  # the step that took the last prompt
-        step_end.append(t)
-        step_tokens.append(run_id.size + new.size)
-        run_left -= 1
-        run_ctx += 1.0
-        first[new] = t
-        ids = np.concatenate([run_id, new])
-        left = np.concatenate([run_left, output[new] - 1])
-        ctx = np.concatenate([run_ctx, prompt[new] + 1.0])
-        over = left <= 0
-        finish[ids[over]] = t
-        done += int(over.sum())
-        run_id, run_left, run_ctx = ids[~over], left[~over], ctx[~over]
-    engine = (np.asarray(step_end), np.asarray(step_tokens, dtype=np.float64))
-    finished = (first, finish, last_admitted)
-    return summary(
-        arrivals, prompt, output, finished, [engine], rate_per_s, waiting_at_end, max_num_tokens
+    return least_busy(
+        step_s, rate_per_s, arrivals, prompt, output, replicas, max_batch, max_num_tokens
     )
-
-
-def summary(
-    arrivals: FloatArray,
-    prompt: IntArray,
-    output: IntArray,
-    finished: tuple[FloatArray, FloatArray, float],
-    engines: list[tuple[FloatArray, FloatArray]],
-    rate_per_s: float,
-    waiting_at_end: int,
-    max_num_tokens: int,
-) -> Run:
-    """The Run of a simulation: `finished` holds each request's first-token and finish times
-    and when the last prompt was admitted; `engines` each engine's step end times and tokens.
-    Tokens/s are counted from the middle arrival until the last one (or, when a queue built up,
-    until the last prompt was admitted): the engines hold their steady (or full) batch
-    meanwhile."""
-    first, finish, last_admitted = finished
-    n = arrivals.size
-    ttft = first - arrivals
-    tpot = (finish - first) / np.maximum(output - 1, 1)
-    lo, hi = arrivals[n // 2], max(arrivals[-1], last_admitted)
-    rate = sum(_tokens_per_s(ends, tokens, lo, hi) for ends, tokens in engines if ends.size)
-    half = max(n // 2, 1)
-    lifetime = float(np.median(finish[:half] - arrivals[:half]))
-    settled = bool(arrivals[n // 2] >= lifetime)
-    offered = rate_per_s * float(output.mean())
-    per_step = max(1, int(max_num_tokens // prompt.mean()))  # prompts an empty step may carry
-    return Run(ttft, tpot, float(rate), offered, max(waiting_at_end, 0), per_step, settled)
 
 
 def rate_sweep(
