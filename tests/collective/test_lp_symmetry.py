@@ -163,7 +163,7 @@ def test_chassis_schedules_never_beat_the_cut_bound(count: int, size: float) -> 
         ranks,
         "all-gather",
         size,
-        budget_s=60.0,  # generous: a loaded machine must not turn "no schedule in time" into a failure
+        budget_s=60.0,  # generous: on a loaded machine "no schedule in time" is not the property
         symmetry=chassis.rotation(ranks, count),
         groups=groups,
     )
