@@ -46,8 +46,8 @@ def analytical(model: Model, strategy: Strategy) -> dict[str, float]:
 
     # Passes of the gradient and weight buffers per iteration, by ZeRO stage: an all-reduce is
     # two passes, a reduce-scatter or all-gather one. ZeRO 2 reduce-scatters every micro-batch;
-    # ZeRO 3 also gathers the weights for every forward and backward (and recomputed) pass.
-    full = strategy.recompute == "full"
+    # ZeRO 3 also gathers the weights for every forward and backward pass (a recomputed forward
+    # runs under the backward's gather, as FSDP wraps checkpointed blocks).
     stage = strategy.zero
     if stage >= 2 and strategy.zero_schedule == "step":
         stage = 1  # once per step: ZeRO-2/3 communicate like ZeRO-1
@@ -55,7 +55,7 @@ def analytical(model: Model, strategy: Strategy) -> dict[str, float]:
         0: (2.0, 0.0),
         1: (1.0, 1.0),
         2: (m, 1.0),
-        3: (m, m * (2.0 + full)),
+        3: (m, m * 2.0),
     }[stage]
 
     # every stage with its own layers; first and last stage hold the vocabulary matrix

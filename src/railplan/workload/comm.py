@@ -109,14 +109,15 @@ def dp_schedule(s: StrategyArrays) -> dict[str, dict[str, FloatArray]]:
 
     ZeRO 0: one all-reduce at the end; 1 (distributed optimizer): reduce-scatter + all-gather
     at the end; 2: gradients reduce-scattered after every backward pass (DeepSpeed), weights
-    gathered at the end; 3: weights gathered before every forward and backward pass (again for
-    a recomputed forward), gradients reduce-scattered after every backward pass (Rajbhandari
-    et al. 2020). With `zero_schedule` = step, ZeRO 2/3 keep weights and gradients whole across
-    the micro-batches and communicate once per step like ZeRO 1 (Megatron-Core's distributed
-    optimizer with pipelines)."""
+    gathered at the end; 3: weights gathered before every forward and backward pass, gradients
+    reduce-scattered after every backward pass (Rajbhandari et al. 2020: 3Ψ per step). A
+    recomputed forward runs under the backward's gather: FSDP wraps each transformer block with
+    the activation checkpoint inside the unit (Composer's `prepare_fsdp_module`, torchtitan's
+    `apply_ac` before `fully_shard`), so recompute adds no gather. With `zero_schedule` = step,
+    ZeRO 2/3 keep weights and gradients whole across the micro-batches and communicate once per
+    step like ZeRO 1 (Megatron-Core's distributed optimizer with pipelines)."""
     z = s.zero_sharding
     zero, one = np.zeros(z.shape), np.ones(z.shape)
-    recomputed = (s.recompute == FULL).astype(float)
     return {
         "end": {
             "all_reduce": np.where(z == 0, one, zero),
@@ -131,7 +132,7 @@ def dp_schedule(s: StrategyArrays) -> dict[str, dict[str, FloatArray]]:
         "micro_batch_backward": {
             "all_reduce": zero,
             "reduce_scatter": np.where(z >= 2, one, zero),
-            "all_gather": np.where(z == 3, 1.0 + recomputed, zero),
+            "all_gather": np.where(z == 3, one, zero),
         },
     }
 
