@@ -8,7 +8,8 @@ epoch k + 1 + ⌈α/τ⌉, where α is the link latency (TE-CCL ignores α when 
 `InstanceParams.alpha_threshold`). Nodes that are not ranks (switches, NICs) store nothing: what
 leaves them in an epoch arrived in it.
 
-* all-gather (TE-CCL allgather.py): one commodity per source rank, its D/n bytes. Ranks keep
+* all-gather (TE-CCL allgather.py): one commodity per source rank, its D/n bytes, or with
+  `chunks` = k (TE-CCL's num_chunks) k commodities of D/(n·k) per rank. Ranks keep
   what they receive ("buffers") and may copy it to every out-link; switches may copy too
   (`switch_copy`). Like TE-CCL, a switch's link to a rank takes no epoch of its own (the
   GPU-to-switch epoch carries the crossing, `switch_to_gpu_link_on = False`).
