@@ -11,7 +11,9 @@ import networkx as nx
 
 from railplan.collective.algorithms import Built, Group, Result, checked
 from railplan.collective.lp import (
+    MAX_RANKS,
     SEARCH_BUDGET_S,
+    SOLVE_LIMIT_S,
     LPResult,
     epoch_s,
     slowest_epoch_bound,
@@ -60,25 +62,32 @@ def _epochs(dg: nx.DiGraph, chunk: float) -> list[float]:
 
 def best_all_gather(dg: nx.DiGraph, ranks: list[str], size_bytes: float) -> LPResult:
     """The fastest all-gather schedule over `CHUNK_CHOICES` chunks per rank and `_epochs`,
-    within `SEARCH_BUDGET_S` in all: one chunk at slowest-link epochs first (the schedule TE-CCL
-    and earlier railplan give, with the whole budget), then the others, each with an equal
-    share of what is left. More chunks are tried only while the epoch shrinks with the chunk
-    (not at the latency floor) and while their bound (`whole_chunk_lower`) is below the
-    schedule kept; a try that finds no schedule in its share is skipped."""
+    within about `SEARCH_BUDGET_S` in all: one chunk at slowest-link epochs first (the schedule
+    TE-CCL and earlier railplan give, with the whole budget), then the others, most promising
+    first by their bound (`whole_chunk_lower`), each in half an equal share of what is left (a
+    search may overrun its budget by a solve). More chunks are tried only while the epoch
+    shrinks with the chunk (not at the latency floor), with at most `MAX_RANKS` chunks in all
+    (a program the size of 64 ranks' one: more overran their budget several times at 32 ranks
+    × 4), and while their bound is below the schedule kept; a try that finds no schedule in its
+    share is skipped."""
     start = time.perf_counter()
+    n = len(ranks)
     floor = epoch_s(dg, 0.0, "slow")  # the latency floor of an epoch
-    tries = [
-        (k, tau)
+    slow = epoch_s(dg, size_bytes / n, "slow")
+    best = synthesize(dg, ranks, "all-gather", size_bytes, slow)
+    tries = sorted(
+        (whole_chunk_lower(dg, ranks, size_bytes, tau, k) * tau, k, tau)
         for k in CHUNK_CHOICES
-        if k == 1 or size_bytes / (len(ranks) * k) / min_capacity(dg) > floor
-        for tau in _epochs(dg, size_bytes / (len(ranks) * k))
-    ]
-    best = synthesize(dg, ranks, "all-gather", size_bytes, tries[0][1])
-    for i, (k, tau) in enumerate(tries[1:]):
-        left = SEARCH_BUDGET_S - (time.perf_counter() - start)
-        if left < 1.0:
+        if k == 1 or (n * k <= MAX_RANKS and size_bytes / (n * k) / _min_capacity(dg) > floor)
+        for tau in _epochs(dg, size_bytes / (n * k))
+        if (k, tau) != (1, slow)
+    )
+    tries = [t for t in tries if t[0] < best.time_s * (1 - 1e-9)]
+    for i, (lower_s, k, tau) in enumerate(tries):
+        share = (SEARCH_BUDGET_S - (time.perf_counter() - start)) / (len(tries) - i)
+        if share < 1.0:
             break
-        if whole_chunk_lower(dg, ranks, size_bytes, tau, k) * tau >= best.time_s * (1 - 1e-9):
+        if lower_s >= best.time_s * (1 - 1e-9):
             continue  # cannot beat the schedule kept
         try:
             r = synthesize(
@@ -87,7 +96,8 @@ def best_all_gather(dg: nx.DiGraph, ranks: list[str], size_bytes: float) -> LPRe
                 "all-gather",
                 size_bytes,
                 tau,
-                budget_s=left / (len(tries) - 1 - i),
+                time_limit_s=min(SOLVE_LIMIT_S, share / 2),
+                budget_s=share / 2,
                 chunks=k,
             )
         except RailplanError:
@@ -97,7 +107,7 @@ def best_all_gather(dg: nx.DiGraph, ranks: list[str], size_bytes: float) -> LPRe
     return replace(best, solve_s=time.perf_counter() - start)
 
 
-def min_capacity(dg: nx.DiGraph) -> float:
+def _min_capacity(dg: nx.DiGraph) -> float:
     return min(float(c) for _, _, c in dg.edges(data="capacity") if float(c) > 0)
 
 
