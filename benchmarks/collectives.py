@@ -129,7 +129,7 @@ def lp_on_rails() -> None:
     h100 = load_system("dgx-h100")
     print()
     print("16 GPUs of DGX H100, 1 GiB: best closed form, LP schedule, bound (us)")
-    for op in ("all-reduce", "all-to-all"):
+    for op in ("all-reduce", "all-gather", "all-to-all"):
         for label, arch, radix, over, planes in LP_NETWORKS:
             spec = "rail-optimized" if arch == "multi-plane" else arch
             g = alg.group(h100, Network(architecture=spec, oversubscription=over), 16)

@@ -8,7 +8,8 @@ epoch k + 1 + ⌈α/τ⌉, where α is the link latency (TE-CCL ignores α when 
 `InstanceParams.alpha_threshold`). Nodes that are not ranks (switches, NICs) store nothing: what
 leaves them in an epoch arrived in it.
 
-* all-gather (TE-CCL allgather.py): one commodity per source rank, its D/n bytes. Ranks keep
+* all-gather (TE-CCL allgather.py): one commodity per source rank, its D/n bytes, or with
+  `chunks` = k (TE-CCL's num_chunks) k commodities of D/(n·k) per rank. Ranks keep
   what they receive ("buffers") and may copy it to every out-link; switches may copy too
   (`switch_copy`). Like TE-CCL, a switch's link to a rank takes no epoch of its own (the
   GPU-to-switch epoch carries the crossing, `switch_to_gpu_link_on = False`).
@@ -47,7 +48,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networkx as nx
 import numpy as np
@@ -94,6 +95,7 @@ class LPResult:
     solve_s: float
     epochs_lower: int  # no schedule in fewer epochs (proven)
     optimal: bool  # epochs == epochs_lower
+    chunks: int = 1  # all-gather chunks per rank (TE-CCL's num_chunks)
 
 
 def _solve(
@@ -104,6 +106,7 @@ def _solve(
     time_limit_s: float,
     sym: _Sym | None = None,
     ex: lphier.Exchange | None = None,
+    chunks: int = 1,
 ) -> tuple[str, float]:
     """Whether `k_max` epochs suffice: ("feasible", delivered chunks), ("infeasible", 0),
     ("unknown", 0) when HiGHS hit its time limit first, or ("excluded", 0) when no schedule
@@ -113,8 +116,9 @@ def _solve(
     twice), solved for feasibility only (a zero objective: HiGHS stops at the first schedule);
     all-to-all is its LP, solved for the least traffic. A schedule found is checked against
     every row of the full program (and, for all-gather, replayed by `lpsym.check_all_gather`)."""
-    prob = (all_gather if op == "all-gather" else all_to_all)(net, n, k_max)
     integer = op == "all-gather"
+    prob = all_gather(net, n, k_max, chunks) if integer else all_to_all(net, n, k_max)
+    m = n * chunks  # commodities of the all-gather (chunks == 1 for all-to-all)
     n_state = prob.a_eq.shape[0] - (0 if integer else n)
     integrality = np.zeros(len(prob.c))
     if integer:
@@ -126,11 +130,12 @@ def _solve(
         return "excluded", 0.0
     label = np.arange(len(prob.c))
     if sym is not None:
-        blocks = (n, n if integer else net.n_nodes, k_max + 1)
-        label, m = lpsym.orbits(lpsym.columns(sym[0], sym[1], len(net.tail), kf, blocks))
-        p = lpsym.projector(label, m)
+        blocks = (m, n if integer else net.n_nodes, k_max + 1)
+        cols = lpsym.columns(sym[0], sym[1], len(net.tail), kf, blocks, chunks)
+        label, orbits = lpsym.orbits(cols)
+        p = lpsym.projector(label, orbits)
         a_ub, a_eq, cost = a_ub @ p, a_eq @ p, p.T @ cost
-        lo, hi = lpsym.bounds(label, m, lo, hi)
+        lo, hi = lpsym.bounds(label, orbits, lo, hi)
         integrality = (p.T @ integrality > 0).astype(float)
     res = milp(
         cost,
@@ -151,8 +156,8 @@ def _solve(
                 "schedule", "the solver's schedule breaks the time-expanded program"
             )
         if integer:
-            flows = x[: len(net.tail) * kf * n].reshape(n, len(net.tail), kf)
-            lpsym.check_all_gather(flows, net, n, k_max)
+            flows = x[: len(net.tail) * kf * m].reshape(m, len(net.tail), kf)
+            lpsym.check_all_gather(flows, net, n, k_max, chunks)
         return "feasible", float(np.sum(x[prob.delivered]))
     if res.status == 2:
         # an LP loses nothing to symmetry (the average of a solution's images is a symmetric
@@ -181,10 +186,25 @@ def slowest_epoch_bound(
     return tau, _epochs_lower(network(dg, ranks, size_bytes / n, tau, op), op, n)
 
 
-def _epochs_lower(net: Net, op: str, n: int, groups: list[list[int]] | None = None) -> int:
+def whole_chunk_lower(
+    dg: nx.DiGraph, ranks: list[str], size_bytes: float, tau: float, chunks: int
+) -> int:
+    """Epochs of `tau` no all-gather of `chunks` per rank beats: `_epochs_lower` with each link
+    that takes one chunk or more every epoch counted at the whole chunks it carries (7 on a
+    link of 7.85 chunks per epoch: the program's flows are whole chunks)."""
+    n = len(ranks)
+    net = network(dg, ranks, size_bytes / (n * chunks), tau, "all-gather")
+    whole = (net.window == 0) & (net.cap >= 1)
+    cap = np.where(whole, np.floor(net.cap + 1e-9), net.cap)
+    return _epochs_lower(replace(net, cap=cap), "all-gather", n, None, chunks)
+
+
+def _epochs_lower(
+    net: Net, op: str, n: int, groups: list[list[int]] | None = None, chunks: int = 1
+) -> int:
     """Epochs no schedule can beat: the farthest pair (in epoch delays), one rank's in-links
-    carrying the n−1 chunks it lacks (the one-GPU cut of bound.py), and each of `groups`
-    (chassis) taking the chunks it lacks over the links into it (a cut)."""
+    carrying the (n−1)·`chunks` chunks it lacks (the one-GPU cut of bound.py), and each of
+    `groups` (chassis) taking the chunks it lacks over the links into it (a cut)."""
     d = net.dist[:n, :n]
     if not np.isfinite(d).all():
         s, r = (int(x[0]) for x in np.nonzero(~np.isfinite(d)))
@@ -193,19 +213,25 @@ def _epochs_lower(net: Net, op: str, n: int, groups: list[list[int]] | None = No
     in_cap = np.bincount(net.head, weights=net.cap, minlength=net.n_nodes)[:n]
     out_cap = np.bincount(net.tail, weights=net.cap, minlength=net.n_nodes)[:n]
     per_rank = in_cap.min() if op == "all-gather" else min(in_cap.min(), out_cap.min())
-    cut = math.ceil(float((n - 1) / per_rank) - 1e-9)
+    cut = math.ceil(float((n - 1) * chunks / per_rank) - 1e-9)
     for members in groups or []:
         inside = np.zeros(net.n_nodes, dtype=bool)
         inside[members] = True
         m = len(members)
         cap = float(net.cap[inside[net.head] & ~inside[net.tail]].sum())
         if 0 < m < n and cap > 0:
-            cut = max(cut, math.ceil((n - m) * (m if op == "all-to-all" else 1) / cap - 1e-9))
+            per = m if op == "all-to-all" else chunks
+            cut = max(cut, math.ceil((n - m) * per / cap - 1e-9))
     return max(1, far, cut)
 
 
 def _at_epoch(
-    net: Net, op: str, groups: list[list[int]], sym: _Sym | None, limits: tuple[float, ...]
+    net: Net,
+    op: str,
+    groups: list[list[int]],
+    sym: _Sym | None,
+    limits: tuple[float, ...],
+    chunks: int = 1,
 ) -> Found | None:
     """The search at one epoch length. With `groups` (chassis) of lphier's shape, the
     all-gather with the chassis exchange fixed first (half the find time, a quarter of the
@@ -213,10 +239,10 @@ def _at_epoch(
     the bounds and the free program only)."""
     n = int(net.is_rank.sum())
     limit_s, find_s, bisect_s = limits
-    lower = _epochs_lower(net, op, n, groups)
+    lower = _epochs_lower(net, op, n, groups, chunks)
 
     def free(k: int, lim: float) -> tuple[str, float]:
-        return _solve(net, op, n, k, lim, sym)
+        return _solve(net, op, n, k, lim, sym, chunks=chunks)
 
     ex = None
     if op == "all-gather" and groups:
@@ -266,6 +292,23 @@ def _group_indices(ranks: list[str], groups: list[list[str]]) -> list[list[int]]
     return [[index[r] for r in members] for members in groups]
 
 
+def _check_inputs(
+    op: str, n: int, size_bytes: float, chunks: int, groups: list[list[str]] | None
+) -> None:
+    """One-line errors for an operation, rank count, size or chunk count the program lacks."""
+    if op not in LP_OPS:
+        raise RailplanError("op", f"{op!r} has no LP schedule; choose one of {', '.join(LP_OPS)}")
+    if not 2 <= n <= MAX_RANKS:
+        raise RailplanError("gpus", f"the LP schedule takes 2 to {MAX_RANKS} ranks; got {n}")
+    if not (size_bytes > 0 and math.isfinite(size_bytes)):
+        raise RailplanError("bytes", f"must be positive and finite; got {size_bytes}")
+    if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+        raise RailplanError("chunks", f"must be a whole number of at least 1; got {chunks!r}")
+    if chunks > 1 and (op != "all-gather" or groups):
+        # all-to-all flows split freely already; lphier's exchange sends one chunk per rank
+        raise RailplanError("chunks", "several chunks per rank: all-gather without groups only")
+
+
 def synthesize(
     dg: nx.DiGraph,
     ranks: list[str],
@@ -276,6 +319,7 @@ def synthesize(
     budget_s: float = SEARCH_BUDGET_S,
     symmetry: Mapping[str, str] | None = None,
     groups: list[list[str]] | None = None,
+    chunks: int = 1,
 ) -> LPResult:
     """The fastest schedule of `op` on `dg` (edge `capacity` in bytes/s per direction, optional
     `latency_s`); `size_bytes` as nccl-tests prints it (the gathered result; each rank's
@@ -289,16 +333,12 @@ def synthesize(
     proven infeasible at the epoch used (`epochs_lower`: the fewest not proven too few).
     `symmetry` (an automorphism, lpsym) and `groups` (chassis, lphier) restrict the programs
     solved to symmetric schedules and a fixed chassis exchange; they never prove a count too
-    few."""
-    if op not in LP_OPS:
-        raise RailplanError("op", f"{op!r} has no LP schedule; choose one of {', '.join(LP_OPS)}")
+    few. `chunks`: all-gather chunks per rank (TE-CCL's num_chunks), each D/(n·chunks) bytes and
+    routed and copied on its own; the slowest-link epoch shrinks with the chunk."""
+    _check_inputs(op, len(ranks), size_bytes, chunks, groups)
     n = len(ranks)
-    if not 2 <= n <= MAX_RANKS:
-        raise RailplanError("gpus", f"the LP schedule takes 2 to {MAX_RANKS} ranks; got {n}")
-    if not (size_bytes > 0 and math.isfinite(size_bytes)):
-        raise RailplanError("bytes", f"must be positive and finite; got {size_bytes}")
     start = time.perf_counter()
-    chunk = size_bytes / n
+    chunk = size_bytes / (n * chunks)
     tau = epochs if isinstance(epochs, float) else epoch_s(dg, chunk, epochs)
     if not (tau > 0 and math.isfinite(tau)):
         raise RailplanError("epochs", f"an epoch length must be positive; got {tau}")
@@ -315,6 +355,7 @@ def synthesize(
             grp,
             sym,
             (min(time_limit_s, budget_s), budget_s / (2 if step == 0 else 8), budget_s / 4),
+            chunks,
         )
         if found is not None:
             t = found.epochs * tau_s
@@ -330,6 +371,7 @@ def synthesize(
                 time.perf_counter() - start,
                 found.proven,
                 found.proven >= found.epochs,
+                chunks,
             )
     raise RailplanError(
         "gpus", f"no {op} schedule for {n} ranks found within the solver's time; use fewer ranks"

@@ -145,23 +145,26 @@ def _capacity_rhs(net: Net, k_max: int) -> NDArray[np.float64]:
     return np.repeat(net.cap * (net.window + 1), k_max)
 
 
-def all_gather(net: Net, n: int, k_max: int) -> Problem:
+def all_gather(net: Net, n: int, k_max: int, chunks: int = 1) -> Problem:
     """Buffers b[c, r, t] (t = 0..K) after the flows: b_t = b_(t-1) + arrivals at t. As in
     TE-CCL, a chunk sent to a switch in the last epoch K-1 counts as delivered in it: the
-    switch's links to ranks get one more epoch, K, whose flows land in b_K."""
+    switch's links to ranks get one more epoch, K, whose flows land in b_K. With `chunks` per
+    rank (TE-CCL's num_chunks) commodity c is chunk c mod `chunks` of rank c // `chunks`."""
     kf = k_max + 1  # flow epochs 0..K; only switch-to-rank flows may use epoch K
-    c, e, k, at = _flows(net, n, kf)
+    m = n * chunks
+    src = np.arange(m, dtype=np.int64) // chunks  # commodity -> the rank it starts at
+    c, e, k, at = _flows(net, m, kf)
     nf, kk = len(c), k_max + 1
-    nb = n * n * kk
+    nb = m * n * kk
     head_r, tail_r = net.rank_idx[net.head[e]], net.rank_idx[net.tail[e]]
     eq = _Coo()
-    bc, br, bt = grid(n, n, kk)
+    bc, br, bt = grid(m, n, kk)
     eq.add(np.arange(nb), nf + np.arange(nb), 1.0)
     later = np.flatnonzero(bt > 0)
     eq.add(later, nf + later - 1, -1.0)
-    useful = (head_r >= 0) & (head_r != c) & (at <= k_max)
+    useful = (head_r >= 0) & (head_r != src[c]) & (at <= k_max)
     eq.add((c[useful] * n + head_r[useful]) * kk + at[useful], np.flatnonzero(useful), -1.0)
-    b_eq = np.where((bc == br) & (bt == 0), 1.0, 0.0)
+    b_eq = np.where((src[bc] == br) & (bt == 0), 1.0, 0.0)
     ub = _Coo()
     fr = np.flatnonzero(tail_r >= 0)  # a rank sends (copies) what it holds
     ub.add(np.arange(len(fr)), fr, 1.0)
@@ -184,7 +187,7 @@ def all_gather(net: Net, n: int, k_max: int) -> Problem:
     to_rank = net.dist[:, :n].copy()
     to_rank[np.arange(n), np.arange(n)] = np.inf  # (a rank's own chunk: see below)
     reach = np.where(net.is_rank[net.head[e]], at, at + to_rank[net.head[e]].min(axis=1))
-    hi_f = np.where((k < net.dist[c, net.tail[e]]) | (reach > k_max), 0.0, np.inf)
+    hi_f = np.where((k < net.dist[src[c], net.tail[e]]) | (reach > k_max), 0.0, np.inf)
     hi = np.concatenate([hi_f, np.ones(nb)])
     cost = np.concatenate([np.ones(nf), np.zeros(nb)])
     return Problem(

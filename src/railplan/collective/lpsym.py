@@ -15,7 +15,8 @@ The check (`check_all_gather`) replays the schedule epoch by epoch on the time-e
 independently of the program's rows: a rank sends only a chunk it holds (its own, or one that
 arrived by that epoch), a switch forwards only what arrived in the same epoch, no edge carries
 more than its capacity over any window of a chunk's transfer, and every rank holds every chunk
-at the end.
+at the end. With several chunks per rank (TE-CCL's num_chunks) each is its own commodity and
+the same rules hold chunk by chunk.
 """
 
 from __future__ import annotations
@@ -77,15 +78,24 @@ def orbits(colperm: IntArr) -> tuple[IntArr, int]:
 
 
 def columns(
-    perm: IntArr, eperm: IntArr, n_edges: int, flow_epochs: int, blocks: tuple[int, int, int]
+    perm: IntArr,
+    eperm: IntArr,
+    n_edges: int,
+    flow_epochs: int,
+    blocks: tuple[int, int, int],
+    chunks: int = 1,
 ) -> IntArr:
     """Column permutation of lp's layout: flows (c·E + e)·K + k, then state variables
-    (c·S + s)·T + t where s is a rank or node index (`blocks` = (n, S, T))."""
-    n, s_count, t_count = blocks
-    c, e, k = grid(n, n_edges, flow_epochs)
-    flows = flow_column(perm[c], eperm[e], k, n_edges, flow_epochs)
+    (c·S + s)·T + t where s is a rank or node index (`blocks` = (commodities, S, T)); with
+    `chunks` per rank, commodity c (chunk c mod chunks of rank c // chunks) maps to the same
+    chunk of the image of its rank."""
+    m, s_count, t_count = blocks
+    cs = np.arange(m, dtype=np.int64)
+    cperm = perm[cs // chunks] * chunks + cs % chunks
+    c, e, k = grid(m, n_edges, flow_epochs)
+    flows = flow_column(cperm[c], eperm[e], k, n_edges, flow_epochs)
     c2, s, t = grid(*blocks)
-    state = len(flows) + (perm[c2] * s_count + perm[s]) * t_count + t
+    state = len(flows) + (cperm[c2] * s_count + perm[s]) * t_count + t
     return np.concatenate([flows, state]).astype(np.int64)
 
 
@@ -143,16 +153,21 @@ class Links(Protocol):
     def window(self) -> IntArr: ...
 
 
-def check_all_gather(f: NDArray[np.float64], net: Links, n: int, k_max: int) -> None:
+def check_all_gather(
+    f: NDArray[np.float64], net: Links, n: int, k_max: int, chunks: int = 1
+) -> None:
     """Replay whole-chunk flows f[c, e, k] (k = 0..K) on the time-expanded graph; a
-    RailplanError names the first rule broken (see the module's docstring)."""
+    RailplanError names the first rule broken (see the module's docstring). With `chunks` per
+    rank, chunk c starts at rank c // `chunks` (f has n · chunks commodities)."""
     tail, head, cap, arr, window = net.tail, net.head, net.cap, net.arr, net.window
     x = np.rint(f).astype(np.int64)
     if np.abs(f - x).max(initial=0.0) > 1e-6 or x.min(initial=0) < 0:
         raise RailplanError("schedule", "flows are not whole chunks")
     c_n, e_n, k_n = x.shape
+    if c_n != n * chunks:
+        raise RailplanError("schedule", f"{c_n} chunks, not {n} ranks x {chunks}")
     held = np.full((c_n, n), k_max + 1)  # epoch from which rank r holds chunk c
-    held[np.arange(n), np.arange(n)] = 0
+    held[np.arange(c_n), np.arange(c_n) // chunks] = 0
     for k in range(k_n):
         sent = np.nonzero(x[:, :, k])
         for c, e in zip(*sent, strict=True):
