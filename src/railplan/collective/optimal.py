@@ -27,6 +27,9 @@ from railplan.errors import RailplanError
 A2A_EPOCHS = 8
 #: all-gather chunks per rank tried on a built graph (TE-CCL's num_chunks), fewest first
 CHUNK_CHOICES: tuple[int, ...] = (1, 2, 4)
+#: seconds the tries beyond one chunk at slowest-link epochs may take in all (16 GPUs need about
+#: one; at 32 they found nothing better in any share, so they must not hold a command for long)
+EXTRA_TRIES_S = 10.0
 #: networks whose built graph the LP runs on (bound.topology)
 LP_ARCHS: tuple[str, ...] = (
     "rail-optimized",
@@ -63,8 +66,9 @@ def _epochs(dg: nx.DiGraph, chunk: float) -> list[float]:
 def best_all_gather(dg: nx.DiGraph, ranks: list[str], size_bytes: float) -> LPResult:
     """The fastest all-gather schedule over `CHUNK_CHOICES` chunks per rank and `_epochs`,
     within about `SEARCH_BUDGET_S` in all: one chunk at slowest-link epochs first (the schedule
-    TE-CCL and earlier railplan give, with the whole budget), then the others, most promising
-    first by their bound (`whole_chunk_lower`), each in half an equal share of what is left (a
+    TE-CCL and earlier railplan give, with the whole budget), then the others within
+    `EXTRA_TRIES_S`, most promising first by their bound (`whole_chunk_lower`), each in half an
+    equal share of what is left (a
     search may overrun its budget by a solve). More chunks are tried only while the epoch
     shrinks with the chunk (not at the latency floor), with at most `MAX_RANKS` chunks in all
     (a program the size of 64 ranks' one: more overran their budget several times at 32 ranks
@@ -83,8 +87,10 @@ def best_all_gather(dg: nx.DiGraph, ranks: list[str], size_bytes: float) -> LPRe
         if (k, tau) != (1, slow)
     )
     tries = [t for t in tries if t[0] < best.time_s * (1 - 1e-9)]
+    now = time.perf_counter()
+    deadline = now + min(SEARCH_BUDGET_S - (now - start), EXTRA_TRIES_S)
     for i, (lower_s, k, tau) in enumerate(tries):
-        share = (SEARCH_BUDGET_S - (time.perf_counter() - start)) / (len(tries) - i)
+        share = (deadline - time.perf_counter()) / (len(tries) - i)
         if share < 1.0:
             break
         if lower_s >= best.time_s * (1 - 1e-9):
