@@ -44,6 +44,18 @@ def test_infer_sweep_writes_a_plot(cli: Cli, tmp_path: Path) -> None:
     assert plot.stat().st_size > 0
 
 
+def test_infer_least_busy_dispatch(cli: Cli) -> None:
+    # 8 H100 at tp 2 are 4 replicas: least-busy simulates all of them (300 requests each) and
+    # at light load nearly every request finds an idle one, so its TTFT is no worse than the
+    # random split's one-replica simulation
+    args = ["infer", "--tp", "2", "--arrival-rate", "4", "--requests", "300"]
+    busy = cli.json(*args, "--dispatch", "least-busy")
+    split = cli.json(*args)
+    assert busy["dispatch"] == "least-busy" and split["dispatch"] == "split"
+    assert busy["serving"][0]["requests"] == 300
+    assert busy["serving"][0]["ttft_mean_s"] <= split["serving"][0]["ttft_mean_s"]
+
+
 def test_infer_search_json(cli: Cli) -> None:
     out = cli.json(
         "infer-search",
@@ -84,6 +96,21 @@ def test_infer_search_json(cli: Cli) -> None:
         (["infer", "--plot", "x.png"], "plot"),
         (["infer", "--arrival-rate", "1", "--plot", "x.txt"], "plot"),
         (["infer", "--network", "torus"], "network"),
+        (["infer", "--arrival-rate", "5", "--dispatch", "random"], "dispatch"),
+        (
+            [
+                "infer",
+                "--gpus",
+                "512",
+                "--arrival-rate",
+                "5000",
+                "--requests",
+                "200000",
+                "--dispatch",
+                "least-busy",
+            ],
+            "requests",
+        ),
         (["infer", "--model", "llama-9"], "model"),
         (["infer-search", "--ttft-slo", "0"], "ttft_slo"),
         (["infer-search", "--hb-domains", "8,x"], "hb_domains"),

@@ -62,8 +62,16 @@ def infer(
         typer.Option(help="requests/s (Poisson); a comma list sweeps the rates"),
     ] = None,
     requests: Annotated[
-        int, typer.Option(help="requests simulated per rate, on one replica (1-200000)")
+        int, typer.Option(help="requests simulated per rate and replica (1-200000)")
     ] = 2000,
+    dispatch: Annotated[
+        str,
+        typer.Option(
+            help="split: one replica simulated on its random share of the stream | least-busy: "
+            "every replica, each request to the one with the fewest in flight (NVIDIA's MLPerf "
+            "harness)"
+        ),
+    ] = "split",
     plot: Annotated[
         str | None, typer.Option(help="throughput-latency plot of the sweep (PNG or SVG)")
     ] = None,
@@ -81,8 +89,10 @@ def infer(
     from railplan.inference.engine import Deployment
     from railplan.inference.estimate import infer as run
     from railplan.inference.serving import rate_sweep
+    from railplan.specs.build import choice
     from railplan.specs.catalog import load_model
 
+    choice("dispatch", dispatch, ("split", "least-busy"))
     rates = _floats("arrival_rate", arrival_rate) if arrival_rate is not None else []
     _check_figures(plot, heatmap, rates)
     sy = hardware.system(system)
@@ -90,9 +100,11 @@ def infer(
     dep = Deployment(m, sy, hardware.network_spec(), gpus, tp, pp, ep, precision)
     r = run(dep, batch, input_tokens, output_tokens)
     out: dict[str, Any] = r.to_dict()
-    sweep = rate_sweep(dep, rates, input_tokens, output_tokens, batch, requests) if rates else []
+    busy = dispatch == "least-busy"
+    sweep = rate_sweep(dep, rates, input_tokens, output_tokens, batch, requests, busy)
     if sweep:
         out["serving"] = [s.to_dict() for s in sweep]
+        out["dispatch"] = dispatch
     if traffic or heatmap is not None:
         _decode_step(dep, r, out, traffic, heatmap)
     if plot is not None:

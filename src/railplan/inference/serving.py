@@ -39,6 +39,8 @@ MAX_PREFILL_TOKENS = MAX_NUM_TOKENS
 #: requests simulated per rate by default (per replica)
 DEFAULT_REQUESTS = 2000
 MAX_REQUESTS = 200_000
+#: most requests one simulation of several replicas takes in all (least-busy dispatch)
+MAX_SIMULATED_REQUESTS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,12 @@ def simulate(
     the stream, each arrival dispatched to the least busy (`dispatch.least_busy`)."""
     if replicas < 1:
         raise RailplanError("replicas", f"must be a positive integer; got {replicas!r}")
+    if requests > MAX_SIMULATED_REQUESTS:
+        raise RailplanError(
+            "requests",
+            f"{replicas:,} replicas × {-(-requests // replicas):,} requests each is "
+            f"{requests:,} simulated requests; at most {MAX_SIMULATED_REQUESTS:,} (use fewer)",
+        )
     _check_simulation(rate_per_s, -(-requests // replicas), max_batch, max_num_tokens)
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1.0 / rate_per_s, requests))
@@ -197,9 +205,13 @@ def rate_sweep(
     output_tokens: int,
     batch: int | None = None,
     requests: int = DEFAULT_REQUESTS,
+    least_busy: bool = False,
 ) -> list[ServingResult]:
     """`serve` at each arrival rate: the throughput-latency curve."""
-    return [serve(dep, r, input_tokens, output_tokens, batch, requests) for r in rates]
+    return [
+        serve(dep, r, input_tokens, output_tokens, batch, requests, least_busy=least_busy)
+        for r in rates
+    ]
 
 
 def serve(
