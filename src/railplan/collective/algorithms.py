@@ -64,6 +64,16 @@ class Built:
     oversubscription: float = 1.0
     planes: int = 1
 
+    def one_plane(self) -> Built:
+        """The network a schedule is worked out on. Multi-plane's planes are identical Clos
+        networks and a GPU's traffic is spread evenly over its ports (as NCCL spreads its
+        channels over a GPU's NICs, each chunk in `planes` parts): each plane carries 1/planes
+        of every flow at 1/planes of the rate, so one rail-optimized plane at planes × the port
+        rate takes the same time. Every other network is itself."""
+        if self.arch != "multi-plane":
+            return self
+        return Built("rail-optimized", self.radix, self.nic_gbps * self.planes)
+
 
 def group(system: System, network: Network, gpus: int, nvls: bool = True) -> Group:
     """The group of `gpus` GPUs filling HB domains in turn (`ideal`: one domain of all)."""

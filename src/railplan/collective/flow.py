@@ -58,11 +58,7 @@ def _steps(g: Group, op: str, size_bytes: float, arch: str) -> tuple[list[Step],
 def flow(g: Group, op: str, size_bytes: float, built: Built) -> Result:
     """Time, algbw and busbw of the collective's schedule simulated on the `built` network
     (its switch radix and NIC ports; `oversubscription`:1 above the leaves when oversubscribed).
-    `multi-plane` (`planes` ports per GPU, one per plane, traffic spread evenly over them as
-    NCCL spreads its channels over a GPU's NIC ports): its planes are identical Clos networks
-    that each carry 1/planes of every flow at 1/planes of the rate, so the simulation runs one
-    such plane at planes × the port rate, which takes the same time (the flow simulator routes
-    a GPU through one leaf)."""
+    Multi-plane runs as `Built.one_plane` (the flow simulator routes a GPU through one leaf)."""
     from railplan.network.flowsim.maxmin import MAX_SIMULATED_PAIRS, simulate
 
     size_bytes = checked(op, size_bytes)
@@ -71,11 +67,9 @@ def flow(g: Group, op: str, size_bytes: float, built: Built) -> Result:
             "gpus", f"flow (the flow-level simulation) takes at most {MAX_RANKS} GPUs; got {g.gpus}"
         )
     lk = g.links
-    arch, nic_gbps = built.arch, built.nic_gbps
-    if arch == "multi-plane":
-        arch, nic_gbps = "rail-optimized", nic_gbps * built.planes
-    net = _network(g, arch, built.radix, nic_gbps, built.oversubscription)
-    steps, note = _steps(g, op, size_bytes, arch)
+    built = built.one_plane()
+    net = _network(g, built.arch, built.radix, built.nic_gbps, built.oversubscription)
+    steps, note = _steps(g, op, size_bytes, built.arch)
     sim = simulate(net, steps, max_pairs=MAX_SIMULATED_PAIRS)
     latency_s = sum(
         s.repeat * (lk.hb_lat_s if s.name.startswith("HB") or g.y == 1 else lk.nic_lat_s)

@@ -127,12 +127,8 @@ def optimal(g: Group, op: str, size_bytes: float, built: Built) -> Result:
         raise RailplanError(
             "network", f"the LP schedule runs on {', '.join(LP_ARCHS)}; got {built.arch!r}"
         )
-    if built.arch == "multi-plane":
-        # a schedule of one plane at planes × the port rate runs split evenly over the planes
-        # (each chunk in `planes` parts, one per plane) in the same time; whole chunks on the
-        # multi-plane graph would each take one port at 1/planes of the rate
-        built = Built("rail-optimized", built.radix, built.nic_gbps * built.planes)
-    dg, ranks = built_graph(g, built)
+    # whole chunks on the multi-plane graph would each take one port at 1/planes of the rate
+    dg, ranks = built_graph(g, built.one_plane())
     if op == "all-to-all":  # flows split freely: finer epochs than the slowest link's
         tau, lower = slowest_epoch_bound(dg, ranks, op, size_bytes)
         try:
