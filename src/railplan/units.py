@@ -8,6 +8,11 @@ def gbps_to_bytes_per_s(gbps: float) -> float:
     return gbps * 1e9 / 8
 
 
+def bytes_per_s_to_gbps(bytes_per_s: float) -> float:
+    """The inverse of `gbps_to_bytes_per_s`."""
+    return bytes_per_s * 8 / 1e9
+
+
 def fmt_bytes(x: float) -> str:
     """Bytes in the largest decimal unit that keeps the value ≥ 1 (2.31 PB, 40.59 TB, 12 B)."""
     for unit, scale in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):

@@ -25,6 +25,7 @@ import numpy as np
 
 from railplan.collective.algorithms import Built, Group, Result, checked
 from railplan.errors import RailplanError
+from railplan.units import bytes_per_s_to_gbps, gbps_to_bytes_per_s
 
 if TYPE_CHECKING:
     from railplan.network.flowsim.fabric import FlowNetwork
@@ -87,8 +88,8 @@ def _network(
 
     lk = g.links
     over = oversubscription if arch == "oversubscribed" else None
-    net = network_for(arch, g.gpus, g.x, radix, nic_gbps, lk.hb_bw * 8 / 1e9, 1, over)
+    net = network_for(arch, g.gpus, g.x, radix, nic_gbps, bytes_per_s_to_gbps(lk.hb_bw), 1, over)
     hb = np.isin(net.link_kind, (KIND_HB_UP, KIND_HB_DOWN))
-    nic_scale = lk.nic_bw / (nic_gbps * 1e9 / 8)  # achievable over line rate
+    nic_scale = lk.nic_bw / gbps_to_bytes_per_s(nic_gbps)  # achievable over line rate
     cap = np.where(hb, lk.hb_bw, net.capacity_bytes_per_s * nic_scale)
     return net.with_capacity(cap)

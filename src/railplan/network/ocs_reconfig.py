@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from railplan.errors import RailplanError
 from railplan.network.topology import check_cluster, check_nic
 from railplan.specs.base import Range
+from railplan.units import gbps_to_bytes_per_s
 
 if TYPE_CHECKING:
     from railplan.network.cost import PriceBook
@@ -188,7 +189,7 @@ def rail_collectives(c: OcsReconfigured, size_bytes: float = 1e9) -> dict[str, A
     from railplan.perf.collectives import all_to_all_rail_only_s, ring_all_reduce_s
 
     y = c.pod_domains
-    bw = c.nics_per_gpu * c.nic_gbps * 1e9 / 8.0
+    bw = gbps_to_bytes_per_s(c.nics_per_gpu * c.nic_gbps)
     pair = size_bytes / y
     ar = float(ring_all_reduce_s(y, size_bytes, bw, 0.0))
     a2a_rail = float(all_to_all_rail_only_s(1, y, pair, 1.0, bw, 0.0, 0.0))
