@@ -86,6 +86,7 @@ def modern_run(r: dict[str, str], sustained: float | None = None) -> tuple[Model
         attention=facts.get("attention", "flash"),
         tp_comm_overlap=facts.get("tp_comm_overlap", "True") == "True",
         overlap_p2p=facts.get("overlap_p2p", "True") == "True",
+        overlap_backward_gather=facts.get("overlap_backward_gather", "True") == "True",
         defer_embedding_wgrad=facts.get("defer_embedding_wgrad", "False") == "True",
         wgrad_deferral_limit=int(facts.get("wgrad_deferral_limit", "0")),
     )
@@ -293,6 +294,9 @@ def estimate_command(model: Model, system: System, s: Strategy, gpus: int) -> st
         "--overlap-tp" if s.overlap_tp else "--no-overlap-tp",
         "--tp-comm-overlap" if s.tp_comm_overlap else "--no-tp-comm-overlap",
         "--overlap-p2p" if s.overlap_p2p else "--no-overlap-p2p",
+        "--overlap-backward-gather"
+        if s.overlap_backward_gather
+        else "--no-overlap-backward-gather",
         (
             f"--defer-embedding-wgrad --wgrad-deferral-limit {s.wgrad_deferral_limit}"
             if s.defer_embedding_wgrad
