@@ -39,7 +39,7 @@ def _arrays(pp: int, v: int, m: int, defer: bool, limit: int = 0) -> StrategyArr
     )
 
 
-NO_DP = DataParallel(*(np.zeros(()) for _ in range(6)))
+NO_DP = DataParallel(*(np.zeros(()) for _ in range(7)))
 
 
 def _run(

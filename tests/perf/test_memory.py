@@ -31,6 +31,16 @@ def test_activations_tp_only_formula(t: int) -> None:
     assert _layer("gpt-22b", tp=t, micro_batch=b) == pytest.approx(expected)
 
 
+def test_activations_without_dropout_keep_no_masks() -> None:
+    # no dropout: s·b·h·(8 + 24/t + 2·a·s/(h·t)): two 1-byte masks and the score mask and
+    # dropout output gone
+    m = load_model("gpt-22b").model_copy(update={"dropout": False})
+    s, b, h, a, t = m.seq, 2, m.hidden, m.heads, 8
+    st = from_strategies(Strategy(global_batch=8, attention="unfused", tp=t, micro_batch=b))
+    expected = s * b * h * (8 + 24 / t + 2 * a * s / (h * t))
+    assert float(layer_activation_bytes(m, st)) == pytest.approx(expected)
+
+
 def test_activations_sequence_parallel_selective() -> None:
     # 34·s·b·h/t (Korthikanti eq. 6 with selective recompute)
     m = load_model("gpt-175b")

@@ -280,3 +280,28 @@ def test_older_attention_never_faster() -> None:
             s = from_strategies(Strategy(tp=8, global_batch=1, attention=att))
             times.append(float(iteration(m, sy, Network(), s).iteration_s))
         assert times[0] <= times[1] <= times[2], (system, times)
+
+
+def test_backward_post_exposes_the_backward_gather_of_zero3_only() -> None:
+    """FSDP BACKWARD_POST (`overlap_backward_gather` off): the backward's weight all-gather
+    starts after the previous unit's gradients, so it adds to every micro-batch what it took
+    beyond its SM-sharing cost when hidden, (1 − u)·gather while compute outlasts it; ZeRO-1
+    gathers nothing per micro-batch and does not move."""
+    sy, m = load_system("dgx-h100"), load_model("gpt-22b")
+    for zero, slower in ((3, True), (1, False)):
+        on, off = (
+            Strategy(dp=64, zero=zero, global_batch=256, micro_batch=2, overlap_backward_gather=o)
+            for o in (True, False)
+        )
+        t_on, t_off = (estimate(m, sy, s, gpus=64).iteration_s for s in (on, off))
+        assert (t_off > t_on) is slower
+        if not slower:
+            assert t_off == pytest.approx(t_on)
+
+
+def test_backward_gather_flag_in_cli_json(cli) -> None:  # type: ignore[no-untyped-def]
+    args = ("estimate", "--model", "gpt-22b", "--gpus", "64", "--zero", "3", "--global-batch", "64")
+    on = cli.json(*args)
+    off = cli.json(*args, "--no-overlap-backward-gather")
+    assert off["strategy"]["overlap_backward_gather"] is False
+    assert off["breakdown_s"]["zero_comm"] > on["breakdown_s"]["zero_comm"]

@@ -43,3 +43,20 @@ def test_layer_bytes_split_by_tp() -> None:
         MODEL, from_strategies(Strategy(global_batch=1, tp=4, sequence_parallel=True))
     )
     assert float(four["forward"]) == pytest.approx(float(one_["forward"]) / 4)
+
+
+def test_layer_bytes_without_dropout() -> None:
+    """A model trained without dropout moves no masks: forward 20·sbh instead of 22, backward
+    24·sbh instead of 34 (the two dropout passes gone), and unfused scores 4 bytes forward, 6
+    backward per element (no attention-dropout kernel)."""
+    sbh = MODEL.seq * MODEL.hidden
+    plain = MODEL.model_copy(update={"dropout": False})
+    for attention in ("flash", "unfused"):
+        s = from_strategies(Strategy(global_batch=1, attention=attention))
+        with_d, without = elementwise.layer_bytes(MODEL, s), elementwise.layer_bytes(plain, s)
+        scores = 0.0 if attention == "flash" else MODEL.heads * MODEL.seq**2
+        assert float(with_d["forward"] - without["forward"]) == pytest.approx(2 * sbh + 5 * scores)
+        assert float(with_d["backward"] - without["backward"]) == pytest.approx(
+            10 * sbh + 5 * scores
+        )
+        assert float(without["scores_forward"]) == pytest.approx(4 * scores)

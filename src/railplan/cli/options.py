@@ -133,6 +133,14 @@ ZeroScheduleOpt = Annotated[
         "| step (once per step)"
     ),
 ]
+OverlapBackwardGatherOpt = Annotated[
+    bool,
+    typer.Option(
+        "--overlap-backward-gather/--no-overlap-backward-gather",
+        help="ZeRO-3: the backward weight gather overlaps the previous unit's gradient compute "
+        "(FSDP BACKWARD_PRE, DeepSpeed); off: FSDP BACKWARD_POST, the gather is exposed",
+    ),
+]
 AttentionOpt = Annotated[
     str,
     typer.Option(help="flash (fused, no s×s scores in HBM; default) | unfused (2021-22 Megatron)"),

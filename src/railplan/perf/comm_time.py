@@ -225,8 +225,10 @@ def dp_reduce_s(
         timing: np.asarray(np.where(on, sum(counts[k] * one_pass[k] for k in one_pass), 0.0))
         for timing, counts in sched.items()
     }
-    # The weight all-gather at the end, which can hide behind the next step's forward pass.
-    out["end_all_gather"] = np.asarray(
-        np.where(on, sched["end"]["all_gather"] * one_pass["all_gather"], 0.0)
-    )
+    # The weight all-gathers at the end (which can hide behind the next step's forward pass)
+    # and before each backward pass (exposed where they are not prefetched).
+    for timing in ("end", "micro_batch_backward"):
+        out[f"{timing}_all_gather"] = np.asarray(
+            np.where(on, sched[timing]["all_gather"] * one_pass["all_gather"], 0.0)
+        )
     return out

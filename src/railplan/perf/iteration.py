@@ -99,6 +99,7 @@ class DataParallel:
     end_gather_s: FloatArray  # the weight all-gather part of `end_s`
     micro_batch_forward_s: FloatArray  # ZeRO-3 gathers before every forward
     micro_batch_backward_s: FloatArray  # ZeRO-2/3 traffic after every backward
+    micro_batch_backward_gather_s: FloatArray  # the ZeRO-3 weight all-gather part of it
     dense_params: FloatArray
     expert_params: FloatArray
 
@@ -132,6 +133,8 @@ def data_parallel(
         end_gather_s=dense["end_all_gather"] + expert["end_all_gather"],
         micro_batch_forward_s=dense["micro_batch_forward"] + expert["micro_batch_forward"],
         micro_batch_backward_s=dense["micro_batch_backward"] + expert["micro_batch_backward"],
+        micro_batch_backward_gather_s=dense["micro_batch_backward_all_gather"]
+        + expert["micro_batch_backward_all_gather"],
         dense_params=dense_params,
         expert_params=expert_params,
     )
@@ -204,12 +207,21 @@ def _stage_parts(
 ) -> dict[str, FloatArray]:
     """Per micro-batch, a pipeline stage of n layers: its compute and what it exposes.
     Blocking sends add to every micro-batch; overlapped ones only where they outlast compute.
-    ZeRO 2/3 communicate every micro-batch, prefetched / reduced behind that pass's compute."""
+    ZeRO 2/3 communicate every micro-batch, prefetched / reduced behind that pass's compute;
+    without `overlap_backward_gather` (FSDP BACKWARD_POST) the backward's weight gathers are
+    exposed and only its reduce-scatters hide."""
     p2p_exposed = np.where(
         s.overlap_p2p.astype(bool), np.maximum(2.0 * v * p2p - n * t_layer, 0.0), 2.0 * v * p2p
     )
-    zero_mb = hidden_cost_s(d.micro_batch_forward_s, n * lt["forward"], u) + hidden_cost_s(
-        d.micro_batch_backward_s, n * (lt["backward"] + lt["recompute"]), u
+    exposed_gather = np.where(
+        s.overlap_backward_gather.astype(bool), 0.0, d.micro_batch_backward_gather_s
+    )
+    zero_mb = (
+        hidden_cost_s(d.micro_batch_forward_s, n * lt["forward"], u)
+        + hidden_cost_s(
+            d.micro_batch_backward_s - exposed_gather, n * (lt["backward"] + lt["recompute"]), u
+        )
+        + exposed_gather
     )
     return {"layers": n * t_layer, "p2p": p2p_exposed, "zero": zero_mb}
 

@@ -3,13 +3,13 @@ enters it, its prediction, the one fitted constant with its cross-validation, an
 line that reproduces each prediction.
 
 One builder (`modern_run`) for every row: stated values as the CSV gives them; the software
-facts a row's config states from `modern_facts.csv`; a knob the source leaves unstated takes the
-fastest value that fits (`fastest_fitting`); railplan's defaults for today's stacks otherwise
-(fused attention, overlapped DP/TP/pipeline communication, fused gradient accumulation, fp32
-gradient reduction). MosaicML rows run FSDP FULL_SHARD (ZeRO-3, stated in their notes),
-Megatron-Core/NeMo rows the distributed optimizer (ZeRO-1); bf16, amp_bf16 and "bf16 PURE" are
-bf16, "fp8 (hybrid)" is fp8; H100 rows on DGX H100, A100 rows on DGX A100 (40 GB rows on
-dgx-a100-40gb).
+facts a row's config states from `modern_facts.csv` (with whether its model trains with
+dropout); a knob the source leaves unstated takes the fastest value that fits
+(`fastest_fitting`); railplan's defaults for today's stacks otherwise (fused attention,
+overlapped DP/TP/pipeline communication, fused gradient accumulation, fp32 gradient reduction).
+MosaicML rows run FSDP FULL_SHARD (ZeRO-3, stated in their notes), Megatron-Core/NeMo rows the
+distributed optimizer (ZeRO-1); bf16, amp_bf16 and "bf16 PURE" are bf16, "fp8 (hybrid)" is fp8;
+H100 rows on DGX H100, A100 rows on DGX A100 (40 GB rows on dgx-a100-40gb).
 The H100's `sustained_tensor_fraction` is fitted here on the H100 rows, and its
 leave-one-source-out error reported (`cross_validation`); nothing else is fitted.
 """
@@ -50,6 +50,7 @@ def _software_facts() -> dict[str, dict[str, str]]:
 def modern_run(r: dict[str, str], sustained: float | None = None) -> tuple[Model, System, Strategy]:
     """Model, system and strategy of one modern_runs.csv row (`sustained`: a Hopper GPU's
     sustained tensor fraction in place of the catalog's, for the fit)."""
+    facts = _software_facts().get(r["id"], {})
     model = Model(
         name=r["model_name"],
         hidden=int(r["hidden"]),
@@ -61,12 +62,12 @@ def modern_run(r: dict[str, str], sustained: float | None = None) -> tuple[Model
         vocab=int(r["vocab"]),
         tied_embeddings=r["tied_embeddings"] == "True",
         seq=int(r["seq"]),
+        dropout=facts.get("dropout", "True") == "True",
     )
     system = load_system(_GPU_SYSTEM[r["gpu_type"]])
     if sustained is not None and system.gpu.name in HOPPER_GPUS:
         gpu = system.gpu.model_copy(update={"sustained_tensor_fraction": sustained})
         system = system.model_copy(update={"gpu": gpu})
-    facts = _software_facts().get(r["id"], {})
     strategy = Strategy(
         tp=int(r["tp"]),
         pp=int(r["pp"]),
@@ -85,6 +86,7 @@ def modern_run(r: dict[str, str], sustained: float | None = None) -> tuple[Model
         attention=facts.get("attention", "flash"),
         tp_comm_overlap=facts.get("tp_comm_overlap", "True") == "True",
         overlap_p2p=facts.get("overlap_p2p", "True") == "True",
+        overlap_backward_gather=facts.get("overlap_backward_gather", "True") == "True",
         defer_embedding_wgrad=facts.get("defer_embedding_wgrad", "False") == "True",
         wgrad_deferral_limit=int(facts.get("wgrad_deferral_limit", "0")),
     )
@@ -292,6 +294,9 @@ def estimate_command(model: Model, system: System, s: Strategy, gpus: int) -> st
         "--overlap-tp" if s.overlap_tp else "--no-overlap-tp",
         "--tp-comm-overlap" if s.tp_comm_overlap else "--no-tp-comm-overlap",
         "--overlap-p2p" if s.overlap_p2p else "--no-overlap-p2p",
+        "--overlap-backward-gather"
+        if s.overlap_backward_gather
+        else "--no-overlap-backward-gather",
         (
             f"--defer-embedding-wgrad --wgrad-deferral-limit {s.wgrad_deferral_limit}"
             if s.defer_embedding_wgrad

@@ -60,6 +60,7 @@ class StrategyArrays:
     first_stage_layers: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     last_stage_layers: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     zero_schedule: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
+    overlap_backward_gather: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
     attention: IntArray = field(default_factory=lambda: np.full((), FLASH, dtype=np.int64))
     precision: IntArray = field(default_factory=lambda: np.full((), BF16, dtype=np.int64))
     optimizer_state: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
@@ -142,6 +143,7 @@ class StrategyArrays:
             first_stage_layers=v["first_stage_layers"],
             last_stage_layers=v["last_stage_layers"],
             zero_schedule=schedule[v["zero_schedule"]],
+            overlap_backward_gather=bool(v["overlap_backward_gather"]),
             attention=attention_name[v["attention"]],
             precision=precision_name[v["precision"]],
             optimizer_state=optimizer_name[v["optimizer_state"]],
@@ -194,6 +196,7 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         first_stage_layers=col(lambda s: s.first_stage_layers),
         last_stage_layers=col(lambda s: s.last_stage_layers),
         zero_schedule=col(lambda s: ZERO_SCHEDULE_CODES[s.zero_schedule]),
+        overlap_backward_gather=col(lambda s: int(s.overlap_backward_gather)),
         attention=col(lambda s: ATTENTION_CODES[s.attention]),
         precision=col(lambda s: PRECISION_CODES[s.precision]),
         optimizer_state=col(lambda s: OPTIMIZER_STATE_CODES[s.optimizer_state]),

@@ -34,6 +34,12 @@ class Model(Spec):
     vocab: PositiveInt = 51200
     seq: PositiveInt = 2048
     tied_embeddings: bool = True
+    dropout: bool = Field(
+        default=True,
+        description="trains with dropout on the hidden states and attention probabilities "
+        "(Megatron-LM's default, 0.1); false: no dropout masks written, read or kept "
+        "(Llama 3.1, Nemotron-4 and MPT configs set every dropout to 0)",
+    )
     experts: PositiveInt = 1
     top_k: PositiveInt = 1
     moe_layer_interval: PositiveInt = Field(

@@ -56,6 +56,10 @@ class Strategy(Spec):
     `zero_schedule` says when ZeRO-2/3 communicate: `micro_batch` (FSDP and DeepSpeed's default:
     weights gathered before, gradients reduce-scattered after every micro-batch's pass) or
     `step` (once per step, weights and gradients kept whole across the micro-batches).
+    `overlap_backward_gather`: ZeRO-3 gathers a unit's weights for its backward pass while the
+    unit before it computes gradients (PyTorch FSDP `BackwardPrefetch.BACKWARD_PRE`, DeepSpeed's
+    prefetch); off, FSDP's `BACKWARD_POST`: the gather starts after the previous unit's gradient
+    computation, so it is exposed, and only the reduce-scatter overlaps compute.
     `attention`: `flash` is a fused attention kernel (FlashAttention-2/3, cuDNN/TE fused
     attention: no s×s score matrix in HBM, causal blocks skipped); `unfused` is the 2021-22
     Megatron path (score matrix written, softmax and dropout as separate kernels, kept for
@@ -112,6 +116,11 @@ class Strategy(Spec):
     first_stage_layers: int = Field(default=0, ge=0, description="0 = spread layers evenly")
     last_stage_layers: int = Field(default=0, ge=0, description="0 = spread layers evenly")
     zero_schedule: ZeroSchedule = "micro_batch"
+    overlap_backward_gather: bool = Field(
+        default=True,
+        description="ZeRO-3: the backward weight gather overlaps the previous unit's gradient "
+        "compute (FSDP BACKWARD_PRE); off: BACKWARD_POST, the gather is exposed",
+    )
     attention: Attention = Field(
         default="flash", description="fused (flash) or unfused attention kernels"
     )

@@ -9,6 +9,8 @@ tp = 1), generalized to GQA, other MLP widths and gated MLPs by counting the sam
   widths, Model.attention_widths), MLP 4·sb·ffn (non-gated:
   up output + activation output) or 6·sb·ffn (gated: gate, up, product), and the attention
   score tensors 5·a·s²·b (softmax output 2, dropout mask 1, dropout output 2).
+A model trained without dropout (`Model.dropout` false) keeps no masks: 8·sbh replicated, and
+2·a·s²·b of scores (the softmax output, which the context GEMM reads directly).
 Selective recompute drops the 5·a·s²·b term; full recompute keeps only each layer's input
 (2·sbh, split by tp with sequence parallelism) plus one layer's activations while it is
 recomputed. The 1F1B schedule keeps `pp` micro-batches in flight on the first stage;
@@ -88,7 +90,8 @@ def layer_activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     sbh = seq * b * h
     # FP8 saves the QKV and MLP inputs, the context and the MLP-down input in 1 byte.
     fp8 = (s.precision == FP8).astype(np.float64)
-    replicated = (10.0 - 2.0 * fp8) * sbh
+    masks = 0.0 if model.dropout else 2.0  # the two hidden-dropout masks (1 byte each)
+    replicated = (10.0 - masks - 2.0 * fp8) * sbh
     mlp_bytes = (6.0 if model.gated_mlp else 4.0) - fp8
     mlp_per_token = mlp_bytes * model.ffn_
     if model.moe_layers:
@@ -102,7 +105,7 @@ def layer_activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     scores = np.where(
         s.attention != UNFUSED,
         SOFTMAX_STATS_BYTES * model.heads * seq * b,
-        5.0 * model.heads * seq * seq * b,
+        (5.0 if model.dropout else 2.0) * model.heads * seq * seq * b,
     )
     sp = s.sequence_parallel.astype(bool)
     whole = np.where(sp, replicated / t, replicated)
