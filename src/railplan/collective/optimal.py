@@ -82,7 +82,7 @@ def best_all_gather(dg: nx.DiGraph, ranks: list[str], size_bytes: float) -> LPRe
     tries = sorted(
         (whole_chunk_lower(dg, ranks, size_bytes, tau, k) * tau, k, tau)
         for k in CHUNK_CHOICES
-        if k == 1 or (n * k <= MAX_RANKS and size_bytes / (n * k) / _min_capacity(dg) > floor)
+        if k == 1 or (n * k <= MAX_RANKS and epoch_s(dg, size_bytes / (n * k), "slow") > floor)
         for tau in _epochs(dg, size_bytes / (n * k))
         if (k, tau) != (1, slow)
     )
@@ -111,10 +111,6 @@ def best_all_gather(dg: nx.DiGraph, ranks: list[str], size_bytes: float) -> LPRe
         if r.time_s < best.time_s * (1 - 1e-9):
             best = r
     return replace(best, solve_s=time.perf_counter() - start)
-
-
-def _min_capacity(dg: nx.DiGraph) -> float:
-    return min(float(c) for _, _, c in dg.edges(data="capacity") if float(c) > 0)
 
 
 def optimal(g: Group, op: str, size_bytes: float, built: Built) -> Result:

@@ -8,9 +8,9 @@ completed (`--traffic_distribution_policy` default 2, load balancing, in
 code/harness/harness_llm/main_llm.cc; `LLMServerLoadGen::getLeastBusyIdx` in llm_server.cc takes
 the first of the least busy; the count drops when the group's final response reaches loadgen).
 
-Every replica runs the engine's step loop of `serving`'s docstring (admission by
-`serving._admit`, step load and token accounting) on the requests dispatched to it; with one
-replica this is `serving.simulate`'s single engine (simulate calls `least_busy` for any
+Every replica runs the engine's step loop of `serving`'s docstring on the requests dispatched to
+it; the loop lives here (`admit`, the step load and token accounting, the `Run` it returns), and
+with one replica it is `serving.simulate`'s single engine (simulate calls `least_busy` for any
 count). The replicas advance in time order: the one whose clock is earliest first
 dispatches every arrival up to its clock, each to the replica with the fewest requests in
 flight at that arrival (dispatched minus finished by then: every other replica's clock is
@@ -22,17 +22,65 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from railplan.inference.engine import StepLoad
-from railplan.inference.serving import (
-    Run,
-    StepFn,
-    _admit,
-    _tokens_per_s,
-)
 from railplan.specs.arrays import FloatArray, IntArray
+
+StepFn = Callable[[StepLoad], float]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One simulation: per-request TTFT and TPOT (s), output tokens/s between the middle and
+    the last arrival, the requests still waiting when the arrivals stopped, and whether the
+    middle arrival came after the typical lifetime of the first half's requests (`settled`:
+    the batch had filled up before the throughput window opened)."""
+
+    ttft_s: FloatArray
+    tpot_s: FloatArray
+    tokens_per_s: float
+    offered_tokens_per_s: float
+    waiting_at_end: int
+    prompts_per_step: int
+    settled: bool
+
+    @property
+    def stable(self) -> bool | None:
+        """False when the queue grew: more than two steps' worth of prompts (or 5 % of the
+        requests) still waited when the arrivals stopped; None when the run was too short to
+        tell (not `settled`); else whether ≥ 90 % of the offered tokens/s came out."""
+        limit = max(2 * self.prompts_per_step, self.ttft_s.size // 20)
+        if self.waiting_at_end > limit:
+            return False
+        if not self.settled:
+            return None
+        return self.tokens_per_s >= 0.9 * self.offered_tokens_per_s
+
+
+def admit(
+    csum: FloatArray, arrived: int, nxt: int, running: int, max_batch: int, max_num_tokens: int
+) -> int:
+    """One past the last request a step admits, first come first served: whole prompts in what
+    the `running` sequences' decode tokens leave of the budget, while the batch has room; an
+    empty engine takes one prompt however long (`csum[k]`: prompt tokens of the first k)."""
+    last = min(arrived, nxt + max_batch - running)
+    fit = int(np.searchsorted(csum, csum[nxt] + max_num_tokens - running, side="right")) - 1
+    end = max(nxt, min(last, fit))
+    if end == nxt and running == 0 and arrived > nxt:
+        end = nxt + 1
+    return end
+
+
+def _tokens_per_s(ends: FloatArray, tokens: FloatArray, lo: float, hi: float) -> float:
+    """Tokens of the steps that ended in (lo, hi] over that time; all steps' if hi ≤ lo."""
+    if hi > lo:
+        inside = (ends > lo) & (ends <= hi)
+        return float(tokens[inside].sum() / (hi - lo))
+    return float(tokens.sum() / ends[-1])
 
 
 class _Replica:
@@ -69,7 +117,7 @@ class _Replica:
     def step(self, step_s: StepFn, batch: int, budget: int, reqs: _Requests) -> None:
         """One engine step at `self.t`, as serving.simulate takes it."""
         csum = self.csum[: self.n + 1]
-        end = _admit(csum, self.n, self.nxt, self.run_id.size, batch, budget)
+        end = admit(csum, self.n, self.nxt, self.run_id.size, batch, budget)
         new = self.ids[self.nxt : end]
         load = StepLoad(
             decode=float(self.run_id.size),

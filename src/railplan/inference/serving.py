@@ -15,21 +15,22 @@ token) / (output − 1)). When nothing runs, the engine idles until the next arr
 
 The events are the engine steps themselves, so a plain loop over steps is the discrete-event
 simulation (a process library would add nothing: there is one server and no other resource);
-the running batch is held in numpy arrays. The loop is `dispatch.least_busy`'s, which
-`simulate` runs for one replica (or for several sharing one stream, dispatched least-busy).
+the running batch is held in numpy arrays. The loop, its admission rule and its `Run` are in
+`dispatch` (`least_busy`), which `simulate` runs for one replica (or for several sharing one
+stream, dispatched least-busy).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from railplan.errors import RailplanError
+from railplan.inference.dispatch import Run, StepFn, least_busy
 from railplan.inference.engine import Deployment, StepLoad, step_time_s
 from railplan.records import Record
-from railplan.specs.arrays import FloatArray, IntArray
+from railplan.specs.arrays import IntArray
 
 #: tokens one step may carry (decode tokens and whole prompts): TensorRT-LLM's max_num_tokens
 #: default (8192)
@@ -57,37 +58,8 @@ class ServingResult(Record):
     stable: bool | None  # the queue kept up (Run.stable; None: too few requests to tell)
 
 
-StepFn = Callable[[StepLoad], float]
 #: a data set's prompt and output token counts, one pair per sample
 Lengths = tuple[IntArray, IntArray]
-
-
-@dataclass(frozen=True)
-class Run:
-    """One simulation: per-request TTFT and TPOT (s), output tokens/s between the middle and
-    the last arrival, the requests still waiting when the arrivals stopped, and whether the
-    middle arrival came after the typical lifetime of the first half's requests (`settled`:
-    the batch had filled up before the throughput window opened)."""
-
-    ttft_s: FloatArray
-    tpot_s: FloatArray
-    tokens_per_s: float
-    offered_tokens_per_s: float
-    waiting_at_end: int
-    prompts_per_step: int
-    settled: bool
-
-    @property
-    def stable(self) -> bool | None:
-        """False when the queue grew: more than two steps' worth of prompts (or 5 % of the
-        requests) still waited when the arrivals stopped; None when the run was too short to
-        tell (not `settled`); else whether ≥ 90 % of the offered tokens/s came out."""
-        limit = max(2 * self.prompts_per_step, self.ttft_s.size // 20)
-        if self.waiting_at_end > limit:
-            return False
-        if not self.settled:
-            return None
-        return self.tokens_per_s >= 0.9 * self.offered_tokens_per_s
 
 
 # Arrival rates the simulation accepts: below one request in ~12 days the exponential gaps of
@@ -116,14 +88,6 @@ def _check_simulation(
         raise RailplanError("max_num_tokens", f"must be a positive integer; got {max_num_tokens!r}")
 
 
-def _tokens_per_s(ends: FloatArray, tokens: FloatArray, lo: float, hi: float) -> float:
-    """Tokens of the steps that ended in (lo, hi] over that time; all steps' if hi ≤ lo."""
-    if hi > lo:
-        inside = (ends > lo) & (ends <= hi)
-        return float(tokens[inside].sum() / (hi - lo))
-    return float(tokens.sum() / ends[-1])
-
-
 def _lengths(
     rng: np.random.Generator,
     requests: int,
@@ -145,20 +109,6 @@ def _lengths(
         raise RailplanError("lengths", "token counts must be positive")
     pick = rng.integers(0, prompts.size, requests)
     return prompts[pick], outputs[pick]
-
-
-def _admit(
-    csum: FloatArray, arrived: int, nxt: int, running: int, max_batch: int, max_num_tokens: int
-) -> int:
-    """One past the last request a step admits, first come first served: whole prompts in what
-    the `running` sequences' decode tokens leave of the budget, while the batch has room; an
-    empty engine takes one prompt however long (`csum[k]`: prompt tokens of the first k)."""
-    last = min(arrived, nxt + max_batch - running)
-    fit = int(np.searchsorted(csum, csum[nxt] + max_num_tokens - running, side="right")) - 1
-    end = max(nxt, min(last, fit))
-    if end == nxt and running == 0 and arrived > nxt:
-        end = nxt + 1
-    return end
 
 
 def simulate(
@@ -190,10 +140,6 @@ def simulate(
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1.0 / rate_per_s, requests))
     prompt, output = _lengths(rng, requests, input_tokens, output_tokens, lengths)
-    # dispatch builds on this module's admission, so it is imported here, not at the top; with
-    # one replica its step loop is the single engine's
-    from railplan.inference.dispatch import least_busy
-
     return least_busy(
         step_s, rate_per_s, arrivals, prompt, output, replicas, max_batch, max_num_tokens
     )
