@@ -12,9 +12,11 @@ then the optimizer step. Per micro-batch and stage:
               (+ ZeRO-2/3 per-micro-batch traffic beyond compute, + the gradient-accumulation
               pass when it is not fused)
     t_pipeline = m · (t_stage + t_logits) + (pp − 1)/v · (t_stage + t_logits/pp)
+                 (+ 2·(v·pp − 1)·t_p2p when the sends are overlapped: the fill and the drain)
 
 with m micro-batches and v virtual stages; the last stage also runs the vocabulary projection
-and loss (t_logits). With a deferred LM-head weight gradient (`defer_embedding_wgrad`) the last
+and loss (t_logits). Sends overlap only in the interleaved schedule (`p2p_overlapped`).
+With a deferred LM-head weight gradient (`defer_embedding_wgrad`) the last
 stage runs k of the m micro-batches without that GEMM (t_w), and the flush grows by
 max(0, k·t_w − (pp − 1)/v · a stage's backward pass) (`pipeline`).
 Stages may hold different numbers of layers (`strategies.stage_layers`):
@@ -195,8 +197,17 @@ class Pipeline:
     stage_s: dict[str, FloatArray]
 
 
+def p2p_overlapped(s: StrategyArrays) -> BoolArray:
+    """Whether the pipeline's sends run behind compute: asked for (`overlap_p2p`) and
+    interleaved. Megatron-Core overlaps them only in the interleaved schedule (arguments.py sets
+    overlap_p2p_comm False otherwise): 1F1B keeps one micro-batch in flight per stage, so
+    there is no compute for a send to hide behind."""
+    return np.asarray(s.overlap_p2p.astype(bool) & (s.interleave > 1))
+
+
 def _stage_parts(
     s: StrategyArrays,
+    overlapped: BoolArray,
     v: FloatArray,
     p2p: FloatArray,
     t_layer: FloatArray,
@@ -210,9 +221,7 @@ def _stage_parts(
     ZeRO 2/3 communicate every micro-batch, prefetched / reduced behind that pass's compute;
     without `overlap_backward_gather` (FSDP BACKWARD_POST) the backward's weight gathers are
     exposed and only its reduce-scatters hide."""
-    p2p_exposed = np.where(
-        s.overlap_p2p.astype(bool), np.maximum(2.0 * v * p2p - n * t_layer, 0.0), 2.0 * v * p2p
-    )
+    p2p_exposed = np.where(overlapped, np.maximum(2.0 * v * p2p - n * t_layer, 0.0), 2.0 * v * p2p)
     exposed_gather = np.where(
         s.overlap_backward_gather.astype(bool), 0.0, d.micro_batch_backward_gather_s
     )
@@ -250,7 +259,8 @@ def pipeline(
     pp, v = s.pp.astype(float), s.interleave.astype(float)
     t_logits = logits["t"]
 
-    stage_parts = partial(_stage_parts, s, v, p2p, t_layer, lt, d, u)
+    overlapped = p2p_overlapped(s)
+    stage_parts = partial(_stage_parts, s, overlapped, v, p2p, t_layer, lt, d, u)
 
     def stage_s(n: FloatArray) -> FloatArray:
         parts = stage_parts(n)
@@ -277,7 +287,11 @@ def pipeline(
     pace, n_crit, crit_logits = critical(t_last, t_logits)
     parts = stage_parts(n_crit)
     balanced = stage_s(stages["mean"]) + t_logits / pp
-    bubble = (pp - 1.0) / v * balanced
+    # Overlapped sends hide behind steady-state compute, not in the fill and the drain: the
+    # first micro-batch's forward and the last one's backward each cross all v·pp − 1 chunk
+    # boundaries in turn (blocking sends are in every stage time already).
+    fill_drain = np.where(overlapped, 2.0 * (v * pp - 1.0) * p2p, 0.0)
+    bubble = (pp - 1.0) / v * balanced + fill_drain
     steady = m * pace
     k = s.deferred_wgrad_micro_batches.astype(float)
     if bool(np.any(k > 0)):  # only then: the search without deferral pays nothing
