@@ -305,3 +305,40 @@ def test_backward_gather_flag_in_cli_json(cli) -> None:  # type: ignore[no-untyp
     off = cli.json(*args, "--no-overlap-backward-gather")
     assert off["strategy"]["overlap_backward_gather"] is False
     assert off["breakdown_s"]["zero_comm"] > on["breakdown_s"]["zero_comm"]
+
+
+def test_cross_entropy_kernels_by_hand() -> None:
+    """The loss per micro-batch on the last stage: bytes per logit element (unfused 52, fused
+    28, xentropy 8; workload/elementwise.py) over s·b·V/t elements at the streaming bandwidth,
+    plus one launch per kernel (8, 4, 2); what it keeps for the backward, fp32 softmax or the
+    bf16 logits."""
+    from railplan.perf.layer_time import logits_times
+    from railplan.workload.memory import logits_bytes
+
+    m, sy = load_model("gpt-22b"), load_system("dgx-h100")
+    gpu = sy.gpu
+    elements = m.seq * 2 * m.vocab / 4  # micro-batch 2, tp 4
+    bw = gpu.memory_tbps * 1e12 * gpu.memory_efficiency
+    overhead = gpu.kernel_overhead_us * 1e-6
+    t, kept = {}, {}
+    for ce in ("fused", "unfused", "xentropy"):
+        s = from_strategies(Strategy(tp=4, micro_batch=2, global_batch=2, cross_entropy=ce))
+        t[ce] = float(logits_times(m, sy, s)["t"])
+        kept[ce] = float(logits_bytes(m, s))
+    assert t["unfused"] - t["fused"] == pytest.approx(24 * elements / bw + 4 * overhead)
+    assert t["fused"] - t["xentropy"] == pytest.approx(20 * elements / bw + 2 * overhead)
+    assert kept["fused"] == kept["unfused"] == 2 * kept["xentropy"] == 4 * elements
+
+
+def test_cross_entropy_flag_in_cli(cli) -> None:  # type: ignore[no-untyped-def]
+    args = ("estimate", "--model", "gpt-22b", "--gpus", "8", "--tp", "8", "--global-batch", "8")
+    fused = cli.json(*args)
+    unfused = cli.json(*args, "--cross-entropy", "unfused")
+    assert fused["strategy"]["cross_entropy"] == "fused"
+    assert unfused["strategy"]["cross_entropy"] == "unfused"
+    assert unfused["iteration_s"] > fused["iteration_s"]
+    bad = cli(*args, "--cross-entropy", "liger")
+    assert bad.exit_code == 2
+    assert str(bad.exception) == (
+        "cross_entropy: 'liger' is not allowed; choose one of fused, unfused, xentropy"
+    )

@@ -11,6 +11,7 @@ from rich.table import Table
 from railplan.cli.options import (
     AttentionOpt,
     CpOpt,
+    CrossEntropyOpt,
     DeferEmbeddingWgradOpt,
     FirstStageLayersOpt,
     GpuMemoryGibOpt,
@@ -76,6 +77,7 @@ def estimate(
     zero_schedule: ZeroScheduleOpt = "micro_batch",
     overlap_backward_gather: OverlapBackwardGatherOpt = True,
     attention: AttentionOpt = "flash",
+    cross_entropy: CrossEntropyOpt = "fused",
     precision: PrecisionOpt = "bf16",
     gpu_memory_gib: GpuMemoryGibOpt = None,
     grad_reduce_bytes: GradReduceBytesOpt = 4,
@@ -107,6 +109,7 @@ def estimate(
         zero_schedule=zero_schedule,
         overlap_backward_gather=overlap_backward_gather,
         attention=attention,
+        cross_entropy=cross_entropy,
         precision=precision,
         grad_reduce_bytes=grad_reduce_bytes,
         optimizer_state=optimizer_state,

@@ -145,6 +145,14 @@ AttentionOpt = Annotated[
     str,
     typer.Option(help="flash (fused, no s×s scores in HBM; default) | unfused (2021-22 Megatron)"),
 ]
+CrossEntropyOpt = Annotated[
+    str,
+    typer.Option(
+        help="loss kernels: fused (Megatron-Core cross_entropy_loss_fusion; default) | unfused "
+        "(Megatron's vocab_parallel_cross_entropy, 2021-22 and Megatron-LM's default) | "
+        "xentropy (one kernel per pass, flash-attn/Apex)"
+    ),
+]
 PrecisionOpt = Annotated[
     str, typer.Option(help="bf16 | fp8 (linear GEMMs at the GPU's fp8 peak, Transformer Engine)")
 ]

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from railplan.cli.options import (
+    CrossEntropyOpt,
     DeferEmbeddingWgradOpt,
     GlobalBatchOpt,
     GpuMemoryGibOpt,
@@ -140,6 +141,7 @@ def search(
     attention: Annotated[
         str, typer.Option(help="attention kernel: flash (default) | unfused")
     ] = "flash",
+    cross_entropy: CrossEntropyOpt = "fused",
     grad_reduce_bytes: GradReduceBytesOpt = 4,
     optimizer_state: OptimizerStateOpt = "fp32",
     defer_embedding_wgrad: DeferEmbeddingWgradOpt = False,
@@ -165,6 +167,7 @@ def search(
         ep=_fixed("ep", ep),
         precision=tuple(p.strip() for p in precision.split(",") if p.strip()),
         attention=attention,
+        cross_entropy=cross_entropy,
         grad_reduce_bytes=grad_reduce_bytes,
         optimizer_state=optimizer_state,
         defer_embedding_wgrad=defer_embedding_wgrad,

@@ -35,6 +35,7 @@ from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_TOP, check_int
 from railplan.perf.iteration import iteration
 from railplan.specs import (
     ATTENTION_CODES,
+    CROSS_ENTROPY_CODES,
     OPTIMIZER_STATE_CODES,
     PRECISION_CODES,
     RECOMPUTE_CODES,
@@ -77,6 +78,8 @@ class SearchSpace:
     # has fp8 tensor cores
     precision: tuple[str, ...] = ("bf16",)
     optimizer_state: str = "fp32"
+    # the loss kernels (Strategy.cross_entropy)
+    cross_entropy: str = "fused"
     # TE userbuffers for the forward TP collectives (a 2023+ stack; the paper's model has none)
     tp_comm_overlap: bool = True
     # Megatron-Core defer_embedding_wgrad_compute / wgrad_deferral_limit (off by default, as
@@ -99,21 +102,28 @@ class SearchSpace:
         if self.grad_reduce_bytes not in (2, 4):
             raise RailplanError("grad_reduce_bytes", "must be 2 or 4")
         if self.attention not in ATTENTION_CODES:
-            raise RailplanError("attention", "must be flash or unfused")
+            raise RailplanError("attention", "must be one of " + ", ".join(ATTENTION_CODES))
         if not self.precision or any(p not in PRECISION_CODES for p in self.precision):
             raise RailplanError("precision", "give bf16, fp8 or both (bf16,fp8)")
         if self.optimizer_state not in OPTIMIZER_STATE_CODES:
             raise RailplanError("optimizer_state", "must be fp32, fp32-remainder or bf16")
+        if self.cross_entropy not in CROSS_ENTROPY_CODES:
+            raise RailplanError("cross_entropy", "must be one of " + ", ".join(CROSS_ENTROPY_CODES))
         check_int("wgrad_deferral_limit", self.wgrad_deferral_limit, 0, MAX_GLOBAL_BATCH)
 
 
 # The strategy space of Megatron-LM as Calculon searches it (the paper's evaluation):
 # TP, PP, DP, interleaving, micro-batch, recompute (none / attention-only / full), sequence
 # parallelism, and the distributed optimizer (ZeRO-1); no ZeRO-2/3, no context parallelism, pp
-# dividing the layers; unfused attention (the paper's model is validated on Korthikanti et al.
-# 2022's Megatron runs, which were unfused).
+# dividing the layers; unfused attention and loss kernels (the paper's model is validated on
+# Korthikanti et al. 2022's Megatron runs, which ran both unfused).
 MEGATRON_SPACE = SearchSpace(
-    zero=(0, 1), cp=(1,), uneven_pp=False, attention="unfused", tp_comm_overlap=False
+    zero=(0, 1),
+    cp=(1,),
+    uneven_pp=False,
+    attention="unfused",
+    cross_entropy="unfused",
+    tp_comm_overlap=False,
 )
 
 
@@ -273,6 +283,7 @@ def _fixed_codes(global_batch: int, space: SearchSpace) -> dict[str, int]:
         "grad_reduce_bytes": space.grad_reduce_bytes,
         "attention": ATTENTION_CODES[space.attention],
         "optimizer_state": OPTIMIZER_STATE_CODES[space.optimizer_state],
+        "cross_entropy": CROSS_ENTROPY_CODES[space.cross_entropy],
         "tp_comm_overlap": int(space.tp_comm_overlap),
         "defer_embedding_wgrad": int(space.defer_embedding_wgrad),
         "wgrad_deferral_limit": space.wgrad_deferral_limit,

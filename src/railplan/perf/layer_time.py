@@ -191,9 +191,14 @@ def logits_times(model: Model, system: System, s: StrategyArrays) -> dict[str, F
     dgrad, wgrad = g.backward()
     t_wgrad = gemm_time_s(system.gpu, wgrad)
     gemm = gemm_time_s(system.gpu, g) + (gemm_time_s(system.gpu, dgrad) + t_wgrad)
-    # softmax cross-entropy: write fp32 logits, read them for max/sum/grad, write the grad.
-    loss_bytes = 16.0 * comm.local_tokens(model, s) * model.vocab / s.tp
-    loss = memory_time_s(system.gpu, loss_bytes, 4.0, system.gpu.elementwise_forward_efficiency)
+    # The loss kernels (`elementwise.cross_entropy_bytes`): plain streaming passes and row
+    # reductions over a multi-GB tensor, at the GPU's streaming efficiency.
+    logits = comm.local_tokens(model, s) * model.vocab / s.tp
+    loss = memory_time_s(
+        system.gpu,
+        elementwise.cross_entropy_bytes(s) * logits,
+        elementwise.cross_entropy_kernels(s),
+    )
     return {"t": np.asarray(gemm + loss), "wgrad": np.asarray(t_wgrad)}
 
 
@@ -207,6 +212,7 @@ SHAPE_FIELDS = (
     "cp",
     "attention",
     "precision",
+    "cross_entropy",
 )
 
 

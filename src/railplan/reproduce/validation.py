@@ -19,7 +19,9 @@ tuned), from the papers and the Megatron-LM code of the time:
   weight gradient from a plain GEMM; fused accumulation (`--gradient-accumulation-fusion`)
   came later;
 - attention was unfused: the score matrix was written to HBM, softmax and dropout ran as
-  separate kernels (Megatron's fused softmax), and the scores were kept for backward.
+  separate kernels (Megatron's fused softmax), and the scores were kept for backward;
+- so was the loss: `mpu/cross_entropy.py`'s `vocab_parallel_cross_entropy` on the logits cast
+  to fp32 (`--fp16-lm-cross-entropy` off), each step a separate kernel.
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ def _korthikanti_run(r: dict[str, str]) -> tuple[Model, Strategy]:
         grad_reduce_bytes=4,
         grad_accumulation_fusion=False,  # see the module doc
         attention="unfused",
+        cross_entropy="unfused",  # Megatron-LM's vocab_parallel_cross_entropy of the time
     )
 
 
@@ -111,6 +114,7 @@ def _narayanan_run(r: dict[str, str]) -> tuple[Model, Strategy]:
         grad_reduce_bytes=2,
         grad_accumulation_fusion=False,
         attention="unfused",
+        cross_entropy="unfused",  # Megatron-LM's vocab_parallel_cross_entropy of the time
     )
 
 

@@ -7,6 +7,7 @@ from railplan.specs.model import Model
 from railplan.specs.network import ARCHITECTURES, Network
 from railplan.specs.strategy import (
     ATTENTION_CODES,
+    CROSS_ENTROPY_CODES,
     OPTIMIZER_STATE_CODES,
     PRECISION_CODES,
     RECOMPUTE_CODES,
@@ -17,6 +18,7 @@ from railplan.specs.strategy import (
 __all__ = [
     "ARCHITECTURES",
     "ATTENTION_CODES",
+    "CROSS_ENTROPY_CODES",
     "GPU",
     "OPTIMIZER_STATE_CODES",
     "PRECISION_CODES",

@@ -17,6 +17,7 @@ from railplan.errors import RailplanError
 from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
 from railplan.specs import (
     ATTENTION_CODES,
+    CROSS_ENTROPY_CODES,
     OPTIMIZER_STATE_CODES,
     PRECISION_CODES,
     RECOMPUTE_CODES,
@@ -34,6 +35,7 @@ FLASH, UNFUSED, FLASH2, FLASH1 = (
     ATTENTION_CODES[k] for k in ("flash", "unfused", "flash2", "flash1")
 )
 BF16, FP8 = PRECISION_CODES["bf16"], PRECISION_CODES["fp8"]
+CE_FUSED = CROSS_ENTROPY_CODES["fused"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class StrategyArrays:
     optimizer_state: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     defer_embedding_wgrad: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     wgrad_deferral_limit: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
+    cross_entropy: IntArray = field(default_factory=lambda: np.full((), CE_FUSED, dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
@@ -122,6 +125,7 @@ class StrategyArrays:
         attention_name = {c: n for n, c in ATTENTION_CODES.items()}
         precision_name = {c: n for n, c in PRECISION_CODES.items()}
         optimizer_name = {c: n for n, c in OPTIMIZER_STATE_CODES.items()}
+        cross_entropy_name = {c: n for n, c in CROSS_ENTROPY_CODES.items()}
         return Strategy(
             tp=v["tp"],
             pp=v["pp"],
@@ -149,6 +153,7 @@ class StrategyArrays:
             optimizer_state=optimizer_name[v["optimizer_state"]],
             defer_embedding_wgrad=bool(v["defer_embedding_wgrad"]),
             wgrad_deferral_limit=v["wgrad_deferral_limit"],
+            cross_entropy=cross_entropy_name[v["cross_entropy"]],
         )
 
 
@@ -202,6 +207,7 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         optimizer_state=col(lambda s: OPTIMIZER_STATE_CODES[s.optimizer_state]),
         defer_embedding_wgrad=col(lambda s: int(s.defer_embedding_wgrad)),
         wgrad_deferral_limit=col(lambda s: s.wgrad_deferral_limit),
+        cross_entropy=col(lambda s: CROSS_ENTROPY_CODES[s.cross_entropy]),
     )
 
 

@@ -18,6 +18,8 @@ Precision = Literal["bf16", "fp8"]
 PRECISION_CODES: dict[str, int] = {"bf16": 0, "fp8": 1}
 OptimizerState = Literal["fp32", "fp32-remainder", "bf16"]
 OPTIMIZER_STATE_CODES: dict[str, int] = {"fp32": 0, "fp32-remainder": 1, "bf16": 2}
+CrossEntropy = Literal["fused", "unfused", "xentropy"]
+CROSS_ENTROPY_CODES: dict[str, int] = {"fused": 0, "unfused": 1, "xentropy": 2}
 #: The strategy's named choices, field → name → code (numpy arrays hold the codes).
 CODED_FIELDS: dict[str, dict[str, int]] = {
     "recompute": RECOMPUTE_CODES,
@@ -25,6 +27,7 @@ CODED_FIELDS: dict[str, dict[str, int]] = {
     "attention": ATTENTION_CODES,
     "precision": PRECISION_CODES,
     "optimizer_state": OPTIMIZER_STATE_CODES,
+    "cross_entropy": CROSS_ENTROPY_CODES,
 }
 
 
@@ -68,6 +71,13 @@ class Strategy(Spec):
     generation (FlashAttention-1, or the 2022 Triton kernel `flash_attn_triton` that MPT's
     `attn_impl: triton` ran), slower again on A100. `precision`:
     `fp8` runs the linear-layer GEMMs in FP8 (Transformer Engine), `bf16` everything in BF16.
+    `cross_entropy`: the loss kernels over the vocabulary (`workload/elementwise.py`): `unfused`
+    is Megatron's `vocab_parallel_cross_entropy` (fp32 copy of the logits, then max, subtract,
+    exp, sum, divide and the backward's multiply and cast as separate kernels; Megatron-LM's
+    default, 2021-22 and Megatron-Core without `--cross-entropy-loss-fusion`); `fused` is
+    Megatron-Core's `cross_entropy_loss_fusion` (the same steps in four fused kernels);
+    `xentropy` is one kernel per pass on the bf16 logits (flash-attn's / Apex's xentropy, which
+    llm-foundry's MPT runs as `fused_crossentropy`).
     `optimizer_state` is what the (sharded) Adam optimizer keeps per parameter: `fp32` an FP32
     master weight and FP32 moments (12 bytes: Megatron's distributed optimizer, DeepSpeed,
     FSDP mixed precision); `fp32-remainder` FP32 moments and only the 16 low bits of the FP32
@@ -125,6 +135,9 @@ class Strategy(Spec):
         default="flash", description="fused (flash) or unfused attention kernels"
     )
     precision: Precision = Field(default="bf16", description="GEMM precision of the linear layers")
+    cross_entropy: CrossEntropy = Field(
+        default="fused", description="loss kernels: fused | unfused (Megatron's) | xentropy"
+    )
     optimizer_state: OptimizerState = Field(
         default="fp32", description="Adam state per parameter: fp32 | fp32-remainder | bf16"
     )

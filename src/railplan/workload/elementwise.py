@@ -13,6 +13,19 @@ forward                                  backward
   attention dropout: read 2, write 2,    dropout: read dy, mask, write (5)
   mask 1, on b·a·s² elements (÷t)
 - context permute copy: read 2, write 2  the same copy back
+The loss over the vocabulary, per logit element (s·b·V/t), by `Strategy.cross_entropy` (the
+kernels as Megatron-LM f2e5db4 writes them, `megatron/core/tensor_parallel/cross_entropy.py`
+and `megatron/core/fusions/fused_cross_entropy.py`):
+- unfused: cast the bf16 logits to fp32 (read 2, write 4), max (read 4), subtract in place
+  (read 4, write 4), exp in place (8), sum (4), divide in place (8); backward: multiply by the
+  loss gradient in place (8), cast back to bf16 (read 4, write 2): 52 bytes;
+- fused (`cross_entropy_loss_fusion`): cast + max (6), subtract + exp + sum (8), divide (8),
+  backward multiply + cast (6): 28 bytes;
+- xentropy (one kernel per pass on bf16 logits, flash-attn's `csrc/xentropy` from Apex): max
+  and sum of exp read the logits twice (4); backward reads them and writes the gradient (4):
+  8 bytes.
+All three keep one tensor of logits for the backward: the fp32 softmax (4 bytes per element),
+xentropy the bf16 logits (2).
 A fused (flash) attention kernel keeps the scores on chip: no softmax or attention-dropout
 bytes through HBM. A model trained without dropout (`Model.dropout` false: Llama 3.1,
 Nemotron-4, MPT) writes and reads no masks: the bias-dropout-adds become residual adds
@@ -35,6 +48,28 @@ PERMUTE = 4.0  # context [b·a, s, d] → [s, b, h] copy, per s·b·h/t element
 # Without dropout: the two 1-byte masks of the forward, the two backward dropout passes, and the
 # attention-dropout kernel on the scores (forward 5, backward 5).
 DROPOUT_FORWARD, DROPOUT_BACKWARD, SCORES_DROPOUT = 2.0, 2 * 5.0, 5.0
+
+
+# By Strategy.cross_entropy code (fused, unfused, xentropy): HBM bytes the loss moves per logit
+# element (forward + backward), and bytes per element it keeps for the backward.
+CROSS_ENTROPY_BYTES = np.array([28.0, 52.0, 8.0])
+CROSS_ENTROPY_KEPT_BYTES = np.array([4.0, 4.0, 2.0])
+CROSS_ENTROPY_KERNELS = np.array([4.0, 8.0, 2.0])  # launches, forward + backward
+
+
+def cross_entropy_bytes(s: StrategyArrays) -> FloatArray:
+    """HBM bytes per logit element of the loss, forward and backward (module doc)."""
+    return np.asarray(CROSS_ENTROPY_BYTES[s.cross_entropy])
+
+
+def cross_entropy_kernels(s: StrategyArrays) -> FloatArray:
+    """Kernels the loss launches, forward and backward (module doc)."""
+    return np.asarray(CROSS_ENTROPY_KERNELS[s.cross_entropy])
+
+
+def cross_entropy_kept_bytes(s: StrategyArrays) -> FloatArray:
+    """Bytes per logit element the loss keeps from its forward for its backward."""
+    return np.asarray(CROSS_ENTROPY_KEPT_BYTES[s.cross_entropy])
 
 
 def layer_bytes(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:

@@ -49,6 +49,7 @@ from railplan.specs.arrays import (
     StrategyArrays,
     stage_layers,
 )
+from railplan.workload import elementwise
 from railplan.workload.routing import slot_factor
 
 GIB = float(1 << 30)
@@ -139,8 +140,11 @@ def activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
 
 
 def logits_bytes(model: Model, s: StrategyArrays) -> FloatArray:
-    """Last stage: fp32 logits of one micro-batch for the loss (split by tp over the vocab)."""
-    return np.asarray(4.0 * model.seq * s.micro_batch * model.vocab / s.tp, dtype=np.float64)
+    """Last stage: the logits one micro-batch's loss keeps for its backward, split by tp over
+    the vocab (fp32 softmax, or the bf16 logits for `xentropy`:
+    `elementwise.cross_entropy_kept_bytes`)."""
+    kept = elementwise.cross_entropy_kept_bytes(s)
+    return np.asarray(kept * model.seq * s.micro_batch * model.vocab / s.tp, dtype=np.float64)
 
 
 def deferred_wgrad_bytes(model: Model, s: StrategyArrays) -> FloatArray:
