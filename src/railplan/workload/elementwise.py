@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from railplan.specs import Model
+from railplan.specs import CROSS_ENTROPY_CODES, Model
 from railplan.specs.arrays import UNFUSED, FloatArray, StrategyArrays
 
 REPLICATED_FORWARD = 22.0  # bytes per s·b·h element (2 LN + 2 bias-dropout-add)
@@ -50,11 +50,19 @@ PERMUTE = 4.0  # context [b·a, s, d] → [s, b, h] copy, per s·b·h/t element
 DROPOUT_FORWARD, DROPOUT_BACKWARD, SCORES_DROPOUT = 2.0, 2 * 5.0, 5.0
 
 
-# By Strategy.cross_entropy code (fused, unfused, xentropy): HBM bytes the loss moves per logit
-# element (forward + backward), and bytes per element it keeps for the backward.
-CROSS_ENTROPY_BYTES = np.array([28.0, 52.0, 8.0])
-CROSS_ENTROPY_KEPT_BYTES = np.array([4.0, 4.0, 2.0])
-CROSS_ENTROPY_KERNELS = np.array([4.0, 8.0, 2.0])  # launches, forward + backward
+# Per Strategy.cross_entropy: HBM bytes the loss moves per logit element (forward + backward),
+# bytes per element it keeps for the backward, kernels it launches (module doc).
+CROSS_ENTROPY = {
+    "fused": (28.0, 4.0, 4.0),
+    "unfused": (52.0, 4.0, 8.0),
+    "xentropy": (8.0, 2.0, 2.0),
+}
+CROSS_ENTROPY_BYTES, CROSS_ENTROPY_KEPT_BYTES, CROSS_ENTROPY_KERNELS = np.array(
+    [
+        CROSS_ENTROPY[name]
+        for name in sorted(CROSS_ENTROPY_CODES, key=lambda n: CROSS_ENTROPY_CODES[n])
+    ]
+).T
 
 
 def cross_entropy_bytes(s: StrategyArrays) -> FloatArray:
