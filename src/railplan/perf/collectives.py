@@ -143,3 +143,21 @@ def in_network_hierarchical_all_reduce_s(
     else:
         inter = ring_all_reduce_s(y, d / x, nic_bw, nic_lat_s)
     return np.asarray(np.where(y > 1, np.maximum(intra, inter), intra))
+
+
+# NCCL's tuning model (src/graph/tuning.cc, ncclTunerConstantsDefaults) for the LL protocol of
+# the tree algorithm, which NCCL's tuner picks for small all-reduces across nodes: base latency,
+# per NVLink hop inside a node, per network hop between nodes (µs).
+NCCL_TREE_LL_BASE_US, NCCL_TREE_LL_NVLINK_US, NCCL_TREE_LL_NET_US = 6.8, 0.6, 5.0
+
+
+def small_all_reduce_s(x: Num, y: Num) -> FloatArray:
+    """Latency of an all-reduce of a few bytes over x GPUs per node × y nodes, as NCCL's tuning
+    model predicts its tree/LL path: base + 2·((x − 1)·NVLink hop + ⌊log2 y⌋·network hop)
+    (tuning.cc: `2 * ((nRanks / nNodes - 1) * intraLat + log2i(nNodes) * interLat)`); 0 for one
+    rank."""
+    x, y = _f(x), _f(y)
+    hops = (x - 1.0) * NCCL_TREE_LL_NVLINK_US + np.floor(np.log2(np.maximum(y, 1.0))) * (
+        NCCL_TREE_LL_NET_US
+    )
+    return np.where(x * y > 1, (NCCL_TREE_LL_BASE_US + 2.0 * hops) * 1e-6, 0.0)

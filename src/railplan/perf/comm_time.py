@@ -22,7 +22,7 @@ import numpy as np
 from railplan.perf import collectives as coll
 from railplan.perf.layout import Shape
 from railplan.specs import Model, Network, System
-from railplan.specs.arrays import FloatArray, StrategyArrays
+from railplan.specs.arrays import FP8, FloatArray, StrategyArrays
 from railplan.workload import comm
 
 
@@ -94,6 +94,21 @@ def group_collective_s(
         hop = phases * (shape.y - 1) / shape.y * size / shape.x / lk.hb_bw
         t = t + np.where(shape.cross_rail, hop, 0.0)
     return np.asarray(t)
+
+
+def fp8_amax_reduction_s(lk: Links, s: StrategyArrays) -> FloatArray:
+    """Per micro-batch and pipeline stage, FP8 only: Transformer Engine's delayed scaling
+    all-reduces the amax history of every FP8 tensor at the exit of each `fp8_autocast` region
+    (forward) and in the backward of its first module, synchronously (`async_op=False`,
+    `FP8GlobalStateManager.reduce_tensor_across_group_op_max`), over Megatron-Core's amax
+    reduction group, the tp·cp·dp consecutive ranks of a stage
+    (`parallel_state.get_amax_reduction_group(with_context_parallel=True)`); Megatron-Core opens
+    one region per model chunk's transformer block, so 2·v tiny all-reduces at NCCL's
+    small-message latency (`collectives.small_all_reduce_s`). 0 in BF16."""
+    n = (s.tp * s.cp * s.dp).astype(float)
+    x = np.minimum(n, lk.hb_domain)
+    per_chunk = 2.0 * coll.small_all_reduce_s(x, np.ceil(n / x))
+    return np.asarray(np.where(s.precision == FP8, s.interleave * per_chunk, 0.0))
 
 
 def p2p_s(lk: Links, size: FloatArray, shape: Shape) -> FloatArray:

@@ -42,6 +42,7 @@ from railplan.perf.comm_time import (
     cp_comm_time_s,
     dp_reduce_s,
     ep_comm_time_s,
+    fp8_amax_reduction_s,
     group_collective_s,
     hidden_cost_s,
     links,
@@ -243,12 +244,14 @@ def pipeline(
     logits: dict[str, FloatArray],
     p2p: FloatArray,
     d: DataParallel,
-    grad_acc: FloatArray,
+    extra_s: FloatArray,
     u: float,
     t_layer_backward: FloatArray,
 ) -> Pipeline:
     """1F1B or interleaved schedule over stages of possibly different layer counts: the slowest
-    stage sets the pace, the bubble is (pp − 1)/v balanced stages.
+    stage sets the pace, the bubble is (pp − 1)/v balanced stages. `extra_s`: what every stage
+    pays per micro-batch besides its layers (unfused gradient accumulation, FP8 amax
+    reductions).
 
     Deferred LM-head weight gradient (`defer_embedding_wgrad`, Megatron-Core
     `defer_embedding_wgrad_compute`): for the k deferred micro-batches the last stage runs
@@ -264,7 +267,7 @@ def pipeline(
 
     def stage_s(n: FloatArray) -> FloatArray:
         parts = stage_parts(n)
-        return np.asarray(parts["layers"] + parts["p2p"] + parts["zero"] + grad_acc)
+        return np.asarray(parts["layers"] + parts["p2p"] + parts["zero"] + extra_s)
 
     t_first = stage_s(stages["first"])
     t_middle = np.where(pp > 2, stage_s(stages["middle"]), 0.0)
@@ -355,7 +358,8 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
 
     d = data_parallel(model, lk, s, groups, stages["max"])
     grad_acc = grad_accumulation_s(system, s, d, stages["max"])
-    pipe = pipeline(s, stages, lt, t_layer, logits, p2p, d, grad_acc, u, t_layer_backward)
+    amax = fp8_amax_reduction_s(lk, s)
+    pipe = pipeline(s, stages, lt, t_layer, logits, p2p, d, grad_acc + amax, u, t_layer_backward)
     # Tied embeddings: first and last stage all-reduce the embedding gradient.
     embed_bytes = comm.embedding_gradient_bytes(model, s)
     embed_ar = np.where(
@@ -379,6 +383,7 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
         "pp_comm": m * crit["p2p"],
         "zero_comm": m * crit["zero"],
         "grad_accumulation": m * grad_acc,
+        "fp8_amax": m * amax,
         "pipeline_bubble": pipe.bubble_s,
         "dp_comm_exposed": dp_exposed,
         "optimizer": optimizer,

@@ -23,6 +23,7 @@ BREAKDOWN_ORDER = (
     "pp_comm",
     "zero_comm",
     "grad_accumulation",
+    "fp8_amax",
     "pipeline_bubble",
     "dp_comm_exposed",
     "optimizer",
