@@ -18,25 +18,11 @@ from railplan.workload.memory import (
     logits_bytes,
     memory,
 )
+from tests.perf.pipeline_arrays import pipeline_arrays
 
 
 def _arrays(pp: int, v: int, m: int, defer: bool, limit: int = 0) -> StrategyArrays:
-    one = np.ones((), dtype=np.int64)
-    return StrategyArrays(
-        tp=one,
-        pp=one * pp,
-        dp=one,
-        interleave=one * v,
-        micro_batch=one,
-        global_batch=one * m,
-        recompute=0 * one,
-        sequence_parallel=0 * one,
-        zero=0 * one,
-        overlap_dp=one,
-        grad_reduce_bytes=4 * one,
-        defer_embedding_wgrad=one * int(defer),
-        wgrad_deferral_limit=one * limit,
-    )
+    return pipeline_arrays(pp, v, m, defer_embedding_wgrad=int(defer), wgrad_deferral_limit=limit)
 
 
 NO_DP = DataParallel(*(np.zeros(()) for _ in range(7)))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from railplan.perf.iteration import DataParallel, pipeline
-from railplan.specs.arrays import StrategyArrays
+from tests.perf.pipeline_arrays import pipeline_arrays
 
 NO_DP = DataParallel(*(np.zeros(()) for _ in range(7)))
 FORWARD_S, BACKWARD_S = 1.0, 2.0  # per layer
@@ -73,24 +73,6 @@ def _megatron_makespan(
     return max(free)
 
 
-def _strategy(pp: int, v: int, m: int, overlap_p2p: bool) -> StrategyArrays:
-    one = np.ones((), dtype=np.int64)
-    return StrategyArrays(
-        tp=one,
-        pp=one * pp,
-        dp=one,
-        interleave=one * v,
-        micro_batch=one,
-        global_batch=one * m,
-        recompute=0 * one,
-        sequence_parallel=0 * one,
-        zero=0 * one,
-        overlap_dp=one,
-        grad_reduce_bytes=4 * one,
-        overlap_p2p=one * int(overlap_p2p),
-    )
-
-
 def _railplan(
     pp: int, v: int, m: int, layers: int, send_s: float, overlap: bool, head_s: float = 0.0
 ) -> float:
@@ -99,7 +81,7 @@ def _railplan(
     lt = {"forward": np.asarray(FORWARD_S), "backward": np.asarray(BACKWARD_S)}
     lt["recompute"] = np.asarray(0.0)
     p = pipeline(
-        _strategy(pp, v, m, overlap),
+        pipeline_arrays(pp, v, m, overlap_p2p=int(overlap)),
         stages,
         lt,
         np.asarray(FORWARD_S + BACKWARD_S),
