@@ -208,3 +208,20 @@ def test_dense_model_pays_no_expert_collective() -> None:
         system.nic_latency_us * 1e-6,
     )
     assert float(it.breakdown_s["dp_comm_exposed"]) == pytest.approx(float(want), rel=1e-12)
+
+
+def test_optimizer_step_zeroes_the_whole_gradient_buffer() -> None:
+    """Adam over this GPU's ZeRO-1 shard (34 B per parameter ÷ dp) plus `zero_grad_buffer` over
+    the whole buffer (grad_reduce_bytes per parameter, not sharded below ZeRO-2), five kernels."""
+    from railplan.perf.iteration import DataParallel, optimizer_s
+
+    system = load_system("dgx-h100")
+    gpu = system.gpu
+    params = 1.0e9
+    d = DataParallel(*(np.zeros(()) for _ in range(5)), np.asarray(params), np.zeros(()))
+    bw = gpu.memory_tbps * 1e12 * gpu.memory_efficiency
+    overhead = 5 * gpu.kernel_overhead_us * 1e-6
+    for zero, grad_bytes, moved in ((1, 4, params / 8 * 34 + params * 4), (2, 2, params / 8 * 36)):
+        s = from_strategies(Strategy(dp=8, zero=zero, global_batch=8, grad_reduce_bytes=grad_bytes))
+        got = float(optimizer_s(system, s, d))
+        assert got == pytest.approx(moved / bw + overhead)

@@ -176,12 +176,20 @@ def dp_exposed_s(
 
 
 def optimizer_s(system: System, s: StrategyArrays, d: DataParallel) -> FloatArray:
-    """The Adam step over this GPU's share of the stage's parameters (÷ dp with ZeRO ≥ 1)."""
+    """The Adam step over this GPU's share of the stage's parameters (÷ dp with ZeRO ≥ 1), and
+    zeroing the gradient buffer for the next step (Megatron's `zero_grad_buffer`, called at
+    the start of every iteration: `grad_data.zero_()` over the whole buffer of
+    `grad_reduce_bytes` per element, ÷ dp with ZeRO ≥ 2)."""
     dp, zero = s.grad_ranks.astype(float), s.zero_sharding
-    params = d.dense_params / np.where(zero >= 1, dp, 1.0) + d.expert_params / np.where(
-        zero >= 1, dp / s.ep, 1.0
-    )
-    return memory_time_s(system.gpu, params * OPTIMIZER_STEP_BYTES, 4.0)
+
+    def share(stage: int) -> FloatArray:
+        return np.asarray(
+            d.dense_params / np.where(zero >= stage, dp, 1.0)
+            + d.expert_params / np.where(zero >= stage, dp / s.ep, 1.0)
+        )
+
+    moved = share(1) * OPTIMIZER_STEP_BYTES + share(2) * s.grad_reduce_bytes
+    return memory_time_s(system.gpu, moved, 5.0)
 
 
 @dataclass(frozen=True)
