@@ -42,7 +42,7 @@ CASES: dict[str, tuple[str, ...]] = {
     ),
     "search-tutorial-ideal": ("search", *_GPT1T, "--network", "ideal", "--top", "1", "--json"),
     "estimate-tutorial-gpt1t": (
-        "estimate", *_GPT1T, "--tp", "8", "--pp", "16", "--interleave", "8",
+        "estimate", *_GPT1T, "--tp", "8", "--pp", "32", "--interleave", "4",
         "--sequence-parallel", "--zero", "1", "--network", "rail-only", "--json",
     ),
     "estimate-tutorial-moe-rail-optimized": (
