@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from railplan.perf import collectives as coll
-from railplan.perf.layout import Shape
+from railplan.perf.layout import Shape, worst_shape
 from railplan.specs import Model, Network, System
 from railplan.specs.arrays import FP8, FloatArray, StrategyArrays
 from railplan.workload import comm
@@ -104,11 +104,16 @@ def fp8_amax_reduction_s(lk: Links, s: StrategyArrays) -> FloatArray:
     reduction group, the tp·cp·dp consecutive ranks of a stage
     (`parallel_state.get_amax_reduction_group(with_context_parallel=True)`); Megatron-Core opens
     one region per model chunk's transformer block, so 2·v tiny all-reduces at NCCL's
-    small-message latency (`collectives.small_all_reduce_s`). 0 in BF16."""
-    n = (s.tp * s.cp * s.dp).astype(float)
-    x = np.minimum(n, lk.hb_domain)
-    per_chunk = 2.0 * coll.small_all_reduce_s(x, np.ceil(n / x))
-    return np.asarray(np.where(s.precision == FP8, s.interleave * per_chunk, 0.0))
+    small-message latency (`collectives.small_all_reduce_s`), over the nodes the group's layout
+    spans (`layout.worst_shape`). 0 in BF16, and not computed when no strategy runs FP8 (the
+    search's default)."""
+    fp8 = s.precision == FP8
+    if not bool(np.any(fp8)):
+        return np.zeros(())
+    stage = s.tp * s.cp * s.dp
+    group = worst_shape(stage, 1, stage, 1, s.pp, lk.hb_domain)
+    per_chunk = 2.0 * coll.small_all_reduce_s(group.x, group.domains)
+    return np.asarray(np.where(fp8, s.interleave * per_chunk, 0.0))
 
 
 def p2p_s(lk: Links, size: FloatArray, shape: Shape) -> FloatArray:

@@ -15,16 +15,8 @@ import numpy.typing as npt
 
 from railplan.errors import RailplanError
 from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
-from railplan.specs import (
-    ATTENTION_CODES,
-    CROSS_ENTROPY_CODES,
-    OPTIMIZER_STATE_CODES,
-    PRECISION_CODES,
-    RECOMPUTE_CODES,
-    ZERO_SCHEDULE_CODES,
-    Model,
-    Strategy,
-)
+from railplan.specs import ATTENTION_CODES, CROSS_ENTROPY_CODES, PRECISION_CODES, Model, Strategy
+from railplan.specs.strategy import CODED_FIELDS
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -120,12 +112,10 @@ class StrategyArrays:
         """Strategy number `i` as a spec."""
         cols = [np.ravel(c) for c in np.broadcast_arrays(*self.columns())]
         v = {f.name: int(c[i]) for f, c in zip(fields(self), cols, strict=True)}
-        code_to_name = {c: n for n, c in RECOMPUTE_CODES.items()}
-        schedule = {c: n for n, c in ZERO_SCHEDULE_CODES.items()}
-        attention_name = {c: n for n, c in ATTENTION_CODES.items()}
-        precision_name = {c: n for n, c in PRECISION_CODES.items()}
-        optimizer_name = {c: n for n, c in OPTIMIZER_STATE_CODES.items()}
-        cross_entropy_name = {c: n for n, c in CROSS_ENTROPY_CODES.items()}
+        # the named choices back from their codes
+        named = {
+            f: next(n for n, c in codes.items() if c == v[f]) for f, codes in CODED_FIELDS.items()
+        }
         return Strategy(
             tp=v["tp"],
             pp=v["pp"],
@@ -133,7 +123,6 @@ class StrategyArrays:
             interleave=v["interleave"],
             micro_batch=v["micro_batch"],
             global_batch=v["global_batch"],
-            recompute=code_to_name[v["recompute"]],
             sequence_parallel=bool(v["sequence_parallel"]),
             zero=v["zero"],
             overlap_dp=bool(v["overlap_dp"]),
@@ -146,14 +135,10 @@ class StrategyArrays:
             cp=v["cp"],
             first_stage_layers=v["first_stage_layers"],
             last_stage_layers=v["last_stage_layers"],
-            zero_schedule=schedule[v["zero_schedule"]],
             overlap_backward_gather=bool(v["overlap_backward_gather"]),
-            attention=attention_name[v["attention"]],
-            precision=precision_name[v["precision"]],
-            optimizer_state=optimizer_name[v["optimizer_state"]],
             defer_embedding_wgrad=bool(v["defer_embedding_wgrad"]),
             wgrad_deferral_limit=v["wgrad_deferral_limit"],
-            cross_entropy=cross_entropy_name[v["cross_entropy"]],
+            **named,
         )
 
 
@@ -180,6 +165,11 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         vals = np.array([get(s) for s in items], dtype=np.int64)
         return vals if many else vals.reshape(())
 
+    def coded(field: str) -> IntArray:
+        """A named choice as its code (`CODED_FIELDS`)."""
+        codes = CODED_FIELDS[field]
+        return col(lambda s: codes[getattr(s, field)])
+
     return StrategyArrays(
         tp=col(lambda s: s.tp),
         pp=col(lambda s: s.pp),
@@ -187,7 +177,6 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         interleave=col(lambda s: s.interleave),
         micro_batch=col(lambda s: s.micro_batch),
         global_batch=col(lambda s: s.global_batch),
-        recompute=col(lambda s: RECOMPUTE_CODES[s.recompute]),
         sequence_parallel=col(lambda s: int(s.sequence_parallel)),
         zero=col(lambda s: s.zero),
         overlap_dp=col(lambda s: int(s.overlap_dp)),
@@ -200,14 +189,10 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         cp=col(lambda s: s.cp),
         first_stage_layers=col(lambda s: s.first_stage_layers),
         last_stage_layers=col(lambda s: s.last_stage_layers),
-        zero_schedule=col(lambda s: ZERO_SCHEDULE_CODES[s.zero_schedule]),
         overlap_backward_gather=col(lambda s: int(s.overlap_backward_gather)),
-        attention=col(lambda s: ATTENTION_CODES[s.attention]),
-        precision=col(lambda s: PRECISION_CODES[s.precision]),
-        optimizer_state=col(lambda s: OPTIMIZER_STATE_CODES[s.optimizer_state]),
         defer_embedding_wgrad=col(lambda s: int(s.defer_embedding_wgrad)),
         wgrad_deferral_limit=col(lambda s: s.wgrad_deferral_limit),
-        cross_entropy=col(lambda s: CROSS_ENTROPY_CODES[s.cross_entropy]),
+        **{f: coded(f) for f in CODED_FIELDS},
     )
 
 
