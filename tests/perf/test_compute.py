@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from railplan.errors import RailplanError
 from railplan.perf.compute import (
     CAUSAL_WORK_FRACTION,
     FLASH_BACKWARD_FLOPS_RATIO,
@@ -16,6 +17,7 @@ from railplan.perf.compute import (
     gemm_time_s,
     memory_time_s,
 )
+from railplan.specs.hardware import AttentionCurve
 from railplan.workload.gemms import Gemm
 from tests.kernel_fixtures import GPU_T, one
 
@@ -45,19 +47,22 @@ def test_sustained_fraction_divides_tensor_work_only() -> None:
     slow = GPU_T.model_copy(update={"sustained_tensor_fraction": 0.5})
     big = Gemm("x", one(1), one(2560), one(1280), one(4096))
     assert float(gemm_time_s(slow, big)) == pytest.approx(2 * float(gemm_time_s(GPU_T, big)))
-    a, b = flash_attention_time_s(slow, one(1e12)), flash_attention_time_s(GPU_T, one(1e12))
+    a, b = (
+        flash_attention_time_s(slow, one(1e12), 2048),
+        flash_attention_time_s(GPU_T, one(1e12), 2048),
+    )
     assert float(a["backward"]) == pytest.approx(2 * float(b["backward"]))
     assert float(memory_time_s(slow, 1e9)) == float(memory_time_s(GPU_T, 1e9))
 
 
 def test_flash_attention_per_pass_efficiencies() -> None:
     """Forward: the causal half at 0.5 of peak; backward: 2.5× that work at 0.25."""
-    t = flash_attention_time_s(GPU_T, one(1e12))
+    t = flash_attention_time_s(GPU_T, one(1e12), 2048)
     work = 1e12 * CAUSAL_WORK_FRACTION / 100e12
     assert float(t["forward"]) == pytest.approx(work / 0.5)
     assert float(t["backward"]) == pytest.approx(FLASH_BACKWARD_FLOPS_RATIO * work / 0.25)
     # FlashAttention-2's generation falls back to today's kernel where the GPU has no numbers.
-    t2 = flash_attention_time_s(GPU_T, one(1e12), generation=2)
+    t2 = flash_attention_time_s(GPU_T, one(1e12), 2048, generation=2)
     assert float(t2["backward"]) == float(t["backward"])
 
 
@@ -105,3 +110,58 @@ def test_gemm_never_beats_the_peak(m: int, n: int, k: int) -> None:
     eff = float(gemm_efficiency(GPU_T, g))
     assert 0.0 < eff <= 0.8 + 1e-12
     assert float(gemm_time_s(GPU_T, g)) >= float(g.flops) / (100e12 * 0.8) * (1 - 1e-12)
+
+
+def test_attention_curve_interpolates_in_log_sequence_and_clamps() -> None:
+    """A measured curve replaces its generation's single values: at a measured length its
+    TFLOP/s over the peak; halfway in log2 between two lengths the mean; beyond the last
+    length the last value; other generations fall back to the next newer one's numbers."""
+    curve = AttentionCurve(
+        seq_tokens=[1024, 4096], forward_tflops=[40.0, 60.0], backward_tflops=[20.0, 30.0]
+    )
+    gpu = GPU_T.model_copy(update={"attention_curves": {"flash1": curve}})
+    fwd, bwd = gpu.flash_efficiencies(1, np.array([512, 1024, 2048, 4096, 32768]))
+    assert fwd.tolist() == pytest.approx([0.4, 0.4, 0.5, 0.6, 0.6])
+    assert bwd.tolist() == pytest.approx([0.2, 0.2, 0.25, 0.3, 0.3])
+    # generation 2 has no numbers of its own here: today's (0.5 / 0.25)
+    fwd2, bwd2 = gpu.flash_efficiencies(2, 2048)
+    assert (float(fwd2), float(bwd2)) == (0.5, 0.25)
+    t = flash_attention_time_s(gpu, one(1e12), 2048, generation=1)
+    work = 1e12 * CAUSAL_WORK_FRACTION / 100e12
+    assert float(t["forward"]) == pytest.approx(work / 0.5)
+    assert float(t["backward"]) == pytest.approx(FLASH_BACKWARD_FLOPS_RATIO * work / 0.25)
+
+
+def test_attention_curve_blends_causal_and_unmasked_work() -> None:
+    """A quarter of the work under the causal mask at 40 TFLOP/s, the rest without it at 80:
+    time = work·(0.25/40 + 0.75/80); without non-causal numbers the causal ones serve both."""
+    curve = AttentionCurve(
+        seq_tokens=[2048],
+        forward_tflops=[40.0],
+        backward_tflops=[20.0],
+        forward_noncausal_tflops=[80.0],
+    )
+    fwd, bwd = curve.tflops(2048, causal_share=0.25)
+    assert float(fwd) == pytest.approx(1.0 / (0.25 / 40 + 0.75 / 80))
+    assert float(bwd) == pytest.approx(20.0)
+    assert float(curve.tflops(2048)[0]) == pytest.approx(40.0)  # all causal
+
+
+def test_attention_curve_rejects_misaligned_points() -> None:
+    with pytest.raises(RailplanError, match="one value each"):
+        AttentionCurve.parse(
+            {"seq_tokens": [1024, 2048], "forward_tflops": [1.0], "backward_tflops": [1.0, 2.0]}
+        )
+    with pytest.raises(RailplanError, match="one value each"):
+        AttentionCurve.parse(
+            {
+                "seq_tokens": [1024, 2048],
+                "forward_tflops": [1.0, 2.0],
+                "backward_tflops": [1.0, 2.0],
+                "backward_noncausal_tflops": [3.0],
+            }
+        )
+    with pytest.raises(RailplanError, match="must increase"):
+        AttentionCurve.parse(
+            {"seq_tokens": [2048, 1024], "forward_tflops": [1, 2], "backward_tflops": [1, 2]}
+        )

@@ -253,22 +253,35 @@ def test_search_takes_the_gpu_memory_override(cli) -> None:  # type: ignore[no-u
 
 
 def test_attention_generations_by_hand() -> None:
-    # The fused kernel's time per pass is the causal half of the forward FLOPs over the catalog
-    # efficiency of its generation; A100 has today's (FA2, 0.60) and the first generation's
-    # (0.325) numbers, H100 none for the first generation (it falls back to FlashAttention-2's).
+    # The fused kernel's time per pass is the causal half of the forward FLOPs over the
+    # efficiency of its generation at the kernel's sequence length: the FlashAttention-2 paper's
+    # A100 measurements (Figs. 5(d)/6(d): today's kernel is FlashAttention-2's, the first
+    # generation the 2022 Triton kernel; at 2,048 tokens forward 187 / 126, backward 145 / 58
+    # TFLOP/s) and the FlashAttention-3 paper's H100 ones (cuDNN forward 518 causal at 4k,
+    # backward 499; FlashAttention-2's 319 / 310), the first generation on H100 falling back to
+    # FlashAttention-2's.
     from railplan.perf.compute import flash_attention_time_s
 
     flops = np.asarray(1e15)
     a100 = load_system("dgx-a100").gpu
-    t1 = flash_attention_time_s(a100, flops, generation=1)
-    t3 = flash_attention_time_s(a100, flops)
+    t1 = flash_attention_time_s(a100, flops, 2048, generation=1)
+    t3 = flash_attention_time_s(a100, flops, 2048)
     overhead = a100.kernel_overhead_us * 1e-6
-    assert float(t1["forward"]) == pytest.approx(0.5e15 / (312e12 * 0.325) + overhead)
-    assert float(t3["forward"]) == pytest.approx(0.5e15 / (312e12 * 0.60) + overhead)
-    assert float(t1["backward"]) == pytest.approx(2.5 * 0.5e15 / (312e12 * 0.325) + overhead)
+    assert float(t1["forward"]) == pytest.approx(0.5e15 / 126e12 + overhead)
+    assert float(t3["forward"]) == pytest.approx(0.5e15 / 187e12 + overhead)
+    assert float(t1["backward"]) == pytest.approx(2.5 * 0.5e15 / 58e12 + overhead)
+    assert float(t3["backward"]) == pytest.approx(2.5 * 0.5e15 / 145e12 + overhead)
+    # 32k tokens, beyond the measured 16k: the 16k values (Triton forward 148, backward 67)
+    t32 = flash_attention_time_s(a100, flops, 32768, generation=1)
+    assert float(t32["backward"]) == pytest.approx(2.5 * 0.5e15 / 67e12 + overhead)
     h100 = load_system("dgx-h100").gpu
-    assert h100.flash_efficiencies(1) == h100.flash_efficiencies(2) == (0.37, 0.31)
-    assert h100.flash_efficiencies(3) == (0.62, 0.50)
+    for generation, tflops in ((1, (319, 310)), (2, (319, 310)), (3, (518, 499))):
+        fwd, bwd = h100.flash_efficiencies(generation, 4096)
+        assert (float(fwd), float(bwd)) == pytest.approx((tflops[0] / 989, tflops[1] / 989))
+    # Context parallelism 2 at 8k: half the work under the causal mask (518 TFLOP/s at 4k),
+    # half without it (609): the work-weighted harmonic mean.
+    fwd, _ = h100.flash_efficiencies(3, 4096, causal_share=0.5)
+    assert float(fwd) * 989 == pytest.approx(1.0 / (0.5 / 518 + 0.5 / 609))
 
 
 def test_older_attention_never_faster() -> None:

@@ -104,14 +104,19 @@ def memory_time_s(
 
 
 def flash_attention_time_s(
-    gpu: GPU, forward_flops: FloatArray, generation: int = 3
+    gpu: GPU,
+    forward_flops: FloatArray,
+    seq_tokens: FloatArray | float,
+    generation: int = 3,
+    causal_share: FloatArray | float = 1.0,
 ) -> dict[str, FloatArray]:
-    """Forward and backward time of a fused causal attention kernel whose unmasked score and
-    context products would take `forward_flops`: the causal half of the work, the backward at
-    2.5x the forward FLOPs, each pass at the kernel's measured efficiency
-    (`GPU.flash_efficiencies`: today's kernel; FlashAttention-2's with `generation` 2, the
-    first generation's with 1)."""
-    fwd_eff, bwd_eff = gpu.flash_efficiencies(generation)
+    """Forward and backward time of fused causal attention kernels over sequences of
+    `seq_tokens` whose unmasked score and context products would take `forward_flops`: the
+    causal half of the work, the backward at 2.5x the forward FLOPs, each pass at the kernel's
+    measured efficiency at that length (`GPU.flash_efficiencies`: today's kernel;
+    FlashAttention-2's with `generation` 2, the first generation's with 1), a `causal_share`
+    of the work in kernels with the causal mask, the rest in kernels without it."""
+    fwd_eff, bwd_eff = gpu.flash_efficiencies(generation, seq_tokens, causal_share)
     work = (
         np.asarray(forward_flops, dtype=np.float64)
         * CAUSAL_WORK_FRACTION

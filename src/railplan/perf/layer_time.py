@@ -106,10 +106,17 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
         unfused_fwd = total([gemm_time_s(gpu, g) for g in core])
         unfused_bwd = total([gemm_time_s(gpu, h) for g in core for h in g.backward()])
     core_flops = total([g.flops for g in core])
-    fused = flash_attention_time_s(gpu, core_flops)
+    # Each attention kernel sees the rank's s/cp queries; under context parallelism only the
+    # diagonal step (1/cp of a rank's causal work, load-balanced) runs with the causal mask,
+    # the cp − 1 ring steps over other ranks' keys without it.
+    cp = s.cp.astype(float)
+    kernel_seq, causal_share = model.seq / cp, 1.0 / cp
+    fused = flash_attention_time_s(gpu, core_flops, kernel_seq, causal_share=causal_share)
     for code, generation in ((FLASH2, 2), (FLASH1, 1)):  # older kernels, where asked for
         if bool(np.any(s.attention == code)):
-            old = flash_attention_time_s(gpu, core_flops, generation=generation)
+            old = flash_attention_time_s(
+                gpu, core_flops, kernel_seq, generation=generation, causal_share=causal_share
+            )
             fused = {k: np.where(s.attention == code, old[k], v) for k, v in fused.items()}
     attn_fwd = np.where(flash, fused["forward"], unfused_fwd)
     attn_bwd = np.where(flash, fused["backward"], unfused_bwd)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field, PositiveInt
+import numpy as np
+import numpy.typing as npt
+from pydantic import Field, PositiveInt, model_validator
 
 from railplan.limits import MAX_GPUS
 from railplan.specs.base import Range, Spec
@@ -15,6 +17,64 @@ Efficiency = Annotated[float, Range(0.01, 1.0)]
 Microseconds = Annotated[float, Range(0.0, 10_000.0, "µs")]
 #: NICs per GPU: 1/8 (one NIC shared by an 8-GPU node) up to 16 NIC ports per GPU
 NICS_PER_GPU = Range(0.125, 16.0, hint="1/8 = one NIC per 8 GPUs, 1 = one NIC per GPU")
+
+
+#: a measured kernel throughput
+TFLOPS = Annotated[float, Range(1.0, 100_000.0, "TFLOP/s")]
+#: the kernel names of `Strategy.attention` that have a fused kernel, by generation
+AttentionKernel = Literal["flash", "flash2", "flash1"]
+ATTENTION_GENERATIONS: dict[int, AttentionKernel] = {3: "flash", 2: "flash2", 1: "flash1"}
+
+
+class AttentionCurve(Spec):
+    """A fused attention kernel's measured TFLOP/s per pass over sequence length, at head
+    dimension 128, FLOPs counted as FlashAttention's benchmark counts them (4·s²·d per head
+    forward, halved with the causal mask; the backward 2.5x the forward): with the causal mask
+    (`forward_tflops`, `backward_tflops`) and without it (`*_noncausal_tflops`; absent: as
+    with it). Between the measured lengths the TFLOP/s are interpolated in log2(s); outside
+    them they stay at the nearest measurement."""
+
+    seq_tokens: list[Annotated[int, Range(1, 10_000_000, "tokens")]] = Field(min_length=1)
+    forward_tflops: list[TFLOPS]
+    backward_tflops: list[TFLOPS]
+    forward_noncausal_tflops: list[TFLOPS] | None = None
+    backward_noncausal_tflops: list[TFLOPS] | None = None
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _aligned(self) -> AttentionCurve:
+        n = len(self.seq_tokens)
+        series = (
+            self.forward_tflops,
+            self.backward_tflops,
+            self.forward_noncausal_tflops or self.forward_tflops,
+            self.backward_noncausal_tflops or self.backward_tflops,
+        )
+        if any(len(values) != n for values in series):
+            raise ValueError("seq_tokens and each *_tflops list need one value each")
+        if any(b <= a for a, b in zip(self.seq_tokens, self.seq_tokens[1:], strict=False)):
+            raise ValueError("seq_tokens must increase")
+        return self
+
+    def tflops(
+        self, seq_tokens: npt.ArrayLike, causal_share: npt.ArrayLike = 1.0
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """(forward, backward) TFLOP/s over sequences of `seq_tokens` when a `causal_share` of
+        the work runs under the causal mask and the rest without it (context parallelism's
+        off-diagonal blocks): the work-weighted harmonic mean of the two measurements."""
+        x = np.log2(np.maximum(np.asarray(seq_tokens, dtype=np.float64), 1.0))
+        points = np.log2(np.asarray(self.seq_tokens, dtype=np.float64))
+        share = np.asarray(causal_share, dtype=np.float64)
+
+        def at(causal: list[float], noncausal: list[float] | None) -> npt.NDArray[np.float64]:
+            c = np.interp(x, points, np.asarray(causal))
+            n = np.interp(x, points, np.asarray(noncausal or causal))
+            return np.asarray(1.0 / (share / c + (1.0 - share) / n))
+
+        return (
+            at(self.forward_tflops, self.forward_noncausal_tflops),
+            at(self.backward_tflops, self.backward_noncausal_tflops),
+        )
 
 
 class GPU(Spec):
@@ -96,21 +156,44 @@ class GPU(Spec):
         "FlashAttention-2's)",
     )
 
-    def flash_efficiencies(self, generation: int) -> tuple[float, float]:
-        """(forward, backward) efficiency of a fused attention kernel: generation 3 is today's
-        (cuDNN / FlashAttention-3 on Hopper), 2 is FlashAttention-2's, 1 FlashAttention-1's;
-        each falls back to the next newer generation the catalog has a number for."""
-        fwd = self.flash_attention_efficiency or self.matmul_efficiency
-        bwd = self.flash_backward_efficiency or fwd
-        if generation <= 2:
-            fwd2 = self.flash2_forward_efficiency or fwd
-            bwd = self.flash2_backward_efficiency or (
-                fwd2 if self.flash2_forward_efficiency else bwd
-            )
-            fwd = fwd2
+    attention_curves: dict[AttentionKernel, AttentionCurve] = Field(
+        default_factory=dict,
+        description="measured TFLOP/s per pass over sequence length of a fused attention "
+        "kernel, by `Strategy.attention` name; where given, it replaces that generation's "
+        "single efficiencies",
+    )
+
+    def _single_efficiencies(self, generation: int) -> tuple[float, float] | None:
+        """A generation's one-value-per-pass efficiencies, if the catalog gives them."""
+        if generation == 3 and self.flash_attention_efficiency is not None:
+            fwd = self.flash_attention_efficiency
+            return fwd, self.flash_backward_efficiency or fwd
+        if generation == 2 and self.flash2_forward_efficiency is not None:
+            fwd = self.flash2_forward_efficiency
+            return fwd, self.flash2_backward_efficiency or fwd
         if generation == 1 and self.flash1_efficiency is not None:
             return self.flash1_efficiency, self.flash1_efficiency
-        return fwd, bwd
+        return None
+
+    def flash_efficiencies(
+        self, generation: int, seq_tokens: npt.ArrayLike, causal_share: npt.ArrayLike = 1.0
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """(forward, backward) efficiency (of the bf16 peak) of a fused attention kernel over
+        sequences of `seq_tokens`, a `causal_share` of its work under the causal mask
+        (`AttentionCurve.tflops`; single values apply to both): generation 3 is today's (cuDNN
+        / FlashAttention-3 on Hopper), 2 is FlashAttention-2's, 1 the first generation's; a
+        generation the catalog has no numbers for takes the next newer one's, and the GEMM
+        efficiency when none has any."""
+        for g in range(generation, 4):
+            curve = self.attention_curves.get(ATTENTION_GENERATIONS[g])
+            if curve is not None:
+                fwd, bwd = curve.tflops(seq_tokens, causal_share)
+                return fwd / self.peak_tflops, bwd / self.peak_tflops
+            single = self._single_efficiencies(g)
+            shape = np.broadcast_shapes(np.shape(seq_tokens), np.shape(causal_share))
+            if single is not None:
+                return np.full(shape, single[0]), np.full(shape, single[1])
+        return np.full(shape, self.matmul_efficiency), np.full(shape, self.matmul_efficiency)
 
 
 class System(Spec):
