@@ -17,7 +17,7 @@ from railplan.perf.compute import (
     gemm_time_s,
     memory_time_s,
 )
-from railplan.specs.hardware import AttentionCurve
+from railplan.specs.hardware import GPU, AttentionCurve
 from railplan.workload.gemms import Gemm
 from tests.kernel_fixtures import GPU_T, one
 
@@ -165,3 +165,12 @@ def test_attention_curve_rejects_misaligned_points() -> None:
         AttentionCurve.parse(
             {"seq_tokens": [2048, 1024], "forward_tflops": [1, 2], "backward_tflops": [1, 2]}
         )
+
+
+def test_attention_curve_above_the_peak_is_one_line() -> None:
+    curve = {"seq_tokens": [2048], "forward_tflops": [150.0], "backward_tflops": [50.0]}
+    data = GPU_T.model_dump() | {"attention_curves": {"flash": curve}}
+    with pytest.raises(RailplanError, match="above the bf16 peak"):
+        GPU.parse(data)
+    with pytest.raises(RailplanError, match="flash"):
+        GPU.parse(GPU_T.model_dump() | {"attention_curves": {"flash3": curve}})

@@ -163,6 +163,22 @@ class GPU(Spec):
         "single efficiencies",
     )
 
+    @model_validator(mode="after")
+    def _curves_below_peak(self) -> GPU:
+        for name, curve in self.attention_curves.items():
+            values = [
+                *curve.forward_tflops,
+                *curve.backward_tflops,
+                *(curve.forward_noncausal_tflops or []),
+                *(curve.backward_noncausal_tflops or []),
+            ]
+            if max(values) > self.peak_tflops:
+                raise ValueError(
+                    f"attention_curves.{name}: {max(values):g} TFLOP/s is above the bf16 peak "
+                    f"peak_tflops = {self.peak_tflops:g}"
+                )
+        return self
+
     def _single_efficiencies(self, generation: int) -> tuple[float, float] | None:
         """A generation's one-value-per-pass efficiencies, if the catalog gives them."""
         if generation == 3 and self.flash_attention_efficiency is not None:
@@ -184,13 +200,13 @@ class GPU(Spec):
         / FlashAttention-3 on Hopper), 2 is FlashAttention-2's, 1 the first generation's; a
         generation the catalog has no numbers for takes the next newer one's, and the GEMM
         efficiency when none has any."""
+        shape = np.broadcast_shapes(np.shape(seq_tokens), np.shape(causal_share))
         for g in range(generation, 4):
             curve = self.attention_curves.get(ATTENTION_GENERATIONS[g])
             if curve is not None:
                 fwd, bwd = curve.tflops(seq_tokens, causal_share)
                 return fwd / self.peak_tflops, bwd / self.peak_tflops
             single = self._single_efficiencies(g)
-            shape = np.broadcast_shapes(np.shape(seq_tokens), np.shape(causal_share))
             if single is not None:
                 return np.full(shape, single[0]), np.full(shape, single[1])
         return np.full(shape, self.matmul_efficiency), np.full(shape, self.matmul_efficiency)
