@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from railplan.specs import GPU, Model
+from railplan.specs.hardware import AttentionCurve
 
 GPU_T = GPU(
     name="test",
@@ -17,8 +18,10 @@ GPU_T = GPU(
     l2_flops_per_byte=10.0,
     memory_efficiency=0.5,
     kernel_overhead_us=0.0,
-    flash_attention_efficiency=0.5,
-    flash_backward_efficiency=0.25,
+    # today's fused attention at one speed for every length: 0.5 / 0.25 of the peak
+    attention_curves={
+        "flash": AttentionCurve(seq_tokens=[2048], forward_tflops=[50.0], backward_tflops=[25.0])
+    },
 )
 MODEL = Model(name="m", hidden=1024, layers=4, heads=8, seq=512, vocab=1000)
 

@@ -119,7 +119,7 @@ def test_attention_curve_interpolates_in_log_sequence_and_clamps() -> None:
     curve = AttentionCurve(
         seq_tokens=[1024, 4096], forward_tflops=[40.0, 60.0], backward_tflops=[20.0, 30.0]
     )
-    gpu = GPU_T.model_copy(update={"attention_curves": {"flash1": curve}})
+    gpu = GPU_T.model_copy(update={"attention_curves": GPU_T.attention_curves | {"flash1": curve}})
     fwd, bwd = gpu.flash_efficiencies(1, np.array([512, 1024, 2048, 4096, 32768]))
     assert fwd.tolist() == pytest.approx([0.4, 0.4, 0.5, 0.6, 0.6])
     assert bwd.tolist() == pytest.approx([0.2, 0.2, 0.25, 0.3, 0.3])

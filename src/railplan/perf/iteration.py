@@ -63,6 +63,7 @@ from railplan.workload.memory import (
     dense_stage_params,
     expert_stage_params,
     memory,
+    zero_share,
 )
 
 # Adam step per parameter on this GPU: read fp32 grad twice (norm, update), read and write the
@@ -105,6 +106,11 @@ class DataParallel:
     micro_batch_backward_gather_s: FloatArray  # the ZeRO-3 weight all-gather part of it
     dense_params: FloatArray
     expert_params: FloatArray
+
+    def params_per_gpu(self, s: StrategyArrays, zero_stage: int) -> FloatArray:
+        """The stage's parameters one GPU holds of a state ZeRO shards from `zero_stage` on
+        (`memory.zero_share`)."""
+        return zero_share(s, zero_stage, self.dense_params, self.expert_params)
 
 
 def data_parallel(
@@ -149,13 +155,9 @@ def grad_accumulation_s(
     """Per micro-batch, without gradient-accumulation fusion: a read-modify-write of the stage's
     gradient buffer (read the bf16/fp16 GEMM output and the main grad, write the main grad;
     Megatron's param.main_grad.add_(param.grad)); 0 with the fusion."""
-    dp, zero = s.grad_ranks.astype(float), s.zero_sharding
-    sharded = d.dense_params / np.where(zero >= 2, dp, 1.0) + d.expert_params / np.where(
-        zero >= 2, dp / s.ep, 1.0
-    )
     rmw = memory_time_s(
         system.gpu,
-        sharded * (WEIGHT_BYTES + 2.0 * s.grad_reduce_bytes),
+        d.params_per_gpu(s, 2) * (WEIGHT_BYTES + 2.0 * s.grad_reduce_bytes),
         GRAD_TENSORS_PER_LAYER * layers,
     )
     return np.asarray(np.where(s.grad_accumulation_fusion.astype(bool), 0.0, rmw))
@@ -180,15 +182,9 @@ def optimizer_s(system: System, s: StrategyArrays, d: DataParallel) -> FloatArra
     zeroing the gradient buffer for the next step (Megatron's `zero_grad_buffer`, called at
     the start of every iteration: `grad_data.zero_()` over the whole buffer of
     `grad_reduce_bytes` per element, ÷ dp with ZeRO ≥ 2)."""
-    dp, zero = s.grad_ranks.astype(float), s.zero_sharding
-
-    def share(stage: int) -> FloatArray:
-        return np.asarray(
-            d.dense_params / np.where(zero >= stage, dp, 1.0)
-            + d.expert_params / np.where(zero >= stage, dp / s.ep, 1.0)
-        )
-
-    moved = share(1) * OPTIMIZER_STEP_BYTES + share(2) * s.grad_reduce_bytes
+    moved = (
+        d.params_per_gpu(s, 1) * OPTIMIZER_STEP_BYTES + d.params_per_gpu(s, 2) * s.grad_reduce_bytes
+    )
     return memory_time_s(system.gpu, moved, 5.0)
 
 

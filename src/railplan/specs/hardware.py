@@ -19,7 +19,7 @@ Microseconds = Annotated[float, Range(0.0, 10_000.0, "µs")]
 NICS_PER_GPU = Range(0.125, 16.0, hint="1/8 = one NIC per 8 GPUs, 1 = one NIC per GPU")
 
 
-#: a measured kernel throughput
+#: a tensor throughput: a peak or a measured kernel's
 TFLOPS = Annotated[float, Range(1.0, 100_000.0, "TFLOP/s")]
 #: the kernel names of `Strategy.attention` that have a fused kernel, by generation
 AttentionKernel = Literal["flash", "flash2", "flash1"]
@@ -41,16 +41,20 @@ class AttentionCurve(Spec):
     backward_noncausal_tflops: list[TFLOPS] | None = None
     source: str = ""
 
-    @model_validator(mode="after")
-    def _aligned(self) -> AttentionCurve:
-        n = len(self.seq_tokens)
-        series = (
+    @property
+    def series(self) -> tuple[list[float], ...]:
+        """The four measured series: forward and backward, with the mask and without it."""
+        return (
             self.forward_tflops,
             self.backward_tflops,
             self.forward_noncausal_tflops or self.forward_tflops,
             self.backward_noncausal_tflops or self.backward_tflops,
         )
-        if any(len(values) != n for values in series):
+
+    @model_validator(mode="after")
+    def _aligned(self) -> AttentionCurve:
+        n = len(self.seq_tokens)
+        if any(len(values) != n for values in self.series):
             raise ValueError("seq_tokens and each *_tflops list need one value each")
         if any(b <= a for a, b in zip(self.seq_tokens, self.seq_tokens[1:], strict=False)):
             raise ValueError("seq_tokens must increase")
@@ -66,28 +70,24 @@ class AttentionCurve(Spec):
         points = np.log2(np.asarray(self.seq_tokens, dtype=np.float64))
         share = np.asarray(causal_share, dtype=np.float64)
 
-        def at(causal: list[float], noncausal: list[float] | None) -> npt.NDArray[np.float64]:
+        def at(causal: list[float], noncausal: list[float]) -> npt.NDArray[np.float64]:
             c = np.interp(x, points, np.asarray(causal))
-            n = np.interp(x, points, np.asarray(noncausal or causal))
+            n = np.interp(x, points, np.asarray(noncausal))
             return np.asarray(1.0 / (share / c + (1.0 - share) / n))
 
-        return (
-            at(self.forward_tflops, self.forward_noncausal_tflops),
-            at(self.backward_tflops, self.backward_noncausal_tflops),
-        )
+        fwd, bwd, fwd_noncausal, bwd_noncausal = self.series
+        return at(fwd, fwd_noncausal), at(bwd, bwd_noncausal)
 
 
 class GPU(Spec):
     """One accelerator. Every performance number has a source in the catalog entry."""
 
     name: str = "custom"
-    peak_tflops: Annotated[float, Range(1.0, 100_000.0, "TFLOP/s")] = Field(
-        description="peak dense bf16/fp16 tensor TFLOP/s"
-    )
-    fp8_tflops: Annotated[float, Range(1.0, 100_000.0, "TFLOP/s")] | None = Field(
+    peak_tflops: TFLOPS = Field(description="peak dense bf16/fp16 tensor TFLOP/s")
+    fp8_tflops: TFLOPS | None = Field(
         default=None, description="peak dense fp8 tensor TFLOP/s (None: no fp8 tensor cores)"
     )
-    fp4_tflops: Annotated[float, Range(1.0, 100_000.0, "TFLOP/s")] | None = Field(
+    fp4_tflops: TFLOPS | None = Field(
         default=None, description="peak dense fp4 tensor TFLOP/s (None: no fp4 tensor cores)"
     )
     memory_gib: Annotated[float, Range(1.0, 65_536.0, "GiB")]
@@ -129,87 +129,39 @@ class GPU(Spec):
         "attention) the GPU sustains through a training step; fitted on the published runs "
         "with leave-one-source-out error reported (docs/validation.md), 1.0 where not fitted",
     )
-    flash_attention_efficiency: Efficiency | None = Field(
-        default=None,
-        description="fraction of the bf16 peak today's fused (flash) attention kernel reaches in "
-        "the forward pass, FLOPs counted as FlashAttention does (None: the GEMM efficiency)",
-    )
-    flash_backward_efficiency: Efficiency | None = Field(
-        default=None,
-        description="the same for its backward pass (None: the forward efficiency)",
-    )
-    flash2_forward_efficiency: Efficiency | None = Field(
-        default=None,
-        description="forward efficiency of a FlashAttention-2-generation kernel (attention "
-        "flash2; None: as today's kernel)",
-    )
-    flash2_backward_efficiency: Efficiency | None = Field(
-        default=None,
-        description="backward efficiency of a FlashAttention-2-generation kernel (None: as its "
-        "forward)",
-    )
-
-    flash1_efficiency: Efficiency | None = Field(
-        default=None,
-        description="forward and backward efficiency of a first-generation kernel "
-        "(FlashAttention-1 or the 2022 Triton kernel: attention flash1; None: as "
-        "FlashAttention-2's)",
-    )
-
     attention_curves: dict[AttentionKernel, AttentionCurve] = Field(
         default_factory=dict,
         description="measured TFLOP/s per pass over sequence length of a fused attention "
-        "kernel, by `Strategy.attention` name; where given, it replaces that generation's "
-        "single efficiencies",
+        "kernel, by `Strategy.attention` name (one point: the same speed at every length)",
     )
 
     @model_validator(mode="after")
     def _curves_below_peak(self) -> GPU:
         for name, curve in self.attention_curves.items():
-            values = [
-                *curve.forward_tflops,
-                *curve.backward_tflops,
-                *(curve.forward_noncausal_tflops or []),
-                *(curve.backward_noncausal_tflops or []),
-            ]
-            if max(values) > self.peak_tflops:
+            fastest = max(max(values) for values in curve.series)
+            if fastest > self.peak_tflops:
                 raise ValueError(
-                    f"attention_curves.{name}: {max(values):g} TFLOP/s is above the bf16 peak "
+                    f"attention_curves.{name}: {fastest:g} TFLOP/s is above the bf16 peak "
                     f"peak_tflops = {self.peak_tflops:g}"
                 )
         return self
-
-    def _single_efficiencies(self, generation: int) -> tuple[float, float] | None:
-        """A generation's one-value-per-pass efficiencies, if the catalog gives them."""
-        if generation == 3 and self.flash_attention_efficiency is not None:
-            fwd = self.flash_attention_efficiency
-            return fwd, self.flash_backward_efficiency or fwd
-        if generation == 2 and self.flash2_forward_efficiency is not None:
-            fwd = self.flash2_forward_efficiency
-            return fwd, self.flash2_backward_efficiency or fwd
-        if generation == 1 and self.flash1_efficiency is not None:
-            return self.flash1_efficiency, self.flash1_efficiency
-        return None
 
     def flash_efficiencies(
         self, generation: int, seq_tokens: npt.ArrayLike, causal_share: npt.ArrayLike = 1.0
     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """(forward, backward) efficiency (of the bf16 peak) of a fused attention kernel over
         sequences of `seq_tokens`, a `causal_share` of its work under the causal mask
-        (`AttentionCurve.tflops`; single values apply to both): generation 3 is today's (cuDNN
-        / FlashAttention-3 on Hopper), 2 is FlashAttention-2's, 1 the first generation's; a
-        generation the catalog has no numbers for takes the next newer one's, and the GEMM
-        efficiency when none has any."""
-        shape = np.broadcast_shapes(np.shape(seq_tokens), np.shape(causal_share))
+        (`AttentionCurve.tflops`): generation 3 is today's (cuDNN / FlashAttention-3 on
+        Hopper), 2 is FlashAttention-2's, 1 the first generation's; a generation the catalog
+        has no curve for takes the next newer one's, and the GEMM efficiency when none has
+        one."""
         for g in range(generation, 4):
             curve = self.attention_curves.get(ATTENTION_GENERATIONS[g])
             if curve is not None:
                 fwd, bwd = curve.tflops(seq_tokens, causal_share)
                 return fwd / self.peak_tflops, bwd / self.peak_tflops
-            single = self._single_efficiencies(g)
-            if single is not None:
-                return np.full(shape, single[0]), np.full(shape, single[1])
-        return np.full(shape, self.matmul_efficiency), np.full(shape, self.matmul_efficiency)
+        gemm = np.asarray(self.matmul_efficiency, dtype=np.float64)
+        return gemm, gemm
 
 
 class System(Spec):

@@ -225,6 +225,19 @@ def zero3_gathered_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     return np.asarray(np.where(s.zero_sharding >= 3, live, 0.0))
 
 
+def zero_share(
+    s: StrategyArrays, zero_stage: int, dense: FloatArray, expert: FloatArray
+) -> FloatArray:
+    """What one GPU holds of a per-parameter state of the stage's `dense` and `expert`
+    parameters (counts or bytes) that ZeRO shards from `zero_stage` on (1: optimizer state, 2:
+    gradients, 3: weights; `zero_sharding`): dense over the dp·cp ranks, experts over the
+    dp·cp/ep expert-data-parallel ranks."""
+    dp, sharded = s.grad_ranks.astype(np.float64), s.zero_sharding >= zero_stage
+    return np.asarray(
+        dense / np.where(sharded, dp, 1.0) + expert / np.where(sharded, dp / s.ep, 1.0)
+    )
+
+
 def memory(model: Model, s: StrategyArrays) -> Memory:
     """Memory per GPU of the most loaded stage (the first with 1F1B; the last if logits
     dominate), with ZeRO stage 1/2/3 sharding optimizer states / gradients / weights over the
@@ -233,17 +246,11 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
     ZeRO-2/3 once per step keep weights and gradients whole. Context parallelism divides every
     activation by cp (each GPU holds s/cp tokens)."""
     dense, expert = dense_stage_params(model, s), expert_stage_params(model, s)
-    dp = s.grad_ranks.astype(np.float64)
-    edp = dp / s.ep
-    z = s.zero_sharding
 
     def sharded(
         per_param: FloatArray | float, stage: int, params: tuple[FloatArray, FloatArray]
     ) -> FloatArray:
-        return np.asarray(
-            params[0] * per_param / np.where(z >= stage, dp, 1.0)
-            + params[1] * per_param / np.where(z >= stage, edp, 1.0)
-        )
+        return zero_share(s, stage, params[0] * per_param, params[1] * per_param)
 
     fp8_copy = np.where(s.precision == FP8, FP8_WEIGHT_COPY_BYTES, 0.0)
     weights = sharded(WEIGHT_BYTES, 3, (dense, expert)) + sharded(
