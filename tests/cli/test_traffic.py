@@ -69,6 +69,7 @@ def test_traffic_table(cli: Any) -> None:
         (("--recompute", "most"), "recompute"),
         (("--grad-reduce-bytes", "3"), "grad_reduce_bytes"),
         (("--first-gpus", "0"), "first_gpus"),
+        (("--dp", "99999999999999"), "dp"),
         (("--heatmap", "x.jpg"), "heatmap"),
         (("--export", "x.json"), "export"),
         (("--system", "dgx-nope"), "system"),
@@ -83,6 +84,16 @@ def test_traffic_errors(cli: Any, extra: tuple[str, ...], field: str) -> None:
     assert r.exit_code == 2, r.output
     assert str(r.exception).startswith(f"{field}: ")
     assert "\n" not in str(r.exception)
+
+
+def test_traffic_huge_gpus_is_one_line(cli: Any) -> None:
+    """Found by benchmarks/fuzz.py: a GPU count beyond int64 sized the placement's arrays and
+    overflowed; it is now bounded like every other command's."""
+    r = cli(
+        "traffic", "--model", "gpt-1.7b", "--gpus", "18446744073709551619", "--global-batch", "8"
+    )
+    assert r.exit_code == 2, r.output
+    assert str(r.exception).startswith("gpus: must be an integer in [1, 1,000,000,000]")
 
 
 def test_export_csv_and_parquet(cli: Any, tmp_path: Path) -> None:

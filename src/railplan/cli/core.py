@@ -34,6 +34,7 @@ from railplan.cli.options import (
 )
 from railplan.cli.output import print_json, quantity_table, table
 from railplan.errors import RailplanError, near_multiples
+from railplan.limits import MAX_GPUS, check_int
 
 if TYPE_CHECKING:
     from railplan.perf.estimate import Estimate
@@ -48,10 +49,11 @@ def register(app: typer.Typer, reproduce_app: typer.Typer) -> None:
 
 
 def check_positive(**values: int) -> None:
-    """Raise a RailplanError naming the first of `values` that is not a positive integer."""
+    """Raise a RailplanError naming the first of `values` (GPU counts and parallel degrees)
+    that is not an integer in [1, MAX_GPUS]: an absurd size is a one-line error before any
+    array is sized by it."""
     for field, value in values.items():
-        if value <= 0:
-            raise RailplanError(field, "must be a positive integer")
+        check_int(field, value, 1, MAX_GPUS)
 
 
 def job_dp(gpus: int, tp: int, pp: int, cp: int, dp: int | None) -> int:
