@@ -71,7 +71,7 @@ def test_estimate_table(cli) -> None:  # type: ignore[no-untyped-def]
         (["--tp", "8", "--pp", "8", "--dp", "2"], "gpus"),
         (["--tp", "8", "--pp", "128", "--gpus", "1024"], "pp"),
         (["--tp", "8", "--pp", "8", "--micro-batch", "3"], "micro_batch"),
-        (["--tp", "8", "--pp", "8", "--interleave", "5"], "interleave"),
+        (["--tp", "8", "--pp", "8", "--interleave", "13"], "interleave"),  # 12 layers a stage
         (["--tp", "8", "--pp", "8", "--recompute", "some"], "recompute"),
         (["--tp", "8", "--pp", "8", "--network", "torus"], "network"),
         (["--tp", "8", "--pp", "8", "--hb-domain", "0"], "system.hb_domain"),

@@ -77,6 +77,8 @@ def brute_force(model: Model, gpus: int, batch: int) -> set[tuple[int, ...]]:
         for mb, v, rc, sp, z in itertools.product(
             range(1, batch + 1), range(1, model.layers + 1), (0, 1, 2), (0, 1), (0, 1, 2, 3)
         ):
+            if model.layers % v:  # the search tries the divisors of the layers (docs/search.md)
+                continue
             if (sp and tp == 1) or (z and dp * cp == 1):
                 continue
             s = (

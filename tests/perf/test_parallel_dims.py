@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -105,10 +106,19 @@ def test_stages_add_up_and_spread_differs_by_at_most_one(
 # --- uneven pipelines: the slowest stage sets the pace, never below the balanced bound ----------
 
 
-@settings(max_examples=25, deadline=None)
-@given(first=st.integers(0, 4), last=st.integers(0, 4), pp=st.sampled_from([2, 3, 4, 5]))
-def test_uneven_never_faster_than_balanced_bound(first: int, last: int, pp: int) -> None:
-    kw = dict(tp=2, pp=pp, dp=1, global_batch=8, first_stage_layers=first, last_stage_layers=last)
+@settings(max_examples=40, deadline=None)
+@given(
+    first=st.integers(0, 4),
+    last=st.integers(0, 4),
+    pp=st.sampled_from([2, 3, 4, 5]),
+    v=st.sampled_from([1, 2, 3]),
+)
+def test_uneven_never_faster_than_balanced_bound(first: int, last: int, pp: int, v: int) -> None:
+    # interleaved too, with virtual stages of unequal layers (stages of 3 layers in 2 chunks)
+    kw = dict(
+        tp=2, pp=pp, dp=1, global_batch=60, interleave=v,
+        first_stage_layers=first, last_stage_layers=last,
+    )  # fmt: skip
     s = from_strategies(Strategy.model_validate(kw))
     assume(bool(valid_mask(LLAMA, s)))
     it = iteration(LLAMA, H100, Network(), s)
@@ -120,6 +130,18 @@ def test_uneven_never_faster_than_balanced_bound(first: int, last: int, pp: int)
     assert float(it.iteration_s) >= m * float(stages["balanced"]) + bubble
     assert sum(float(v) for v in it.breakdown_s.values()) == pytest.approx(float(it.iteration_s))
     assert all(float(v) >= 0 for v in it.breakdown_s.values())
+
+
+def test_interleaving_with_unequal_virtual_stages() -> None:
+    # Llama 3 405B's split, 7 + 14·8 + 7 layers, scaled to 10 layers on 4 stages: 2, 3, 3, 2.
+    # Today's Megatron-Core (--pipeline-model-parallel-layout) puts any number of layers in a
+    # virtual stage, so 2 chunks per stage are allowed (1 + 2 layers on the middle stages); the
+    # fill and drain shrink with v, never below one layer per chunk.
+    times = {v: run(LLAMA, tp=2, pp=4, global_batch=8, interleave=v) for v in (1, 2)}
+    assert times[2][0] < times[1][0]
+    s = from_strategies(Strategy.model_validate(dict(tp=2, pp=4, dp=1, global_batch=8)))
+    assert bool(valid_mask(LLAMA, replace(s, interleave=np.asarray(2))))
+    assert not bool(valid_mask(LLAMA, replace(s, interleave=np.asarray(3))))
 
 
 def test_moving_a_layer_to_the_slowest_stage_slows_the_pipeline() -> None:
@@ -237,7 +259,12 @@ EST = ["estimate", "--model", "llama-3-8b", "--system", "dgx-h100", "--global-ba
         ),
         (["--gpus", "8", "--pp", "4", "--first-stage-layers", "40"], "first_stage_layers"),
         (["--gpus", "8", "--first-stage-layers", "4"], "first_stage_layers"),
-        (["--gpus", "5", "--pp", "5", "--interleave", "2"], "interleave"),
+        (["--gpus", "5", "--pp", "5", "--interleave", "2"], "interleave"),  # 16 micro-batches
+        # stages of 2, 10, 10, 10 layers: 3 virtual stages cannot each hold a layer of the first
+        (
+            ["--gpus", "4", "--pp", "4", "--first-stage-layers", "2", "--interleave", "3"],
+            "interleave",
+        ),
         (["--gpus", "40", "--pp", "40"], "pp"),
         (["--gpus", "8", "--zero", "2", "--zero-schedule", "sometimes"], "zero_schedule"),
         (["--gpus", "8", "--cp", "0"], "cp"),
@@ -277,6 +304,14 @@ def test_search_enumerates_cp_and_uneven_pp_and_takes_fixed_values() -> None:
     assert set(np.unique(s.cp).tolist()) >= {1, 2, 4}
     assert bool(np.any(LLAMA.layers % s.pp != 0))  # pp = 4, 8, 16 do not divide 10 layers
     assert bool(np.any((s.zero >= 2) & (s.pp > 1)))
+    # virtual stages of unequal layers (10 layers, pp 2: 5 per stage in 2 chunks), each with one
+    # layer or more; the 2021-22 space builds equal chunks only
+    assert bool(np.any((s.interleave > 1) & ((LLAMA.layers // s.pp) % s.interleave != 0)))
+    assert bool(np.all(s.interleave <= LLAMA.layers // s.pp))
+    old = enumerate_and_evaluate(
+        Job(LLAMA, H100, Network(), 16, 16), SearchSpace(uneven_pp=False, cp=(1,))
+    ).strategies
+    assert bool(np.all((LLAMA.layers // old.pp) % old.interleave == 0))
     fixed = enumerate_and_evaluate(
         Job(LLAMA, H100, Network(), 16, 16), SearchSpace(tp=(2,), cp=(2,), pp=(2,))
     )

@@ -6,10 +6,11 @@ The candidates are built with numpy, never one Python call per configuration:
    heads and kv_heads; cp splits the sequence into 2·cp chunks; pp is at most the layers (layers
    spread so that stages differ by at most one: `strategies.stage_layers`); dp =
    gpus/(tp·cp·pp) divides the global batch; the micro-batch divides the per-replica batch; the
-   interleave divides the layers of every stage (and, when > 1, needs pp > 1 and a multiple of
-   pp micro-batches); ZeRO stages with dp·cp = 1 are skipped (identical to no ZeRO); ZeRO-2/3
-   run per micro-batch (once per step they equal ZeRO-1). Fixed values (`SearchSpace`) narrow
-   every dimension.
+   interleave divides the model's layers and is at most the layers of the smallest stage
+   (chunks may hold unequal layers; with `uneven_pp` off, as the 2021-22 code, it divides the
+   layers of every stage; when > 1, it needs pp > 1 and a multiple of pp micro-batches);
+   ZeRO stages with dp·cp = 1 are skipped (identical to no ZeRO); ZeRO-2/3 run per micro-batch
+   (once per step they equal ZeRO-1). Fixed values (`SearchSpace`) narrow every dimension.
 2. *columns* — the (recompute, sequence_parallel) pairs; sequence parallelism with tp = 1 is
    skipped (identical to none).
 
@@ -57,7 +58,9 @@ class SearchSpace:
 
     `zero` lists the ZeRO stages tried; `overlap_dp` and `grad_reduce_bytes` are fixed settings
     of the software stack rather than choices (overlapping the gradient reduction never hurts).
-    `uneven_pp` lets pp be any value up to the layers (False: pp divides the layers).
+    `uneven_pp` lets pp be any value up to the layers and the virtual stages hold unequal
+    numbers of layers (today's Megatron-Core); False, as the 2021-22 code: pp divides the layers
+    and interleaving builds equal chunks.
     """
 
     tp: tuple[int, ...] | None = None
@@ -248,12 +251,18 @@ def candidate_rows(
     per_replica = global_batch // rows["dp"]
     rows = _select(rows, per_replica % rows["micro_batch"] == 0)
 
+    # The interleaves tried are the divisors of the model's layers (every v up to a stage's
+    # layers would triple the space for little: `estimate` takes any valid v).
     rows = _cross(rows, "interleave", _allowed(divisors(model.layers), space.interleave))
     micro_batches = global_batch // (rows["dp"] * rows["micro_batch"])
     v, pp = rows["interleave"], rows["pp"]
-    # Interleaving needs equal virtual chunks: every stage the same layers, divisible by v.
+    # Interleaving: today's Megatron-Core places any number of layers in each virtual stage
+    # (`--pipeline-model-parallel-layout`), so v may be up to the smallest stage's ⌊layers/pp⌋
+    # layers; the 2021-22 code (`uneven_pp` off) built equal chunks: every stage the same layers,
+    # divisible by v.
     even = (model.layers % pp == 0) & ((model.layers // pp) % v == 0)
-    rows = _select(rows, (v == 1) | (even & (pp > 1) & (micro_batches % pp == 0)))
+    chunks_ok = np.where(space.uneven_pp, v <= model.layers // pp, even)
+    rows = _select(rows, (v == 1) | (chunks_ok & (pp > 1) & (micro_batches % pp == 0)))
 
     rows = _cross(rows, "zero", np.array(sorted(set(space.zero)), dtype=np.int64))
     z = rows["zero"]

@@ -103,9 +103,10 @@ MAX_MICRO_BATCH = 16
 
 
 def knob_values(model: Model, s: Strategy, knob: str) -> list[Any]:
-    """The values `knob` may take for strategy `s` (Megatron-Core's rules: the micro-batch
-    divides each rank's sequences; interleaving needs pp > 1, an equal number of layers per
-    virtual stage and a micro-batch count that is a multiple of pp)."""
+    """The values `knob` may take for strategy `s` (the rules of the rows' Megatron-Core r0.8 and
+    NeMo 24.x: the micro-batch divides each rank's sequences; interleaving needs pp > 1, an
+    equal number of layers per virtual stage — unequal ones came with the 2025 layout flag,
+    docs/model.md — and a micro-batch count that is a multiple of pp)."""
     per_rank = s.global_batch // s.dp
     if knob == "micro_batch":
         return [b for b in range(1, min(per_rank, MAX_MICRO_BATCH) + 1) if per_rank % b == 0]

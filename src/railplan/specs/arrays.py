@@ -258,9 +258,11 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
     rest_layers = model.layers - s.first_stage_layers - s.last_stage_layers
     rest_stages = s.pp - fixed
     v = np.maximum(s.interleave, 1)
-    stages_divide = (
-        (st["first"] % v == 0) & (st["last"] % v == 0) & ((s.pp <= 2) | (st["middle"] % v == 0))
-    )
+    # The smallest stage's layers (the middle stages hold ⌊rest⌋ or one more: stage 1 holds the
+    # most, the last middle stage the fewest).
+    fewest_middle = np.where(s.pp > 2, layers_of_stage(model, s, np.maximum(s.pp - 2, 1)), 0)
+    fewest = np.minimum(st["first"], st["last"])
+    fewest = np.where(s.pp > 2, np.minimum(fewest, fewest_middle), fewest)
     chunks = 2 * s.cp  # causal load balancing: each sequence in 2·cp chunks (Megatron-Core)
     return [
         ("tp", model.heads % s.tp == 0, f"tp must divide heads ({model.heads})"),
@@ -290,9 +292,9 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
         ),
         (
             "interleave",
-            (v == 1) | stages_divide,
-            "interleave must divide the layers of every pipeline stage (Megatron builds equal "
-            "virtual chunks; stages that differ by one layer cannot be interleaved)",
+            (v == 1) | (fewest >= v),
+            "interleave must be at most the layers of the smallest pipeline stage (each "
+            "virtual stage holds one layer or more)",
         ),
         ("interleave", (s.interleave == 1) | (s.pp > 1), "interleave > 1 needs pp > 1"),
         (
