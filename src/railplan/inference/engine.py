@@ -9,8 +9,11 @@ step of the running ones). Per layer on one GPU:
   GPU's `sustained_tensor_fraction`, as in a training step (docs/model.md) — and HBM
   traffic (weights at the precision's bytes, bf16 activations) at the GPU's streaming
   efficiency (`compute.memory_time_s`): a decode GEMV is a weight stream;
-- attention: prefill is fused causal attention (FlashAttention: the masked half skipped,
-  compute at the MAMF efficiency), decode reads every running sequence's KV cache from HBM;
+- attention: prefill is fused causal attention timed as a training step's forward kernel
+  (`compute.flash_attention_time_s`: the masked half skipped, at the GPU's measured kernel
+  speed for the prompt length, `attention_curves`), then decode reads every running
+  sequence's KV cache from HBM (a separate kernel, as TensorRT-LLM's context and generation
+  phases run);
 - the fused element-wise kernels (norms, residual, activation, RoPE) as in training;
 - tensor-parallel all-reduces (2 per layer) and expert all-to-alls (dispatch and combine per MoE
   layer) of bf16 activations, timed by the training model's collectives on the network's links
@@ -36,7 +39,7 @@ from railplan.perf.comm_time import (
     links,
     p2p_s,
 )
-from railplan.perf.compute import gemm_efficiency, memory_time_s
+from railplan.perf.compute import flash_attention_time_s, gemm_efficiency, memory_time_s
 from railplan.perf.layer_time import ELEMENTWISE_KERNELS_PER_LAYER
 from railplan.perf.layout import Shape, worst_shape
 from railplan.specs import GPU, Model, Network, System
@@ -50,7 +53,6 @@ WEIGHT_BYTES: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625}
 #: KV-cache element bytes: bf16, or fp8 with fp8/fp4 weights (TensorRT-LLM's FP8 KV cache)
 KV_BYTES: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 1.0}
 ACT_BYTES = 2.0  # bf16 activations between layers and in the collectives
-CAUSAL_SHARE = 0.5  # fused causal attention skips the masked half of the score blocks
 
 
 def check_precision(precision: str, gpu: GPU) -> float:
@@ -231,16 +233,22 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
         touched = 1.0 - (1.0 - 1.0 / m.experts) ** routed
         for g in expert_gemms(one, tokens, t, dep.ep):
             gemm = gemm + moe_layers * gemm_s(gpu, g, peak, wb * touched)
-    # attention: fused causal prefill (compute) and decode KV reads (HBM)
+    # attention: the prompts' fused causal kernel, timed as in training (the forward pass at
+    # the kernel's measured speed for the prompt length), then the decode kernel: every running
+    # sequence's KV cache read from HBM (its FLOPs at the MAMF rate, a bound it never reaches)
     heads = math.ceil(m.heads / t)
+    prefill_len = np.asarray(load.prefill_tokens / np.maximum(load.prefill_seqs, 1.0))
+    unmasked_flops = 4.0 * load.prefill_tokens * prefill_len * heads * m.head_dim
+    prefill = flash_attention_time_s(gpu, unmasked_flops, np.maximum(prefill_len, 1.0))["forward"]
+    pre_s = np.where(np.asarray(load.prefill_seqs) > 0, prefill, 0.0)
     bf16 = gpu.peak_tflops * 1e12 * gpu.matmul_efficiency * gpu.sustained_tensor_fraction
-    prefill_len = load.prefill_tokens / np.maximum(load.prefill_seqs, 1.0)
-    pre_flops = 4.0 * load.prefill_tokens * prefill_len * heads * m.head_dim * CAUSAL_SHARE
     dec_flops = 4.0 * load.context_tokens * heads * m.head_dim
     kv_layer = dep.kv_bytes_per_token / layers
-    kernels = (np.asarray(load.prefill_seqs) > 0) * 1.0 + (np.asarray(load.decode) > 0) * 1.0
-    dec_mem = memory_time_s(gpu, load.context_tokens * kv_layer, kernels)
-    pre_s = (pre_flops + dec_flops) / bf16 + kernels * 1e-6 * gpu.kernel_overhead_us
+    decoding = np.asarray(np.asarray(load.decode) > 0, dtype=np.float64)
+    dec_s = np.maximum(
+        memory_time_s(gpu, load.context_tokens * kv_layer, decoding),
+        dec_flops / bf16 + decoding * 1e-6 * gpu.kernel_overhead_us,
+    )
     ew_bytes = ELEMENTWISE_KERNELS_PER_LAYER * 2.0 * ACT_BYTES * tokens * m.hidden
     ew_s = memory_time_s(
         gpu, ew_bytes, ELEMENTWISE_KERNELS_PER_LAYER, gpu.elementwise_forward_efficiency
@@ -249,7 +257,7 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
     lk, shapes = dep.links, dep.shapes
     out = {
         "gemm": gemm,
-        "attention": layers * np.maximum(dec_mem, pre_s),
+        "attention": layers * (pre_s + dec_s),
         "elementwise": layers * ew_s,
         "tp_comm": 2.0 * layers * group_collective_s(lk, shapes["tp"], act),
         "ep_comm": zero,
