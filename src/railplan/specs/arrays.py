@@ -222,8 +222,8 @@ def layers_of_stage(model: Model, s: StrategyArrays, stage: IntArray | int) -> I
 
 def stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     """Layers of the `first`, the fullest `middle` (stage 1, which takes the first extra layer;
-    0 when pp ≤ 2) and the `last` stage (`layers_of_stage`), their `max`, and the `mean`
-    layers/pp."""
+    0 when pp ≤ 2) and the `last` stage (`layers_of_stage`), their `max`, the `fewest` any stage
+    holds (the middle stages' fewest is the last one's, pp − 2), and the `mean` layers/pp."""
     first_given, last_given = s.first_stage_layers, s.last_stage_layers
     if np.ndim(first_given) == 0 and np.ndim(last_given) == 0 and np.size(s.pp) > 64:
         # Many strategies, one stage split rule: a table over pp = 1…max, then a lookup.
@@ -239,12 +239,14 @@ def _stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     first = layers_of_stage(model, s, 0)
     middle = np.where(pp > 2, layers_of_stage(model, s, 1), 0)
     last = layers_of_stage(model, s, pp - 1)
-    f = [np.asarray(x, dtype=np.float64) for x in (first, middle, last)]
+    fewest_middle = np.where(pp > 2, layers_of_stage(model, s, np.maximum(pp - 2, 1)), last)
+    f = [np.asarray(x, dtype=np.float64) for x in (first, middle, last, fewest_middle)]
     return {
         "first": f[0],
         "middle": f[1],
         "last": f[2],
         "max": np.asarray(np.maximum(np.maximum(f[0], f[1]), f[2])),
+        "fewest": np.asarray(np.minimum(np.minimum(f[0], f[2]), f[3])),
         "mean": np.asarray(model.layers / pp.astype(np.float64)),
     }
 
@@ -258,11 +260,6 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
     rest_layers = model.layers - s.first_stage_layers - s.last_stage_layers
     rest_stages = s.pp - fixed
     v = np.maximum(s.interleave, 1)
-    # The smallest stage's layers (the middle stages hold ⌊rest⌋ or one more: stage 1 holds the
-    # most, the last middle stage the fewest).
-    fewest_middle = np.where(s.pp > 2, layers_of_stage(model, s, np.maximum(s.pp - 2, 1)), 0)
-    fewest = np.minimum(st["first"], st["last"])
-    fewest = np.where(s.pp > 2, np.minimum(fewest, fewest_middle), fewest)
     chunks = 2 * s.cp  # causal load balancing: each sequence in 2·cp chunks (Megatron-Core)
     return [
         ("tp", model.heads % s.tp == 0, f"tp must divide heads ({model.heads})"),
@@ -292,7 +289,7 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
         ),
         (
             "interleave",
-            (v == 1) | (fewest >= v),
+            (v == 1) | (st["fewest"] >= v),
             "interleave must be at most the layers of the smallest pipeline stage (each "
             "virtual stage holds one layer or more)",
         ),
