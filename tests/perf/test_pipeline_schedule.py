@@ -137,3 +137,31 @@ def test_lm_head_on_the_last_chunk(pp: int, v: int, m: int, layers: int) -> None
         expected = _megatron_makespan(pp, v, m, layers, 0.0, head_s)
         got = _railplan(pp, v, m, layers, 0.0, True, head_s)
         assert expected - 1e-9 <= got <= 1.01 * expected
+
+
+def _peak_outstanding_chunks(pp: int, v: int, m: int, rank: int) -> int:
+    """The most chunk forwards whose backward has not run yet, on `rank`, replaying the same
+    order: what the rank's activations hold at their peak."""
+    held = peak = 0
+    for kind, _, _ in _order(pp, v, m, rank):
+        held += 1 if kind == "F" else -1
+        peak = max(peak, held)
+    return peak
+
+
+@pytest.mark.parametrize("pp", [2, 4, 8, 16])
+@pytest.mark.parametrize("v", [1, 2, 3, 7])
+@pytest.mark.parametrize("groups", [1, 2, 3])
+def test_activations_in_flight_match_the_schedule(pp: int, v: int, groups: int) -> None:
+    """`in_flight_stage_passes` (whole-stage micro-batches held at the peak) is the replayed
+    schedule's peak of outstanding chunks ÷ v on the first two ranks, including the steps
+    with m = pp micro-batches whose every forward is a warm-up one."""
+    from railplan.specs.arrays import from_strategies
+    from railplan.specs.strategy import Strategy
+    from railplan.workload.memory import in_flight_stage_passes
+
+    m = groups * pp
+    s = from_strategies([Strategy(tp=1, pp=pp, dp=1, interleave=v, micro_batch=1, global_batch=m)])
+    for rank in (0, 1):
+        want = _peak_outstanding_chunks(pp, v, m, rank) / v
+        assert float(in_flight_stage_passes(s, rank)[0]) == pytest.approx(want)

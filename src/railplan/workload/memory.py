@@ -14,7 +14,9 @@ A model trained without dropout (`Model.dropout` false) keeps no masks: 8·sbh r
 Selective recompute drops the 5·a·s²·b term; full recompute keeps only each layer's input
 (2·sbh, split by tp with sequence parallelism) plus one layer's activations while it is
 recomputed. The 1F1B schedule keeps `pp` micro-batches in flight on the first stage;
-the interleaved schedule multiplies that by 1 + (pp−1)/(pp·v) (Korthikanti §4.2.3).
+the interleaved schedule multiplies that by 1 + (pp−1)/(pp·v) (Korthikanti §4.2.3) as long as
+the step has that many chunk passes to run: with m micro-batches it never holds more than
+all m of them (Megatron-Core caps its warm-up at the step's m·v chunk forwards).
 
 Fused (flash) attention never materializes the score tensors: it keeps only the softmax
 log-sum-exp per query and head (fp32, 4·a·s·b bytes, split by tp) and recomputes the scores
@@ -117,15 +119,30 @@ def layer_activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     return np.asarray(np.where(s.recompute == FULL, checkpoint, stored))
 
 
+def in_flight_stage_passes(s: StrategyArrays, rank: int) -> FloatArray:
+    """Micro-batches of its whole stage whose activations pipeline rank `rank` holds at its
+    peak, in units of the stage's layers × one micro-batch (module doc). 1F1B: pp − rank,
+    at most the micro-batches. Interleaved (Megatron-Core `get_pp_rank_microbatches`): the
+    rank runs 2·(pp − rank − 1) + (v − 1)·pp warm-up chunk forwards and one more before its
+    first backward, each chunk 1/v of the stage, but never more than all m·v chunks of the
+    step (when m ≤ pp + (pp − 2·rank − 1)/v every forward is a warm-up one)."""
+    pp, v = s.pp.astype(np.float64), s.interleave.astype(np.float64)
+    m = s.micro_batches.astype(np.float64)
+    plain = np.minimum(np.maximum(pp - rank, 1.0), m)
+    chunks = np.minimum(2.0 * (pp - rank - 1) + (v - 1) * pp + 1, m * v)
+    return np.asarray(np.where(s.interleave > 1, chunks / v, plain))
+
+
 def activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     """Activation bytes of the first pipeline stage with its in-flight micro-batches."""
     per_layer = layer_activation_bytes(model, s)
     st = stage_layers(model, s)
     in_flight = np.minimum(s.pp, s.micro_batches).astype(np.float64)
-    interleave_factor = np.where(s.interleave > 1, 1.0 + (s.pp - 1) / (s.pp * s.interleave), 1.0)
     # Uneven stages: the second stage (one micro-batch fewer in flight) may hold more.
-    second = st["middle"] * np.minimum(s.pp - 1, s.micro_batches)
-    kept = per_layer * np.maximum(st["first"] * in_flight, second) * interleave_factor
+    layers_kept = np.maximum(
+        st["first"] * in_flight_stage_passes(s, 0), st["middle"] * in_flight_stage_passes(s, 1)
+    )
+    kept = per_layer * layers_kept
     # Full recompute: one layer's complete activations while it is being recomputed.
     full_layer = layer_activation_bytes(
         model, StrategyArrays(**{**s.__dict__, "recompute": np.zeros_like(s.recompute)})
