@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from railplan import Network, RailplanError, Strategy, estimate, load_model, load_system
 from railplan.perf.alltoall import compare
+from railplan.perf.estimate import Estimate
 from railplan.specs.arrays import from_strategies
 from railplan.workload import comm
 from railplan.workload.flops import model_flops
@@ -159,3 +160,96 @@ def test_routing_skew_only_slows_dropless_moe() -> None:
     )
     assert routing.dropped_fraction(capped) > 0.3
     assert routing.dropped_fraction(MOE) == 0.0
+
+
+def _ep_run(overlap: bool, gb: int, **kw: object) -> Estimate:
+    strat = Strategy(tp=1, dp=128, ep=128, micro_batch=4, global_batch=gb, overlap_ep=overlap, **kw)
+    return estimate(MOE, "dgx-a100", strat, Network(architecture="rail-only"))
+
+
+@pytest.mark.parametrize("gb", [1024, 4096])
+def test_overlap_ep_hides_all_to_alls_of_merged_passes_only(gb: int) -> None:
+    """Without a pipeline the combined 1F1B merges m − 1 of the m micro-batches: each merged
+    layer exposes `hidden_cost_s` of its all-to-alls (here the compute covers them: u·comm),
+    the lone first forward and last backward all of it. Nothing else in the breakdown moves."""
+    from railplan.perf.comm_time import hidden_cost_s
+
+    off, on = _ep_run(False, gb), _ep_run(True, gb)
+    m = gb // (128 * 4)
+    per_mb = off.breakdown_s["ep_comm"] / m
+    u = load_system("dgx-a100").comm_sm_fraction
+    compute = off.breakdown_s["compute"] / m  # no logits-only stage here: pp = 1
+    hidden = float(hidden_cost_s(np.asarray(per_mb), np.asarray(compute), u))
+    assert hidden < per_mb
+    want = per_mb + (m - 1) * hidden
+    assert on.breakdown_s["ep_comm"] == pytest.approx(want, rel=0.02)
+    assert on.iteration_s < off.iteration_s
+    for k in off.breakdown_s:
+        if k not in ("ep_comm", "dp_comm_exposed"):
+            assert on.breakdown_s[k] == pytest.approx(off.breakdown_s[k])
+
+
+def test_overlap_ep_memory_keeps_one_more_micro_batch() -> None:
+    """pp = 1: two micro-batches alive at once; interleaved: one more warm-up chunk."""
+    off, on = _ep_run(False, 1024), _ep_run(True, 1024)
+    acts = "activations"
+    assert on.memory_breakdown_gib[acts] > off.memory_breakdown_gib[acts]
+    one = from_strategies(Strategy(dp=128, ep=128, micro_batch=4, global_batch=512))
+    # m = 1: nothing to merge, nothing more kept, nothing hidden
+    lone_off, lone_on = _ep_run(False, 512), _ep_run(True, 512)
+    assert int(one.micro_batches) == 1
+    assert lone_on.iteration_s == pytest.approx(lone_off.iteration_s)
+    assert lone_on.memory_breakdown_gib[acts] == pytest.approx(lone_off.memory_breakdown_gib[acts])
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"ep": 1}, "overlap_ep needs ep > 1"),
+        ({"pp": 2, "dp": 64, "ep": 64}, "needs interleave > 1"),
+        ({"recompute": "full"}, "recompute none or selective"),
+    ],
+)
+def test_overlap_ep_refuses_what_megatron_refuses(kw: dict[str, object], message: str) -> None:
+    base: dict[str, object] = {"dp": 128, "ep": 128, "micro_batch": 4, "global_batch": 1024}
+    strat = Strategy(**(base | kw), overlap_ep=True)  # type: ignore[arg-type]
+    with pytest.raises(RailplanError, match=rf"^overlap_ep: .*{message}"):
+        estimate(MOE, "dgx-a100", strat)
+
+
+def test_overlap_ep_cli(cli) -> None:  # type: ignore[no-untyped-def]
+    base = ("estimate", "--model", "moe-1.3b", "--system", "dgx-a100", "--gpus", "128")
+    base += ("--micro-batch", "4", "--global-batch", "1024")
+    args = (*base, "--ep", "128")
+    on = cli.json(*args, "--overlap-ep")
+    off = cli.json(*args)
+    assert on["strategy"]["overlap_ep"] is True and off["strategy"]["overlap_ep"] is False
+    assert on["breakdown_s"]["ep_comm"] < off["breakdown_s"]["ep_comm"]
+    bad = cli(*base, "--overlap-ep")
+    assert bad.exit_code == 2
+    assert str(bad.exception).startswith("overlap_ep: overlap_ep needs ep > 1")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from([(1, 1), (2, 2), (2, 3), (4, 2), (4, 3)]),
+    st.integers(1, 8),
+    st.sampled_from(["rail-only", "rail-optimized", "ideal"]),
+)
+def test_overlap_ep_never_slower(pp_v: tuple[int, int], groups: int, arch: str) -> None:
+    """Hiding all-to-alls never costs time: the merged passes expose at most what they send."""
+    pp, v = pp_v
+    dp = 128 // pp
+    gb = dp * 2 * pp * groups
+    times = [
+        estimate(
+            MOE,
+            "dgx-a100",
+            Strategy(
+                pp=pp, dp=dp, ep=dp, interleave=v, micro_batch=2, global_batch=gb, overlap_ep=o
+            ),
+            Network(architecture=arch),  # type: ignore[arg-type]
+        ).iteration_s
+        for o in (False, True)
+    ]
+    assert times[1] <= times[0] * (1 + 1e-12)

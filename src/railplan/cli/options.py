@@ -141,6 +141,15 @@ OverlapBackwardGatherOpt = Annotated[
         "(FSDP BACKWARD_PRE, DeepSpeed); off: FSDP BACKWARD_POST, the gather is exposed",
     ),
 ]
+OverlapEpOpt = Annotated[
+    bool,
+    typer.Option(
+        "--overlap-ep/--no-overlap-ep",
+        help="MoE: the expert-parallel all-to-alls run behind the adjacent micro-batch's compute "
+        "(Megatron-Core --overlap-moe-expert-parallel-comm; needs ep > 1, interleave > 1 when "
+        "pp > 1, no full recompute); off: exposed",
+    ),
+]
 AttentionOpt = Annotated[
     str,
     typer.Option(help="flash (fused, no s×s scores in HBM; default) | unfused (2021-22 Megatron)"),

@@ -126,18 +126,40 @@ def p2p_s(lk: Links, size: FloatArray, shape: Shape) -> FloatArray:
     return np.asarray(np.where(shape.inside, size / lk.hb_bw + lk.hb_lat_s, over_nic))
 
 
-def ep_comm_time_s(model: Model, lk: Links, s: StrategyArrays, shape: Shape) -> FloatArray:
+def ep_comm_time_s(
+    model: Model, lk: Links, s: StrategyArrays, shape: Shape, layer_compute_s: FloatArray
+) -> FloatArray:
     """Exposed expert-parallel all-to-all time per MoE layer and micro-batch (all passes).
 
     The ep ranks are spaced tp apart: x of them share an HB domain, y domains. Rail-only runs
     the two-step all-to-all with forwarding (rail phase, then HB phase; SYSTEM.md formula 3);
-    the other networks the direct one.
+    the other networks the direct one. Every all-to-all is exposed, unless `overlap_ep`: then
+    a micro-batch's forward is merged layer by layer with the previous one's backward, and the
+    layer's all-to-alls run behind that pair's compute (`layer_compute_s`, one layer's forward
+    and backward) at the SM share collectives hold (`hidden_cost_s`). Only the merged passes
+    hide them: the warm-up forwards and the cooldown backwards run alone (`ep_merged_share`).
     """
     d = comm.ep_pair_bytes(model, s)
     fn = coll.all_to_all_rail_only_s if lk.rail_only else coll.all_to_all_rail_optimized_s
     one = fn(shape.x, shape.y, d, lk.hb_bw, lk.nic_bw_spread, lk.hb_lat_s, lk.nic_lat_s)
     ops = comm.ep_all_to_alls_per_moe_layer(s)
-    return np.asarray((ops["forward"] + ops["recompute"] + ops["backward"]) * one)
+    exposed = (ops["forward"] + ops["recompute"] + ops["backward"]) * one
+    merged = ep_merged_share(s)
+    hidden = hidden_cost_s(exposed, layer_compute_s, lk.comm_sm_fraction)
+    return np.asarray((1.0 - merged) * exposed + merged * hidden)
+
+
+def ep_merged_share(s: StrategyArrays) -> FloatArray:
+    """Of a first-stage rank's m·v chunk passes of each kind, the share that `overlap_ep` merges
+    into forward-backward pairs (0 without it): all but the warm-up forwards and as many
+    cooldown backwards, which Megatron-Core's combined 1F1B runs alone. Its warm-up is the
+    interleaved one, 2·(pp − 1) + (v − 1)·pp chunks, plus the one extra micro-batch the overlap
+    schedules; without a pipeline, one micro-batch."""
+    pp, v = s.pp.astype(float), s.interleave.astype(float)
+    total = s.micro_batches.astype(float) * v
+    warmup = np.where(s.pp > 1, 2.0 * (pp - 1.0) + (v - 1.0) * pp + 1.0, 1.0)
+    on = (s.overlap_ep > 0) & (s.ep > 1)
+    return np.asarray(np.where(on, np.maximum(total - warmup, 0.0) / total, 0.0))
 
 
 def tp_comm_times(

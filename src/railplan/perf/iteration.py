@@ -347,7 +347,11 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     tpc = tp_comm_times(model, lk, s, lt, groups["tp"])
     tp_layer = tpc["forward"] + tpc["recompute"] + tpc["backward"]
     ep_layer = (
-        model.moe_layers / model.layers * ep_comm_time_s(model, lk, s, groups["ep"])
+        model.moe_layers
+        / model.layers
+        * ep_comm_time_s(
+            model, lk, s, groups["ep"], lt["forward"] + lt["backward"] + lt["recompute"]
+        )
         if model.moe_layers
         else 0.0
     )

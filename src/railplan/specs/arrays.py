@@ -61,6 +61,7 @@ class StrategyArrays:
     defer_embedding_wgrad: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     wgrad_deferral_limit: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     cross_entropy: IntArray = field(default_factory=lambda: np.full((), CE_FUSED, dtype=np.int64))
+    overlap_ep: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
@@ -138,6 +139,7 @@ class StrategyArrays:
             overlap_backward_gather=bool(v["overlap_backward_gather"]),
             defer_embedding_wgrad=bool(v["defer_embedding_wgrad"]),
             wgrad_deferral_limit=v["wgrad_deferral_limit"],
+            overlap_ep=bool(v["overlap_ep"]),
             **named,
         )
 
@@ -192,6 +194,7 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         overlap_backward_gather=col(lambda s: int(s.overlap_backward_gather)),
         defer_embedding_wgrad=col(lambda s: int(s.defer_embedding_wgrad)),
         wgrad_deferral_limit=col(lambda s: s.wgrad_deferral_limit),
+        overlap_ep=col(lambda s: int(s.overlap_ep)),
         **{f: coded(f) for f in CODED_FIELDS},
     )
 
@@ -308,6 +311,17 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
         ("ep", model.experts % s.ep == 0, f"ep must divide experts ({model.experts})"),
         ("ep", s.dp % s.ep == 0, "ep must divide dp (expert-parallel ranks come from dp)"),
         ("ep", (s.ep == 1) | (s.cp == 1), "ep > 1 with cp > 1 is not modelled; use one of them"),
+        ("overlap_ep", (s.overlap_ep == 0) | (s.ep > 1), "overlap_ep needs ep > 1"),
+        (
+            "overlap_ep",
+            (s.overlap_ep == 0) | (s.pp == 1) | (s.interleave > 1),
+            "overlap_ep with pp > 1 needs interleave > 1 (as Megatron-Core asserts)",
+        ),
+        (
+            "overlap_ep",
+            (s.overlap_ep == 0) | (s.recompute != FULL),
+            "overlap_ep needs recompute none or selective (as Megatron-Core asserts)",
+        ),
     ]
 
 

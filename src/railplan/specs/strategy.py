@@ -91,6 +91,12 @@ class Strategy(Spec):
     `defer_embedding_wgrad_compute` / `wgrad_deferral_limit`, default off; NeMo sets it in its
     pipelined Llama 3.1 and Nemotron-4 340B configs). No effect with pp = 1 or without
     gradient-accumulation fusion, the cases Megatron-Core refuses.
+    `overlap_ep`: the MoE layers' expert-parallel all-to-alls (token dispatch and combine, and
+    their gradients) of one micro-batch run while the GPU computes the adjacent micro-batch,
+    whose forward is merged layer by layer with the other's backward (Megatron-Core
+    `--overlap-moe-expert-parallel-comm`, "EP A2A overlap"; DeepSeek-V3's DualPipe pairs the
+    chunks the same way). Off (Megatron-Core's default), every all-to-all is exposed. It needs
+    ep > 1, interleaving when pp > 1 and no full recompute, as Megatron-Core asserts.
     """
 
     tp: PositiveInt = 1
@@ -148,6 +154,11 @@ class Strategy(Spec):
     )
     wgrad_deferral_limit: int = Field(
         default=0, ge=0, description="micro-batches whose LM-head wgrad is deferred (0 = all)"
+    )
+    overlap_ep: bool = Field(
+        default=False,
+        description="MoE all-to-alls hidden behind the adjacent micro-batch's compute "
+        "(Megatron-Core --overlap-moe-expert-parallel-comm)",
     )
 
     @property
