@@ -145,3 +145,24 @@ def test_arrays_broadcast() -> None:
     acts = layer_activation_bytes(m, s)
     assert acts.shape == (4,)
     assert np.all(np.diff(acts) < 0)
+
+
+@pytest.mark.parametrize(("precision", "input_bytes"), [("bf16", 2.0), ("fp8", 1.0)])
+def test_moe_layer_activations_by_hand(precision: str, input_bytes: float) -> None:
+    """moe-1.3b (every other layer MoE, top-1 of 128 experts, capacity 1.0, tp 1, flash):
+    per token, the dense layers keep 10·h + 4h (Q and context) + 4h (K, V) + 4·ffn, the expert
+    layers the same with each routed slot's 4·expert_ffn instead of the MLP's, plus the routed
+    copy of the token the first grouped GEMM saves (input_bytes·h per slot); FP8 saves the
+    GEMM inputs in 1 byte (docs/model.md)."""
+    m = load_model("moe-1.3b")
+    s = from_strategies(Strategy(global_batch=8, micro_batch=2, dp=8, ep=8, precision=precision))
+    h, ffn, tokens = m.hidden, m.ffn_, m.seq * 2
+    fp8 = 1.0 if precision == "fp8" else 0.0
+    capacity = m.capacity_factor
+    assert m.top_k == 1 and m.drop_tokens and m.moe_layers * 2 == m.layers
+    common = (10 - 2 * fp8) * h + 2 * (h + h + h) + (2 - fp8) * h
+    dense = common + (4 - fp8) * ffn
+    expert = common + (4 - fp8) * m.expert_ffn_ * capacity + capacity * input_bytes * h
+    softmax_stats = 4.0 * m.heads
+    want = tokens * ((dense + expert) / 2 + softmax_stats)
+    assert float(layer_activation_bytes(m, s)) == pytest.approx(want)

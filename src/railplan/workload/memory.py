@@ -11,6 +11,10 @@ tp = 1), generalized to GQA, other MLP widths and gated MLPs by counting the sam
   score tensors 5·a·s²·b (softmax output 2, dropout mask 1, dropout output 2).
 A model trained without dropout (`Model.dropout` false) keeps no masks: 8·sbh replicated, and
 2·a·s²·b of scores (the softmax output, which the context GEMM reads directly).
+An MoE layer keeps its experts' activations per routed token slot (top_k·slot_factor slots of
+expert_ffn, plus the shared experts') and, kept like the MLP input, the routed copies of the
+token that the experts' first grouped GEMM reads (2·h per slot): Megatron-Core's grouped
+linear layers save their input for the weight gradient as every linear does.
 Selective recompute drops the 5·a·s²·b term; full recompute keeps only each layer's input
 (2·sbh, split by tp with sequence parallelism) plus one layer's activations while it is
 recomputed. The 1F1B schedule keeps `pp` micro-batches in flight on the first stage;
@@ -98,11 +102,16 @@ def layer_activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     mlp_bytes = (6.0 if model.gated_mlp else 4.0) - fp8
     mlp_per_token = mlp_bytes * model.ffn_
     if model.moe_layers:
-        # Expert layers keep top_k·slot_factor slots of expert_ffn activations per token.
+        # Expert layers keep top_k·slot_factor slots of expert_ffn activations per token, and
+        # the routed token copies their first grouped GEMM reads (its input, saved for the
+        # weight gradient like any linear's: 2 bytes per hidden element, 1 in FP8), kept
+        # whole or split by tp as the dense MLP's input is.
+        slots = model.top_k * slot_factor(model, s.ep)
         per_slot = mlp_bytes * model.expert_ffn_
-        expert = per_slot * (model.top_k * slot_factor(model, s.ep) + model.shared_experts)
+        expert = per_slot * (slots + model.shared_experts)
         share = model.moe_layers / model.layers
         mlp_per_token = (1 - share) * mlp_per_token + share * expert
+        replicated = replicated + share * slots * (2.0 - fp8) * sbh
     q, k, v, context = model.attention_widths
     split = seq * b * (2.0 * (q + k + v) + (2.0 - fp8) * context + mlp_per_token)
     scores = np.where(
