@@ -18,17 +18,31 @@ NO_DP = DataParallel(*(np.zeros(()) for _ in range(7)))
 FORWARD_S, BACKWARD_S = 1.0, 2.0  # per layer
 
 
-def _order(pp: int, v: int, m: int, rank: int) -> list[tuple[str, int, int]]:
-    """(pass, chunk, micro-batch) in the order `rank` runs them."""
+def _table(m: int, v: int, group: int) -> list[tuple[int, int]]:
+    """(micro-batch, chunk) of each virtual micro-batch: Megatron-Core's
+    `get_schedule_table`, groups of `group` micro-batches run chunk after chunk, the last group
+    taking what is left."""
+    out: list[tuple[int, int]] = []
+    for first in range(0, m, group):
+        last = m if first + group >= m else first + group
+        out += [(mb, c) for c in range(v) for mb in range(first, last)]
+    return out
+
+
+def _order(pp: int, v: int, m: int, rank: int, group: int = 0) -> list[tuple[str, int, int]]:
+    """(pass, chunk, micro-batch) in the order `rank` runs them; `group` is the micro-batch
+    group N of the interleaved schedule (0: pp, Megatron-Core's default)."""
     total = m * v
+    n = group or pp
+    table = _table(m, v, n)
 
     def chunk(k: int) -> int:
-        return (k % (pp * v)) // pp
+        return table[k][1]
 
     def micro_batch(k: int) -> int:
-        return (k // (pp * v)) * pp + k % pp
+        return table[k][0]
 
-    warmup = min(pp - rank - 1 if v == 1 else (pp - rank - 1) * 2 + (v - 1) * pp, total)
+    warmup = min(pp - rank - 1 if v == 1 else (pp - rank - 1) * 2 + (v - 1) * n, total)
     ops = [("F", chunk(k), micro_batch(k)) for k in range(warmup)]
     for k in range(warmup, total):
         ops.append(("F", chunk(k), micro_batch(k)))
@@ -40,13 +54,13 @@ def _order(pp: int, v: int, m: int, rank: int) -> list[tuple[str, int, int]]:
 
 
 def _megatron_makespan(
-    pp: int, v: int, m: int, layers: int, send_s: float, head_s: float = 0.0
+    pp: int, v: int, m: int, layers: int, send_s: float, head_s: float = 0.0, group: int = 0
 ) -> float:
     """Time until the last rank's last backward ends; every rank holds `layers` layers, and
     the last chunk of the last rank also the LM head (`head_s`: forward 1/3, backward 2/3)."""
     pass_s = {"F": FORWARD_S * layers / v, "B": BACKWARD_S * layers / v}
     head = {"F": head_s / 3, "B": 2 * head_s / 3}
-    orders = [_order(pp, v, m, r) for r in range(pp)]
+    orders = [_order(pp, v, m, r, group) for r in range(pp)]
     done: dict[tuple[int, str, int, int], float] = {}
     position, free = [0] * pp, [0.0] * pp
     moved = True
@@ -74,14 +88,21 @@ def _megatron_makespan(
 
 
 def _railplan(
-    pp: int, v: int, m: int, layers: int, send_s: float, overlap: bool, head_s: float = 0.0
+    pp: int,
+    v: int,
+    m: int,
+    layers: int,
+    send_s: float,
+    overlap: bool,
+    head_s: float = 0.0,
+    group: int = 0,
 ) -> float:
     n = np.asarray(float(layers))
     stages = {"first": n, "middle": n, "last": n, "mean": n}
     lt = {"forward": np.asarray(FORWARD_S), "backward": np.asarray(BACKWARD_S)}
     lt["recompute"] = np.asarray(0.0)
     p = pipeline(
-        pipeline_arrays(pp, v, m, overlap_p2p=int(overlap)),
+        pipeline_arrays(pp, v, m, overlap_p2p=int(overlap), microbatch_group=group),
         stages,
         lt,
         np.asarray(FORWARD_S + BACKWARD_S),
@@ -139,11 +160,11 @@ def test_lm_head_on_the_last_chunk(pp: int, v: int, m: int, layers: int) -> None
         assert expected - 1e-9 <= got <= 1.01 * expected
 
 
-def _peak_outstanding_chunks(pp: int, v: int, m: int, rank: int) -> int:
+def _peak_outstanding_chunks(pp: int, v: int, m: int, rank: int, group: int = 0) -> int:
     """The most chunk forwards whose backward has not run yet, on `rank`, replaying the same
     order: what the rank's activations hold at their peak."""
     held = peak = 0
-    for kind, _, _ in _order(pp, v, m, rank):
+    for kind, _, _ in _order(pp, v, m, rank, group):
         held += 1 if kind == "F" else -1
         peak = max(peak, held)
     return peak
@@ -165,3 +186,90 @@ def test_activations_in_flight_match_the_schedule(pp: int, v: int, groups: int) 
     for rank in (0, 1):
         want = _peak_outstanding_chunks(pp, v, m, rank) / v
         assert float(in_flight_stage_passes(s, rank)[0]) == pytest.approx(want)
+
+
+# (pp, v, m, N): micro-batch counts that are not a multiple of pp, run with a larger group N
+# whose remainder m mod N is 0 or ≥ pp (Megatron-Core's rule), and N > pp on multiples of pp.
+GROUPED = [(2, 2, 5, 5), (4, 2, 10, 5), (4, 2, 9, 9), (4, 3, 12, 8), (3, 2, 7, 4), (4, 2, 16, 8)]
+
+
+@pytest.mark.parametrize(("pp", "v", "m", "group"), GROUPED)
+def test_grouped_schedule_keeps_the_closed_form(pp: int, v: int, m: int, group: int) -> None:
+    """With a micro-batch group N ≥ pp (`microbatch_group`), the op-by-op schedule still takes
+    m·(f + b) + (pp − 1)/v·(f + b) without sends, and the fill and the drain still cross
+    v·pp − 1 chunk boundaries each: the closed form holds."""
+    layers = 4 * v
+    assert _railplan(pp, v, m, layers, 0.0, True, group=group) == pytest.approx(
+        _megatron_makespan(pp, v, m, layers, 0.0, group=group)
+    )
+    send_s = 0.01
+    assert _railplan(pp, v, m, layers, send_s, True, group=group) == pytest.approx(
+        _megatron_makespan(pp, v, m, layers, send_s, group=group)
+    )
+
+
+@pytest.mark.parametrize(("pp", "v", "m", "group"), GROUPED)
+def test_grouped_schedule_holds_its_larger_warm_up(pp: int, v: int, m: int, group: int) -> None:
+    """Memory: the first two ranks hold what the replayed grouped schedule holds at its peak."""
+    from railplan.specs.arrays import from_strategies
+    from railplan.specs.strategy import Strategy
+    from railplan.workload.memory import in_flight_stage_passes
+
+    s = from_strategies(
+        [
+            Strategy(
+                tp=1,
+                pp=pp,
+                dp=1,
+                interleave=v,
+                micro_batch=1,
+                global_batch=m,
+                microbatch_group=group,
+            )
+        ]
+    )
+    for rank in (0, 1):
+        want = _peak_outstanding_chunks(pp, v, m, rank, group) / v
+        assert float(in_flight_stage_passes(s, rank)[0]) == pytest.approx(want)
+
+
+@pytest.mark.parametrize(("pp", "v", "m", "group"), GROUPED)
+@pytest.mark.parametrize("send_s", [0.3, 1.0, 2.0])
+def test_grouped_schedule_with_long_sends_is_never_optimistic(
+    pp: int, v: int, m: int, group: int, send_s: float
+) -> None:
+    """Sends of 7–50 % of a chunk: where the group's slack does not cover a round of sends the
+    closed form charges every boundary, never less than the schedule takes and at most 2 %
+    more."""
+    layers = 4 * v
+    got = _railplan(pp, v, m, layers, send_s, True, group=group)
+    want = _megatron_makespan(pp, v, m, layers, send_s, group=group)
+    assert want - 1e-9 <= got <= 1.02 * want
+
+
+def test_microbatch_group_default_is_pp_and_its_rules_are_one_line_errors(cli) -> None:  # type: ignore[no-untyped-def]
+    """N = pp is the default schedule; a group outside [pp, m], a remainder below pp, or a
+    group without interleaving are one-line errors naming `microbatch_group` (exit 2)."""
+    base = ("estimate", "--model", "gpt-3-175b", "--system", "dgx-h100", "--gpus", "128")
+    base += ("--tp", "4", "--pp", "8", "--global-batch", "64")  # dp 4: m = 16
+    plain = cli.json(*base, "--interleave", "12")
+    same = cli.json(*base, "--interleave", "12", "--microbatch-group", "8")
+    assert plain["strategy"]["microbatch_group"] == 0
+    assert same["iteration_s"] == plain["iteration_s"]
+    assert same["memory_gib_per_gpu"] == plain["memory_gib_per_gpu"]
+    wide = cli.json(*base, "--interleave", "12", "--microbatch-group", "16")
+    assert wide["memory_gib_per_gpu"] > plain["memory_gib_per_gpu"]
+    not_multiple = (*base[:-1], "72")  # m = 18: interleaves only with N = 9 or 18
+    refused = cli(*not_multiple, "--interleave", "12")
+    assert refused.exit_code == 2 and str(refused.exception).startswith("interleave: ")
+    grouped = cli.json(*not_multiple, "--interleave", "12", "--microbatch-group", "9")
+    assert grouped["strategy"]["microbatch_group"] == 9 and grouped["iteration_s"] > 0
+    for flags, field in (
+        (("--interleave", "12", "--microbatch-group", "4"), "microbatch_group"),  # < pp
+        (("--interleave", "12", "--microbatch-group", "12"), "microbatch_group"),  # 16 mod 12
+        (("--interleave", "12", "--microbatch-group", "40"), "microbatch_group"),  # > m
+        (("--microbatch-group", "8"), "microbatch_group"),  # not interleaved
+    ):
+        r = cli(*base, *flags)
+        assert r.exit_code == 2, flags
+        assert str(r.exception).startswith(f"{field}: "), (flags, r.exception)

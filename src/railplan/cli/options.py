@@ -141,6 +141,14 @@ OverlapBackwardGatherOpt = Annotated[
         "(FSDP BACKWARD_PRE, DeepSpeed); off: FSDP BACKWARD_POST, the gather is exposed",
     ),
 ]
+MicrobatchGroupOpt = Annotated[
+    int,
+    typer.Option(
+        help="interleaved schedule: micro-batches N run per virtual stage in a row (0 = pp; "
+        "Megatron-Core --microbatch-group-size-per-virtual-pipeline-stage): pp ≤ N ≤ m with "
+        "m mod N 0 or ≥ pp lets m that are not a multiple of pp interleave",
+    ),
+]
 OverlapEpOpt = Annotated[
     bool,
     typer.Option(

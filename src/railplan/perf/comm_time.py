@@ -153,11 +153,12 @@ def ep_merged_share(s: StrategyArrays) -> FloatArray:
     """Of a first-stage rank's m·v chunk passes of each kind, the share that `overlap_ep` merges
     into forward-backward pairs (0 without it): all but the warm-up forwards and as many
     cooldown backwards, which Megatron-Core's combined 1F1B runs alone. Its warm-up is the
-    interleaved one, 2·(pp − 1) + (v − 1)·pp chunks, plus the one extra micro-batch the overlap
-    schedules; without a pipeline, one micro-batch."""
+    interleaved one, 2·(pp − 1) + (v − 1)·N chunks (N the micro-batch group), plus the one
+    extra micro-batch the overlap schedules; without a pipeline, one micro-batch."""
     pp, v = s.pp.astype(float), s.interleave.astype(float)
     total = s.micro_batches.astype(float) * v
-    warmup = np.where(s.pp > 1, 2.0 * (pp - 1.0) + (v - 1.0) * pp + 1.0, 1.0)
+    n = s.group_size.astype(float)
+    warmup = np.where(s.pp > 1, 2.0 * (pp - 1.0) + (v - 1.0) * n + 1.0, 1.0)
     on = (s.overlap_ep > 0) & (s.ep > 1)
     return np.asarray(np.where(on, np.maximum(total - warmup, 0.0) / total, 0.0))
 

@@ -296,8 +296,23 @@ def pipeline(
     balanced = stage_s(stages["mean"]) + t_logits / pp
     # Overlapped sends hide behind steady-state compute, not in the fill and the drain: the
     # first micro-batch's forward and the last one's backward each cross all v·pp − 1 chunk
-    # boundaries in turn (blocking sends are in every stage time already).
-    fill_drain = np.where(overlapped, 2.0 * (v * pp - 1.0) * p2p, 0.0)
+    # boundaries in turn (blocking sends are in every stage time already). A micro-batch group
+    # N > pp (`microbatch_group`) gives the first rank N − pp more chunks to run before a
+    # micro-batch comes back round for its next chunk: when they outlast the round's pp sends,
+    # only the first round's pp − 1 are exposed (the fill: the first group; the drain: the
+    # last one, m mod N or N micro-batches).
+    n_group, m_all = s.group_size.astype(float), s.micro_batches.astype(float)
+    first_group = np.minimum(n_group, m_all)
+    last_group = np.where(m_all % n_group == 0, n_group, m_all % n_group)
+    chunk_s = stages["mean"] / v
+    every_boundary = np.where(s.interleave > 1, v * pp - 1.0, 0.0)
+
+    def crossed(group: FloatArray, pass_s: FloatArray) -> FloatArray:
+        slack = (group - pp) * chunk_s * pass_s >= pp * p2p
+        return np.asarray(np.where((group > pp) & slack, pp - 1.0, every_boundary))
+
+    sends = crossed(first_group, lt["forward"]) + crossed(last_group, lt["backward"])
+    fill_drain = np.where(overlapped, sends * p2p, 0.0)
     bubble = (pp - 1.0) / v * balanced + fill_drain
     steady = m * pace
     k = s.deferred_wgrad_micro_batches.astype(float)

@@ -62,10 +62,16 @@ class StrategyArrays:
     wgrad_deferral_limit: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     cross_entropy: IntArray = field(default_factory=lambda: np.full((), CE_FUSED, dtype=np.int64))
     overlap_ep: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
+    microbatch_group: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
         return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def group_size(self) -> IntArray:
+        """The interleaved schedule's micro-batch group N (`microbatch_group`, 0 = pp)."""
+        return np.where(self.microbatch_group > 0, self.microbatch_group, self.pp)
 
     @property
     def grad_ranks(self) -> IntArray:
@@ -140,6 +146,7 @@ class StrategyArrays:
             defer_embedding_wgrad=bool(v["defer_embedding_wgrad"]),
             wgrad_deferral_limit=v["wgrad_deferral_limit"],
             overlap_ep=bool(v["overlap_ep"]),
+            microbatch_group=v["microbatch_group"],
             **named,
         )
 
@@ -153,6 +160,7 @@ def check_bounds(s: Strategy) -> None:
     for name in ("micro_batch", "global_batch"):
         check_int(name, getattr(s, name), 1, MAX_GLOBAL_BATCH)
     check_int("wgrad_deferral_limit", s.wgrad_deferral_limit, 0, MAX_GLOBAL_BATCH)
+    check_int("microbatch_group", s.microbatch_group, 0, MAX_GLOBAL_BATCH)
     check_int("gpus", s.gpus, 1, MAX_GPUS)  # tp·cp·pp·dp
 
 
@@ -195,6 +203,7 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         defer_embedding_wgrad=col(lambda s: int(s.defer_embedding_wgrad)),
         wgrad_deferral_limit=col(lambda s: s.wgrad_deferral_limit),
         overlap_ep=col(lambda s: int(s.overlap_ep)),
+        microbatch_group=col(lambda s: s.microbatch_group),
         **{f: coded(f) for f in CODED_FIELDS},
     )
 
@@ -299,8 +308,28 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
         ("interleave", (s.interleave == 1) | (s.pp > 1), "interleave > 1 needs pp > 1"),
         (
             "interleave",
-            (s.interleave == 1) | (s.micro_batches % s.pp == 0),
-            "interleaved schedule needs micro-batches per replica to be a multiple of pp",
+            (s.interleave == 1) | (s.microbatch_group > 0) | (s.micro_batches % s.pp == 0),
+            "interleaved schedule needs micro-batches per replica to be a multiple of pp, or a "
+            "microbatch_group N (pp ≤ N ≤ m, m mod N 0 or ≥ pp)",
+        ),
+        (
+            "microbatch_group",
+            (s.microbatch_group == 0) | (s.interleave > 1),
+            "microbatch_group needs interleave > 1",
+        ),
+        (
+            "microbatch_group",
+            (s.microbatch_group == 0)
+            | (
+                (s.microbatch_group >= s.pp)
+                & (s.microbatch_group <= s.micro_batches)
+                & (
+                    (s.micro_batches % np.maximum(s.microbatch_group, 1) == 0)
+                    | (s.micro_batches % np.maximum(s.microbatch_group, 1) >= s.pp)
+                )
+            ),
+            "microbatch_group N must lie in [pp, micro-batches per replica m] with m mod N "
+            "0 or ≥ pp (as Megatron-Core requires)",
         ),
         (
             "cp",

@@ -97,6 +97,12 @@ class Strategy(Spec):
     `--overlap-moe-expert-parallel-comm`, "EP A2A overlap"; DeepSeek-V3's DualPipe pairs the
     chunks the same way). Off (Megatron-Core's default), every all-to-all is exposed. It needs
     ep > 1, interleaving when pp > 1 and no full recompute, as Megatron-Core asserts.
+    `microbatch_group` (N, 0 = pp): the interleaved schedule runs each virtual stage on N
+    micro-batches in a row before the next (Megatron-Core
+    `--microbatch-group-size-per-virtual-pipeline-stage`, default pp; the tunable N of the
+    Llama 3 paper §3.3.2). pp ≤ N ≤ m, and the last group, m mod N, is 0 or at least pp: with a
+    larger N, micro-batch counts that are not a multiple of pp can interleave, at the cost of
+    (v − 1)·(N − pp) more warm-up forwards held in memory.
     """
 
     tp: PositiveInt = 1
@@ -154,6 +160,9 @@ class Strategy(Spec):
     )
     wgrad_deferral_limit: int = Field(
         default=0, ge=0, description="micro-batches whose LM-head wgrad is deferred (0 = all)"
+    )
+    microbatch_group: int = Field(
+        default=0, ge=0, description="interleaved micro-batch group N (0 = pp)"
     )
     overlap_ep: bool = Field(
         default=False,
