@@ -304,3 +304,40 @@ def test_search_fp8_refused_without_fp8_tensor_cores() -> None:
             Job(load_model("gpt-22b"), load_system("dgx-a100"), Network(), 64, 256),
             SearchSpace(tp=(8,), precision=("fp8",)),
         )
+
+
+def test_search_overlap_ep_applies_where_allowed_and_matches_estimate() -> None:
+    """`SearchSpace(overlap_ep=True)` sets overlap_ep on exactly the candidates Megatron-Core
+    allows it on (ep > 1, interleaved when pp > 1, no full recompute); each such candidate is
+    the scalar estimate of its strategy, never slower than without the overlap, and the best
+    is at least as fast."""
+    from railplan import load_model
+    from railplan.specs.arrays import FULL
+
+    model, system = load_model("moe-1.3b"), load_system("dgx-a100")
+    job = Job(model, system, Network(architecture="rail-only"), 128, 1024)
+    off = enumerate_and_evaluate(job)
+    on = enumerate_and_evaluate(job, SearchSpace(overlap_ep=True))
+    s = on.strategies
+    allowed = (s.ep > 1) & ((s.pp == 1) | (s.interleave > 1)) & (s.recompute != FULL)
+    assert np.array_equal(s.overlap_ep.astype(bool), allowed)
+    assert bool(np.any(allowed)) and not bool(np.all(allowed))
+    assert len(off.iteration_s) == len(on.iteration_s)
+    assert np.all(on.iteration_s <= off.iteration_s * (1 + 1e-12))
+    assert np.any(on.iteration_s < off.iteration_s)
+    for i in np.flatnonzero(allowed)[:: max(1, int(allowed.sum()) // 5)]:
+        e = estimate(model, system, s.strategy(int(i)), job.network, gpus=128)
+        assert e.strategy.overlap_ep
+        assert e.iteration_s == pytest.approx(float(on.iteration_s[i]), rel=1e-12)
+    best_on = search(job, SearchSpace(overlap_ep=True)).best
+    best_off = search(job).best
+    assert best_on is not None and best_off is not None
+    assert best_on.iteration_s <= best_off.iteration_s
+
+
+def test_cli_search_overlap_ep(cli) -> None:  # type: ignore[no-untyped-def]
+    args = ("search", "--model", "moe-1.3b", "--gpus", "128", "--global-batch", "1024")
+    on = cli.json(*args, "--overlap-ep", "--network", "rail-optimized", "--top", "1")
+    off = cli.json(*args, "--network", "rail-optimized", "--top", "1")
+    assert on["best"]["iteration_s"] <= off["best"]["iteration_s"]
+    assert off["best"]["strategy"]["overlap_ep"] is False

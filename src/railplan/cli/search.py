@@ -146,6 +146,15 @@ def search(
     optimizer_state: OptimizerStateOpt = "fp32",
     defer_embedding_wgrad: DeferEmbeddingWgradOpt = False,
     wgrad_deferral_limit: WgradDeferralLimitOpt = 0,
+    overlap_ep: Annotated[
+        bool,
+        typer.Option(
+            "--overlap-ep/--no-overlap-ep",
+            help="MoE: hide the expert-parallel all-to-alls behind the adjacent micro-batch "
+            "(Megatron-Core --overlap-moe-expert-parallel-comm) on every strategy that allows it "
+            "(ep > 1, interleaved when pp > 1, no full recompute)",
+        ),
+    ] = False,
 ) -> None:
     """Find the fastest parallelization that fits in memory (and the time/memory Pareto set)."""
     from railplan.explore.search import SearchSpace
@@ -172,6 +181,7 @@ def search(
         optimizer_state=optimizer_state,
         defer_embedding_wgrad=defer_embedding_wgrad,
         wgrad_deferral_limit=wgrad_deferral_limit,
+        overlap_ep=overlap_ep,
     )
     r = run(Job(m, sy, net, gpus, global_batch), space, top=top)
     r.require_best()

@@ -26,7 +26,7 @@ iteration time vs memory per GPU (no other fitting strategy is both faster and s
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -46,7 +46,7 @@ from railplan.specs import (
     Strategy,
     System,
 )
-from railplan.specs.arrays import BoolArray, FloatArray, IntArray, StrategyArrays
+from railplan.specs.arrays import FULL, BoolArray, FloatArray, IntArray, StrategyArrays
 from railplan.workload.memory import GIB
 
 CHUNK_ELEMENTS = 16_384  # rows × columns per call of `iteration`: fits the CPU caches
@@ -89,6 +89,9 @@ class SearchSpace:
     # in Megatron-Core; no effect where pp = 1)
     defer_embedding_wgrad: bool = False
     wgrad_deferral_limit: int = 0
+    # Megatron-Core --overlap-moe-expert-parallel-comm, on every candidate that allows it (ep > 1,
+    # interleaved when pp > 1, no full recompute); off by default, as in Megatron-Core
+    overlap_ep: bool = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "micro_batch", "interleave", "ep", "cp", "dp"):
@@ -296,6 +299,7 @@ def _fixed_codes(global_batch: int, space: SearchSpace) -> dict[str, int]:
         "tp_comm_overlap": int(space.tp_comm_overlap),
         "defer_embedding_wgrad": int(space.defer_embedding_wgrad),
         "wgrad_deferral_limit": space.wgrad_deferral_limit,
+        "overlap_ep": int(space.overlap_ep),
     }
 
 
@@ -304,11 +308,22 @@ def _arrays(
 ) -> StrategyArrays:
     """rows (as a column vector) × columns (as a row vector): a broadcastable 2-d grid."""
     one = np.ones((1, 1), dtype=np.int64)
-    return StrategyArrays(
-        **{k: v[:, None] for k, v in rows.items()},
-        **{k: v[None, :] for k, v in cols.items()},
-        **{k: one * v for k, v in fixed.items()},
+    return _where_allowed(
+        StrategyArrays(
+            **{k: v[:, None] for k, v in rows.items()},
+            **{k: v[None, :] for k, v in cols.items()},
+            **{k: one * v for k, v in fixed.items()},
+        )
     )
+
+
+def _where_allowed(s: StrategyArrays) -> StrategyArrays:
+    """`overlap_ep` asked for the whole space applies where Megatron-Core allows it (ep > 1,
+    interleaving when pp > 1, no full recompute) and is off elsewhere."""
+    if not bool(np.any(s.overlap_ep)):
+        return s
+    allowed = (s.ep > 1) & ((s.pp == 1) | (s.interleave > 1)) & (s.recompute != FULL)
+    return replace(s, overlap_ep=np.asarray((s.overlap_ep > 0) & allowed, dtype=np.int64))
 
 
 @dataclass(frozen=True)
@@ -348,10 +363,12 @@ def enumerate_and_evaluate(job: Job, space: SearchSpace = SearchSpace()) -> Eval
         col_idx.append(ci)
     r = np.concatenate(row_idx) if row_idx else np.zeros(0, dtype=np.int64)
     c = np.concatenate(col_idx) if col_idx else np.zeros(0, dtype=np.int64)
-    flat = StrategyArrays(
-        **{k: v[r] for k, v in rows.items()},
-        **{k: v[c] for k, v in cols.items()},
-        **{k: np.full(len(r), v, dtype=np.int64) for k, v in fixed.items()},
+    flat = _where_allowed(
+        StrategyArrays(
+            **{k: v[r] for k, v in rows.items()},
+            **{k: v[c] for k, v in cols.items()},
+            **{k: np.full(len(r), v, dtype=np.int64) for k, v in fixed.items()},
+        )
     )
     empty_f = np.zeros(0, dtype=np.float64)
     return Evaluated(
