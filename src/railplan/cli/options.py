@@ -141,6 +141,14 @@ OverlapBackwardGatherOpt = Annotated[
         "(FSDP BACKWARD_PRE, DeepSpeed); off: FSDP BACKWARD_POST, the gather is exposed",
     ),
 ]
+RecomputeModulesOpt = Annotated[
+    str,
+    typer.Option(
+        help="with --recompute selective, what is rerun, comma-separated (Megatron-Core "
+        "--recompute-modules): core_attn (default) | layernorm | moe_act | mla_up_proj | mlp | "
+        "moe | shared_experts",
+    ),
+]
 MicrobatchGroupOpt = Annotated[
     int,
     typer.Option(

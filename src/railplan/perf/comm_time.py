@@ -22,7 +22,7 @@ import numpy as np
 from railplan.perf import collectives as coll
 from railplan.perf.layout import Shape, worst_shape
 from railplan.specs import Model, Network, System
-from railplan.specs.arrays import FP8, FloatArray, StrategyArrays
+from railplan.specs.arrays import FP8, FULL, FloatArray, StrategyArrays, recomputes
 from railplan.workload import comm
 
 
@@ -169,13 +169,14 @@ def tp_comm_times(
     """Exposed tensor-parallel communication per layer and micro-batch, by pass.
 
     Megatron: 2 all-reduces (or all-gather + reduce-scatter with sequence parallelism: the same
-    bytes) in the forward pass and 2 more when full recompute reruns it, all exposed; 2 in the
+    bytes) in the forward pass and 2 more when full recompute reruns it (1 when selective
+    recompute reruns the MLP or the MoE block), all exposed; 2 in the
     backward pass, each hidden behind its linear's weight-gradient GEMM (Korthikanti et al.
     2022 §6.2), which runs slower meanwhile because the collective's kernels hold
     `comm_sm_fraction` of the SMs. The group is tp consecutive ranks.
     """
     act = comm.tp_message_bytes(model, s)
-    ops = comm.tp_ops_per_layer(s)
+    ops = comm.tp_ops_per_layer(s, model.moe_layers / model.layers)
     gather = group_collective_s(lk, shape, act, gather_only=True)
     one_op = 2.0 * gather  # all-reduce = reduce-scatter + all-gather, with or without SP
     if lk.nvls_bw > 0 or lk.sharp:  # in-network aggregation serves the all-reduce (no SP)
@@ -235,7 +236,8 @@ def cp_comm_time_s(
     one = p2p_s(lk, comm.cp_block_bytes(model, s), shape)
     steps = comm.cp_steps_per_layer(s)
     share = (s.cp - 1) / s.cp
-    recompute_attn = np.where(s.recompute > 0, lt["attention_forward"], 0.0)
+    rerun = (s.recompute == FULL) | recomputes(s, "core_attn")
+    recompute_attn = np.where(rerun, lt["attention_forward"], 0.0)
     passes = (
         (steps["forward"], lt["attention_forward"]),
         (steps["recompute"], recompute_attn),

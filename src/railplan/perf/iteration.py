@@ -395,7 +395,7 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     total = pipe.steady_s + pipe.bubble_s + dp_exposed + optimizer
     mem = memory(model, s)
     mflops = model_flops(model, s.global_batch)
-    hflops = hardware_flops(model, s.global_batch, s.recompute)
+    hflops = hardware_flops(model, s.global_batch, s.recompute, s.recompute_modules)
     peak = gpus * system.gpu.peak_tflops * 1e12
     n_crit, crit = pipe.critical_layers, pipe.critical_parts
     breakdown = {

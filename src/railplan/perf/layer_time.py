@@ -20,11 +20,11 @@ from railplan.specs.arrays import (
     FLASH2,
     FP8,
     FULL,
-    SELECTIVE,
     UNFUSED,
     FloatArray,
     IntArray,
     StrategyArrays,
+    recomputes,
 )
 from railplan.workload import comm, elementwise, routing
 from railplan.workload.gemms import (
@@ -132,15 +132,30 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
 
     forward = lin_fwd + attn_fwd + ew_fwd + casts["forward"]
     backward = lin_bwd + attn_bwd + ew_bwd + casts["backward"]
+    share = model.moe_layers / model.layers
     if model.moe_layers:
         # Average layer: a moe_layers/layers share of layers swaps its dense MLP for experts.
         delta = moe_mlp_delta(model, system, s)
-        share = model.moe_layers / model.layers
         forward = forward + share * delta["forward"]
         backward = backward + share * delta["backward"]
-    recompute = np.where(
-        s.recompute == FULL, forward, np.where(s.recompute == SELECTIVE, attn_fwd + ew_scores, 0.0)
+    # Selective recompute: the forward of each module it reruns (`Strategy.recompute_modules`).
+    act = elementwise.activation_function_bytes(model, b * model.seq * model.ffn_ / t / s.cp)
+    dense_mlp = (
+        fprop["mlp_up"] + fprop["mlp_down"] + memory_time_s(gpu, act["forward"], 1.0, fwd_eff)
     )
+    rerun = {
+        "core_attn": attn_fwd + ew_scores,
+        "layernorm": norm_forward_s(model, system, s),
+        "mla_up_proj": total([fprop[n] for n in ("q_up", "kv_up") if n in fprop]),
+        "mlp": (1.0 - share) * dense_mlp,
+    }
+    if model.moe_layers:
+        parts = moe_forward_parts(model, system, s)
+        rerun["moe_act"] = share * parts["activation"]
+        rerun["shared_experts"] = share * parts["shared"]
+        rerun["moe"] = share * (dense_mlp + delta["forward"])
+    selective = total([np.where(recomputes(s, name), t_s, 0.0) for name, t_s in rerun.items()])
+    recompute = np.where(s.recompute == FULL, forward, selective)
     return {
         "forward": np.asarray(forward),
         "backward": np.asarray(backward),
@@ -156,6 +171,37 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
         "attention_forward": np.asarray(attn_fwd),
         "attention_backward": np.asarray(attn_bwd),
     }
+
+
+def norm_forward_s(model: Model, system: System, s: StrategyArrays) -> FloatArray:
+    """The two layer norms' forward kernels (read 2, write 2 bytes per element each, on every
+    tensor-parallel rank, ÷tp with sequence parallelism): what recomputing them reruns."""
+    b, t = s.micro_batch.astype(float), s.tp.astype(float)
+    elements = model.seq * b * model.hidden / s.cp
+    elements = np.where(s.sequence_parallel.astype(bool), elements / t, elements)
+    return memory_time_s(
+        system.gpu, 2.0 * 4.0 * elements, 2.0, system.gpu.elementwise_forward_efficiency
+    )
+
+
+def moe_forward_parts(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:
+    """Forward time of two parts of one MoE layer that selective recompute can rerun: the
+    routed experts' activation function over their token slots, and the shared experts'
+    GEMMs with their activation."""
+    gpu = system.gpu
+    b, t = s.micro_batch.astype(float), s.tp.astype(float)
+    slots = b * model.seq * model.top_k * routing.slot_factor(model, s.ep)
+    act = elementwise.activation_function_bytes(model, slots * model.expert_ffn_ / t / s.cp)
+    activation = memory_time_s(gpu, act["forward"], 1.0, gpu.elementwise_forward_efficiency)
+    shared = np.zeros(())
+    if model.shared_experts:
+        width = model.shared_experts * model.expert_ffn_
+        gemms = local(mlp_gemms(model, b, t, width), s)
+        s_act = elementwise.activation_function_bytes(model, b * model.seq * width / t / s.cp)
+        shared = sum((linear_time_s(gpu, g, s) for g in gemms), np.zeros(())) + memory_time_s(
+            gpu, s_act["forward"], 1.0, gpu.elementwise_forward_efficiency
+        )
+    return {"activation": np.asarray(activation), "shared": np.asarray(shared)}
 
 
 def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:
@@ -220,6 +266,7 @@ SHAPE_FIELDS = (
     "attention",
     "precision",
     "cross_entropy",
+    "recompute_modules",
 )
 
 

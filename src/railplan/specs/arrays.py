@@ -16,7 +16,7 @@ import numpy.typing as npt
 from railplan.errors import RailplanError
 from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
 from railplan.specs import ATTENTION_CODES, CROSS_ENTROPY_CODES, PRECISION_CODES, Model, Strategy
-from railplan.specs.strategy import CODED_FIELDS
+from railplan.specs.strategy import CODED_FIELDS, RECOMPUTE_MODULE_BITS
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -63,6 +63,8 @@ class StrategyArrays:
     cross_entropy: IntArray = field(default_factory=lambda: np.full((), CE_FUSED, dtype=np.int64))
     overlap_ep: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     microbatch_group: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
+    # Strategy.recompute_modules as bits (RECOMPUTE_MODULE_BITS; 1 = core_attn, the default)
+    recompute_modules: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
@@ -147,6 +149,9 @@ class StrategyArrays:
             wgrad_deferral_limit=v["wgrad_deferral_limit"],
             overlap_ep=bool(v["overlap_ep"]),
             microbatch_group=v["microbatch_group"],
+            recompute_modules=tuple(
+                name for name, bit in RECOMPUTE_MODULE_BITS.items() if v["recompute_modules"] & bit
+            ),
             **named,
         )
 
@@ -162,6 +167,20 @@ def check_bounds(s: Strategy) -> None:
     check_int("wgrad_deferral_limit", s.wgrad_deferral_limit, 0, MAX_GLOBAL_BATCH)
     check_int("microbatch_group", s.microbatch_group, 0, MAX_GLOBAL_BATCH)
     check_int("gpus", s.gpus, 1, MAX_GPUS)  # tp·cp·pp·dp
+
+
+_MOE_MODULE_BITS = sum(RECOMPUTE_MODULE_BITS[m] for m in ("moe_act", "moe", "shared_experts"))
+
+
+def module_bits(modules: Sequence[str]) -> int:
+    """`Strategy.recompute_modules` as the bits of `RECOMPUTE_MODULE_BITS`."""
+    return sum({RECOMPUTE_MODULE_BITS[m] for m in modules})
+
+
+def recomputes(s: StrategyArrays, module: str) -> BoolArray:
+    """Where selective recompute reruns `module` (`Strategy.recompute_modules`)."""
+    bit = RECOMPUTE_MODULE_BITS[module]
+    return np.asarray((s.recompute == SELECTIVE) & ((s.recompute_modules & bit) > 0))
 
 
 def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays:
@@ -204,6 +223,7 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         wgrad_deferral_limit=col(lambda s: s.wgrad_deferral_limit),
         overlap_ep=col(lambda s: int(s.overlap_ep)),
         microbatch_group=col(lambda s: s.microbatch_group),
+        recompute_modules=col(lambda s: module_bits(s.recompute_modules)),
         **{f: coded(f) for f in CODED_FIELDS},
     )
 
@@ -350,6 +370,34 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
             "overlap_ep",
             (s.overlap_ep == 0) | (s.recompute != FULL),
             "overlap_ep needs recompute none or selective (as Megatron-Core asserts)",
+        ),
+        (
+            "recompute_modules",
+            (s.recompute_modules == RECOMPUTE_MODULE_BITS["core_attn"])
+            | (s.recompute == SELECTIVE),
+            "recompute_modules needs recompute selective (Megatron-Core "
+            "--recompute-granularity selective)",
+        ),
+        (
+            "recompute_modules",
+            (model.experts > 1) | ((s.recompute_modules & _MOE_MODULE_BITS) == 0),
+            "recompute_modules moe, moe_act and shared_experts need an MoE model",
+        ),
+        (
+            "recompute_modules",
+            (model.shared_experts > 0)
+            | ((s.recompute_modules & RECOMPUTE_MODULE_BITS["shared_experts"]) == 0),
+            "recompute_modules shared_experts needs a model with shared experts",
+        ),
+        (
+            "recompute_modules",
+            bool(model.mla) | ((s.recompute_modules & RECOMPUTE_MODULE_BITS["mla_up_proj"]) == 0),
+            "recompute_modules mla_up_proj needs an MLA model",
+        ),
+        (
+            "recompute_modules",
+            (s.overlap_ep == 0) | ((s.recompute_modules & RECOMPUTE_MODULE_BITS["moe"]) == 0),
+            "recompute_modules moe with overlap_ep is refused (as Megatron-Core asserts)",
         ),
     ]
 

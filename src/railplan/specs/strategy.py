@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, field_validator
 
 from railplan.specs.base import Spec
 
@@ -18,6 +18,19 @@ Precision = Literal["bf16", "fp8"]
 PRECISION_CODES: dict[str, int] = {"bf16": 0, "fp8": 1}
 OptimizerState = Literal["fp32", "fp32-remainder", "bf16"]
 OPTIMIZER_STATE_CODES: dict[str, int] = {"fp32": 0, "fp32-remainder": 1, "bf16": 2}
+RecomputeModule = Literal[
+    "core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "moe", "shared_experts"
+]
+#: Megatron-Core's `--recompute-modules`, as the bits of one integer column of the arrays.
+RECOMPUTE_MODULE_BITS: dict[str, int] = {
+    "core_attn": 1,
+    "layernorm": 2,
+    "moe_act": 4,
+    "mla_up_proj": 8,
+    "mlp": 16,
+    "moe": 32,
+    "shared_experts": 64,
+}
 CrossEntropy = Literal["fused", "unfused", "xentropy"]
 CROSS_ENTROPY_CODES: dict[str, int] = {"fused": 0, "unfused": 1, "xentropy": 2}
 #: The strategy's named choices, field → name → code (numpy arrays hold the codes).
@@ -97,6 +110,13 @@ class Strategy(Spec):
     `--overlap-moe-expert-parallel-comm`, "EP A2A overlap"; DeepSeek-V3's DualPipe pairs the
     chunks the same way). Off (Megatron-Core's default), every all-to-all is exposed. It needs
     ep > 1, interleaving when pp > 1 and no full recompute, as Megatron-Core asserts.
+    `recompute_modules`: what selective recompute reruns in the backward pass (Megatron-Core
+    `--recompute-granularity selective --recompute-modules`, default `core_attn`): `core_attn`
+    the attention core; `layernorm` the two norms (their outputs, the next GEMMs' BF16 inputs,
+    are dropped); `moe_act` the experts' activation function (its BF16 output dropped);
+    `mla_up_proj` MLA's up-projections and RoPE (Q, K, V dropped); `mlp` the dense MLP,
+    `moe` the whole MoE block (its two all-to-alls again), `shared_experts` the shared experts,
+    each keeping only its input. Only with `recompute` selective.
     `microbatch_group` (N, 0 = pp): the interleaved schedule runs each virtual stage on N
     micro-batches in a row before the next (Megatron-Core
     `--microbatch-group-size-per-virtual-pipeline-stage`, default pp; the tunable N of the
@@ -164,11 +184,22 @@ class Strategy(Spec):
     microbatch_group: int = Field(
         default=0, ge=0, description="interleaved micro-batch group N (0 = pp)"
     )
+    recompute_modules: tuple[RecomputeModule, ...] = Field(
+        default=("core_attn",),
+        min_length=1,
+        description="what selective recompute reruns (Megatron-Core --recompute-modules)",
+    )
     overlap_ep: bool = Field(
         default=False,
         description="MoE all-to-alls hidden behind the adjacent micro-batch's compute "
         "(Megatron-Core --overlap-moe-expert-parallel-comm)",
     )
+
+    @field_validator("recompute_modules")
+    @classmethod
+    def _canonical_modules(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        """Each module once, in Megatron-Core's documented order."""
+        return tuple(m for m in RECOMPUTE_MODULE_BITS if m in v)
 
     @property
     def gpus(self) -> int:
@@ -186,7 +217,10 @@ class Strategy(Spec):
             self.precision.upper() if self.precision != "bf16" else "",
         ]
         head = f"tp={self.tp} pp={self.pp} dp={self.dp}{dims} mb={self.micro_batch}"
-        return " ".join([f"{head} rc={self.recompute}", *(e for e in extra if e)])
+        rc: str = self.recompute
+        if rc == "selective" and self.recompute_modules != ("core_attn",):
+            rc += "[" + "+".join(self.recompute_modules) + "]"
+        return " ".join([f"{head} rc={rc}", *(e for e in extra if e)])
 
     @property
     def micro_batches(self) -> int:

@@ -122,7 +122,7 @@ def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
     `ep`: bytes per all-to-all edge per MoE layer; `pp`: bytes per message per micro-batch
     count; `embedding`: the tied-embedding all-reduce buffer, two passes."""
     m = float(s.micro_batches)
-    ops = comm.tp_ops_per_layer(s)
+    ops = comm.tp_ops_per_layer(s, model.moe_layers / model.layers)
     all_reduces = float(ops["forward"] + ops["recompute"] + ops["backward"])
     gathers = float(ops["sp_regather"])
     tp_d = float(comm.tp_message_bytes(model, s))

@@ -12,6 +12,7 @@ import numpy as np
 
 from railplan.specs import Model
 from railplan.specs.arrays import FULL, SELECTIVE, FloatArray, IntArray
+from railplan.specs.strategy import RECOMPUTE_MODULE_BITS
 from railplan.workload.gemms import attention_gemms, layer_gemms, logit_gemm, mlp_gemms
 
 
@@ -40,13 +41,45 @@ def model_flops(model: Model, global_batch: IntArray | int) -> FloatArray:
     return 3.0 * np.asarray(global_batch, dtype=np.float64) * (f["layers"] + f["logits"])
 
 
-def hardware_flops(
-    model: Model, global_batch: IntArray | int, recompute: IntArray | int
-) -> FloatArray:
-    """Hardware FLOPs per iteration: model FLOPs plus the recomputed forward matmuls."""
+def recomputed_module_flops(model: Model) -> dict[str, float]:
+    """Forward matmul FLOPs of one sequence that each selective-recompute module reruns
+    (`Strategy.recompute_modules`); the norms and activation functions are element-wise."""
+    one = np.float64(1.0)
     f = forward_flops_per_sequence(model)
-    r = np.asarray(recompute)
-    extra = np.where(r == FULL, f["layers"], np.where(r == SELECTIVE, f["attention_products"], 0.0))
+    dense_mlp = sum(float(g.flops) for g in mlp_gemms(model, one, one))
+    expert_mlp = sum(float(g.flops) for g in mlp_gemms(model, one, one, model.expert_ffn_))
+    router = 2.0 * model.seq * model.hidden * model.experts
+    up = sum(float(g.flops) for g in attention_gemms(model, one, one) if g.name.endswith("_up"))
+    moe = float(model.moe_layers)
+    return {
+        "core_attn": f["attention_products"],
+        "layernorm": 0.0,
+        "moe_act": 0.0,
+        "mla_up_proj": model.layers * up,
+        "mlp": (model.layers - moe) * dense_mlp,
+        "moe": moe * ((model.top_k + model.shared_experts) * expert_mlp + router),
+        "shared_experts": moe * model.shared_experts * expert_mlp,
+    }
+
+
+def hardware_flops(
+    model: Model,
+    global_batch: IntArray | int,
+    recompute: IntArray | int,
+    recompute_modules: IntArray | int = RECOMPUTE_MODULE_BITS["core_attn"],
+) -> FloatArray:
+    """Hardware FLOPs per iteration: model FLOPs plus the recomputed forward matmuls (full:
+    every layer; selective: the modules it reruns)."""
+    f = forward_flops_per_sequence(model)
+    r, bits = np.asarray(recompute), np.asarray(recompute_modules)
+    selective = sum(
+        (
+            np.where((bits & RECOMPUTE_MODULE_BITS[name]) > 0, flops, 0.0)
+            for name, flops in recomputed_module_flops(model).items()
+        ),
+        np.zeros(()),
+    )
+    extra = np.where(r == FULL, f["layers"], np.where(r == SELECTIVE, selective, 0.0))
     return model_flops(model, global_batch) + np.asarray(global_batch, dtype=np.float64) * extra
 
 

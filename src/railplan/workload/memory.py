@@ -49,10 +49,10 @@ from railplan.specs import GPU, Model
 from railplan.specs.arrays import (
     FP8,
     FULL,
-    SELECTIVE,
     UNFUSED,
     FloatArray,
     StrategyArrays,
+    recomputes,
     stage_layers,
 )
 from railplan.workload import elementwise
@@ -98,22 +98,32 @@ def layer_activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     # FP8 saves the QKV and MLP inputs, the context and the MLP-down input in 1 byte.
     fp8 = (s.precision == FP8).astype(np.float64)
     masks = 0.0 if model.dropout else 2.0  # the two hidden-dropout masks (1 byte each)
-    replicated = (10.0 - masks - 2.0 * fp8) * sbh
+    # Selective recompute of the norms drops their BF16 outputs, the next GEMMs' inputs (in
+    # FP8 those GEMMs keep their own FP8 copies, which it does not free).
+    norms = 4.0 * (1.0 - fp8) * recomputes(s, "layernorm")
+    replicated = (10.0 - masks - 2.0 * fp8 - norms) * sbh
     mlp_bytes = (6.0 if model.gated_mlp else 4.0) - fp8
-    mlp_per_token = mlp_bytes * model.ffn_
+    mlp_per_token = mlp_bytes * model.ffn_ * (1.0 - recomputes(s, "mlp"))
     if model.moe_layers:
         # Expert layers keep top_k·slot_factor slots of expert_ffn activations per token, and
         # the routed token copies their first grouped GEMM reads (its input, saved for the
         # weight gradient like any linear's: 2 bytes per hidden element, 1 in FP8), kept
-        # whole or split by tp as the dense MLP's input is.
+        # whole or split by tp as the dense MLP's input is. Recomputing the activation drops
+        # its BF16 output (2 bytes per slot element; none in FP8, as for the norms), the
+        # shared experts or the whole block all of theirs.
         slots = model.top_k * slot_factor(model, s.ep)
         per_slot = mlp_bytes * model.expert_ffn_
-        expert = per_slot * (slots + model.shared_experts)
+        act_out = 2.0 * (1.0 - fp8) * model.expert_ffn_ * recomputes(s, "moe_act")
+        shared = per_slot * model.shared_experts * (1.0 - recomputes(s, "shared_experts"))
+        block = 1.0 - recomputes(s, "moe")
+        expert = block * ((per_slot - act_out) * slots + shared)
         share = model.moe_layers / model.layers
         mlp_per_token = (1 - share) * mlp_per_token + share * expert
-        replicated = replicated + share * slots * (2.0 - fp8) * sbh
+        replicated = replicated + block * share * slots * (2.0 - fp8) * sbh
     q, k, v, context = model.attention_widths
-    split = seq * b * (2.0 * (q + k + v) + (2.0 - fp8) * context + mlp_per_token)
+    # MLA's up-projections recomputed: Q, K and V (the attention core's inputs) are dropped.
+    qkv = 2.0 * (q + k + v) * (1.0 - recomputes(s, "mla_up_proj"))
+    split = seq * b * (qkv + (2.0 - fp8) * context + mlp_per_token)
     scores = np.where(
         s.attention != UNFUSED,
         SOFTMAX_STATS_BYTES * model.heads * seq * b,
@@ -123,7 +133,7 @@ def layer_activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     whole = np.where(sp, replicated / t, replicated)
     # Selective recompute reruns the attention core (unfused: the score tensors; flash: the
     # fused kernel, Megatron-Core's checkpointed core attention), keeping neither.
-    stored = whole + (split + np.where(s.recompute == SELECTIVE, 0.0, scores)) / t
+    stored = whole + (split + np.where(recomputes(s, "core_attn"), 0.0, scores)) / t
     checkpoint = np.where(sp, 2.0 * sbh / t, 2.0 * sbh)
     return np.asarray(np.where(s.recompute == FULL, checkpoint, stored))
 
