@@ -72,9 +72,8 @@ def test_mla_up_proj_and_shared_experts_by_hand() -> None:
 
 
 def test_recompute_time_is_the_sum_of_the_modules_forward() -> None:
-    """The recompute time of a set of modules is the sum of each alone (each reruns its own
-    forward), core_attn alone is the former selective recompute, and a module the strategy
-    does not rerun costs nothing."""
+    """The recompute time of a set of separate modules is the sum of each alone (each reruns
+    its own forward), and without selective recompute nothing is rerun."""
     system = load_system("dgx-h100")
 
     def t(modules: tuple[str, ...]) -> float:
@@ -82,7 +81,8 @@ def test_recompute_time_is_the_sum_of_the_modules_forward() -> None:
 
     alone = {m: t((m,)) for m in MODULES}
     assert all(x > 0 for x in alone.values())
-    assert t(MODULES) == pytest.approx(sum(alone.values()))
+    separate = tuple(m for m in MODULES if m != "moe")  # moe holds moe_act and shared_experts
+    assert t(separate) == pytest.approx(sum(alone[m] for m in separate))
     none = from_strategies(Strategy(global_batch=8, micro_batch=2, dp=8, ep=8))
     assert float(layer_times(V3, system, none)["recompute"]) == 0.0
     # moe reruns the block, which holds its activation and its shared expert
@@ -206,3 +206,22 @@ def test_every_pair_of_modules_runs() -> None:
             ),
         )
         assert np.isfinite(e.iteration_s) and e.iteration_s > 0, pair
+
+
+def test_the_moe_block_subsumes_its_activation_and_shared_experts() -> None:
+    """Rerunning the whole MoE block reruns its activation and shared experts once: adding
+    moe_act or shared_experts to moe changes neither time, FLOPs nor memory."""
+    system = load_system("dgx-h100")
+
+    def run(modules: tuple[str, ...]) -> tuple[float, float, float]:
+        a = _arrays("deepseek-v3", modules)
+        bits = int(a.recompute_modules)  # type: ignore[attr-defined]
+        return (
+            float(layer_times(V3, system, a)["recompute"]),  # type: ignore[arg-type]
+            float(hardware_flops(V3, 1, 1, bits)),
+            float(layer_activation_bytes(V3, a)),  # type: ignore[arg-type]
+        )
+
+    block = run(("moe",))
+    assert run(("moe", "moe_act", "shared_experts")) == pytest.approx(block)
+    assert run(("moe_act", "shared_experts"))[0] < block[0]

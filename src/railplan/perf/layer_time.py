@@ -150,9 +150,11 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
         "mlp": (1.0 - share) * dense_mlp,
     }
     if model.moe_layers:
+        # The whole block, when rerun, already reruns its activation and shared experts.
         parts = moe_forward_parts(model, system, s)
-        rerun["moe_act"] = share * parts["activation"]
-        rerun["shared_experts"] = share * parts["shared"]
+        inside = np.where(recomputes(s, "moe"), 0.0, share)
+        rerun["moe_act"] = inside * parts["activation"]
+        rerun["shared_experts"] = inside * parts["shared"]
         rerun["moe"] = share * (dense_mlp + delta["forward"])
     selective = total([np.where(recomputes(s, name), t_s, 0.0) for name, t_s in rerun.items()])
     recompute = np.where(s.recompute == FULL, forward, selective)

@@ -72,12 +72,19 @@ def hardware_flops(
     every layer; selective: the modules it reruns)."""
     f = forward_flops_per_sequence(model)
     r, bits = np.asarray(recompute), np.asarray(recompute_modules)
+    # The whole MoE block, when rerun, already reruns its shared experts.
+    block = (bits & RECOMPUTE_MODULE_BITS["moe"]) > 0
     selective = sum(
         (
             np.where((bits & RECOMPUTE_MODULE_BITS[name]) > 0, flops, 0.0)
             for name, flops in recomputed_module_flops(model).items()
+            if name != "shared_experts"
         ),
         np.zeros(()),
+    ) + np.where(
+        ((bits & RECOMPUTE_MODULE_BITS["shared_experts"]) > 0) & ~block,
+        recomputed_module_flops(model)["shared_experts"],
+        0.0,
     )
     extra = np.where(r == FULL, f["layers"], np.where(r == SELECTIVE, selective, 0.0))
     return model_flops(model, global_batch) + np.asarray(global_batch, dtype=np.float64) * extra
