@@ -225,3 +225,19 @@ def test_the_moe_block_subsumes_its_activation_and_shared_experts() -> None:
     block = run(("moe",))
     assert run(("moe", "moe_act", "shared_experts")) == pytest.approx(block)
     assert run(("moe_act", "shared_experts"))[0] < block[0]
+
+
+@pytest.mark.parametrize(("precision", "per_element"), [("bf16", 4.0), ("fp8", 3.0)])
+def test_mla_keeps_its_latents(precision: str, per_element: float) -> None:
+    """DeepSeek-V3 keeps its query latent (1,536 per token) and key-value latent (512): each
+    latent norm's input (2 bytes) and output, the up-projection's input (2 bytes, 1 in FP8).
+    Without a query latent (q_lora_rank 0: the query projected from the hidden state, the
+    same attention widths) the layer keeps 1,536 × per_element bytes less per token."""
+    tokens = V3.seq * 2
+    a = _arrays("deepseek-v3", ("core_attn",), precision=precision)
+    no_q_latent = V3.model_copy(update={"q_lora_rank": 0})
+    assert no_q_latent.attention_widths == V3.attention_widths
+    diff = float(layer_activation_bytes(V3, a)) - float(  # type: ignore[arg-type]
+        layer_activation_bytes(no_q_latent, a)  # type: ignore[arg-type]
+    )
+    assert diff == pytest.approx(tokens * per_element * 1536)

@@ -14,7 +14,10 @@ A model trained without dropout (`Model.dropout` false) keeps no masks: 8·sbh r
 An MoE layer keeps its experts' activations per routed token slot (top_k·slot_factor slots of
 expert_ffn, plus the shared experts') and, kept like the MLP input, the routed copies of the
 token that the experts' first grouped GEMM reads (2·h per slot): Megatron-Core's grouped
-linear layers save their input for the weight gradient as every linear does.
+linear layers save their input for the weight gradient as every linear does. An MLA layer
+also keeps its query and key-value latents (q_lora_rank + kv_lora_rank per token): each latent
+norm's input and its output, the up-projection's input (4 bytes; 3 in FP8), split by tp with
+sequence parallelism as Megatron-Core keeps them.
 Selective recompute drops the 5·a·s²·b term; full recompute keeps only each layer's input
 (2·sbh, split by tp with sequence parallelism) plus one layer's activations while it is
 recomputed. The 1F1B schedule keeps `pp` micro-batches in flight on the first stage;
@@ -120,6 +123,12 @@ def layer_activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
         share = model.moe_layers / model.layers
         mlp_per_token = (1 - share) * mlp_per_token + share * expert
         replicated = replicated + block * share * slots * (2.0 - fp8) * sbh
+    if model.mla:
+        # MLA's latents (query and key-value), split by tp only with sequence parallelism as
+        # Megatron-Core keeps them ([s/tp, b, rank]): each latent norm's input (2 bytes) and
+        # its output, the up-projection's input (1 byte in FP8).
+        latents = float((model.q_lora_rank or 0) + (model.kv_lora_rank or 0))
+        replicated = replicated + (4.0 - fp8) * latents * seq * b
     q, k, v, context = model.attention_widths
     # MLA's up-projections recomputed: Q, K and V (the attention core's inputs) are dropped.
     qkv = 2.0 * (q + k + v) * (1.0 - recomputes(s, "mla_up_proj"))
