@@ -46,7 +46,13 @@ from railplan.specs import (
     Strategy,
     System,
 )
-from railplan.specs.arrays import FULL, BoolArray, FloatArray, IntArray, StrategyArrays
+from railplan.specs.arrays import (
+    BoolArray,
+    FloatArray,
+    IntArray,
+    StrategyArrays,
+    overlap_ep_allowed,
+)
 from railplan.workload.memory import GIB
 
 CHUNK_ELEMENTS = 16_384  # rows × columns per call of `iteration`: fits the CPU caches
@@ -322,8 +328,8 @@ def _where_allowed(s: StrategyArrays) -> StrategyArrays:
     interleaving when pp > 1, no full recompute) and is off elsewhere."""
     if not bool(np.any(s.overlap_ep)):
         return s
-    allowed = (s.ep > 1) & ((s.pp == 1) | (s.interleave > 1)) & (s.recompute != FULL)
-    return replace(s, overlap_ep=np.asarray((s.overlap_ep > 0) & allowed, dtype=np.int64))
+    on = (s.overlap_ep > 0) & overlap_ep_allowed(s)
+    return replace(s, overlap_ep=np.asarray(on, dtype=np.int64))
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import numpy as np
 from railplan.perf import collectives as coll
 from railplan.perf.layout import Shape, worst_shape
 from railplan.specs import Model, Network, System
-from railplan.specs.arrays import FP8, FULL, FloatArray, StrategyArrays, recomputes
+from railplan.specs.arrays import FP8, FloatArray, StrategyArrays, recomputes
 from railplan.workload import comm
 
 
@@ -151,16 +151,12 @@ def ep_comm_time_s(
 
 def ep_merged_share(s: StrategyArrays) -> FloatArray:
     """Of a first-stage rank's m·v chunk passes of each kind, the share that `overlap_ep` merges
-    into forward-backward pairs (0 without it): all but the warm-up forwards and as many
-    cooldown backwards, which Megatron-Core's combined 1F1B runs alone. Its warm-up is the
-    interleaved one, 2·(pp − 1) + (v − 1)·N chunks (N the micro-batch group), plus the one
-    extra micro-batch the overlap schedules; without a pipeline, one micro-batch."""
-    pp, v = s.pp.astype(float), s.interleave.astype(float)
-    total = s.micro_batches.astype(float) * v
-    n = s.group_size.astype(float)
-    warmup = np.where(s.pp > 1, 2.0 * (pp - 1.0) + (v - 1.0) * n + 1.0, 1.0)
+    into forward-backward pairs (0 without it): all but the warm-up forwards
+    (`StrategyArrays.warmup_chunks`) and as many cooldown backwards, which Megatron-Core's
+    combined 1F1B runs alone."""
+    total = s.micro_batches.astype(float) * s.interleave.astype(float)
     on = (s.overlap_ep > 0) & (s.ep > 1)
-    return np.asarray(np.where(on, np.maximum(total - warmup, 0.0) / total, 0.0))
+    return np.asarray(np.where(on, (total - s.warmup_chunks(0)) / total, 0.0))
 
 
 def tp_comm_times(
@@ -236,8 +232,7 @@ def cp_comm_time_s(
     one = p2p_s(lk, comm.cp_block_bytes(model, s), shape)
     steps = comm.cp_steps_per_layer(s)
     share = (s.cp - 1) / s.cp
-    rerun = (s.recompute == FULL) | recomputes(s, "core_attn")
-    recompute_attn = np.where(rerun, lt["attention_forward"], 0.0)
+    recompute_attn = np.where(recomputes(s, "core_attn"), lt["attention_forward"], 0.0)
     passes = (
         (steps["forward"], lt["attention_forward"]),
         (steps["recompute"], recompute_attn),

@@ -301,9 +301,9 @@ def pipeline(
     # micro-batch comes back round for its next chunk: when they outlast the round's pp sends,
     # only the first round's pp − 1 are exposed (the fill: the first group; the drain: the
     # last one, m mod N or N micro-batches).
-    n_group, m_all = s.group_size.astype(float), s.micro_batches.astype(float)
-    first_group = np.minimum(n_group, m_all)
-    last_group = np.where(m_all % n_group == 0, n_group, m_all % n_group)
+    n_group = s.group_size.astype(float)
+    first_group = np.minimum(n_group, m)
+    last_group = np.where(m % n_group == 0, n_group, m % n_group)
     chunk_s = stages["mean"] / v
     every_boundary = np.where(s.interleave > 1, v * pp - 1.0, 0.0)
 

@@ -143,18 +143,16 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
     dense_mlp = (
         fprop["mlp_up"] + fprop["mlp_down"] + memory_time_s(gpu, act["forward"], 1.0, fwd_eff)
     )
+    norms = elementwise.norm_forward_bytes(model, s) / s.cp
     rerun = {
         "core_attn": attn_fwd + ew_scores,
-        "layernorm": norm_forward_s(model, system, s),
+        "layernorm": memory_time_s(gpu, norms, 2.0, fwd_eff),
         "mla_up_proj": total([fprop[n] for n in ("q_up", "kv_up") if n in fprop]),
         "mlp": (1.0 - share) * dense_mlp,
     }
     if model.moe_layers:
-        # The whole block, when rerun, already reruns its activation and shared experts.
-        parts = moe_forward_parts(model, system, s)
-        inside = np.where(recomputes(s, "moe"), 0.0, share)
-        rerun["moe_act"] = inside * parts["activation"]
-        rerun["shared_experts"] = inside * parts["shared"]
+        rerun["moe_act"] = share * delta["activation_forward"]
+        rerun["shared_experts"] = share * delta["shared_forward"]
         rerun["moe"] = share * (dense_mlp + delta["forward"])
     selective = total([np.where(recomputes(s, name), t_s, 0.0) for name, t_s in rerun.items()])
     recompute = np.where(s.recompute == FULL, forward, selective)
@@ -175,67 +173,57 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
     }
 
 
-def norm_forward_s(model: Model, system: System, s: StrategyArrays) -> FloatArray:
-    """The two layer norms' forward kernels (read 2, write 2 bytes per element each, on every
-    tensor-parallel rank, ÷tp with sequence parallelism): what recomputing them reruns."""
-    b, t = s.micro_batch.astype(float), s.tp.astype(float)
-    elements = model.seq * b * model.hidden / s.cp
-    elements = np.where(s.sequence_parallel.astype(bool), elements / t, elements)
-    return memory_time_s(
-        system.gpu, 2.0 * 4.0 * elements, 2.0, system.gpu.elementwise_forward_efficiency
-    )
-
-
-def moe_forward_parts(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:
-    """Forward time of two parts of one MoE layer that selective recompute can rerun: the
-    routed experts' activation function over their token slots, and the shared experts'
-    GEMMs with their activation."""
-    gpu = system.gpu
-    b, t = s.micro_batch.astype(float), s.tp.astype(float)
-    slots = b * model.seq * model.top_k * routing.slot_factor(model, s.ep)
-    act = elementwise.activation_function_bytes(model, slots * model.expert_ffn_ / t / s.cp)
-    activation = memory_time_s(gpu, act["forward"], 1.0, gpu.elementwise_forward_efficiency)
-    shared = np.zeros(())
-    if model.shared_experts:
-        width = model.shared_experts * model.expert_ffn_
-        gemms = local(mlp_gemms(model, b, t, width), s)
-        s_act = elementwise.activation_function_bytes(model, b * model.seq * width / t / s.cp)
-        shared = sum((linear_time_s(gpu, g, s) for g in gemms), np.zeros(())) + memory_time_s(
-            gpu, s_act["forward"], 1.0, gpu.elementwise_forward_efficiency
-        )
-    return {"activation": np.asarray(activation), "shared": np.asarray(shared)}
-
-
 def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:
     """Extra compute of one MoE layer over a dense one: router + experts − dense MLP, with the
     activation-function traffic of the expert slots (experts in the strategy's precision,
-    the router in BF16)."""
+    the router in BF16); and the forward of the two parts selective recompute can rerun
+    alone: the routed experts' activation over their slots (`activation_forward`) and the
+    shared experts' GEMMs with their activation (`shared_forward`)."""
     gpu = system.gpu
+    fwd_eff = gpu.elementwise_forward_efficiency
     b, t, ep = s.micro_batch.astype(float), s.tp.astype(float), s.ep.astype(float)
     dense = local(mlp_gemms(model, b, t), s)
-    experts = expert_gemms(model, b, t, ep)
-    if model.shared_experts:
-        # Shared experts: a dense MLP of shared·expert_ffn width on every token.
-        experts += mlp_gemms(model, b, t, model.shared_experts * model.expert_ffn_)
-    experts = local(experts, s)
+    routed = local(expert_gemms(model, b, t, ep), s)
+    # Shared experts: a dense MLP of shared·expert_ffn width on every token.
+    shared_width = model.shared_experts * model.expert_ffn_
+    shared = local(mlp_gemms(model, b, t, shared_width), s) if model.shared_experts else []
+    experts = routed + shared
+    expert_fprop = [linear_time_s(gpu, g, s) for g in experts]
 
-    def fwd_bwd(gs: list[Gemm]) -> tuple[FloatArray, FloatArray]:
-        f = sum((linear_time_s(gpu, g, s) for g in gs), np.zeros(()))
+    def fwd_bwd(gs: list[Gemm], fprop: list[FloatArray]) -> tuple[FloatArray, FloatArray]:
+        f = sum(fprop, np.zeros(()))
         bw = sum((linear_time_s(gpu, h, s) for g in gs for h in g.backward()), np.zeros(()))
         c = fp8_cast_times_s(gpu, gs, s)
         return np.asarray(f + c["forward"]), np.asarray(bw + c["backward"])
 
-    (ef, eb), (df, db) = fwd_bwd(experts), fwd_bwd(dense)
+    ef, eb = fwd_bwd(experts, expert_fprop)
+    df, db = fwd_bwd(dense, [linear_time_s(gpu, g, s) for g in dense])
     router = router_gemm(model, b)
     rf = gemm_time_s(gpu, router)
     rb = sum((gemm_time_s(gpu, h) for h in router.backward()), np.zeros(()))
-    slots = b * model.seq * (model.top_k * routing.slot_factor(model, s.ep) + model.shared_experts)
+    routed_slots = b * model.seq * model.top_k * routing.slot_factor(model, s.ep)
+    slots = routed_slots + b * model.seq * model.shared_experts
     extra = elementwise.activation_function_bytes(
         model, (slots * model.expert_ffn_ - b * model.seq * model.ffn_) / t / s.cp
     )
-    ew_f = memory_time_s(gpu, extra["forward"], 0.0, gpu.elementwise_forward_efficiency)
+    ew_f = memory_time_s(gpu, extra["forward"], 0.0, fwd_eff)
     ew_b = memory_time_s(gpu, extra["backward"], 0.0, gpu.elementwise_backward_efficiency)
-    return {"forward": ef + rf - df + ew_f, "backward": eb + rb - db + ew_b}
+
+    def activation_forward_s(elements: FloatArray) -> FloatArray:
+        act = elementwise.activation_function_bytes(model, elements / t / s.cp)
+        return memory_time_s(gpu, act["forward"], 1.0, fwd_eff)
+
+    shared_fprop = sum(expert_fprop[len(routed) :], np.zeros(()))
+    return {
+        "forward": ef + rf - df + ew_f,
+        "backward": eb + rb - db + ew_b,
+        "activation_forward": activation_forward_s(routed_slots * model.expert_ffn_),
+        "shared_forward": np.asarray(
+            shared_fprop + activation_forward_s(b * model.seq * shared_width)
+            if model.shared_experts
+            else np.zeros(())
+        ),
+    }
 
 
 def logits_times(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:

@@ -75,6 +75,19 @@ class StrategyArrays:
         """The interleaved schedule's micro-batch group N (`microbatch_group`, 0 = pp)."""
         return np.where(self.microbatch_group > 0, self.microbatch_group, self.pp)
 
+    def warmup_chunks(self, rank: int) -> FloatArray:
+        """Chunk forwards pipeline rank `rank` runs before its first backward, as Megatron-Core
+        counts them (`get_pp_rank_microbatches`): 1F1B pp − rank − 1; interleaved
+        2·(pp − rank − 1) + (v − 1)·N (N the micro-batch group); one more with the MoE
+        all-to-all overlap (`overlap_ep`, which also runs one forward alone without a
+        pipeline); never more than the step's m·v chunks."""
+        pp, v = self.pp.astype(np.float64), self.interleave.astype(np.float64)
+        extra = ((self.overlap_ep > 0) & (self.ep > 1)).astype(np.float64)
+        interleaved = 2.0 * (pp - rank - 1) + (v - 1) * self.group_size
+        plain = np.where(self.pp > 1, pp - rank - 1, 0.0)
+        warmup = np.where(self.interleave > 1, interleaved, plain) + extra
+        return np.asarray(np.minimum(warmup, self.micro_batches * v))
+
     @property
     def grad_ranks(self) -> IntArray:
         """Ranks that hold the same weights and reduce their gradients (and shard ZeRO state):
@@ -177,10 +190,25 @@ def module_bits(modules: Sequence[str]) -> int:
     return sum({RECOMPUTE_MODULE_BITS[m] for m in modules})
 
 
+_ALL_MODULE_BITS = sum(RECOMPUTE_MODULE_BITS.values())
+_INSIDE_MOE_BITS = RECOMPUTE_MODULE_BITS["moe_act"] | RECOMPUTE_MODULE_BITS["shared_experts"]
+
+
+def rerun_modules(recompute: IntArray | int, modules: IntArray | int) -> IntArray:
+    """The modules whose forward the backward pass runs again, as `RECOMPUTE_MODULE_BITS`:
+    every one under full recompute, the named ones (`Strategy.recompute_modules`) under
+    selective, none without recompute. A rerun MoE block holds its activation and shared
+    experts, so those two are not rerun a second time on their own."""
+    r = np.asarray(recompute)
+    bits = np.where(r == FULL, _ALL_MODULE_BITS, np.where(r == SELECTIVE, modules, 0))
+    block = (bits & RECOMPUTE_MODULE_BITS["moe"]) > 0
+    return np.asarray(np.where(block, bits & ~_INSIDE_MOE_BITS, bits), dtype=np.int64)
+
+
 def recomputes(s: StrategyArrays, module: str) -> BoolArray:
-    """Where selective recompute reruns `module` (`Strategy.recompute_modules`)."""
-    bit = RECOMPUTE_MODULE_BITS[module]
-    return np.asarray((s.recompute == SELECTIVE) & ((s.recompute_modules & bit) > 0))
+    """Where the backward pass runs `module`'s forward again (`rerun_modules`)."""
+    bits = rerun_modules(s.recompute, s.recompute_modules)
+    return np.asarray((bits & RECOMPUTE_MODULE_BITS[module]) > 0)
 
 
 def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays:
@@ -283,6 +311,30 @@ def _stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     }
 
 
+def overlap_ep_rules(s: StrategyArrays) -> list[tuple[BoolArray, str]]:
+    """Where the MoE all-to-all overlap (`overlap_ep`) is allowed, one condition each, as
+    Megatron-Core asserts them."""
+    return [
+        (np.asarray(s.ep > 1), "overlap_ep needs ep > 1"),
+        (
+            np.asarray((s.pp == 1) | (s.interleave > 1)),
+            "overlap_ep with pp > 1 needs interleave > 1 (as Megatron-Core asserts)",
+        ),
+        (
+            np.asarray(s.recompute != FULL),
+            "overlap_ep needs recompute none or selective (as Megatron-Core asserts)",
+        ),
+    ]
+
+
+def overlap_ep_allowed(s: StrategyArrays) -> BoolArray:
+    """Where every `overlap_ep_rules` condition holds."""
+    allowed = np.ones((), dtype=bool)
+    for ok, _ in overlap_ep_rules(s):
+        allowed = allowed & ok
+    return np.asarray(allowed)
+
+
 # Each rule: (field named in the error, predicate of validity, what is allowed).
 def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]]:
     """Structural validity rules, vectorized. Every rule is one allowed-values statement."""
@@ -360,17 +412,7 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
         ("ep", model.experts % s.ep == 0, f"ep must divide experts ({model.experts})"),
         ("ep", s.dp % s.ep == 0, "ep must divide dp (expert-parallel ranks come from dp)"),
         ("ep", (s.ep == 1) | (s.cp == 1), "ep > 1 with cp > 1 is not modelled; use one of them"),
-        ("overlap_ep", (s.overlap_ep == 0) | (s.ep > 1), "overlap_ep needs ep > 1"),
-        (
-            "overlap_ep",
-            (s.overlap_ep == 0) | (s.pp == 1) | (s.interleave > 1),
-            "overlap_ep with pp > 1 needs interleave > 1 (as Megatron-Core asserts)",
-        ),
-        (
-            "overlap_ep",
-            (s.overlap_ep == 0) | (s.recompute != FULL),
-            "overlap_ep needs recompute none or selective (as Megatron-Core asserts)",
-        ),
+        *(("overlap_ep", (s.overlap_ep == 0) | ok, rule) for ok, rule in overlap_ep_rules(s)),
         (
             "recompute_modules",
             (s.recompute_modules == RECOMPUTE_MODULE_BITS["core_attn"])

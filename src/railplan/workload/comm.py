@@ -61,10 +61,9 @@ def cp_steps_per_layer(s: StrategyArrays) -> dict[str, FloatArray]:
     not kept: Megatron-Core docs, context_parallel.rst); recomputed attention (full, or
     selective with `core_attn`) reruns the forward ring."""
     steps = (s.cp - 1).astype(float)
-    rerun = (s.recompute == FULL) | recomputes(s, "core_attn")
     return {
         "forward": steps,
-        "recompute": np.where(rerun, steps, 0.0),
+        "recompute": np.where(recomputes(s, "core_attn"), steps, 0.0),
         "backward": 2.0 * steps,
     }
 
@@ -219,10 +218,9 @@ def ep_all_to_alls_per_moe_layer(s: StrategyArrays) -> dict[str, FloatArray]:
     backward, and the forward's again when the MoE block is recomputed (full, or selective
     with `moe`) (0 when ep = 1)."""
     on = (s.ep > 1).astype(float)
-    rerun = (s.recompute == FULL) | recomputes(s, "moe")
     return {
         "forward": 2.0 * on,
-        "recompute": np.where(rerun, 2.0, 0.0) * on,
+        "recompute": np.where(recomputes(s, "moe"), 2.0, 0.0) * on,
         "backward": 2.0 * on,
     }
 

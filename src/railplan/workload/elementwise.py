@@ -40,6 +40,7 @@ import numpy as np
 from railplan.specs import CROSS_ENTROPY_CODES, Model
 from railplan.specs.arrays import UNFUSED, FloatArray, StrategyArrays
 
+LAYER_NORM_FORWARD = 4.0  # bytes per s·b·h element of one layer norm's forward: read 2, write 2
 REPLICATED_FORWARD = 22.0  # bytes per s·b·h element (2 LN + 2 bias-dropout-add)
 REPLICATED_BACKWARD = 2 * 6.0 + 2 * 5.0 + 2 * 6.0  # LN + dropout + residual gradient adds
 SCORES_FORWARD = 4.0 + 5.0  # softmax + attention dropout, per b·a·s² element
@@ -80,12 +81,24 @@ def cross_entropy_kept_bytes(s: StrategyArrays) -> FloatArray:
     return np.asarray(CROSS_ENTROPY_KEPT_BYTES[s.cross_entropy])
 
 
+def replicated_elements(model: Model, s: StrategyArrays) -> FloatArray:
+    """s·b·h elements of a layer's activations kept on every tensor-parallel rank (÷tp with
+    sequence parallelism): what the norms, residual adds and dropouts run over."""
+    sbh = model.seq * s.micro_batch.astype(float) * model.hidden
+    return np.asarray(sbh * np.where(s.sequence_parallel.astype(bool), 1.0 / s.tp, 1.0))
+
+
+def norm_forward_bytes(model: Model, s: StrategyArrays) -> FloatArray:
+    """The two layer norms' forward bytes: what selective recompute of `layernorm` reruns."""
+    return np.asarray(2.0 * LAYER_NORM_FORWARD * replicated_elements(model, s))
+
+
 def layer_bytes(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     """Forward and backward element-wise bytes of one layer, and the attention-score part
     (what selective recompute reruns)."""
     b, t = s.micro_batch.astype(float), s.tp.astype(float)
     sbh = model.seq * b * model.hidden
-    replicated = sbh * np.where(s.sequence_parallel.astype(bool), 1.0 / t, 1.0)
+    replicated = replicated_elements(model, s)
     ffn_elements = model.ffn_ * model.seq * b / t
     gated = model.mlp_matrices == 3
     act_fwd = (6.0 if gated else 4.0) * ffn_elements

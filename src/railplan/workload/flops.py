@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from railplan.specs import Model
-from railplan.specs.arrays import FULL, SELECTIVE, FloatArray, IntArray
+from railplan.specs.arrays import FULL, FloatArray, IntArray, rerun_modules
 from railplan.specs.strategy import RECOMPUTE_MODULE_BITS
 from railplan.workload.gemms import attention_gemms, layer_gemms, logit_gemm, mlp_gemms
 
@@ -71,22 +71,15 @@ def hardware_flops(
     """Hardware FLOPs per iteration: model FLOPs plus the recomputed forward matmuls (full:
     every layer; selective: the modules it reruns)."""
     f = forward_flops_per_sequence(model)
-    r, bits = np.asarray(recompute), np.asarray(recompute_modules)
-    # The whole MoE block, when rerun, already reruns its shared experts.
-    block = (bits & RECOMPUTE_MODULE_BITS["moe"]) > 0
+    bits = rerun_modules(recompute, recompute_modules)
     selective = sum(
         (
             np.where((bits & RECOMPUTE_MODULE_BITS[name]) > 0, flops, 0.0)
             for name, flops in recomputed_module_flops(model).items()
-            if name != "shared_experts"
         ),
         np.zeros(()),
-    ) + np.where(
-        ((bits & RECOMPUTE_MODULE_BITS["shared_experts"]) > 0) & ~block,
-        recomputed_module_flops(model)["shared_experts"],
-        0.0,
     )
-    extra = np.where(r == FULL, f["layers"], np.where(r == SELECTIVE, selective, 0.0))
+    extra = np.where(np.asarray(recompute) == FULL, f["layers"], selective)
     return model_flops(model, global_batch) + np.asarray(global_batch, dtype=np.float64) * extra
 
 

@@ -149,22 +149,12 @@ def layer_activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
 
 def in_flight_stage_passes(s: StrategyArrays, rank: int) -> FloatArray:
     """Micro-batches of its whole stage whose activations pipeline rank `rank` holds at its
-    peak, in units of the stage's layers × one micro-batch (module doc). 1F1B: pp − rank,
-    at most the micro-batches. Interleaved (Megatron-Core `get_pp_rank_microbatches`): the
-    rank runs 2·(pp − rank − 1) + (v − 1)·N warm-up chunk forwards (N the micro-batch group,
-    pp unless `microbatch_group` says otherwise) and one more before its
-    first backward, each chunk 1/v of the stage, but never more than all m·v chunks of the
-    step (when m ≤ pp + (pp − 2·rank − 1)/v every forward is a warm-up one). With the MoE
-    all-to-all overlap (`overlap_ep`) one more micro-batch runs forward before the first
-    backward: one more warm-up chunk (Megatron-Core), and without a pipeline two micro-batches
-    alive at once (the next one's forward merged with this one's backward)."""
-    pp, v = s.pp.astype(np.float64), s.interleave.astype(np.float64)
-    m = s.micro_batches.astype(np.float64)
-    extra = ((s.overlap_ep > 0) & (s.ep > 1)).astype(np.float64)
-    plain = np.minimum(np.maximum(pp - rank, 1.0) + np.where(s.pp == 1, extra, 0.0), m)
-    n = s.group_size.astype(np.float64)
-    chunks = np.minimum(2.0 * (pp - rank - 1) + (v - 1) * n + 1 + extra, m * v)
-    return np.asarray(np.where(s.interleave > 1, chunks / v, plain))
+    peak, in units of the stage's layers × one micro-batch (module doc): its warm-up chunk
+    forwards (`StrategyArrays.warmup_chunks`) and one more before its first backward, each
+    chunk 1/v of the stage, but never more than all m·v chunks of the step."""
+    v = s.interleave.astype(np.float64)
+    chunks = np.minimum(s.warmup_chunks(rank) + 1.0, s.micro_batches * v)
+    return np.asarray(chunks / v)
 
 
 def activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
