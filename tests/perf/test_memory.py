@@ -79,11 +79,12 @@ def test_zero_stages_shard() -> None:
 
 @pytest.mark.parametrize(
     ("state", "bytes_per_param"),
-    [("fp32", 12.0), ("fp32-remainder", 10.0), ("bf16", 4.0)],
+    [("fp32", 12.0), ("fp32-remainder", 10.0), ("bf16-moments", 8.0), ("bf16", 4.0)],
 )
 def test_optimizer_state_bytes_by_hand(state: str, bytes_per_param: float) -> None:
     # fp32: master 4 + m 4 + v 4; fp32-remainder: m 4 + v 4 + the 2-byte low half of the fp32
-    # master (the bf16 weight is the high half); bf16: m 2 + v 2, the bf16 weight is the master.
+    # master (the bf16 weight is the high half); bf16-moments: master 4 + m 2 + v 2; bf16: m 2 +
+    # v 2, the bf16 weight is the master.
     # ZeRO-1 over dp = 4 shards exactly that; weights (2) and gradients stay whole.
     m = load_model("gpt-7.5b")
     s = from_strategies(Strategy(global_batch=64, dp=4, zero=1, optimizer_state=state))
@@ -98,7 +99,7 @@ def test_optimizer_state_never_raises_memory_in_its_order() -> None:
     m = load_model("gpt-7.5b")
     totals = [
         float(memory(m, from_strategies(Strategy(global_batch=8, optimizer_state=o))).total_bytes)
-        for o in ("fp32", "fp32-remainder", "bf16")
+        for o in ("fp32", "fp32-remainder", "bf16-moments", "bf16")
     ]
     assert totals == sorted(totals, reverse=True) and totals[0] > totals[-1]
 

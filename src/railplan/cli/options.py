@@ -186,7 +186,16 @@ OptimizerStateOpt = Annotated[
     typer.Option(
         help="Adam state per parameter: fp32 (12 B: fp32 master + moments; Megatron, DeepSpeed, "
         "FSDP) | fp32-remainder (10 B: Apex/NeMo distributed_fused_adam) | bf16 (4 B: bf16 "
-        "moments, no master)"
+        "moments, no master) | bf16-moments (8 B: fp32 master, bf16 moments; Megatron-Core "
+        "precision-aware optimizer, DeepSeek-V3)"
+    ),
+]
+PipelineScheduleOpt = Annotated[
+    str,
+    typer.Option(
+        help="1f1b (Megatron's; interleaved when --interleave > 1) | dualpipev (DeepSeek's "
+        "DualPipeV: two chunks per rank in a V, needs --interleave 2 and ≥ 2·pp micro-batches; "
+        "with --overlap-ep its merged forward-backward pairs hide the all-to-alls)"
     ),
 ]
 GradReduceBytesOpt = Annotated[

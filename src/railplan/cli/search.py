@@ -155,6 +155,13 @@ def search(
             "(ep > 1, interleaved when pp > 1, no full recompute)",
         ),
     ] = False,
+    pipeline_schedule: Annotated[
+        str,
+        typer.Option(
+            help="1f1b (Megatron's schedules; default) | dualpipev (DeepSeek's DualPipeV on "
+            "every strategy it can run: two chunks per rank, ≥ 2·pp micro-batches)",
+        ),
+    ] = "1f1b",
 ) -> None:
     """Find the fastest parallelization that fits in memory (and the time/memory Pareto set)."""
     from railplan.explore.search import SearchSpace
@@ -182,6 +189,7 @@ def search(
         defer_embedding_wgrad=defer_embedding_wgrad,
         wgrad_deferral_limit=wgrad_deferral_limit,
         overlap_ep=overlap_ep,
+        pipeline_schedule=pipeline_schedule,
     )
     r = run(Job(m, sy, net, gpus, global_batch), space, top=top)
     r.require_best()

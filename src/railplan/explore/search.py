@@ -38,6 +38,7 @@ from railplan.specs import (
     ATTENTION_CODES,
     CROSS_ENTROPY_CODES,
     OPTIMIZER_STATE_CODES,
+    PIPELINE_SCHEDULE_CODES,
     PRECISION_CODES,
     RECOMPUTE_CODES,
     Job,
@@ -51,6 +52,7 @@ from railplan.specs.arrays import (
     FloatArray,
     IntArray,
     StrategyArrays,
+    dualpipev_allowed,
     overlap_ep_allowed,
 )
 from railplan.workload.memory import GIB
@@ -98,6 +100,9 @@ class SearchSpace:
     # Megatron-Core --overlap-moe-expert-parallel-comm, on every candidate that allows it (ep > 1,
     # interleaved when pp > 1, no full recompute); off by default, as in Megatron-Core
     overlap_ep: bool = False
+    # "dualpipev": every candidate DualPipeV can run (two chunks per rank, m ≥ 2·pp) runs it
+    # instead of the interleaved schedule; "1f1b" (default): Megatron's schedules only
+    pipeline_schedule: str = "1f1b"
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "micro_batch", "interleave", "ep", "cp", "dp"):
@@ -118,10 +123,16 @@ class SearchSpace:
         if not self.precision or any(p not in PRECISION_CODES for p in self.precision):
             raise RailplanError("precision", "give bf16, fp8 or both (bf16,fp8)")
         if self.optimizer_state not in OPTIMIZER_STATE_CODES:
-            raise RailplanError("optimizer_state", "must be fp32, fp32-remainder or bf16")
+            raise RailplanError(
+                "optimizer_state", "must be one of " + ", ".join(OPTIMIZER_STATE_CODES)
+            )
         if self.cross_entropy not in CROSS_ENTROPY_CODES:
             raise RailplanError("cross_entropy", "must be one of " + ", ".join(CROSS_ENTROPY_CODES))
         check_int("wgrad_deferral_limit", self.wgrad_deferral_limit, 0, MAX_GLOBAL_BATCH)
+        if self.pipeline_schedule not in PIPELINE_SCHEDULE_CODES:
+            raise RailplanError(
+                "pipeline_schedule", "must be one of " + ", ".join(PIPELINE_SCHEDULE_CODES)
+            )
 
 
 # The strategy space of Megatron-LM as Calculon searches it (the paper's evaluation):
@@ -262,7 +273,11 @@ def candidate_rows(
 
     # The interleaves tried are the divisors of the model's layers (every v up to a stage's
     # layers would triple the space for little: `estimate` takes any valid v).
-    rows = _cross(rows, "interleave", _allowed(divisors(model.layers), space.interleave))
+    # DualPipeV's two chunks per rank are tried whatever the layers (61 for DeepSeek-V3).
+    interleaves = divisors(model.layers)
+    if space.pipeline_schedule == "dualpipev":
+        interleaves = np.union1d(interleaves, [2]).astype(np.int64)
+    rows = _cross(rows, "interleave", _allowed(interleaves, space.interleave))
     micro_batches = global_batch // (rows["dp"] * rows["micro_batch"])
     v, pp = rows["interleave"], rows["pp"]
     # Interleaving: today's Megatron-Core places any number of layers in each virtual stage
@@ -271,7 +286,10 @@ def candidate_rows(
     # divisible by v.
     even = (model.layers % pp == 0) & ((model.layers // pp) % v == 0)
     chunks_ok = np.where(space.uneven_pp, v <= model.layers // pp, even)
-    rows = _select(rows, (v == 1) | (chunks_ok & (pp > 1) & (micro_batches % pp == 0)))
+    # DualPipeV (`pipeline_schedule`) takes any m ≥ 2·pp micro-batches on its two chunks.
+    dualpipev = (space.pipeline_schedule == "dualpipev") & (v == 2) & (micro_batches >= 2 * pp)
+    m_ok = (micro_batches % pp == 0) | dualpipev
+    rows = _select(rows, (v == 1) | (chunks_ok & (pp > 1) & m_ok))
 
     rows = _cross(rows, "zero", np.array(sorted(set(space.zero)), dtype=np.int64))
     z = rows["zero"]
@@ -306,6 +324,7 @@ def _fixed_codes(global_batch: int, space: SearchSpace) -> dict[str, int]:
         "defer_embedding_wgrad": int(space.defer_embedding_wgrad),
         "wgrad_deferral_limit": space.wgrad_deferral_limit,
         "overlap_ep": int(space.overlap_ep),
+        "pipeline_schedule": PIPELINE_SCHEDULE_CODES[space.pipeline_schedule],
     }
 
 
@@ -324,8 +343,11 @@ def _arrays(
 
 
 def _where_allowed(s: StrategyArrays) -> StrategyArrays:
-    """`overlap_ep` asked for the whole space applies where Megatron-Core allows it (ep > 1,
-    interleaving when pp > 1, no full recompute) and is off elsewhere."""
+    """DualPipeV asked for the whole space applies where it can run (`dualpipev_allowed`),
+    the interleaved schedule elsewhere; `overlap_ep` where Megatron-Core allows it (ep > 1,
+    interleaving when pp > 1, no full recompute), off elsewhere."""
+    if bool(np.any(s.dualpipev)):
+        s = replace(s, pipeline_schedule=np.asarray(s.dualpipev & dualpipev_allowed(s), np.int64))
     if not bool(np.any(s.overlap_ep)):
         return s
     on = (s.overlap_ep > 0) & overlap_ep_allowed(s)

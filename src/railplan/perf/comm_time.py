@@ -156,7 +156,10 @@ def ep_merged_share(s: StrategyArrays) -> FloatArray:
     combined 1F1B runs alone."""
     total = s.micro_batches.astype(float) * s.interleave.astype(float)
     on = (s.overlap_ep > 0) & (s.ep > 1)
-    return np.asarray(np.where(on, (total - s.warmup_chunks(0)) / total, 0.0))
+    # DualPipeV: rank 0 (the fewest) merges 2·(m − 2·pp + 1) pairs in its main step and
+    # pp − 1 more after it (`dualpipev.py` steps 4-5), 3·pp − 1 of its 2·m forwards alone.
+    alone = np.where(s.dualpipev, 3.0 * s.pp.astype(float) - 1.0, s.warmup_chunks(0))
+    return np.asarray(np.where(on, (total - alone) / total, 0.0))
 
 
 def tp_comm_times(

@@ -253,7 +253,8 @@ def pipeline(
     t_layer_backward: FloatArray,
 ) -> Pipeline:
     """1F1B or interleaved schedule over stages of possibly different layer counts: the slowest
-    stage sets the pace, the bubble is (pp − 1)/v balanced stages. `extra_s`: what every stage
+    stage sets the pace, the bubble is (pp − 1)/v balanced stages (DualPipeV: less by its
+    split weight gradients, the LM head on rank 0). `extra_s`: what every stage
     pays per micro-batch besides its layers (unfused gradient accumulation, FP8 amax
     reductions).
 
@@ -273,9 +274,13 @@ def pipeline(
         parts = stage_parts(n)
         return np.asarray(parts["layers"] + parts["p2p"] + parts["zero"] + extra_s)
 
-    t_first = stage_s(stages["first"])
+    # The LM head runs on the last rank, or on rank 0 with DualPipeV (its V's last stage).
+    dualpipev = s.dualpipev
+    any_dualpipev = bool(np.any(dualpipev))  # only then: 1F1B strategies pay nothing for it
+    head_first = np.where(dualpipev, t_logits, 0.0) if any_dualpipev else 0.0
+    t_first = stage_s(stages["first"]) + head_first
     t_middle = np.where(pp > 2, stage_s(stages["middle"]), 0.0)
-    t_last = stage_s(stages["last"]) + t_logits
+    t_last = stage_s(stages["last"]) + (t_logits - head_first)
     others = np.maximum(t_first, t_middle)
 
     def critical(last_s: FloatArray, last_logits: FloatArray) -> tuple[FloatArray, ...]:
@@ -288,7 +293,12 @@ def pipeline(
             stages["last"],
             np.where(t_first >= t_middle, stages["first"], stages["middle"]),
         )
-        return pace, n_crit, np.where(last_is_slowest, last_logits, 0.0)
+        crit_logits = np.where(last_is_slowest, last_logits, 0.0)
+        if any_dualpipev:  # the head is rank 0's
+            first_is_slowest = ~last_is_slowest & (t_first >= t_middle)
+            on_first = np.where(first_is_slowest, t_logits, 0.0)
+            crit_logits = np.where(dualpipev, on_first, crit_logits)
+        return pace, n_crit, crit_logits
 
     m = s.micro_batches.astype(float)
     pace, n_crit, crit_logits = critical(t_last, t_logits)
@@ -305,7 +315,10 @@ def pipeline(
     first_group = np.minimum(n_group, m)
     last_group = np.where(m % n_group == 0, n_group, m % n_group)
     chunk_s = stages["mean"] / v
+    # DualPipeV: 2·(pp − 1) GPU boundaries, the V's turn on the last rank.
     every_boundary = np.where(s.interleave > 1, v * pp - 1.0, 0.0)
+    if any_dualpipev:
+        every_boundary = np.where(dualpipev, 2.0 * (pp - 1.0), every_boundary)
 
     def crossed(group: FloatArray, pass_s: FloatArray) -> FloatArray:
         slack = (group - pp) * chunk_s * pass_s >= pp * p2p
@@ -313,7 +326,15 @@ def pipeline(
 
     sends = crossed(first_group, lt["forward"]) + crossed(last_group, lt["backward"])
     fill_drain = np.where(overlapped, sends * p2p, 0.0)
-    bubble = (pp - 1.0) / v * balanced + fill_drain
+    # DualPipeV (deepseek-ai/DualPipe README): (PP/2 − 1)·(F&B + B − 3W) over its 2·pp
+    # chunk-stages, F&B a merged forward-backward pair of chunks, B a chunk's backward and W
+    # its weight gradients (run apart, zero-bubble style): (pp − 1)/2 stage passes, each
+    # shortened by B − 3W of the stage's layers.
+    idle_stage = balanced
+    if any_dualpipev:
+        split = stages["mean"] * (t_layer_backward - 3.0 * lt["wgrad"])
+        idle_stage = np.where(dualpipev, balanced + split, balanced)
+    bubble = (pp - 1.0) / v * idle_stage + fill_drain
     steady = m * pace
     k = s.deferred_wgrad_micro_batches.astype(float)
     if bool(np.any(k > 0)):  # only then: the search without deferral pays nothing

@@ -132,12 +132,16 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
 
     forward = lin_fwd + attn_fwd + ew_fwd + casts["forward"]
     backward = lin_bwd + attn_bwd + ew_bwd + casts["backward"]
+    # The weight-gradient GEMMs alone (part of `backward`: what a zero-bubble schedule runs
+    # apart from the input gradients).
+    weight_grads = total(list(wgrad.values()))
     share = model.moe_layers / model.layers
     if model.moe_layers:
         # Average layer: a moe_layers/layers share of layers swaps its dense MLP for experts.
         delta = moe_mlp_delta(model, system, s)
         forward = forward + share * delta["forward"]
         backward = backward + share * delta["backward"]
+        weight_grads = weight_grads + share * delta["wgrad"]
     # Selective recompute: the forward of each module it reruns (`Strategy.recompute_modules`).
     act = elementwise.activation_function_bytes(model, b * model.seq * model.ffn_ / t / s.cp)
     dense_mlp = (
@@ -160,6 +164,7 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
         "forward": np.asarray(forward),
         "backward": np.asarray(backward),
         "recompute": np.asarray(recompute),
+        "wgrad": np.asarray(weight_grads),
         "wgrad_qkv": total([wgrad[n] for n in ATTENTION_INPUT_GEMMS if n in wgrad]),
         "wgrad_mlp_up": wgrad["mlp_up"],
         "dgrad_qkv": total([dgrad[n] for n in ATTENTION_INPUT_GEMMS if n in dgrad]),
@@ -190,14 +195,16 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
     experts = routed + shared
     expert_fprop = [linear_time_s(gpu, g, s) for g in experts]
 
-    def fwd_bwd(gs: list[Gemm], fprop: list[FloatArray]) -> tuple[FloatArray, FloatArray]:
+    def fwd_bwd(gs: list[Gemm], fprop: list[FloatArray]) -> tuple[FloatArray, ...]:
         f = sum(fprop, np.zeros(()))
-        bw = sum((linear_time_s(gpu, h, s) for g in gs for h in g.backward()), np.zeros(()))
+        pairs = [[linear_time_s(gpu, h, s) for h in g.backward()] for g in gs]
+        bw = sum((t_s for pair in pairs for t_s in pair), np.zeros(()))
+        wg = sum((pair[1] for pair in pairs), np.zeros(()))
         c = fp8_cast_times_s(gpu, gs, s)
-        return np.asarray(f + c["forward"]), np.asarray(bw + c["backward"])
+        return np.asarray(f + c["forward"]), np.asarray(bw + c["backward"]), np.asarray(wg)
 
-    ef, eb = fwd_bwd(experts, expert_fprop)
-    df, db = fwd_bwd(dense, [linear_time_s(gpu, g, s) for g in dense])
+    ef, eb, ew = fwd_bwd(experts, expert_fprop)
+    df, db, dw = fwd_bwd(dense, [linear_time_s(gpu, g, s) for g in dense])
     router = router_gemm(model, b)
     rf = gemm_time_s(gpu, router)
     rb = sum((gemm_time_s(gpu, h) for h in router.backward()), np.zeros(()))
@@ -217,6 +224,7 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
     return {
         "forward": ef + rf - df + ew_f,
         "backward": eb + rb - db + ew_b,
+        "wgrad": ew + gemm_time_s(gpu, router.backward()[1]) - dw,
         "activation_forward": activation_forward_s(routed_slots * model.expert_ffn_),
         "shared_forward": np.asarray(
             shared_fprop + activation_forward_s(b * model.seq * shared_width)

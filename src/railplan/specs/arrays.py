@@ -16,7 +16,11 @@ import numpy.typing as npt
 from railplan.errors import RailplanError
 from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
 from railplan.specs import ATTENTION_CODES, CROSS_ENTROPY_CODES, PRECISION_CODES, Model, Strategy
-from railplan.specs.strategy import CODED_FIELDS, RECOMPUTE_MODULE_BITS
+from railplan.specs.strategy import (
+    CODED_FIELDS,
+    PIPELINE_SCHEDULE_CODES,
+    RECOMPUTE_MODULE_BITS,
+)
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -28,6 +32,7 @@ FLASH, UNFUSED, FLASH2, FLASH1 = (
 )
 BF16, FP8 = PRECISION_CODES["bf16"], PRECISION_CODES["fp8"]
 CE_FUSED = CROSS_ENTROPY_CODES["fused"]
+DUALPIPEV = PIPELINE_SCHEDULE_CODES["dualpipev"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ class StrategyArrays:
     microbatch_group: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     # Strategy.recompute_modules as bits (RECOMPUTE_MODULE_BITS; 1 = core_attn, the default)
     recompute_modules: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
+    pipeline_schedule: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
@@ -75,17 +81,26 @@ class StrategyArrays:
         """The interleaved schedule's micro-batch group N (`microbatch_group`, 0 = pp)."""
         return np.where(self.microbatch_group > 0, self.microbatch_group, self.pp)
 
+    @property
+    def dualpipev(self) -> BoolArray:
+        """Where the schedule is DualPipeV (`pipeline_schedule`)."""
+        return np.asarray(self.pipeline_schedule == DUALPIPEV)
+
     def warmup_chunks(self, rank: int) -> FloatArray:
         """Chunk forwards pipeline rank `rank` runs before its first backward, as Megatron-Core
         counts them (`get_pp_rank_microbatches`): 1F1B pp − rank − 1; interleaved
         2·(pp − rank − 1) + (v − 1)·N (N the micro-batch group); one more with the MoE
         all-to-all overlap (`overlap_ep`, which also runs one forward alone without a
-        pipeline); never more than the step's m·v chunks."""
+        pipeline); never more than the step's m·v chunks. DualPipeV: 2·pp on every rank
+        (`dualpipev.py` steps 1-2: 2·(pp − rank − 1) chunk-0 forwards, then rank + 1 of each
+        chunk), its merged pairs already counted."""
         pp, v = self.pp.astype(np.float64), self.interleave.astype(np.float64)
         extra = ((self.overlap_ep > 0) & (self.ep > 1)).astype(np.float64)
         interleaved = 2.0 * (pp - rank - 1) + (v - 1) * self.group_size
         plain = np.where(self.pp > 1, pp - rank - 1, 0.0)
         warmup = np.where(self.interleave > 1, interleaved, plain) + extra
+        if bool(np.any(self.dualpipev)):
+            warmup = np.where(self.dualpipev, 2.0 * pp, warmup)
         return np.asarray(np.minimum(warmup, self.micro_batches * v))
 
     @property
@@ -327,6 +342,36 @@ def overlap_ep_rules(s: StrategyArrays) -> list[tuple[BoolArray, str]]:
     ]
 
 
+def dualpipev_rules(s: StrategyArrays) -> list[tuple[BoolArray, str]]:
+    """What DualPipeV needs, one condition each (`dualpipev.py` asserts m ≥ 2·pp; the V is two
+    chunks per rank). Uneven stages and micro-batch groups belong to Megatron's schedules."""
+    return [
+        (np.asarray(s.pp > 1), "dualpipev needs pp > 1"),
+        (np.asarray(s.interleave == 2), "dualpipev runs two chunks per rank: needs interleave 2"),
+        (
+            np.asarray(s.micro_batches >= 2 * s.pp),
+            "dualpipev needs at least 2·pp micro-batches per replica (as dualpipev.py asserts)",
+        ),
+        (
+            np.asarray((s.first_stage_layers == 0) & (s.last_stage_layers == 0)),
+            "dualpipev with first/last_stage_layers is not modelled (rank 0 holds both ends)",
+        ),
+        (np.asarray(s.microbatch_group == 0), "microbatch_group is Megatron's, not dualpipev's"),
+        (
+            np.asarray(s.defer_embedding_wgrad == 0),
+            "defer_embedding_wgrad is Megatron's; dualpipev runs weight gradients apart already",
+        ),
+    ]
+
+
+def dualpipev_allowed(s: StrategyArrays) -> BoolArray:
+    """Where every `dualpipev_rules` condition holds."""
+    allowed = np.ones((), dtype=bool)
+    for ok, _ in dualpipev_rules(s):
+        allowed = allowed & ok
+    return np.asarray(allowed)
+
+
 def overlap_ep_allowed(s: StrategyArrays) -> BoolArray:
     """Where every `overlap_ep_rules` condition holds."""
     allowed = np.ones((), dtype=bool)
@@ -380,7 +425,10 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
         ("interleave", (s.interleave == 1) | (s.pp > 1), "interleave > 1 needs pp > 1"),
         (
             "interleave",
-            (s.interleave == 1) | (s.microbatch_group > 0) | (s.micro_batches % s.pp == 0),
+            (s.interleave == 1)
+            | (s.microbatch_group > 0)
+            | (s.micro_batches % s.pp == 0)
+            | s.dualpipev,
             "interleaved schedule needs micro-batches per replica to be a multiple of pp, or a "
             "microbatch_group N (pp ≤ N ≤ m, m mod N 0 or ≥ pp)",
         ),
@@ -413,6 +461,7 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
         ("ep", s.dp % s.ep == 0, "ep must divide dp (expert-parallel ranks come from dp)"),
         ("ep", (s.ep == 1) | (s.cp == 1), "ep > 1 with cp > 1 is not modelled; use one of them"),
         *(("overlap_ep", (s.overlap_ep == 0) | ok, rule) for ok, rule in overlap_ep_rules(s)),
+        *(("pipeline_schedule", ~s.dualpipev | ok, rule) for ok, rule in dualpipev_rules(s)),
         (
             "recompute_modules",
             (s.recompute_modules == RECOMPUTE_MODULE_BITS["core_attn"])

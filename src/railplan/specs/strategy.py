@@ -16,8 +16,15 @@ Attention = Literal["flash", "unfused", "flash2", "flash1"]
 ATTENTION_CODES: dict[str, int] = {"flash": 0, "unfused": 1, "flash2": 2, "flash1": 3}
 Precision = Literal["bf16", "fp8"]
 PRECISION_CODES: dict[str, int] = {"bf16": 0, "fp8": 1}
-OptimizerState = Literal["fp32", "fp32-remainder", "bf16"]
-OPTIMIZER_STATE_CODES: dict[str, int] = {"fp32": 0, "fp32-remainder": 1, "bf16": 2}
+OptimizerState = Literal["fp32", "fp32-remainder", "bf16", "bf16-moments"]
+OPTIMIZER_STATE_CODES: dict[str, int] = {
+    "fp32": 0,
+    "fp32-remainder": 1,
+    "bf16": 2,
+    "bf16-moments": 3,
+}
+PipelineSchedule = Literal["1f1b", "dualpipev"]
+PIPELINE_SCHEDULE_CODES: dict[str, int] = {"1f1b": 0, "dualpipev": 1}
 RecomputeModule = Literal[
     "core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "moe", "shared_experts"
 ]
@@ -41,6 +48,7 @@ CODED_FIELDS: dict[str, dict[str, int]] = {
     "precision": PRECISION_CODES,
     "optimizer_state": OPTIMIZER_STATE_CODES,
     "cross_entropy": CROSS_ENTROPY_CODES,
+    "pipeline_schedule": PIPELINE_SCHEDULE_CODES,
 }
 
 
@@ -97,7 +105,9 @@ class Strategy(Spec):
     master beside the BF16 weight (10 bytes: Apex DistributedFusedAdam with
     `store_param_remainders`, NeMo's choice for a BF16 model with an FP32 optimizer);
     `bf16` BF16 moments and no master copy (4 bytes: NeMo's `distributed_fused_adam` with
-    `optim.dtype: bf16`).
+    `optim.dtype: bf16`); `bf16-moments` an FP32 master and BF16 moments (8 bytes:
+    Megatron-Core's `--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype
+    bf16`; DeepSeek-V3's AdamW, report §3.3.3).
     `defer_embedding_wgrad`: the last pipeline stage postpones the output layer's (LM head's)
     weight-gradient GEMM of its first `wgrad_deferral_limit` micro-batches (0 = all of them) to
     the pipeline flush, where it fills the stage's cooldown idle (Megatron-Core
@@ -123,6 +133,13 @@ class Strategy(Spec):
     Llama 3 paper §3.3.2). pp ≤ N ≤ m, and the last group, m mod N, is 0 or at least pp: with a
     larger N, micro-batch counts that are not a multiple of pp can interleave, at the cost of
     (v − 1)·(N − pp) more warm-up forwards held in memory.
+    `pipeline_schedule`: `1f1b` is Megatron's 1F1B, interleaved when `interleave` > 1;
+    `dualpipev` is DualPipeV (deepseek-ai/DualPipe `dualpipev.py`, Sea AI Lab's "cut-in-half"
+    DualPipe; PyTorch `ScheduleDualPipeV`): two chunks per rank in a V (rank r holds stages r
+    and 2·pp − 1 − r, so rank 0 runs both the embedding and the LM head), each chunk's
+    backward split into input and weight gradients, a micro-batch's forward merged with
+    another's backward. It needs `interleave` 2, pp > 1 and m ≥ 2·pp micro-batches; with
+    `overlap_ep` the merged pairs hide the MoE all-to-alls (DeepSeek-V3's DualPipe).
     """
 
     tp: PositiveInt = 1
@@ -171,7 +188,8 @@ class Strategy(Spec):
         default="fused", description="loss kernels: fused | unfused (Megatron's) | xentropy"
     )
     optimizer_state: OptimizerState = Field(
-        default="fp32", description="Adam state per parameter: fp32 | fp32-remainder | bf16"
+        default="fp32",
+        description="Adam state per parameter: fp32 | fp32-remainder | bf16 | bf16-moments",
     )
     defer_embedding_wgrad: bool = Field(
         default=False,
@@ -194,6 +212,9 @@ class Strategy(Spec):
         description="MoE all-to-alls hidden behind the adjacent micro-batch's compute "
         "(Megatron-Core --overlap-moe-expert-parallel-comm)",
     )
+    pipeline_schedule: PipelineSchedule = Field(
+        default="1f1b", description="1f1b (interleaved when interleave > 1) | dualpipev"
+    )
 
     @field_validator("recompute_modules")
     @classmethod
@@ -208,10 +229,14 @@ class Strategy(Spec):
     def label(self) -> str:
         """The strategy as one line, the one form every table, report and sweep prints:
         degrees, micro-batch and recompute, then what differs from the plain case
-        (`tp=8 pp=16 dp=128 mb=1 rc=none v=8 SP ZeRO-1`)."""
+        (`tp=8 pp=16 dp=128 mb=1 rc=none v=8 SP ZeRO-1`; DualPipeV names its schedule instead
+        of its two chunks)."""
         dims = "".join(f" {k}={getattr(self, k)}" for k in ("cp", "ep") if getattr(self, k) > 1)
         extra = [
-            f"v={self.interleave}" if self.interleave > 1 else "",
+            "DualPipeV" if self.pipeline_schedule == "dualpipev" else "",
+            f"v={self.interleave}"
+            if self.interleave > 1 and self.pipeline_schedule == "1f1b"
+            else "",
             "SP" if self.sequence_parallel else "",
             f"ZeRO-{self.zero}" if self.zero else "",
             self.precision.upper() if self.precision != "bf16" else "",

@@ -183,11 +183,12 @@ def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
     k = p.hb_domain
     stages = np.arange(p.pp)
     layers = layers_of_stage(model, s, stages).tolist()
-    end = ((stages == 0) | (stages == p.pp - 1)).tolist()
+    dualpipev = bool(s.dualpipev)  # rank 0 holds both ends and the V turns on the last rank
+    end = ((stages == 0) | ((stages == p.pp - 1) & (not dualpipev))).tolist()
     keys = [(int(n), bool(e)) for n, e in zip(layers, end, strict=True)]
     only_layers = [(n, False) for n, _ in keys]
     pieces: list[tuple[str, tuple[IntArray, IntArray, FloatArray]]] = [
-        ("pp", _scale(pipeline_edges(p.groups("pp"), int(s.interleave)), vol["pp"])),
+        ("pp", _scale(pipeline_edges(p.groups("pp"), int(s.interleave), not dualpipev), vol["pp"])),
     ]
     for (n, _), rows in _per_stage(p.groups("tp"), p.dp * p.cp, only_layers):
         pieces.append(("tp", _scale(collective_edges(rows, k), vol["tp"] * n)))

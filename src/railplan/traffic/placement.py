@@ -255,12 +255,13 @@ def collective_edges(groups: IntArray, hb_domain: int) -> Edges:
     return Edges.concat(parts)
 
 
-def pipeline_edges(chains: IntArray, interleave: int) -> Edges:
+def pipeline_edges(chains: IntArray, interleave: int, wrap: bool = True) -> Edges:
     """Point-to-point edges of the pipeline, per micro-batch, `share` = messages sent.
 
     Stage i sends its activations to stage i+1 (v times with v virtual stages per GPU) and
     receives the gradients back; with interleaving (v > 1) the last stage also feeds the first
-    stage's next chunk v−1 times (Narayanan 2021 §2.2: (pp−1)·v + (v−1) boundaries)."""
+    stage's next chunk v−1 times (Narayanan 2021 §2.2: (pp−1)·v + (v−1) boundaries), unless
+    not `wrap` (DualPipeV: the V turns on the last GPU and comes back along the chain)."""
     if chains.size == 0 or chains.shape[1] < 2:
         return Edges.empty()
     fwd_src, fwd_dst = chains[:, :-1].ravel(), chains[:, 1:].ravel()
@@ -268,10 +269,10 @@ def pipeline_edges(chains: IntArray, interleave: int) -> Edges:
         Edges(fwd_src, fwd_dst, np.full(fwd_src.size, float(interleave))),
         Edges(fwd_dst, fwd_src, np.full(fwd_src.size, float(interleave))),
     ]
-    if interleave > 1:
+    if interleave > 1 and wrap:
         last, first = chains[:, -1], chains[:, 0]
-        wrap = np.full(last.size, float(interleave - 1))
-        parts += [Edges(last, first, wrap), Edges(first, last, wrap.copy())]
+        turns = np.full(last.size, float(interleave - 1))
+        parts += [Edges(last, first, turns), Edges(first, last, turns.copy())]
     return Edges.concat(parts)
 
 

@@ -89,8 +89,10 @@ def pp_message_bytes(model: Model, s: StrategyArrays) -> FloatArray:
 
 
 def pp_boundaries_per_micro_batch(s: StrategyArrays) -> FloatArray:
-    """Stage boundaries a micro-batch crosses, per direction, seen from one pipeline."""
-    return np.asarray((s.pp - 1) * s.interleave + (s.interleave - 1), dtype=float)
+    """Stage boundaries a micro-batch crosses between GPUs, per direction, seen from one
+    pipeline (DualPipeV's turn at the last rank stays on that GPU)."""
+    crossings = (s.pp - 1) * s.interleave + (s.interleave - 1)
+    return np.asarray(np.where(s.dualpipev, crossings - 1, crossings), dtype=float)
 
 
 def dp_gradient_bytes(
@@ -200,10 +202,11 @@ def dp_expert_weight_gather_bytes(
 
 
 def embedding_gradient_bytes(model: Model, s: StrategyArrays) -> FloatArray:
-    """Tied embeddings with pp > 1: first and last stage all-reduce this many bytes."""
+    """Tied embeddings with pp > 1: first and last stage all-reduce this many bytes (none with
+    DualPipeV, whose rank 0 holds both ends)."""
     tied = model.tied_embeddings
     size = model.vocab * model.hidden / s.tp * s.grad_reduce_bytes
-    return np.asarray(np.where((s.pp > 1) & tied, size, 0.0))
+    return np.asarray(np.where((s.pp > 1) & tied & ~s.dualpipev, size, 0.0))
 
 
 def ep_pair_bytes(model: Model, s: StrategyArrays) -> FloatArray:

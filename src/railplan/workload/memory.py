@@ -67,8 +67,9 @@ OPTIMIZER_BYTES = 12.0  # fp32 master weights + Adam m and v
 # Adam state bytes per parameter by Strategy.optimizer_state code (docs/model.md "Optimizer
 # state"): fp32 master + fp32 m, v (Megatron distributed optimizer); fp32 m, v + the 16-bit
 # remainder of the fp32 master (Apex DistributedFusedAdam `store_param_remainders`); bf16 m, v
-# and no master (NeMo `distributed_fused_adam` with `optim.dtype: bf16`).
-OPTIMIZER_STATE_BYTES = np.array([OPTIMIZER_BYTES, 4.0 + 4.0 + 2.0, 2.0 + 2.0])
+# and no master (NeMo `distributed_fused_adam` with `optim.dtype: bf16`); fp32 master + bf16 m, v
+# (Megatron-Core's precision-aware optimizer with --exp-avg-dtype / --exp-avg-sq-dtype bf16).
+OPTIMIZER_STATE_BYTES = np.array([OPTIMIZER_BYTES, 4.0 + 4.0 + 2.0, 2.0 + 2.0, 4.0 + 2.0 + 2.0])
 # CUDA context, NCCL buffers and allocator fragmentation: PyTorch's CUDA context alone is ~0.5-1
 # GiB on A100/H100; Megatron runs reserve ~1-2 GiB more for NCCL and cuBLAS workspaces.
 RESERVED_BYTES = 2.0 * GIB
@@ -158,7 +159,8 @@ def in_flight_stage_passes(s: StrategyArrays, rank: int) -> FloatArray:
 
 
 def activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
-    """Activation bytes of the first pipeline stage with its in-flight micro-batches."""
+    """Activation bytes of the first pipeline stage with its in-flight micro-batches (with
+    DualPipeV rank 0, which also runs the last stage)."""
     per_layer = layer_activation_bytes(model, s)
     st = stage_layers(model, s)
     in_flight = np.minimum(s.pp, s.micro_batches).astype(np.float64)
@@ -173,6 +175,11 @@ def activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     )
     kept = kept + np.where(s.recompute == FULL, full_layer, 0.0)
     # Embedding output of each in-flight micro-batch (first stage): 2·s·b·h (/tp with SP).
+    # DualPipeV's rank 0 holds 2·pp chunk-0 micro-batches at its peak (2·pp − 1 warm-up
+    # forwards and the merged pair's), and the LM head's logits of one micro-batch.
+    if bool(np.any(s.dualpipev)):  # only then: 1F1B strategies pay nothing for it
+        in_flight = np.where(s.dualpipev, 2.0 * s.pp, in_flight)
+        kept = kept + np.where(s.dualpipev, logits_bytes(model, s), 0.0)
     b, t = s.micro_batch.astype(np.float64), s.tp.astype(np.float64)
     embed = (
         2.0 * model.seq * b * model.hidden * np.where(s.sequence_parallel.astype(bool), 1 / t, 1)
@@ -211,8 +218,10 @@ def dense_stage_params(
     per_layer = model.layer_params() - moe_share * model.mlp_params_dense()
     per_layer += moe_share * model.hidden * model.experts  # router
     per_layer += moe_share * model.shared_experts * model.expert_params()
-    # Tied: one vocab×h matrix per end stage; untied with pp = 1: input and output matrices.
-    embed = model.vocab * model.hidden * np.where((s.pp == 1) & (not model.tied_embeddings), 2, 1)
+    # Tied: one vocab×h matrix per end stage; untied with pp = 1 or DualPipeV (rank 0 holds
+    # both ends): input and output matrices.
+    both_ends = (s.pp == 1) | s.dualpipev
+    embed = model.vocab * model.hidden * np.where(both_ends & (not model.tied_embeddings), 2, 1)
     return np.asarray((layers * per_layer + embed * embedding) / s.tp, dtype=np.float64)
 
 
@@ -303,6 +312,10 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
     first = activation_bytes(model, s)
     last = stage_layers(model, s)["last"]
     last_stage_acts = layer_activation_bytes(model, s) * last + logits_bytes(model, s)
+    if bool(np.any(s.dualpipev)):
+        # Every rank holds as many chunk passes; rank 0 has the logits (`first`).
+        v_shape = layer_activation_bytes(model, s) * last * in_flight_stage_passes(s, 0)
+        last_stage_acts = np.where(s.dualpipev, v_shape, last_stage_acts)
     if bool(np.any(s.deferred_wgrad_micro_batches > 0)):
         last_stage_acts = last_stage_acts + deferred_wgrad_bytes(model, s)
     acts = np.maximum(first, last_stage_acts) / s.cp
