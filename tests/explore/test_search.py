@@ -4,6 +4,7 @@ complete, the best and the Pareto set are right, and the CLI works (incl. errors
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -341,3 +342,64 @@ def test_cli_search_overlap_ep(cli) -> None:  # type: ignore[no-untyped-def]
     off = cli.json(*args, "--network", "rail-optimized", "--top", "1")
     assert on["best"]["iteration_s"] <= off["best"]["iteration_s"]
     assert off["best"]["strategy"]["overlap_ep"] is False
+
+
+def test_search_dualpipev_applies_where_it_can_run_and_matches_estimate() -> None:
+    """`SearchSpace(pipeline_schedule="dualpipev")` runs DualPipeV on exactly the candidates it
+    can run (two chunks per rank, pp > 1, m ≥ 2·pp), tries v = 2 even where it does not divide
+    the layers, and each such candidate is the scalar estimate of its strategy."""
+    from railplan import load_model
+    from railplan.specs.arrays import dualpipev_allowed
+
+    model = Model(name="odd", hidden=1024, layers=9, heads=8, seq=1024, vocab=1000)
+    system = load_system("dgx-a100")
+    job = Job(model, system, Network(), 32, 256)
+    plain = enumerate_and_evaluate(job)
+    assert not np.any(plain.strategies.interleave == 2)  # 2 does not divide 9 layers
+    dual = enumerate_and_evaluate(job, SearchSpace(pipeline_schedule="dualpipev"))
+    s = dual.strategies
+    on = s.pipeline_schedule == 1
+    assert np.array_equal(on, (s.interleave == 2) & dualpipev_allowed(s))
+    assert bool(np.any(on)) and np.all(s.micro_batches[on] >= 2 * s.pp[on])
+    for i in np.flatnonzero(on)[:: max(1, int(on.sum()) // 4)]:
+        e = estimate(model, system, s.strategy(int(i)), job.network, gpus=32)
+        assert e.strategy.pipeline_schedule == "dualpipev"
+        assert e.iteration_s == pytest.approx(float(dual.iteration_s[i]), rel=1e-12)
+    deepseek = load_model("deepseek-v3")  # 61 layers
+    big = Job(deepseek, load_system("hgx-h800"), Network(), 2048, 15360)
+    fixed = SearchSpace(tp=(1,), pp=(16,), ep=(64,), precision=("fp8",), zero=(1,))
+    rows = enumerate_and_evaluate(big, replace(fixed, pipeline_schedule="dualpipev"))
+    assert np.any(rows.strategies.pipeline_schedule == 1)
+
+
+def test_search_recompute_modules_apply_to_the_selective_candidates(cli) -> None:  # type: ignore[no-untyped-def]
+    """`--recompute-modules` sets what the selective candidates rerun; the none and full ones
+    keep the default, so every candidate is a valid strategy; names a model lacks, unknown
+    names and moe with --overlap-ep are one-line errors (exit 2)."""
+    from railplan.specs.arrays import SELECTIVE
+
+    job = Job(TINY, load_system("dgx-a100"), Network(), 8, 64)
+    space = SearchSpace(recompute_modules=("core_attn", "layernorm", "mlp"))
+    ev = enumerate_and_evaluate(job, space)
+    s = ev.strategies
+    selective = s.recompute == SELECTIVE
+    assert bool(np.any(selective)) and not bool(np.all(selective))
+    assert np.all(s.recompute_modules[selective] == 1 | 2 | 16)
+    assert np.all(s.recompute_modules[~selective] == 1)
+    assert np.all(valid_mask(TINY, s))
+    default = enumerate_and_evaluate(job)
+    # Rerunning more modules never makes a selective candidate faster or larger.
+    sel = np.flatnonzero(selective)
+    assert np.all(ev.iteration_s[sel] >= default.iteration_s[sel] * (1 - 1e-12))
+    assert np.all(ev.memory_bytes[sel] <= default.memory_bytes[sel] * (1 + 1e-12))
+    args = ("search", "--model", "gpt-3-175b", "--gpus", "1024", "--global-batch", "1536")
+    best = cli.json(*args, "--recompute-modules", "core_attn,mlp", "--top", "3")
+    for c in best["top"]:
+        want = ["core_attn", "mlp"] if c["strategy"]["recompute"] == "selective" else ["core_attn"]
+        assert c["strategy"]["recompute_modules"] == want
+    for flags in (("--recompute-modules", "moe_act"), ("--recompute-modules", "bogus")):
+        r = cli(*args, *flags)
+        assert r.exit_code == 2 and str(r.exception).startswith("recompute_modules: "), flags
+    moe = ("search", "--model", "moe-1.3b", "--gpus", "128", "--global-batch", "1024")
+    r = cli(*moe, "--overlap-ep", "--recompute-modules", "core_attn,moe")
+    assert r.exit_code == 2 and str(r.exception).startswith("recompute_modules: ")

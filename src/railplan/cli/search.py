@@ -22,6 +22,7 @@ from railplan.cli.options import (
     ModelOpt,
     OptimizerStateOpt,
     OverlapDpOpt,
+    RecomputeModulesOpt,
     SystemOpt,
     WgradDeferralLimitOpt,
     with_option_groups,
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 
 
 def _candidates_table(title: str, rows: list[dict[str, Any]]) -> Table:
+    from rich.markup import escape
+
     from railplan.specs.strategy import strategy_label  # pydantic: loaded when a command runs
 
     return table(
@@ -44,7 +47,7 @@ def _candidates_table(title: str, rows: list[dict[str, Any]]) -> Table:
         [
             (
                 str(i),
-                strategy_label(c["strategy"]),
+                escape(strategy_label(c["strategy"])),  # "selective[mlp]" is not markup
                 f"{c['iteration_s']:.3f} s",
                 f"{c['mfu']:.1%}",
                 f"{c['hfu']:.1%}",
@@ -68,6 +71,7 @@ def _cell(v: Any) -> str:
 def _sweep_table(keys: list[str], result: SweepResult) -> None:
     """The varied fields, time, MFU and strategy (or why there is none) of every point, in
     grid order."""
+    from rich.markup import escape
 
     def order(row: dict[str, Any]) -> tuple[tuple[int, float, str], ...]:
         return tuple(
@@ -87,7 +91,7 @@ def _sweep_table(keys: list[str], result: SweepResult) -> None:
             *[_cell(row[k]) for k in keys],
             _fmt(row["iteration_s"], ".4f"),
             _fmt(row["mfu"], ".1%"),
-            str(row["strategy"] or row["error"]),
+            escape(str(row["strategy"] or row["error"])),  # labels and errors hold "[…]"
         )
         for row in sorted(result.rows, key=order)  # grid order, not completion order
     ]
@@ -155,6 +159,7 @@ def search(
             "(ep > 1, interleaved when pp > 1, no full recompute)",
         ),
     ] = False,
+    recompute_modules: RecomputeModulesOpt = "core_attn",
     pipeline_schedule: Annotated[
         str,
         typer.Option(
@@ -190,6 +195,7 @@ def search(
         wgrad_deferral_limit=wgrad_deferral_limit,
         overlap_ep=overlap_ep,
         pipeline_schedule=pipeline_schedule,
+        recompute_modules=tuple(x.strip() for x in recompute_modules.split(",") if x.strip()),
     )
     r = run(Job(m, sy, net, gpus, global_batch), space, top=top)
     r.require_best()

@@ -48,14 +48,21 @@ from railplan.specs import (
     System,
 )
 from railplan.specs.arrays import (
+    SELECTIVE,
     BoolArray,
     FloatArray,
     IntArray,
     StrategyArrays,
     dualpipev_allowed,
+    from_strategies,
+    module_bits,
     overlap_ep_allowed,
+    validity,
 )
+from railplan.specs.strategy import RECOMPUTE_MODULE_BITS
 from railplan.workload.memory import GIB
+
+DEFAULT_MODULES = RECOMPUTE_MODULE_BITS["core_attn"]  # Megatron-Core's --recompute-modules
 
 CHUNK_ELEMENTS = 16_384  # rows × columns per call of `iteration`: fits the CPU caches
 
@@ -100,6 +107,9 @@ class SearchSpace:
     # Megatron-Core --overlap-moe-expert-parallel-comm, on every candidate that allows it (ep > 1,
     # interleaved when pp > 1, no full recompute); off by default, as in Megatron-Core
     overlap_ep: bool = False
+    # what the selective-recompute candidates rerun (Strategy.recompute_modules; Megatron-Core's
+    # default, core_attn, unless given); the none and full candidates are unaffected
+    recompute_modules: tuple[str, ...] = ("core_attn",)
     # "dualpipev": every candidate DualPipeV can run (two chunks per rank, m ≥ 2·pp) runs it
     # instead of the interleaved schedule; "1f1b" (default): Megatron's schedules only
     pipeline_schedule: str = "1f1b"
@@ -129,6 +139,15 @@ class SearchSpace:
         if self.cross_entropy not in CROSS_ENTROPY_CODES:
             raise RailplanError("cross_entropy", "must be one of " + ", ".join(CROSS_ENTROPY_CODES))
         check_int("wgrad_deferral_limit", self.wgrad_deferral_limit, 0, MAX_GLOBAL_BATCH)
+        allowed = ", ".join(RECOMPUTE_MODULE_BITS)
+        if not self.recompute_modules or any(
+            m not in RECOMPUTE_MODULE_BITS for m in self.recompute_modules
+        ):
+            raise RailplanError("recompute_modules", f"give one or more of {allowed}")
+        if self.overlap_ep and "moe" in self.recompute_modules:
+            raise RailplanError(
+                "recompute_modules", "moe with overlap_ep is refused (as Megatron-Core asserts)"
+            )
         if self.pipeline_schedule not in PIPELINE_SCHEDULE_CODES:
             raise RailplanError(
                 "pipeline_schedule", "must be one of " + ", ".join(PIPELINE_SCHEDULE_CODES)
@@ -325,6 +344,7 @@ def _fixed_codes(global_batch: int, space: SearchSpace) -> dict[str, int]:
         "wgrad_deferral_limit": space.wgrad_deferral_limit,
         "overlap_ep": int(space.overlap_ep),
         "pipeline_schedule": PIPELINE_SCHEDULE_CODES[space.pipeline_schedule],
+        "recompute_modules": module_bits(space.recompute_modules),
     }
 
 
@@ -348,6 +368,9 @@ def _where_allowed(s: StrategyArrays) -> StrategyArrays:
     interleaving when pp > 1, no full recompute), off elsewhere."""
     if bool(np.any(s.dualpipev)):
         s = replace(s, pipeline_schedule=np.asarray(s.dualpipev & dualpipev_allowed(s), np.int64))
+    if bool(np.any(s.recompute_modules != DEFAULT_MODULES)):  # selective candidates only
+        modules = np.where(s.recompute == SELECTIVE, s.recompute_modules, DEFAULT_MODULES)
+        s = replace(s, recompute_modules=np.asarray(modules, dtype=np.int64))
     if not bool(np.any(s.overlap_ep)):
         return s
     on = (s.overlap_ep > 0) & overlap_ep_allowed(s)
@@ -438,12 +461,26 @@ def describe(
     return out
 
 
+def check_modules(model: Model, space: SearchSpace) -> None:
+    """The space's recompute modules against the model (MoE ones need experts, mla_up_proj
+    MLA): the rule `estimate` reports, as a one-line error, before any search."""
+    one = Strategy(
+        global_batch=1,
+        recompute="selective" if "selective" in space.recompute else "none",
+        recompute_modules=space.recompute_modules,
+    )
+    for name, ok, rule in validity(model, from_strategies(one)):
+        if name == "recompute_modules" and not bool(np.all(ok)):
+            raise RailplanError(name, rule)
+
+
 def search(job: Job, space: SearchSpace = SearchSpace(), top: int = 5) -> SearchResult:
     """Evaluate every valid strategy for the job's GPUs; return the fastest that fit, the `top`
     fastest, and the time-vs-memory Pareto set. Raises RailplanError on impossible input."""
     check_int("gpus", job.gpus, 1, MAX_GPUS)
     check_int("global_batch", job.global_batch, 1, MAX_GLOBAL_BATCH)
     check_int("top", top, 1, MAX_TOP)
+    check_modules(job.model, space)
     t0 = time.perf_counter()
     ev = enumerate_and_evaluate(job, space)
     n = len(ev.iteration_s)
