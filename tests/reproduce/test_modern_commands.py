@@ -45,7 +45,12 @@ def test_unstated_knobs_take_the_fastest_fitting_value() -> None:
     import itertools
 
     from railplan.perf.estimate import estimate
-    from railplan.reproduce.modern_validation import UNSTATED_KNOBS, knob_values, modern_run
+    from railplan.reproduce.modern_validation import (
+        UNSTATED_KNOBS,
+        knob_values,
+        modern_run,
+        with_knobs,
+    )
     from railplan.reproduce.validation import read_rows
     from railplan.specs import Network
 
@@ -53,11 +58,27 @@ def test_unstated_knobs_take_the_fastest_fitting_value() -> None:
     model, system, chosen = modern_run(row)
     best = estimate(model, system, chosen, Network(), gpus=int(row["gpus"])).iteration_s
     for combo in itertools.product(*(knob_values(model, chosen, k) for k in UNSTATED_KNOBS)):
-        s = chosen.model_copy(update=dict(zip(UNSTATED_KNOBS, combo, strict=True)))
+        s = with_knobs(chosen, UNSTATED_KNOBS, combo)
         if s.interleave > 1 and s.micro_batches % s.pp:
             continue
         e = estimate(model, system, s, Network(), gpus=int(row["gpus"]))
         assert not e.fits or e.iteration_s >= best - 1e-12
+
+
+def test_unstated_recompute_can_take_block_recompute() -> None:
+    """Where nothing fits without recompute, the rule may take full recompute of the first N
+    layers of each chunk (Megatron's block method): Llama 3.1 405B on 16,384 H100 (tp 8, pp 16,
+    ZeRO-1) does not fit without recompute, and one recomputed layer per stage is faster than
+    all of them."""
+    from railplan.reproduce.modern_validation import fastest_fitting, knob_values
+    from railplan.specs import Strategy, load_model, load_system
+
+    model, system = load_model("llama-3.1-405b"), load_system("dgx-h100")
+    s = Strategy(tp=8, pp=16, dp=128, global_batch=2048, sequence_parallel=True, zero=1)
+    values = knob_values(model, s, "recompute")
+    assert {"recompute": "full", "recompute_num_layers": 1} in values
+    chosen = fastest_fitting(model, system, s, ["recompute"])
+    assert chosen.recompute == "full" and chosen.recompute_num_layers == 1
 
 
 def test_catalog_holds_the_fitted_sustained_fraction() -> None:

@@ -149,6 +149,14 @@ RecomputeModulesOpt = Annotated[
         "moe | shared_experts",
     ),
 ]
+RecomputeNumLayersOpt = Annotated[
+    int,
+    typer.Option(
+        help="with --recompute full: recompute only the first N layers of each model chunk, the "
+        "others keep their activations (Megatron --recompute-method block "
+        "--recompute-num-layers N); 0 = every layer",
+    ),
+]
 MicrobatchGroupOpt = Annotated[
     int,
     typer.Option(

@@ -160,6 +160,13 @@ def search(
         ),
     ] = False,
     recompute_modules: RecomputeModulesOpt = "core_attn",
+    recompute_num_layers: Annotated[
+        str,
+        typer.Option(
+            help="full-recompute candidates: 0 (every layer; default) and/or N, the first N "
+            "layers of each model chunk (Megatron --recompute-method block), comma-separated",
+        ),
+    ] = "0",
     pipeline_schedule: Annotated[
         str,
         typer.Option(
@@ -196,6 +203,7 @@ def search(
         overlap_ep=overlap_ep,
         pipeline_schedule=pipeline_schedule,
         recompute_modules=tuple(x.strip() for x in recompute_modules.split(",") if x.strip()),
+        recompute_num_layers=tuple(int_list("recompute_num_layers", recompute_num_layers)),
     )
     r = run(Job(m, sy, net, gpus, global_batch), space, top=top)
     r.require_best()

@@ -48,6 +48,7 @@ from railplan.specs import (
     System,
 )
 from railplan.specs.arrays import (
+    FULL,
     SELECTIVE,
     BoolArray,
     FloatArray,
@@ -110,6 +111,9 @@ class SearchSpace:
     # what the selective-recompute candidates rerun (Strategy.recompute_modules; Megatron-Core's
     # default, core_attn, unless given); the none and full candidates are unaffected
     recompute_modules: tuple[str, ...] = ("core_attn",)
+    # the full-recompute candidates: every layer (0) and/or block recompute of the first N
+    # layers of each model chunk (Strategy.recompute_num_layers), one candidate per value
+    recompute_num_layers: tuple[int, ...] = (0,)
     # "dualpipev": every candidate DualPipeV can run (two chunks per rank, m ≥ 2·pp) runs it
     # instead of the interleaved schedule; "1f1b" (default): Megatron's schedules only
     pipeline_schedule: str = "1f1b"
@@ -139,6 +143,10 @@ class SearchSpace:
         if self.cross_entropy not in CROSS_ENTROPY_CODES:
             raise RailplanError("cross_entropy", "must be one of " + ", ".join(CROSS_ENTROPY_CODES))
         check_int("wgrad_deferral_limit", self.wgrad_deferral_limit, 0, MAX_GLOBAL_BATCH)
+        if not self.recompute_num_layers:
+            raise RailplanError("recompute_num_layers", "give integers ≥ 0 (0 = every layer)")
+        for n in self.recompute_num_layers:
+            check_int("recompute_num_layers", n, 0, MAX_GPUS)
         allowed = ", ".join(RECOMPUTE_MODULE_BITS)
         if not self.recompute_modules or any(
             m not in RECOMPUTE_MODULE_BITS for m in self.recompute_modules
@@ -322,11 +330,22 @@ def candidate_rows(
 
 
 def candidate_columns(space: SearchSpace) -> dict[str, IntArray]:
-    """The (recompute, sequence_parallel, precision) combinations as 1-d arrays."""
-    rc = np.array(sorted({RECOMPUTE_CODES[r] for r in space.recompute}), dtype=np.int64)
+    """The (recompute, sequence_parallel, precision) combinations as 1-d arrays; full recompute
+    once per `recompute_num_layers` value (block recompute), the others with 0."""
+    pairs = sorted(
+        {
+            (RECOMPUTE_CODES[r], n if RECOMPUTE_CODES[r] == FULL else 0)
+            for r in space.recompute
+            for n in space.recompute_num_layers
+        }
+    )
+    rc = {
+        "recompute": np.array([r for r, _ in pairs], dtype=np.int64),
+        "recompute_num_layers": np.array([n for _, n in pairs], dtype=np.int64),
+    }
     sp = np.array(sorted({int(b) for b in space.sequence_parallel}), dtype=np.int64)
     pr = np.array(sorted({PRECISION_CODES[p] for p in space.precision}), dtype=np.int64)
-    return _cross(_cross({"recompute": rc}, "sequence_parallel", sp), "precision", pr)
+    return _cross(_cross(rc, "sequence_parallel", sp), "precision", pr)
 
 
 def _fixed_codes(global_batch: int, space: SearchSpace) -> dict[str, int]:

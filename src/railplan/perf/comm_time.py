@@ -22,7 +22,13 @@ import numpy as np
 from railplan.perf import collectives as coll
 from railplan.perf.layout import Shape, worst_shape
 from railplan.specs import Model, Network, System
-from railplan.specs.arrays import FP8, FloatArray, StrategyArrays, recomputes
+from railplan.specs.arrays import (
+    FP8,
+    FloatArray,
+    StrategyArrays,
+    recomputed_share,
+    recomputes,
+)
 from railplan.workload import comm
 
 
@@ -142,7 +148,7 @@ def ep_comm_time_s(
     d = comm.ep_pair_bytes(model, s)
     fn = coll.all_to_all_rail_only_s if lk.rail_only else coll.all_to_all_rail_optimized_s
     one = fn(shape.x, shape.y, d, lk.hb_bw, lk.nic_bw_spread, lk.hb_lat_s, lk.nic_lat_s)
-    ops = comm.ep_all_to_alls_per_moe_layer(s)
+    ops = comm.ep_all_to_alls_per_moe_layer(s, recomputed_share(model, s))
     exposed = (ops["forward"] + ops["recompute"] + ops["backward"]) * one
     merged = ep_merged_share(s)
     hidden = hidden_cost_s(exposed, layer_compute_s, lk.comm_sm_fraction)
@@ -175,7 +181,7 @@ def tp_comm_times(
     `comm_sm_fraction` of the SMs. The group is tp consecutive ranks.
     """
     act = comm.tp_message_bytes(model, s)
-    ops = comm.tp_ops_per_layer(s, model.moe_layers / model.layers)
+    ops = comm.tp_ops_per_layer(s, model.moe_layers / model.layers, recomputed_share(model, s))
     gather = group_collective_s(lk, shape, act, gather_only=True)
     one_op = 2.0 * gather  # all-reduce = reduce-scatter + all-gather, with or without SP
     if lk.nvls_bw > 0 or lk.sharp:  # in-network aggregation serves the all-reduce (no SP)
@@ -233,7 +239,7 @@ def cp_comm_time_s(
     TransformerEngine overlap the two); of the cp steps, cp − 1 have a send in flight, so a
     pass exposes what its sends take beyond (cp − 1)/cp of its attention compute."""
     one = p2p_s(lk, comm.cp_block_bytes(model, s), shape)
-    steps = comm.cp_steps_per_layer(s)
+    steps = comm.cp_steps_per_layer(s, recomputed_share(model, s))
     share = (s.cp - 1) / s.cp
     recompute_attn = np.where(recomputes(s, "core_attn"), lt["attention_forward"], 0.0)
     passes = (

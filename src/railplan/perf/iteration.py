@@ -53,7 +53,14 @@ from railplan.perf.compute import fp8_peak_tflops, memory_time_s
 from railplan.perf.layer_time import layer_times, logits_times, per_shape, shape_classes
 from railplan.perf.layout import Shape, megatron_shapes
 from railplan.specs import Model, Network, System
-from railplan.specs.arrays import FP8, BoolArray, FloatArray, StrategyArrays, stage_layers
+from railplan.specs.arrays import (
+    FP8,
+    BoolArray,
+    FloatArray,
+    StrategyArrays,
+    recomputed_share,
+    stage_layers,
+)
 from railplan.workload import comm
 from railplan.workload.flops import hardware_flops, model_flops
 from railplan.workload.memory import (
@@ -378,6 +385,9 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
 
     classes = shape_classes(s)
     lt = per_shape(lambda c: layer_times(model, system, c), s, classes)
+    rerun = recomputed_share(model, s)  # block recompute: the layers recomputed at all
+    if bool(np.any(rerun != 1.0)):
+        lt = lt | {"recompute": np.asarray(lt["recompute"] * rerun)}
     groups = megatron_shapes(s.tp, s.dp, s.pp, s.ep, lk.hb_domain, s.cp)
 
     tpc = tp_comm_times(model, lk, s, lt, groups["tp"])
@@ -416,7 +426,7 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     total = pipe.steady_s + pipe.bubble_s + dp_exposed + optimizer
     mem = memory(model, s)
     mflops = model_flops(model, s.global_batch)
-    hflops = hardware_flops(model, s.global_batch, s.recompute, s.recompute_modules)
+    hflops = hardware_flops(model, s.global_batch, s.recompute, s.recompute_modules, rerun)
     peak = gpus * system.gpu.peak_tflops * 1e12
     n_crit, crit = pipe.critical_layers, pipe.critical_parts
     breakdown = {

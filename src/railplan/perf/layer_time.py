@@ -159,6 +159,8 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
         rerun["shared_experts"] = share * delta["shared_forward"]
         rerun["moe"] = share * (dense_mlp + delta["forward"])
     selective = total([np.where(recomputes(s, name), t_s, 0.0) for name, t_s in rerun.items()])
+    # Full recompute reruns the whole layer (`iteration` scales it to the layers recomputed at
+    # all, `recomputed_share`: the stage's chunks are not a shape field).
     recompute = np.where(s.recompute == FULL, forward, selective)
     return {
         "forward": np.asarray(forward),

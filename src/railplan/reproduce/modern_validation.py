@@ -17,6 +17,7 @@ leave-one-source-out error reported (`cross_validation`); nothing else is fitted
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,8 +115,21 @@ def knob_values(model: Model, s: Strategy, knob: str) -> list[Any]:
         per_stage = model.layers // s.pp
         return [1] + [v for v in range(2, per_stage + 1) if s.pp > 1 and per_stage % v == 0]
     if knob == "recompute":
-        return ["none", "selective", "full"]
+        # Full recompute of every layer, or of the first N of each chunk (--recompute-method
+        # block, in Megatron-LM since 2022; N at or above a chunk's layers is every layer).
+        per_stage = -(-model.layers // s.pp)
+        block = [{"recompute": "full", "recompute_num_layers": n} for n in range(1, per_stage)]
+        return ["none", "selective", "full", *block]
     return [False, True] if s.tp > 1 else [False]
+
+
+def with_knobs(s: Strategy, knobs: Sequence[str], values: Sequence[Any]) -> Strategy:
+    """`s` with each knob set to its value (`knob_values`: a value that is a dict sets several
+    fields, as block recompute sets `recompute` and `recompute_num_layers`)."""
+    update: dict[str, Any] = {}
+    for knob, value in zip(knobs, values, strict=True):
+        update |= value if isinstance(value, dict) else {knob: value}
+    return s.model_copy(update=update)
 
 
 def fastest_fitting(model: Model, system: System, s: Strategy, unstated: list[str]) -> Strategy:
@@ -131,7 +145,7 @@ def fastest_fitting(model: Model, system: System, s: Strategy, unstated: list[st
     options = [knob_values(model, s, k) for k in unstated]
     candidates = []
     for combo in itertools.product(*options):
-        c = s.model_copy(update=dict(zip(unstated, combo, strict=True)))
+        c = with_knobs(s, unstated, combo)
         if c.interleave > 1 and c.micro_batches % c.pp:
             continue
         candidates.append(c)
@@ -287,7 +301,8 @@ def estimate_command(model: Model, system: System, s: Strategy, gpus: int) -> st
         f"--tp {s.tp} --pp {s.pp} --cp {s.cp} --dp {s.dp}",
         f"--interleave {s.interleave} --micro-batch {s.micro_batch}",
         f"--global-batch {s.global_batch}",
-        f"--recompute {s.recompute}",
+        f"--recompute {s.recompute}"
+        + (f" --recompute-num-layers {s.recompute_num_layers}" if s.recompute_num_layers else ""),
         "--sequence-parallel" if s.sequence_parallel else "--no-sequence-parallel",
         f"--zero {s.zero}",
         f"--precision {s.precision} --attention {s.attention}",

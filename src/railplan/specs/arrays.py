@@ -71,6 +71,7 @@ class StrategyArrays:
     # Strategy.recompute_modules as bits (RECOMPUTE_MODULE_BITS; 1 = core_attn, the default)
     recompute_modules: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
     pipeline_schedule: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
+    recompute_num_layers: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
@@ -177,6 +178,7 @@ class StrategyArrays:
             wgrad_deferral_limit=v["wgrad_deferral_limit"],
             overlap_ep=bool(v["overlap_ep"]),
             microbatch_group=v["microbatch_group"],
+            recompute_num_layers=v["recompute_num_layers"],
             recompute_modules=tuple(
                 name for name, bit in RECOMPUTE_MODULE_BITS.items() if v["recompute_modules"] & bit
             ),
@@ -194,6 +196,7 @@ def check_bounds(s: Strategy) -> None:
         check_int(name, getattr(s, name), 1, MAX_GLOBAL_BATCH)
     check_int("wgrad_deferral_limit", s.wgrad_deferral_limit, 0, MAX_GLOBAL_BATCH)
     check_int("microbatch_group", s.microbatch_group, 0, MAX_GLOBAL_BATCH)
+    check_int("recompute_num_layers", s.recompute_num_layers, 0, MAX_GPUS)
     check_int("gpus", s.gpus, 1, MAX_GPUS)  # tp·cp·pp·dp
 
 
@@ -221,9 +224,31 @@ def rerun_modules(recompute: IntArray | int, modules: IntArray | int) -> IntArra
 
 
 def recomputes(s: StrategyArrays, module: str) -> BoolArray:
-    """Where the backward pass runs `module`'s forward again (`rerun_modules`)."""
+    """Where the backward pass runs `module`'s forward again (`rerun_modules`), in the layers it
+    recomputes at all (`recomputed_share`)."""
     bits = rerun_modules(s.recompute, s.recompute_modules)
     return np.asarray((bits & RECOMPUTE_MODULE_BITS[module]) > 0)
+
+
+def recomputed_share(
+    model: Model, s: StrategyArrays, layers: FloatArray | None = None
+) -> FloatArray:
+    """The share of a stage's layers whose forward the backward reruns: every layer, except
+    under full recompute with `recompute_num_layers` N > 0 (Megatron's block method), where the
+    first N layers of each of its v model chunks are. `layers`: the stage's (default the mean,
+    layers/pp, which the time model uses for every stage)."""
+    n = s.recompute_num_layers.astype(np.float64)
+    if not bool(np.any(n > 0)):  # the usual case costs nothing
+        return np.ones(())
+    stage = model.layers / np.maximum(s.pp, 1) if layers is None else layers
+    chunk = np.asarray(stage, dtype=np.float64) / np.maximum(s.interleave, 1)
+    block = np.minimum(n, chunk) / np.maximum(chunk, 1.0)
+    return np.asarray(np.where((s.recompute == FULL) & (n > 0), block, 1.0))
+
+
+def rerun_share(model: Model, s: StrategyArrays, module: str) -> FloatArray:
+    """The share of a stage's layers in which the backward reruns `module`'s forward."""
+    return np.asarray(recomputes(s, module) * recomputed_share(model, s))
 
 
 def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays:
@@ -266,6 +291,7 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         wgrad_deferral_limit=col(lambda s: s.wgrad_deferral_limit),
         overlap_ep=col(lambda s: int(s.overlap_ep)),
         microbatch_group=col(lambda s: s.microbatch_group),
+        recompute_num_layers=col(lambda s: s.recompute_num_layers),
         recompute_modules=col(lambda s: module_bits(s.recompute_modules)),
         **{f: coded(f) for f in CODED_FIELDS},
     )
@@ -468,6 +494,12 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
             | (s.recompute == SELECTIVE),
             "recompute_modules needs recompute selective (Megatron-Core "
             "--recompute-granularity selective)",
+        ),
+        (
+            "recompute_num_layers",
+            (s.recompute_num_layers == 0) | (s.recompute == FULL),
+            "recompute_num_layers needs recompute full (Megatron --recompute-granularity full "
+            "--recompute-method block)",
         ),
         (
             "recompute_modules",

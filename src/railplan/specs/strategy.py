@@ -133,6 +133,10 @@ class Strategy(Spec):
     Llama 3 paper §3.3.2). pp ≤ N ≤ m, and the last group, m mod N, is 0 or at least pp: with a
     larger N, micro-batch counts that are not a multiple of pp can interleave, at the cost of
     (v − 1)·(N − pp) more warm-up forwards held in memory.
+    `recompute_num_layers` (N, 0 = every layer): with `recompute` full, only the first N layers
+    of each model chunk (virtual stage) are recomputed and the others keep all their
+    activations (Megatron `--recompute-granularity full --recompute-method block
+    --recompute-num-layers N`; NeMo `activations_checkpoint_method: block`).
     `pipeline_schedule`: `1f1b` is Megatron's 1F1B, interleaved when `interleave` > 1;
     `dualpipev` is DualPipeV (deepseek-ai/DualPipe `dualpipev.py`, Sea AI Lab's "cut-in-half"
     DualPipe; PyTorch `ScheduleDualPipeV`): two chunks per rank in a V (rank r holds stages r
@@ -215,6 +219,12 @@ class Strategy(Spec):
     pipeline_schedule: PipelineSchedule = Field(
         default="1f1b", description="1f1b (interleaved when interleave > 1) | dualpipev"
     )
+    recompute_num_layers: int = Field(
+        default=0,
+        ge=0,
+        description="with recompute full: recompute only the first N layers of each model "
+        "chunk (Megatron --recompute-method block --recompute-num-layers N); 0 = every layer",
+    )
 
     @field_validator("recompute_modules")
     @classmethod
@@ -245,6 +255,8 @@ class Strategy(Spec):
         rc: str = self.recompute
         if rc == "selective" and self.recompute_modules != ("core_attn",):
             rc += "[" + "+".join(self.recompute_modules) + "]"
+        if rc == "full" and self.recompute_num_layers:
+            rc += f"[{self.recompute_num_layers} per chunk]"
         return " ".join([f"{head} rc={rc}", *(e for e in extra if e)])
 
     @property

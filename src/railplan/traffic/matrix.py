@@ -32,7 +32,13 @@ import scipy.sparse as sp
 from railplan.errors import RailplanError
 from railplan.fileio import atomic_write, check_target
 from railplan.specs import Model, Strategy
-from railplan.specs.arrays import StrategyArrays, check, from_strategies, layers_of_stage
+from railplan.specs.arrays import (
+    StrategyArrays,
+    check,
+    from_strategies,
+    layers_of_stage,
+    recomputed_share,
+)
 from railplan.traffic.placement import (
     Edges,
     Placement,
@@ -122,13 +128,14 @@ def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
     `ep`: bytes per all-to-all edge per MoE layer; `pp`: bytes per message per micro-batch
     count; `embedding`: the tied-embedding all-reduce buffer, two passes."""
     m = float(s.micro_batches)
-    ops = comm.tp_ops_per_layer(s, model.moe_layers / model.layers)
+    rerun = recomputed_share(model, s)
+    ops = comm.tp_ops_per_layer(s, model.moe_layers / model.layers, rerun)
     all_reduces = float(ops["forward"] + ops["recompute"] + ops["backward"])
     gathers = float(ops["sp_regather"])
     tp_d = float(comm.tp_message_bytes(model, s))
-    cp_steps = comm.cp_steps_per_layer(s)
+    cp_steps = comm.cp_steps_per_layer(s, rerun)
     sends = float(cp_steps["forward"] + cp_steps["recompute"] + cp_steps["backward"])
-    a2a = comm.ep_all_to_alls_per_moe_layer(s)
+    a2a = comm.ep_all_to_alls_per_moe_layer(s, rerun)
     a2a_count = float(a2a["forward"] + a2a["recompute"] + a2a["backward"])
     return {
         # per ring edge: the K/V (and gradient) blocks of every micro-batch

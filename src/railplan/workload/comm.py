@@ -55,29 +55,33 @@ def cp_block_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     return np.asarray(2.0 * ACT_BYTES * local_tokens(model, s) * model.kv_dim / s.tp)
 
 
-def cp_steps_per_layer(s: StrategyArrays) -> dict[str, FloatArray]:
+def cp_steps_per_layer(s: StrategyArrays, rerun: FloatArray | float = 1.0) -> dict[str, FloatArray]:
     """Ring sends per layer and micro-batch, by pass (0 when cp = 1): forward cp − 1 K/V
     blocks; backward cp − 1 K/V blocks and cp − 1 K/V-gradient blocks (the forward's blocks are
     not kept: Megatron-Core docs, context_parallel.rst); recomputed attention (full, or
-    selective with `core_attn`) reruns the forward ring."""
+    selective with `core_attn`) reruns the forward ring, in the `rerun` share of the layers
+    recomputed at all (`recomputed_share`)."""
     steps = (s.cp - 1).astype(float)
     return {
         "forward": steps,
-        "recompute": np.where(recomputes(s, "core_attn"), steps, 0.0),
+        "recompute": np.where(recomputes(s, "core_attn"), steps, 0.0) * rerun,
         "backward": 2.0 * steps,
     }
 
 
-def tp_ops_per_layer(s: StrategyArrays, moe_share: float = 0.0) -> dict[str, FloatArray]:
+def tp_ops_per_layer(
+    s: StrategyArrays, moe_share: float = 0.0, rerun: FloatArray | float = 1.0
+) -> dict[str, FloatArray]:
     """TP collectives per layer and micro-batch, in all-reduce equivalents by pass, and the
     extra all-gathers of sequence parallelism in the backward pass. Full recompute reruns the
     forward's two; selective recompute of the dense MLP (`mlp`, on the 1 − `moe_share` of
-    layers that are dense) or of the MoE block (`moe`, on the others) reruns the MLP's one."""
+    layers that are dense) or of the MoE block (`moe`, on the others) reruns the MLP's one;
+    either in the `rerun` share of the layers recomputed at all (`recomputed_share`)."""
     tp_on = (s.tp > 1).astype(float)
     mlp = (1.0 - moe_share) * recomputes(s, "mlp") + moe_share * recomputes(s, "moe")
     return {
         "forward": 2.0 * tp_on,
-        "recompute": np.where(s.recompute == FULL, 2.0, mlp) * tp_on,
+        "recompute": np.where(s.recompute == FULL, 2.0, mlp) * tp_on * rerun,
         "backward": 2.0 * tp_on,
         "sp_regather": 2.0 * tp_on * s.sequence_parallel.astype(float),
     }
@@ -216,14 +220,16 @@ def ep_pair_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     return np.asarray(slots / s.tp * model.hidden * ACT_BYTES / s.ep)
 
 
-def ep_all_to_alls_per_moe_layer(s: StrategyArrays) -> dict[str, FloatArray]:
+def ep_all_to_alls_per_moe_layer(
+    s: StrategyArrays, rerun: FloatArray | float = 1.0
+) -> dict[str, FloatArray]:
     """All-to-alls per MoE layer and micro-batch: dispatch + combine forward, their gradients
     backward, and the forward's again when the MoE block is recomputed (full, or selective
-    with `moe`) (0 when ep = 1)."""
+    with `moe`; in the `rerun` share of the layers recomputed at all) (0 when ep = 1)."""
     on = (s.ep > 1).astype(float)
     return {
         "forward": 2.0 * on,
-        "recompute": np.where(recomputes(s, "moe"), 2.0, 0.0) * on,
+        "recompute": np.where(recomputes(s, "moe"), 2.0, 0.0) * on * rerun,
         "backward": 2.0 * on,
     }
 

@@ -67,9 +67,11 @@ def hardware_flops(
     global_batch: IntArray | int,
     recompute: IntArray | int,
     recompute_modules: IntArray | int = RECOMPUTE_MODULE_BITS["core_attn"],
+    rerun: FloatArray | float = 1.0,
 ) -> FloatArray:
     """Hardware FLOPs per iteration: model FLOPs plus the recomputed forward matmuls (full:
-    every layer; selective: the modules it reruns)."""
+    every layer, or the `rerun` share of them (`recomputed_share`); selective: the modules it
+    reruns)."""
     f = forward_flops_per_sequence(model)
     bits = rerun_modules(recompute, recompute_modules)
     selective = sum(
@@ -79,7 +81,7 @@ def hardware_flops(
         ),
         np.zeros(()),
     )
-    extra = np.where(np.asarray(recompute) == FULL, f["layers"], selective)
+    extra = np.where(np.asarray(recompute) == FULL, f["layers"] * rerun, selective)
     return model_flops(model, global_batch) + np.asarray(global_batch, dtype=np.float64) * extra
 
 

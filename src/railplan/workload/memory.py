@@ -44,7 +44,7 @@ by the rate limiter; DeepSpeed ZeRO-3 prefetches the same way).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -55,6 +55,7 @@ from railplan.specs.arrays import (
     UNFUSED,
     FloatArray,
     StrategyArrays,
+    recomputed_share,
     recomputes,
     stage_layers,
 )
@@ -94,8 +95,11 @@ class Memory:
         return np.asarray(self.total_bytes <= gpu.memory_gib * GIB)
 
 
-def layer_activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
-    """Activation bytes one layer keeps for one micro-batch on one GPU."""
+def layer_activation_bytes(
+    model: Model, s: StrategyArrays, layers: FloatArray | None = None
+) -> FloatArray:
+    """Activation bytes one layer keeps for one micro-batch on one GPU, on average over a
+    stage of `layers` layers (block recompute: `recomputed_share`; default the mean stage)."""
     b, t = s.micro_batch.astype(np.float64), s.tp.astype(np.float64)
     seq, h = float(model.seq), float(model.hidden)
     sbh = seq * b * h
@@ -144,8 +148,16 @@ def layer_activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     # Selective recompute reruns the attention core (unfused: the score tensors; flash: the
     # fused kernel, Megatron-Core's checkpointed core attention), keeping neither.
     stored = whole + (split + np.where(recomputes(s, "core_attn"), 0.0, scores)) / t
-    checkpoint = np.where(sp, 2.0 * sbh / t, 2.0 * sbh)
-    return np.asarray(np.where(s.recompute == FULL, checkpoint, stored))
+    full: FloatArray = np.asarray(np.where(sp, 2.0 * sbh / t, 2.0 * sbh))  # the layer's input
+    rerun = recomputed_share(model, s, layers)
+    if bool(np.any(rerun != 1.0)):
+        # Block recompute of N layers per chunk: the other layers keep everything.
+        none = np.zeros_like(s.recompute)
+        kept = layer_activation_bytes(
+            model, replace(s, recompute=none, recompute_num_layers=np.zeros_like(none))
+        )
+        full = np.asarray(rerun * full + (1.0 - rerun) * kept)
+    return np.asarray(np.where(s.recompute == FULL, full, stored))
 
 
 def in_flight_stage_passes(s: StrategyArrays, rank: int) -> FloatArray:
@@ -161,14 +173,17 @@ def in_flight_stage_passes(s: StrategyArrays, rank: int) -> FloatArray:
 def activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     """Activation bytes of the first pipeline stage with its in-flight micro-batches (with
     DualPipeV rank 0, which also runs the last stage)."""
-    per_layer = layer_activation_bytes(model, s)
     st = stage_layers(model, s)
     in_flight = np.minimum(s.pp, s.micro_batches).astype(np.float64)
     # Uneven stages: the second stage (one micro-batch fewer in flight) may hold more.
-    layers_kept = np.maximum(
-        st["first"] * in_flight_stage_passes(s, 0), st["middle"] * in_flight_stage_passes(s, 1)
+    first = middle = layer_activation_bytes(model, s)
+    if bool(np.any(s.recompute_num_layers > 0)):  # block recompute: each stage's own share
+        first = layer_activation_bytes(model, s, st["first"])
+        middle = layer_activation_bytes(model, s, st["middle"])
+    kept = np.maximum(
+        first * st["first"] * in_flight_stage_passes(s, 0),
+        middle * st["middle"] * in_flight_stage_passes(s, 1),
     )
-    kept = per_layer * layers_kept
     # Full recompute: one layer's complete activations while it is being recomputed.
     full_layer = layer_activation_bytes(
         model, StrategyArrays(**{**s.__dict__, "recompute": np.zeros_like(s.recompute)})
@@ -311,10 +326,11 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
     gathered = zero3_gathered_bytes(model, s)
     first = activation_bytes(model, s)
     last = stage_layers(model, s)["last"]
-    last_stage_acts = layer_activation_bytes(model, s) * last + logits_bytes(model, s)
+    per_layer = layer_activation_bytes(model, s, last)
+    last_stage_acts = per_layer * last + logits_bytes(model, s)
     if bool(np.any(s.dualpipev)):
         # Every rank holds as many chunk passes; rank 0 has the logits (`first`).
-        v_shape = layer_activation_bytes(model, s) * last * in_flight_stage_passes(s, 0)
+        v_shape = per_layer * last * in_flight_stage_passes(s, 0)
         last_stage_acts = np.where(s.dualpipev, v_shape, last_stage_acts)
     if bool(np.any(s.deferred_wgrad_micro_batches > 0)):
         last_stage_acts = last_stage_acts + deferred_wgrad_bytes(model, s)
