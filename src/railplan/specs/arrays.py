@@ -246,11 +246,6 @@ def recomputed_share(
     return np.asarray(np.where((s.recompute == FULL) & (n > 0), block, 1.0))
 
 
-def rerun_share(model: Model, s: StrategyArrays, module: str) -> FloatArray:
-    """The share of a stage's layers in which the backward reruns `module`'s forward."""
-    return np.asarray(recomputes(s, module) * recomputed_share(model, s))
-
-
 def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays:
     """Arrays from one Strategy (0-d) or a sequence of them (1-d)."""
     many = not isinstance(strategies, Strategy)
