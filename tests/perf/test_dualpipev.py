@@ -249,3 +249,13 @@ def test_estimate_and_its_rules(cli) -> None:  # type: ignore[no-untyped-def]
     assert few.exit_code == 2 and "2·pp micro-batches" in str(few.exception)
     bad = cli(*base, "--interleave", "2", "--pipeline-schedule", "dualpipe")
     assert bad.exit_code == 2 and str(bad.exception).startswith("pipeline_schedule: ")
+
+
+def test_traffic_has_one_boundary_fewer(cli) -> None:  # type: ignore[no-untyped-def]
+    """`railplan traffic --pipeline-schedule dualpipev`: a micro-batch crosses 2·(pp − 1) GPU
+    boundaries each way, not the interleaved (pp − 1)·2 + 1 (the V turns on the last rank)."""
+    base = ("traffic", "--model", "gpt-3-175b", "--gpus", "128", "--global-batch", "64")
+    base += ("--tp", "8", "--pp", "4", "--interleave", "2")
+    inter = cli.json(*base)["bytes_by_kind"]["pp"]
+    dual = cli.json(*base, "--pipeline-schedule", "dualpipev")["bytes_by_kind"]["pp"]
+    assert dual == pytest.approx(inter * 6 / 7)

@@ -15,6 +15,7 @@ from railplan.cli.options import (
     HbDomainOpt,
     JsonOpt,
     LastStageLayersOpt,
+    PipelineScheduleOpt,
     TrainingOptions,
     ZeroScheduleOpt,
     with_option_groups,
@@ -98,6 +99,7 @@ def traffic_cmd(
     first_stage_layers: FirstStageLayersOpt = 0,
     last_stage_layers: LastStageLayersOpt = 0,
     zero_schedule: ZeroScheduleOpt = "micro_batch",
+    pipeline_schedule: PipelineScheduleOpt = "1f1b",
 ) -> None:
     """Bytes every GPU pair exchanges in one iteration, by kind (TP, PP, DP, EP, CP)."""
     from railplan.specs import load_model
@@ -118,9 +120,12 @@ def traffic_cmd(
         first_stage_layers=first_stage_layers,
         last_stage_layers=last_stage_layers,
         zero_schedule=zero_schedule,
+        pipeline_schedule=pipeline_schedule,
     )
+    # DualPipeV's V turns on the last rank: its pipeline pairs are 1F1B's (no wrap-around).
+    wraps = 1 if strat.pipeline_schedule == "dualpipev" else t.interleave
     p = build_placement(
-        placement, t.tp, t.pp, dp, sy.hb_domain, order, t.interleave, m.tied_embeddings, cp
+        placement, t.tp, t.pp, dp, sy.hb_domain, order, wraps, m.tied_embeddings, cp
     )
     matrix = traffic(m, strat, p)
     r = stats(matrix)
