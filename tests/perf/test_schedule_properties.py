@@ -1,0 +1,113 @@
+"""Properties of DualPipeV and block recompute over random strategies: more bandwidth is never
+slower, the networks keep their order, and a batch of mixed strategies (1F1B, interleaved,
+DualPipeV; every layer, block or no recompute) equals each strategy estimated alone."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from railplan.perf.estimate import estimate
+from railplan.perf.iteration import iteration
+from railplan.specs import Network, Strategy, System, load_model, load_system
+from railplan.specs.arrays import from_strategies, valid_mask
+
+MODEL = load_model("gpt-39b")  # 48 layers
+MOE = load_model("moe-1.3b")
+
+schedules = st.builds(
+    lambda pp, dp, mb, k, rc, n, dual: Strategy(
+        tp=2,
+        pp=pp,
+        dp=dp,
+        micro_batch=mb,
+        global_batch=dp * mb * 2 * pp * k,
+        interleave=2,
+        recompute=rc,
+        recompute_num_layers=n if rc == "full" else 0,
+        sequence_parallel=True,
+        pipeline_schedule="dualpipev" if dual else "1f1b",
+    ),
+    st.sampled_from([2, 4, 8]),
+    st.sampled_from([1, 2, 8]),
+    st.sampled_from([1, 2]),
+    st.integers(1, 3),
+    st.sampled_from(["none", "selective", "full"]),
+    st.integers(0, 4),
+    st.booleans(),
+)
+
+
+def _system(**over: float) -> System:
+    return System.parse(load_system("dgx-h100").model_dump() | over, "system")
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    schedules,
+    st.sampled_from(["hb_tbps", "nic_gbps", "nics_per_gpu"]),
+    st.floats(1.01, 8.0),
+    st.sampled_from(["rail-optimized", "rail-only"]),
+)
+def test_more_bandwidth_is_never_slower(
+    strategy: Strategy, field: str, factor: float, arch: str
+) -> None:
+    base = load_system("dgx-h100")
+    s = from_strategies(strategy)
+    net = Network(architecture=arch)
+    slow = iteration(MODEL, base, net, s).iteration_s
+    fast = iteration(MODEL, _system(**{field: getattr(base, field) * factor}), net, s)
+    assert float(fast.iteration_s) <= float(slow) * (1 + 1e-12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(schedules)
+def test_network_order(strategy: Strategy) -> None:
+    s, sy = from_strategies(strategy), load_system("dgx-h100")
+    t = {
+        a: float(iteration(MODEL, sy, Network(architecture=a), s).iteration_s)
+        for a in ("ideal", "rail-optimized", "rail-only")
+    }
+    assert t["ideal"] <= t["rail-optimized"] * (1 + 1e-12)
+    assert t["rail-optimized"] <= t["rail-only"] * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("model", [MODEL, MOE], ids=["dense", "moe"])
+def test_mixed_batch_equals_each_alone(model) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(11)
+    items = []
+    for _ in range(200):
+        pp = int(rng.choice([2, 4, 8]))
+        dp = int(rng.choice([2, 4, 8]))
+        rc = str(rng.choice(["none", "selective", "full"]))
+        dual = bool(rng.integers(2))
+        ep = int(rng.choice([1, 2])) if model.experts > 1 else 1
+        items.append(
+            Strategy(
+                tp=2,
+                pp=pp,
+                dp=dp,
+                ep=ep,
+                micro_batch=1,
+                global_batch=dp * 2 * pp * int(rng.integers(1, 4)),
+                interleave=2 if dual or rng.integers(2) else 1,
+                recompute=rc,
+                recompute_num_layers=int(rng.integers(0, 4)) if rc == "full" else 0,
+                sequence_parallel=True,
+                pipeline_schedule="dualpipev" if dual else "1f1b",
+                overlap_ep=bool(ep > 1 and rc != "full" and rng.integers(2)),
+            )
+        )
+    s = from_strategies(items)
+    ok = valid_mask(model, s)
+    sy, net = load_system("dgx-h100"), Network(architecture="rail-only")
+    it = iteration(model, sy, net, s)
+    checked = 0
+    for i, strat in enumerate(items):
+        if not ok[i]:
+            continue
+        e = estimate(model, sy, strat, net)
+        assert e.iteration_s == pytest.approx(float(it.iteration_s[i]), rel=1e-12)
+        assert e.memory_gib_per_gpu == pytest.approx(float(it.memory_gib_per_gpu[i]), rel=1e-12)
+        checked += 1
+    assert checked > 50
