@@ -9,6 +9,7 @@ from railplan.perf.estimate import estimate
 from railplan.perf.iteration import iteration
 from railplan.specs import Network, Strategy, System, load_model, load_system
 from railplan.specs.arrays import from_strategies, valid_mask
+from tests.perf.batch_check import batch_equals_each_alone
 
 MODEL = load_model("gpt-39b")
 
@@ -97,19 +98,7 @@ def test_vectorized_equals_scalar() -> None:
                 zero=int(rng.integers(2)),
             )
         )
-    s = from_strategies(items)
-    ok = valid_mask(MODEL, s)
-    sy, net = load_system("dgx-h100"), Network(architecture="rail-only")
-    it = iteration(MODEL, sy, net, s)
-    checked = 0
-    for i, strat in enumerate(items):
-        if not ok[i]:
-            continue
-        e = estimate(MODEL, sy, strat, net)
-        assert e.iteration_s == pytest.approx(float(it.iteration_s[i]), rel=1e-12)
-        assert e.memory_gib_per_gpu == pytest.approx(float(it.memory_gib_per_gpu[i]), rel=1e-12)
-        checked += 1
-    assert checked > 100
+    assert batch_equals_each_alone(MODEL, items) > 100
 
 
 def test_breakdown_sums_and_shares() -> None:

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from railplan.perf.estimate import estimate
 from railplan.perf.iteration import iteration
 from railplan.specs import Network, Strategy, System, load_model, load_system
-from railplan.specs.arrays import from_strategies, valid_mask
+from railplan.specs.arrays import from_strategies
+from tests.perf.batch_check import batch_equals_each_alone
 
 MODEL = load_model("gpt-39b")  # 48 layers
 MOE = load_model("moe-1.3b")
@@ -98,16 +98,4 @@ def test_mixed_batch_equals_each_alone(model) -> None:  # type: ignore[no-untype
                 overlap_ep=bool(ep > 1 and rc != "full" and rng.integers(2)),
             )
         )
-    s = from_strategies(items)
-    ok = valid_mask(model, s)
-    sy, net = load_system("dgx-h100"), Network(architecture="rail-only")
-    it = iteration(model, sy, net, s)
-    checked = 0
-    for i, strat in enumerate(items):
-        if not ok[i]:
-            continue
-        e = estimate(model, sy, strat, net)
-        assert e.iteration_s == pytest.approx(float(it.iteration_s[i]), rel=1e-12)
-        assert e.memory_gib_per_gpu == pytest.approx(float(it.memory_gib_per_gpu[i]), rel=1e-12)
-        checked += 1
-    assert checked > 50
+    assert batch_equals_each_alone(model, items) > 50
