@@ -152,10 +152,6 @@ class SearchSpace:
             m not in RECOMPUTE_MODULE_BITS for m in self.recompute_modules
         ):
             raise RailplanError("recompute_modules", f"give one or more of {allowed}")
-        if self.overlap_ep and "moe" in self.recompute_modules:
-            raise RailplanError(
-                "recompute_modules", "moe with overlap_ep is refused (as Megatron-Core asserts)"
-            )
         if self.pipeline_schedule not in PIPELINE_SCHEDULE_CODES:
             raise RailplanError(
                 "pipeline_schedule", "must be one of " + ", ".join(PIPELINE_SCHEDULE_CODES)
@@ -482,11 +478,13 @@ def describe(
 
 def check_modules(model: Model, space: SearchSpace) -> None:
     """The space's recompute modules against the model (MoE ones need experts, mla_up_proj
-    MLA): the rule `estimate` reports, as a one-line error, before any search."""
+    MLA) and the overlap (no `moe` with `overlap_ep`): the rules `estimate` reports, as a
+    one-line error, before any search."""
     one = Strategy(
         global_batch=1,
         recompute="selective" if "selective" in space.recompute else "none",
         recompute_modules=space.recompute_modules,
+        overlap_ep=space.overlap_ep,
     )
     for name, ok, rule in validity(model, from_strategies(one)):
         if name == "recompute_modules" and not bool(np.all(ok)):

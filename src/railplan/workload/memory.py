@@ -95,6 +95,12 @@ class Memory:
         return np.asarray(self.total_bytes <= gpu.memory_gib * GIB)
 
 
+def without_recompute(s: StrategyArrays) -> StrategyArrays:
+    """`s` with nothing recomputed: what a layer keeps when its forward is not rerun."""
+    none = np.zeros_like(s.recompute)
+    return replace(s, recompute=none, recompute_num_layers=np.zeros_like(none))
+
+
 def layer_activation_bytes(
     model: Model, s: StrategyArrays, layers: FloatArray | None = None
 ) -> FloatArray:
@@ -152,10 +158,7 @@ def layer_activation_bytes(
     rerun = recomputed_share(model, s, layers)
     if bool(np.any(rerun != 1.0)):
         # Block recompute of N layers per chunk: the other layers keep everything.
-        none = np.zeros_like(s.recompute)
-        kept = layer_activation_bytes(
-            model, replace(s, recompute=none, recompute_num_layers=np.zeros_like(none))
-        )
+        kept = layer_activation_bytes(model, without_recompute(s))
         full = np.asarray(rerun * full + (1.0 - rerun) * kept)
     return np.asarray(np.where(s.recompute == FULL, full, stored))
 
@@ -170,24 +173,32 @@ def in_flight_stage_passes(s: StrategyArrays, rank: int) -> FloatArray:
     return np.asarray(chunks / v)
 
 
-def activation_bytes(model: Model, s: StrategyArrays) -> FloatArray:
+def per_layer_by_stage(
+    model: Model, s: StrategyArrays, st: dict[str, FloatArray]
+) -> dict[str, FloatArray]:
+    """`layer_activation_bytes` of the first, middle and last stage of `st` (`stage_layers`):
+    one figure for all three, unless block recompute gives each stage its own share."""
+    if not bool(np.any(s.recompute_num_layers > 0)):
+        one = layer_activation_bytes(model, s)
+        return {"first": one, "middle": one, "last": one}
+    return {k: layer_activation_bytes(model, s, st[k]) for k in ("first", "middle", "last")}
+
+
+def activation_bytes(
+    model: Model, s: StrategyArrays, per_layer: dict[str, FloatArray] | None = None
+) -> FloatArray:
     """Activation bytes of the first pipeline stage with its in-flight micro-batches (with
-    DualPipeV rank 0, which also runs the last stage)."""
+    DualPipeV rank 0, which also runs the last stage); `per_layer`: `per_layer_by_stage`."""
     st = stage_layers(model, s)
+    per_layer = per_layer_by_stage(model, s, st) if per_layer is None else per_layer
     in_flight = np.minimum(s.pp, s.micro_batches).astype(np.float64)
     # Uneven stages: the second stage (one micro-batch fewer in flight) may hold more.
-    first = middle = layer_activation_bytes(model, s)
-    if bool(np.any(s.recompute_num_layers > 0)):  # block recompute: each stage's own share
-        first = layer_activation_bytes(model, s, st["first"])
-        middle = layer_activation_bytes(model, s, st["middle"])
     kept = np.maximum(
-        first * st["first"] * in_flight_stage_passes(s, 0),
-        middle * st["middle"] * in_flight_stage_passes(s, 1),
+        per_layer["first"] * st["first"] * in_flight_stage_passes(s, 0),
+        per_layer["middle"] * st["middle"] * in_flight_stage_passes(s, 1),
     )
     # Full recompute: one layer's complete activations while it is being recomputed.
-    full_layer = layer_activation_bytes(
-        model, StrategyArrays(**{**s.__dict__, "recompute": np.zeros_like(s.recompute)})
-    )
+    full_layer = layer_activation_bytes(model, without_recompute(s))
     kept = kept + np.where(s.recompute == FULL, full_layer, 0.0)
     # Embedding output of each in-flight micro-batch (first stage): 2·s·b·h (/tp with SP).
     # DualPipeV's rank 0 holds 2·pp chunk-0 micro-batches at its peak (2·pp − 1 warm-up
@@ -324,13 +335,14 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
     grads = sharded(s.grad_reduce_bytes.astype(np.float64), 2, (dense, expert))
     optimizer = sharded(OPTIMIZER_STATE_BYTES[s.optimizer_state], 1, (dense, expert))
     gathered = zero3_gathered_bytes(model, s)
-    first = activation_bytes(model, s)
-    last = stage_layers(model, s)["last"]
-    per_layer = layer_activation_bytes(model, s, last)
-    last_stage_acts = per_layer * last + logits_bytes(model, s)
+    st = stage_layers(model, s)
+    per_layer = per_layer_by_stage(model, s, st)
+    first = activation_bytes(model, s, per_layer)
+    last = st["last"]
+    last_stage_acts = per_layer["last"] * last + logits_bytes(model, s)
     if bool(np.any(s.dualpipev)):
         # Every rank holds as many chunk passes; rank 0 has the logits (`first`).
-        v_shape = per_layer * last * in_flight_stage_passes(s, 0)
+        v_shape = per_layer["last"] * last * in_flight_stage_passes(s, 0)
         last_stage_acts = np.where(s.dualpipev, v_shape, last_stage_acts)
     if bool(np.any(s.deferred_wgrad_micro_batches > 0)):
         last_stage_acts = last_stage_acts + deferred_wgrad_bytes(model, s)
