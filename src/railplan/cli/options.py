@@ -58,6 +58,14 @@ RecomputeOpt = Annotated[str, typer.Option(help="none | selective | full")]
 SequenceParallelOpt = Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")]
 ZeroOpt = Annotated[int, typer.Option(help="ZeRO stage 0-3")]
 EpOpt = Annotated[int, typer.Option(help="expert-parallel degree (MoE), taken from dp")]
+ZeroShardOpt = Annotated[
+    int,
+    typer.Option(
+        help="hybrid sharding (HSDP): ZeRO shards over groups of N consecutive dp·cp ranks and "
+        "keeps dp·cp/N replicas (FSDP HYBRID_SHARD; torchtitan data_parallel_shard_degree; "
+        "Megatron-Core --num-distributed-optimizer-instances dp·cp/N); 0 = over all of them",
+    ),
+]
 OverlapDpOpt = Annotated[
     bool,
     typer.Option(
@@ -315,6 +323,7 @@ class TrainingOptions(OptionGroup):
     sequence_parallel: SequenceParallelOpt = False
     zero: ZeroOpt = 0
     ep: EpOpt = 1
+    zero_shard: ZeroShardOpt = 0
 
     def strategy_fields(self, dp: int) -> dict[str, Any]:
         """These options as `build_strategy` fields, with the data-parallel degree `dp`."""

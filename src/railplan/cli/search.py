@@ -167,6 +167,14 @@ def search(
             "layers of each model chunk (Megatron --recompute-method block), comma-separated",
         ),
     ] = "0",
+    zero_shard: Annotated[
+        str,
+        typer.Option(
+            help="hybrid sharding (HSDP) to try on the ZeRO candidates: 0 (shard over every "
+            "dp·cp rank; default) and/or N, shard groups of N ranks replicated dp·cp/N times, "
+            "comma-separated (e.g. 0,8)",
+        ),
+    ] = "0",
     pipeline_schedule: Annotated[
         str,
         typer.Option(
@@ -204,6 +212,7 @@ def search(
         pipeline_schedule=pipeline_schedule,
         recompute_modules=tuple(x.strip() for x in recompute_modules.split(",") if x.strip()),
         recompute_num_layers=tuple(int_list("recompute_num_layers", recompute_num_layers)),
+        zero_shard=tuple(int_list("zero_shard", zero_shard)),
     )
     r = run(Job(m, sy, net, gpus, global_batch), space, top=top)
     r.require_best()

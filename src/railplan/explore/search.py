@@ -117,6 +117,9 @@ class SearchSpace:
     # "dualpipev": every candidate DualPipeV can run (two chunks per rank, m ≥ 2·pp) runs it
     # instead of the interleaved schedule; "1f1b" (default): Megatron's schedules only
     pipeline_schedule: str = "1f1b"
+    # hybrid sharding (Strategy.zero_shard) tried on the ZeRO candidates: 0 (default) shards
+    # over every dp·cp rank; N > 0 also tries shard groups of N where N divides dp·cp
+    zero_shard: tuple[int, ...] = (0,)
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "micro_batch", "interleave", "ep", "cp", "dp"):
@@ -147,6 +150,10 @@ class SearchSpace:
             raise RailplanError("recompute_num_layers", "give integers ≥ 0 (0 = every layer)")
         for n in self.recompute_num_layers:
             check_int("recompute_num_layers", n, 0, MAX_GPUS)
+        if not self.zero_shard:
+            raise RailplanError("zero_shard", "give integers ≥ 0 (0 = shard over every rank)")
+        for n in self.zero_shard:
+            check_int("zero_shard", n, 0, MAX_GPUS)
         allowed = ", ".join(RECOMPUTE_MODULE_BITS)
         if not self.recompute_modules or any(
             m not in RECOMPUTE_MODULE_BITS for m in self.recompute_modules
@@ -276,7 +283,8 @@ def _select(cols: dict[str, IntArray], keep: BoolArray) -> dict[str, IntArray]:
 def candidate_rows(
     model: Model, gpus: int, global_batch: int, space: SearchSpace
 ) -> dict[str, IntArray]:
-    """The valid (tp, cp, pp, dp, micro_batch, interleave, zero, ep) tuples, as 1-d arrays."""
+    """The valid (tp, cp, pp, dp, micro_batch, interleave, zero, ep, zero_shard) tuples, as 1-d
+    arrays."""
     tps = _allowed(divisors(gpus), space.tp)
     tps = tps[(model.heads % tps == 0) & (model.kv_heads_ % tps == 0)]
     cps = _allowed(divisors(gpus), space.cp)
@@ -322,7 +330,24 @@ def candidate_rows(
     # not combined with context parallelism (not modelled).
     eps = _allowed(divisors(model.experts), space.ep) if model.experts > 1 else np.ones(1, np.int64)
     rows = _cross(rows, "ep", eps)
-    return _select(rows, (rows["dp"] % rows["ep"] == 0) & ((rows["ep"] == 1) | (rows["cp"] == 1)))
+    rows = _select(rows, (rows["dp"] % rows["ep"] == 0) & ((rows["ep"] == 1) | (rows["cp"] == 1)))
+
+    # Hybrid sharding: each N of `zero_shard` on the ZeRO candidates whose dp·cp ranks it splits
+    # into 2 or more replicas that also divide the expert data-parallel ranks (N = dp·cp is the
+    # plain ZeRO candidate, 0). Candidates without ZeRO shard nothing and stay, with 0.
+    shards = np.array(sorted(set(space.zero_shard) | {0}), dtype=np.int64)
+    rows = _cross(rows, "zero_shard", shards)
+    n, ranks = rows["zero_shard"], rows["dp"] * rows["cp"]
+    replicas = ranks // np.maximum(n, 1)
+    hybrid = (
+        (rows["zero"] >= 1)
+        & (n > 0)
+        & (n < ranks)
+        & (ranks % np.maximum(n, 1) == 0)
+        & ((ranks // rows["ep"]) % np.maximum(replicas, 1) == 0)
+    )
+    plain = (n == 0) & ((rows["zero"] == 0) | (0 in space.zero_shard))
+    return _select(rows, plain | hybrid)
 
 
 def candidate_columns(space: SearchSpace) -> dict[str, IntArray]:

@@ -258,11 +258,17 @@ def dp_reduce_s(
     weight_bytes: FloatArray,
     s: StrategyArrays,
     collectives: FloatArray | float = 1.0,
+    replica: Shape | None = None,
+    shard_ranks: FloatArray | float = 1.0,
 ) -> dict[str, FloatArray]:
     """Data-parallel communication of the slowest group laid out as `shape`, by when it
     happens (`comm.dp_schedule`: ZeRO 0–3), each pass split into `collectives` equal ones
-    (`comm.dp_collectives`: buckets), each paying the group's latency."""
-    on = (shape.x * shape.y > 1) & ((grad_bytes + weight_bytes) > 0)  # no phantom latency
+    (`comm.dp_collectives`: buckets), each paying the group's latency. With hybrid sharding,
+    `shape` is the shard group of `shard_ranks` ranks and `replica` the group of the ranks
+    holding the same shard: each bucket's reduce-scatter is followed by the all-reduce of the
+    rank's 1/`shard_ranks` of it across the replicas (`replica_all_reduce`)."""
+    total = grad_bytes + weight_bytes
+    on = (shape.x * shape.y > 1) & (total > 0)  # no phantom latency
     n = np.asarray(collectives, dtype=np.float64)
     one_pass = {
         "all_reduce": n * group_collective_s(lk, shape, grad_bytes / n),
@@ -274,6 +280,13 @@ def dp_reduce_s(
         timing: np.asarray(np.where(on, sum(counts[k] * one_pass[k] for k in one_pass), 0.0))
         for timing, counts in sched.items()
     }
+    if replica is not None:
+        on_replica = (replica.x * replica.y > 1) & (total > 0)
+        shard_bytes = grad_bytes / n / np.asarray(shard_ranks, dtype=np.float64)
+        across = n * group_collective_s(lk, replica, shard_bytes)
+        for timing, counts in sched.items():
+            extra = np.where(on_replica, counts["replica_all_reduce"] * across, 0.0)
+            out[timing] = np.asarray(out[timing] + extra)
     # The weight all-gathers at the end (which can hide behind the next step's forward pass)
     # and before each backward pass (exposed where they are not prefetched).
     for timing in ("end", "micro_batch_backward"):

@@ -70,10 +70,16 @@ def estimate(
     arrays = from_strategies(strategy)
     check(m, arrays, gpus)
     it: Iteration = iteration(m, sy, net, arrays)
+    hybrid = int(arrays.replicas) > 1  # hybrid sharding (zero_shard)
+    experts = m.moe_layers > 0 and strategy.ep > 1
     present = {  # kinds of group this run has besides tp, dp and pp
-        "ep": m.moe_layers > 0 and strategy.ep > 1,
-        "expert_dp": m.moe_layers > 0 and strategy.ep > 1,
+        "ep": experts,
+        "expert_dp": experts,
         "embedding": m.tied_embeddings,
+        "dp_shard": hybrid,
+        "dp_replica": hybrid,
+        "expert_dp_shard": experts and hybrid,
+        "expert_dp_replica": experts and hybrid,
     }
     n = strategy.gpus
     mem = it.memory

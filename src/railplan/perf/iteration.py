@@ -125,24 +125,30 @@ def data_parallel(
 ) -> DataParallel:
     """Gradients of the stage of `most` layers over the dp·cp ranks tp apart (ZeRO stages as in
     `comm_time.dp_reduce_s`); MoE expert gradients over the dp/ep expert-data-parallel ranks,
-    tp·ep apart."""
+    tp·ep apart. With hybrid sharding (`zero_shard`) each within its shard groups, then across
+    the replicas (`layout.megatron_shapes`)."""
     dense_params = dense_stage_params(model, s, True, most)
     expert_params = expert_stage_params(model, s, most)
+    hybrid = bool(np.any(s.replicas > 1))
     dense = dp_reduce_s(
         lk,
-        groups["dp"],
+        groups["dp_shard"],
         comm.dp_gradient_bytes(model, s, True, most),
         comm.dp_weight_gather_bytes(model, s, True, most),
         s,
         comm.dp_collectives(s, dense_params, s.grad_ranks.astype(float), most),
+        groups["dp_replica"] if hybrid else None,
+        s.shard_ranks.astype(float),
     )
     expert = dp_reduce_s(
         lk,
-        groups["expert_dp"],
+        groups["expert_dp_shard"],
         comm.dp_expert_gradient_bytes(model, s, most),
         comm.dp_expert_weight_gather_bytes(model, s, most),
         s,
         comm.dp_collectives(s, expert_params, s.grad_ranks / s.ep, most),
+        groups["expert_dp_replica"] if hybrid else None,
+        s.expert_shard_ranks.astype(float),
     )
     return DataParallel(
         end_s=dense["end"] + expert["end"],
@@ -388,7 +394,7 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     rerun = recomputed_share(model, s)  # block recompute: the layers recomputed at all
     if bool(np.any(rerun != 1.0)):
         lt = lt | {"recompute": np.asarray(lt["recompute"] * rerun)}
-    groups = megatron_shapes(s.tp, s.dp, s.pp, s.ep, lk.hb_domain, s.cp)
+    groups = megatron_shapes(s.tp, s.dp, s.pp, s.ep, lk.hb_domain, s.cp, s.replicas)
 
     tpc = tp_comm_times(model, lk, s, lt, groups["tp"])
     tp_layer = tpc["forward"] + tpc["recompute"] + tpc["backward"]

@@ -131,18 +131,27 @@ def megatron_shapes(
     ep: npt.ArrayLike,
     k: npt.ArrayLike,
     cp: npt.ArrayLike = 1,
+    replicas: npt.ArrayLike = 1,
 ) -> dict[str, Shape]:
     """The worst layout of every kind of group under Megatron's rank order on HB domains of k:
     `tp` (consecutive), `cp` (the context-parallel ring, tp apart), `dp` (the dp·cp ranks that
     reduce gradients, tp apart), `pp` (a pipeline chain, tp·cp·dp apart), `ep` (ep consecutive
     dp ranks), `expert_dp` (dp/ep ranks tp·ep apart) and `embedding` (first and last stage of a
-    pipeline). Arrays broadcast; evaluated once per distinct (tp, dp, pp, ep, k, cp)."""
-    cols = np.broadcast_arrays(*(np.asarray(a, dtype=np.int64) for a in (tp, dp, pp, ep, k, cp)))
+    pipeline). With hybrid sharding over `replicas` copies (`StrategyArrays.replicas`), the
+    dp·cp/replicas consecutive ranks of a `dp` group that shard the states (`dp_shard`) and the
+    ranks holding the same shard, one per shard group (`dp_replica`); likewise
+    `expert_dp_shard` and `expert_dp_replica` (Megatron-Core's intra- and inter-instance
+    groups, torchtitan's dp_shard and dp_replicate mesh dimensions); without, `dp_shard` is
+    `dp` and a replica group is one rank. Arrays broadcast; evaluated once per distinct
+    (tp, dp, pp, ep, k, cp, replicas)."""
+    cols = np.broadcast_arrays(
+        *(np.asarray(a, dtype=np.int64) for a in (tp, dp, pp, ep, k, cp, replicas))
+    )
     shape = cols[0].shape
     flat = [c.ravel() for c in cols]
     inverse, uniq = _distinct(flat)
-    u_tp, u_dp, u_pp, u_ep, u_k, u_cp = uniq
-    out = _shapes(u_tp, u_dp, u_pp, u_ep, u_k, u_cp)
+    u_tp, u_dp, u_pp, u_ep, u_k, u_cp, u_r = uniq
+    out = _shapes(u_tp, u_dp, u_pp, u_ep, u_k, u_cp, u_r)
     return {
         name: Shape(
             *(
@@ -170,12 +179,21 @@ def _distinct(cols: list[IntArray]) -> tuple[IntArray, list[IntArray]]:
 
 
 def _shapes(
-    tp: IntArray, dp: IntArray, pp: IntArray, ep: IntArray, k: IntArray, cp: IntArray
+    tp: IntArray,
+    dp: IntArray,
+    pp: IntArray,
+    ep: IntArray,
+    k: IntArray,
+    cp: IntArray,
+    replicas: IntArray,
 ) -> dict[str, Shape]:
     gpus = tp * cp * dp * pp
     one = np.ones_like(gpus)
     stage = tp * cp * dp
     edp = np.maximum(dp * cp // np.maximum(ep, 1), 1)  # ep > 1 only with cp = 1
+    r = np.maximum(replicas, 1)
+    shard = np.maximum(dp * cp // r, 1)  # a dp group's consecutive shard groups
+    e_shard = np.maximum(edp // r, 1) * tp * ep  # an expert shard group's span of ranks
     chain = worst_shape(pp, stage, gpus, stage, one, k)
     # A pipeline send crosses rails when its two ends sit in different domains at different
     # local ranks: for a chain spanning domains, whenever the stage size is not a multiple of k
@@ -189,13 +207,33 @@ def _shapes(
         ring,
         cross_rail=np.asarray((ring.domains > 1) & ((tp % k != 0) | ((cp - 1) * tp % k != 0))),
     )
+    dp_group = worst_shape(dp * cp, tp, stage, tp, pp, k)
+    expert_dp = worst_shape(edp, tp * ep, stage, tp * ep, pp, k)
+    if bool(np.any(r > 1)):
+        hybrid = {
+            "dp_shard": worst_shape(shard, tp, shard * tp, tp, r * pp, k),
+            "dp_replica": worst_shape(r, shard * tp, stage, shard * tp, pp, k),
+            "expert_dp_shard": worst_shape(
+                e_shard // (tp * ep), tp * ep, e_shard, tp * ep, r * pp, k
+            ),
+            "expert_dp_replica": worst_shape(r, e_shard, stage, e_shard, pp, k),
+        }
+    else:  # no hybrid sharding: a shard group is the whole group, a replica one rank
+        single = worst_shape(one, one, one, one, one, k)
+        hybrid = {
+            "dp_shard": dp_group,
+            "dp_replica": single,
+            "expert_dp_shard": expert_dp,
+            "expert_dp_replica": single,
+        }
     return {
+        **hybrid,
         "tp": worst_shape(tp, one, tp, one, cp * dp * pp, k),
         "cp": ring,
-        "dp": worst_shape(dp * cp, tp, stage, tp, pp, k),
+        "dp": dp_group,
         "pp": chain,
         "ep": worst_shape(ep, tp, tp * ep, tp, edp * pp, k),
-        "expert_dp": worst_shape(edp, tp * ep, stage, tp * ep, pp, k),
+        "expert_dp": expert_dp,
         "embedding": worst_shape(
             np.where(pp > 1, 2, 1), np.maximum((pp - 1) * stage, 1), gpus, stage, one, k
         ),

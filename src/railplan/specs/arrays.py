@@ -72,6 +72,7 @@ class StrategyArrays:
     recompute_modules: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
     pipeline_schedule: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     recompute_num_layers: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
+    zero_shard: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
@@ -109,6 +110,26 @@ class StrategyArrays:
         """Ranks that hold the same weights and reduce their gradients (and shard ZeRO state):
         the dp·cp ranks (Megatron-Core's data-parallel group with context parallelism)."""
         return np.asarray(self.dp * self.cp)
+
+    @property
+    def replicas(self) -> IntArray:
+        """Copies of the ZeRO-sharded states across the data-parallel group: dp·cp/N with
+        hybrid sharding over groups of N (`zero_shard`), else 1."""
+        n = self.zero_shard
+        if not bool(np.any(n > 0)):  # the usual case costs nothing
+            return np.ones((), dtype=np.int64)
+        return np.asarray(np.where(n > 0, np.maximum(self.grad_ranks // np.maximum(n, 1), 1), 1))
+
+    @property
+    def shard_ranks(self) -> IntArray:
+        """Ranks ZeRO shards the dense states over: the dp·cp ranks ÷ `replicas`."""
+        return np.asarray(self.grad_ranks // self.replicas)
+
+    @property
+    def expert_shard_ranks(self) -> IntArray:
+        """Ranks ZeRO shards the expert states over: the dp·cp/ep expert-data-parallel ranks ÷
+        `replicas` (Megatron-Core's intra-partial expert data-parallel group)."""
+        return np.asarray(np.maximum(self.grad_ranks // (self.ep * self.replicas), 1))
 
     @property
     def zero_sharding(self) -> IntArray:
@@ -179,6 +200,7 @@ class StrategyArrays:
             overlap_ep=bool(v["overlap_ep"]),
             microbatch_group=v["microbatch_group"],
             recompute_num_layers=v["recompute_num_layers"],
+            zero_shard=v["zero_shard"],
             recompute_modules=tuple(
                 name for name, bit in RECOMPUTE_MODULE_BITS.items() if v["recompute_modules"] & bit
             ),
@@ -197,6 +219,7 @@ def check_bounds(s: Strategy) -> None:
     check_int("wgrad_deferral_limit", s.wgrad_deferral_limit, 0, MAX_GLOBAL_BATCH)
     check_int("microbatch_group", s.microbatch_group, 0, MAX_GLOBAL_BATCH)
     check_int("recompute_num_layers", s.recompute_num_layers, 0, MAX_GPUS)
+    check_int("zero_shard", s.zero_shard, 0, MAX_GPUS)
     check_int("gpus", s.gpus, 1, MAX_GPUS)  # tp·cp·pp·dp
 
 
@@ -287,6 +310,7 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         overlap_ep=col(lambda s: int(s.overlap_ep)),
         microbatch_group=col(lambda s: s.microbatch_group),
         recompute_num_layers=col(lambda s: s.recompute_num_layers),
+        zero_shard=col(lambda s: s.zero_shard),
         recompute_modules=col(lambda s: module_bits(s.recompute_modules)),
         **{f: coded(f) for f in CODED_FIELDS},
     )
@@ -495,6 +519,22 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
             (s.recompute_num_layers == 0) | (s.recompute == FULL),
             "recompute_num_layers needs recompute full (Megatron --recompute-granularity full "
             "--recompute-method block)",
+        ),
+        (
+            "zero_shard",
+            (s.zero_shard == 0) | (s.grad_ranks % np.maximum(s.zero_shard, 1) == 0),
+            "zero_shard must divide the dp·cp data-parallel ranks (0 = shard over all of them)",
+        ),
+        (
+            "zero_shard",
+            (s.replicas == 1) | (s.zero >= 1),
+            "zero_shard below dp·cp needs zero ≥ 1 (there is nothing to shard without ZeRO)",
+        ),
+        (
+            "zero_shard",
+            (s.replicas == 1) | ((s.grad_ranks // s.ep) % s.replicas == 0),
+            "with ep > 1, the replicas dp·cp/zero_shard must divide the expert data-parallel "
+            "ranks dp·cp/ep (as Megatron-Core requires)",
         ),
         (
             "recompute_modules",

@@ -133,6 +133,13 @@ class Strategy(Spec):
     Llama 3 paper §3.3.2). pp ≤ N ≤ m, and the last group, m mod N, is 0 or at least pp: with a
     larger N, micro-batch counts that are not a multiple of pp can interleave, at the cost of
     (v − 1)·(N − pp) more warm-up forwards held in memory.
+    `zero_shard` (N, 0 = every rank): ZeRO shards its states over groups of N consecutive ranks
+    of the dp·cp data-parallel group and keeps dp·cp/N replicas of them (hybrid sharding:
+    PyTorch FSDP `HYBRID_SHARD`, the FSDP paper's sharding factor F, Zhao et al. 2023 §3.2.2;
+    torchtitan `data_parallel_shard_degree`; Megatron-Core `--num-distributed-optimizer-instances`
+    dp·cp/N). Weights are gathered within the shard group; gradients are reduce-scattered
+    within it and each shard is then all-reduced across the replicas. Expert states shard over
+    the dp·cp/ep expert-data-parallel ranks ÷ the same number of replicas. Needs ZeRO ≥ 1.
     `recompute_num_layers` (N, 0 = every layer): with `recompute` full, only the first N layers
     of each model chunk (virtual stage) are recomputed and the others keep all their
     activations (Megatron `--recompute-granularity full --recompute-method block
@@ -225,6 +232,13 @@ class Strategy(Spec):
         description="with recompute full: recompute only the first N layers of each model "
         "chunk (Megatron --recompute-method block --recompute-num-layers N); 0 = every layer",
     )
+    zero_shard: int = Field(
+        default=0,
+        ge=0,
+        description="ZeRO shards over groups of N of the dp·cp ranks, replicated across the "
+        "dp·cp/N groups (HSDP: FSDP HYBRID_SHARD; Megatron-Core "
+        "--num-distributed-optimizer-instances dp·cp/N); 0 = over every rank",
+    )
 
     @field_validator("recompute_modules")
     @classmethod
@@ -249,6 +263,7 @@ class Strategy(Spec):
             else "",
             "SP" if self.sequence_parallel else "",
             f"ZeRO-{self.zero}" if self.zero else "",
+            f"shard={self.zero_shard}" if self.zero and self.zero_shard else "",
             self.precision.upper() if self.precision != "bf16" else "",
         ]
         head = f"tp={self.tp} pp={self.pp} dp={self.dp}{dims} mb={self.micro_batch}"

@@ -7,9 +7,10 @@ Per iteration and TP group: the stage's layers (`strategies.layers_of_stage`) ·
 · (forward + recompute + backward) all-reduces of b·s·h activations, plus the sequence-parallel
 backward re-gathers; per pipeline boundary: b·s·h/t each way per micro-batch; per DP group: the
 gradient and weight collectives of its ZeRO stage (`comm.dp_schedule`: ZeRO 2/3 communicate
-every micro-batch); tied embeddings: first and last stage all-reduce the embedding gradient
-(counted as `dp`: it is a gradient reduction). MoE (ep > 1): per MoE layer and micro-batch,
-uniform all-to-alls among the ep ranks (`ep`), and the expert gradients reduced over the dp/ep
+every micro-batch; with hybrid sharding within each shard group, then across the replicas);
+tied embeddings: first and last stage all-reduce the embedding gradient (counted as `dp`: it
+is a gradient reduction). MoE (ep > 1): per MoE layer and micro-batch, uniform all-to-alls
+among the ep ranks (`ep`), and the expert gradients reduced over the dp/ep
 expert-data-parallel ranks (counted as `dp`). Context parallelism (cp > 1): per layer and
 micro-batch each GPU sends `comm.cp_steps_per_layer` K/V (and K/V-gradient) blocks to its
 successor on the cp ring (`cp`); gradients are reduced over the dp·cp ranks.
@@ -151,16 +152,35 @@ def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
 def dp_stage_bytes(model: Model, s: StrategyArrays, layers: int, end: bool) -> dict[str, float]:
     """Gradient and weight collectives of one stage of `layers` layers by ZeRO stage
     (comm.dp_schedule), per iteration, in gather passes: `dense` over the dp·cp ranks (an end
-    stage also holds the vocabulary matrix) and `expert` over the dp/ep ranks."""
+    stage also holds the vocabulary matrix) and `expert` over the dp/ep ranks; with hybrid
+    sharding those run within each shard group and `dense_replica` / `expert_replica` across
+    the replicas of a shard (`comm.dp_iteration_bytes`)."""
     n = np.asarray(float(layers))
     grad = comm.dp_gradient_bytes(model, s, end, n)
     weights = comm.dp_weight_gather_bytes(model, s, end, n)
     e_grad = comm.dp_expert_gradient_bytes(model, s, n)
     e_weights = comm.dp_expert_weight_gather_bytes(model, s, n)
+    dense = comm.dp_iteration_bytes(s, grad, weights)
+    expert = comm.dp_iteration_bytes(s, e_grad, e_weights, expert=True)
     return {
-        "dense": float(comm.dp_iteration_bytes(s, grad, weights)),
-        "expert": float(comm.dp_iteration_bytes(s, e_grad, e_weights)),
+        "dense": float(dense["shard"]),
+        "dense_replica": float(dense["replica"]),
+        "expert": float(expert["shard"]),
+        "expert_replica": float(expert["replica"]),
     }
+
+
+def hybrid_groups(rows: IntArray, replicas: int) -> tuple[IntArray, IntArray]:
+    """A data-parallel group's rows (members in logical rank order) as the shard groups of
+    hybrid sharding (consecutive members, 1/`replicas` of the row each) and the replica groups
+    (the members at the same position of each shard group)."""
+    g, n = rows.shape
+    shard = n // max(replicas, 1)
+    grid = rows.reshape(g, replicas, shard)
+    return (
+        np.asarray(grid.reshape(-1, shard)),
+        np.asarray(grid.transpose(0, 2, 1).reshape(-1, replicas)),
+    )
 
 
 def _per_stage(
@@ -202,17 +222,24 @@ def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
     if p.cp > 1:
         for (n, _), rows in _per_stage(p.groups("cp"), p.dp * p.tp, only_layers):
             pieces.append(("cp", _scale(ring_edges(rows, 1.0), vol["cp"] * n)))
+    r = int(s.replicas)
     for (n, e), rows in _per_stage(p.groups("dp"), p.tp, keys):
-        dense_bytes = dp_stage_bytes(model, s, n, e)["dense"]
-        pieces.append(("dp", _scale(collective_edges(rows, k), dense_bytes)))
+        b = dp_stage_bytes(model, s, n, e)
+        shards, replicas = hybrid_groups(rows, r)
+        pieces.append(("dp", _scale(collective_edges(shards, k), b["dense"])))
+        if r > 1:
+            pieces.append(("dp", _scale(collective_edges(replicas, k), b["dense_replica"])))
     if vol["embedding"] > 0:
         pieces.append(("dp", _scale(collective_edges(p.groups("embedding"), k), vol["embedding"])))
     if model.moe_layers:
         ep = int(s.ep)
         ep_groups, edp_groups = expert_groups(p, ep)
         for (n, _), rows in _per_stage(edp_groups, ep * p.tp, only_layers):
-            expert_bytes = dp_stage_bytes(model, s, n, False)["expert"]
-            pieces.append(("dp", _scale(collective_edges(rows, k), expert_bytes)))
+            b = dp_stage_bytes(model, s, n, False)
+            shards, replicas = hybrid_groups(rows, r)
+            pieces.append(("dp", _scale(collective_edges(shards, k), b["expert"])))
+            if r > 1:
+                pieces.append(("dp", _scale(collective_edges(replicas, k), b["expert_replica"])))
         if ep > 1:
             # uniform all-to-alls among the ep ranks of each MoE layer of the stage: the
             # logical demand src → dst (forwarding is the timing's concern, SYSTEM.md 3)

@@ -13,7 +13,8 @@ Megatron-LM's pattern (Shoeybi 2019, Narayanan 2021, Korthikanti 2022):
   all-reduce; 1: reduce-scatter of gradients then all-gather of the bf16 weights; 2: gradients
   reduce-scattered every micro-batch; 3: weights also gathered every pass); with tied embeddings
   and pp > 1, first and last stage all-reduce the embedding gradient. MoE: expert gradients
-  are reduced over dp/ep ranks only.
+  are reduced over dp/ep ranks only. Hybrid sharding (`zero_shard`): all of it within each
+  shard group, and every gradient shard all-reduced across the replicas.
 - EP (MoE): per MoE layer and micro-batch, all-to-all dispatch and combine forward, their
   gradients backward (DeepSpeed-MoE, GShard), among ep ranks spaced tp apart.
 - CP (context parallelism, Megatron-Core ring attention): each GPU holds s/cp tokens of every
@@ -124,10 +125,16 @@ def dp_schedule(s: StrategyArrays) -> dict[str, dict[str, FloatArray]]:
     the activation checkpoint inside the unit (Composer's `prepare_fsdp_module`, torchtitan's
     `apply_ac` before `fully_shard`), so recompute adds no gather. With `zero_schedule` = step,
     ZeRO 2/3 keep weights and gradients whole across the micro-batches and communicate once per
-    step like ZeRO 1 (Megatron-Core's distributed optimizer with pipelines)."""
+    step like ZeRO 1 (Megatron-Core's distributed optimizer with pipelines).
+
+    Hybrid sharding (`zero_shard`, replicas > 1): the reduce-scatters and all-gathers run within
+    the shard group, and every gradient reduce-scatter is followed by a `replica_all_reduce` of
+    the rank's shard across the replicas (PyTorch FSDP `HYBRID_SHARD`; Megatron-Core's
+    `start_grad_sync` with several distributed-optimizer instances)."""
     z = s.zero_sharding
     zero, one = np.zeros(z.shape), np.ones(z.shape)
-    return {
+    hybrid = s.replicas > 1
+    out: dict[str, dict[str, FloatArray]] = {
         "end": {
             "all_reduce": np.where(z == 0, one, zero),
             "reduce_scatter": np.where(z == 1, one, zero),
@@ -144,6 +151,11 @@ def dp_schedule(s: StrategyArrays) -> dict[str, dict[str, FloatArray]]:
             "all_gather": np.where(z == 3, one, zero),
         },
     }
+    for counts in out.values():
+        counts["replica_all_reduce"] = (
+            np.where(hybrid, counts["reduce_scatter"], 0.0) if bool(np.any(hybrid)) else zero
+        )
+    return out
 
 
 # Megatron-Core's DistributedDataParallelConfig.bucket_size default: max(40,000,000,
@@ -172,20 +184,27 @@ def dp_collectives(
 
 
 def dp_iteration_bytes(
-    s: StrategyArrays, grad_bytes: FloatArray, weight_bytes: FloatArray
-) -> FloatArray:
-    """Bytes one GPU sends over its data-parallel group per iteration, in all-gather passes of
-    the buffer (a reduce-scatter or all-gather is one pass, an all-reduce two) — what the
-    traffic matrix spreads over the group's ring or hierarchical edges."""
+    s: StrategyArrays, grad_bytes: FloatArray, weight_bytes: FloatArray, expert: bool = False
+) -> dict[str, FloatArray]:
+    """Bytes one GPU sends per iteration, in all-gather passes of the buffer (a reduce-scatter
+    or all-gather is one pass, an all-reduce two) — what the traffic matrix spreads over a
+    group's ring or hierarchical edges: `shard` over the group ZeRO shards over (the whole
+    data-parallel group without hybrid sharding), `replica` over the replicas of one shard
+    (the all-reduce of the rank's 1/N of the gradients; 0 without hybrid sharding). `expert`:
+    the buffers are the expert states (sharded over `expert_shard_ranks`)."""
     sched = dp_schedule(s)
     m = s.micro_batches.astype(float)
-    total = np.zeros(np.shape(m))
+    shard = np.asarray(s.expert_shard_ranks if expert else s.shard_ranks, dtype=np.float64)
+    out = {"shard": np.zeros(np.shape(m)), "replica": np.zeros(np.shape(m))}
     for timing in DP_TIMINGS:
         c = sched[timing]
         times = 1.0 if timing == "end" else m
         passes_grad = 2.0 * c["all_reduce"] + c["reduce_scatter"]
-        total = total + times * (passes_grad * grad_bytes + c["all_gather"] * weight_bytes)
-    return np.asarray(total)
+        out["shard"] = out["shard"] + times * (
+            passes_grad * grad_bytes + c["all_gather"] * weight_bytes
+        )
+        out["replica"] = out["replica"] + times * 2.0 * c["replica_all_reduce"] * grad_bytes / shard
+    return {k: np.asarray(v) for k, v in out.items()}
 
 
 def dp_weight_gather_bytes(

@@ -307,10 +307,13 @@ def zero_share(
     """What one GPU holds of a per-parameter state of the stage's `dense` and `expert`
     parameters (counts or bytes) that ZeRO shards from `zero_stage` on (1: optimizer state, 2:
     gradients, 3: weights; `zero_sharding`): dense over the dp·cp ranks, experts over the
-    dp·cp/ep expert-data-parallel ranks."""
-    dp, sharded = s.grad_ranks.astype(np.float64), s.zero_sharding >= zero_stage
+    dp·cp/ep expert-data-parallel ranks, each ÷ the replicas of hybrid sharding
+    (`StrategyArrays.shard_ranks`, `expert_shard_ranks`)."""
+    sharded = s.zero_sharding >= zero_stage
+    dense_ranks = s.shard_ranks.astype(np.float64)
+    expert_ranks = s.expert_shard_ranks.astype(np.float64)
     return np.asarray(
-        dense / np.where(sharded, dp, 1.0) + expert / np.where(sharded, dp / s.ep, 1.0)
+        dense / np.where(sharded, dense_ranks, 1.0) + expert / np.where(sharded, expert_ranks, 1.0)
     )
 
 
@@ -318,7 +321,8 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
     """Memory per GPU of the most loaded stage (the first with 1F1B; the last if logits
     dominate), with ZeRO stage 1/2/3 sharding optimizer states / gradients / weights over the
     data-parallel group: the dp·cp ranks for the dense parameters, dp·cp/ep expert-data-parallel
-    ranks for the expert parameters (each expert lives on dp·cp/ep ranks only). `zero_sharding`:
+    ranks for the expert parameters (each expert lives on dp·cp/ep ranks only), each ÷ the
+    replicas of hybrid sharding (`zero_shard`). `zero_sharding`:
     ZeRO-2/3 once per step keep weights and gradients whole. Context parallelism divides every
     activation by cp (each GPU holds s/cp tokens)."""
     dense, expert = dense_stage_params(model, s), expert_stage_params(model, s)
