@@ -197,6 +197,15 @@ CrossEntropyOpt = Annotated[
 PrecisionOpt = Annotated[
     str, typer.Option(help="bf16 | fp8 (linear GEMMs at the GPU's fp8 peak, Transformer Engine)")
 ]
+Fp8ParamGatherOpt = Annotated[
+    bool,
+    typer.Option(
+        "--fp8-param-gather/--no-fp8-param-gather",
+        help="with --precision fp8: GEMM weights kept only in FP8 and gathered in FP8 by ZeRO "
+        "(Megatron-Core --fp8-param-gather, NeMo fp8_params, torchao "
+        "enable_fsdp_float8_all_gather)",
+    ),
+]
 OptimizerStateOpt = Annotated[
     str,
     typer.Option(

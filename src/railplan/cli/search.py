@@ -13,6 +13,7 @@ from rich.table import Table
 from railplan.cli.options import (
     CrossEntropyOpt,
     DeferEmbeddingWgradOpt,
+    Fp8ParamGatherOpt,
     GlobalBatchOpt,
     GpuMemoryGibOpt,
     GpusOpt,
@@ -142,6 +143,7 @@ def search(
         str,
         typer.Option(help="precisions to search: bf16 (default), fp8, or bf16,fp8 (both)"),
     ] = "bf16",
+    fp8_param_gather: Fp8ParamGatherOpt = False,
     attention: Annotated[
         str, typer.Option(help="attention kernel: flash (default) | unfused")
     ] = "flash",
@@ -202,6 +204,7 @@ def search(
         cp=_fixed("cp", cp),
         ep=_fixed("ep", ep),
         precision=tuple(p.strip() for p in precision.split(",") if p.strip()),
+        fp8_param_gather=fp8_param_gather,
         attention=attention,
         cross_entropy=cross_entropy,
         grad_reduce_bytes=grad_reduce_bytes,

@@ -120,6 +120,8 @@ class SearchSpace:
     # hybrid sharding (Strategy.zero_shard) tried on the ZeRO candidates: 0 (default) shards
     # over every dp·cp rank; N > 0 also tries shard groups of N where N divides dp·cp
     zero_shard: tuple[int, ...] = (0,)
+    # Megatron-Core --fp8-param-gather on the FP8 candidates (Strategy.fp8_param_gather)
+    fp8_param_gather: bool = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "micro_batch", "interleave", "ep", "cp", "dp"):
@@ -385,6 +387,7 @@ def _fixed_codes(global_batch: int, space: SearchSpace) -> dict[str, int]:
         "overlap_ep": int(space.overlap_ep),
         "pipeline_schedule": PIPELINE_SCHEDULE_CODES[space.pipeline_schedule],
         "recompute_modules": module_bits(space.recompute_modules),
+        "fp8_param_gather": int(space.fp8_param_gather),
     }
 
 
@@ -404,10 +407,13 @@ def _arrays(
 
 def _where_allowed(s: StrategyArrays) -> StrategyArrays:
     """DualPipeV asked for the whole space applies where it can run (`dualpipev_allowed`),
-    the interleaved schedule elsewhere; `overlap_ep` where Megatron-Core allows it (ep > 1,
-    interleaving when pp > 1, no full recompute), off elsewhere."""
+    the interleaved schedule elsewhere; `fp8_param_gather` on the FP8 candidates; `overlap_ep`
+    where Megatron-Core allows it (ep > 1, interleaving when pp > 1, no full recompute), off
+    elsewhere."""
     if bool(np.any(s.dualpipev)):
         s = replace(s, pipeline_schedule=np.asarray(s.dualpipev & dualpipev_allowed(s), np.int64))
+    if bool(np.any(s.fp8_param_gather)):  # the FP8 candidates only
+        s = replace(s, fp8_param_gather=np.asarray(s.fp8_gathered, dtype=np.int64))
     if bool(np.any(s.recompute_modules != DEFAULT_MODULES)):  # selective candidates only
         modules = np.where(s.recompute == SELECTIVE, s.recompute_modules, DEFAULT_MODULES)
         s = replace(s, recompute_modules=np.asarray(modules, dtype=np.int64))

@@ -91,6 +91,7 @@ def modern_run(r: dict[str, str], sustained: float | None = None) -> tuple[Model
         overlap_backward_gather=facts.get("overlap_backward_gather", "True") == "True",
         defer_embedding_wgrad=facts.get("defer_embedding_wgrad", "False") == "True",
         wgrad_deferral_limit=int(facts.get("wgrad_deferral_limit", "0")),
+        fp8_param_gather=facts.get("fp8_param_gather", "False") == "True",
     )
     unstated = [k for k in UNSTATED_KNOBS if "unstated" in r[k] or "assumed" in r[k]]
     return model, system, fastest_fitting(model, system, strategy, unstated)
@@ -305,7 +306,8 @@ def estimate_command(model: Model, system: System, s: Strategy, gpus: int) -> st
         + (f" --recompute-num-layers {s.recompute_num_layers}" if s.recompute_num_layers else ""),
         "--sequence-parallel" if s.sequence_parallel else "--no-sequence-parallel",
         f"--zero {s.zero}",
-        f"--precision {s.precision} --attention {s.attention}",
+        f"--precision {s.precision} --attention {s.attention}"
+        + (" --fp8-param-gather" if s.fp8_param_gather else ""),
         f"--cross-entropy {s.cross_entropy}",
         f"--optimizer-state {s.optimizer_state} --grad-reduce-bytes {s.grad_reduce_bytes}",
         "--overlap-dp" if s.overlap_dp else "--no-overlap-dp",

@@ -73,6 +73,7 @@ class StrategyArrays:
     pipeline_schedule: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     recompute_num_layers: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     zero_shard: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
+    fp8_param_gather: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
@@ -110,6 +111,12 @@ class StrategyArrays:
         """Ranks that hold the same weights and reduce their gradients (and shard ZeRO state):
         the dp·cp ranks (Megatron-Core's data-parallel group with context parallelism)."""
         return np.asarray(self.dp * self.cp)
+
+    @property
+    def fp8_gathered(self) -> BoolArray:
+        """Where the GEMM weights are kept and gathered in FP8 (`fp8_param_gather` with
+        precision fp8)."""
+        return np.asarray((self.fp8_param_gather > 0) & (self.precision == FP8))
 
     @property
     def replicas(self) -> IntArray:
@@ -201,6 +208,7 @@ class StrategyArrays:
             microbatch_group=v["microbatch_group"],
             recompute_num_layers=v["recompute_num_layers"],
             zero_shard=v["zero_shard"],
+            fp8_param_gather=bool(v["fp8_param_gather"]),
             recompute_modules=tuple(
                 name for name, bit in RECOMPUTE_MODULE_BITS.items() if v["recompute_modules"] & bit
             ),
@@ -311,6 +319,7 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         microbatch_group=col(lambda s: s.microbatch_group),
         recompute_num_layers=col(lambda s: s.recompute_num_layers),
         zero_shard=col(lambda s: s.zero_shard),
+        fp8_param_gather=col(lambda s: int(s.fp8_param_gather)),
         recompute_modules=col(lambda s: module_bits(s.recompute_modules)),
         **{f: coded(f) for f in CODED_FIELDS},
     )
@@ -519,6 +528,11 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
             (s.recompute_num_layers == 0) | (s.recompute == FULL),
             "recompute_num_layers needs recompute full (Megatron --recompute-granularity full "
             "--recompute-method block)",
+        ),
+        (
+            "fp8_param_gather",
+            (s.fp8_param_gather == 0) | (s.precision == FP8),
+            "fp8_param_gather needs precision fp8 (the weights are kept in FP8 only then)",
         ),
         (
             "zero_shard",

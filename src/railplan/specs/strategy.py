@@ -140,6 +140,10 @@ class Strategy(Spec):
     dp·cp/N). Weights are gathered within the shard group; gradients are reduce-scattered
     within it and each shard is then all-reduced across the replicas. Expert states shard over
     the dp·cp/ep expert-data-parallel ranks ÷ the same number of replicas. Needs ZeRO ≥ 1.
+    `fp8_param_gather` (with `precision` fp8): the GEMM weights are kept only in FP8 (the FP8
+    weight and the transpose Transformer Engine caches, no BF16 copy) and the data-parallel
+    weight gathers move them in FP8, 1 B per parameter (Megatron-Core `--fp8-param-gather`,
+    NeMo `fp8_params`; torchtitan/torchao `enable_fsdp_float8_all_gather`).
     `recompute_num_layers` (N, 0 = every layer): with `recompute` full, only the first N layers
     of each model chunk (virtual stage) are recomputed and the others keep all their
     activations (Megatron `--recompute-granularity full --recompute-method block
@@ -239,6 +243,11 @@ class Strategy(Spec):
         "dp·cp/N groups (HSDP: FSDP HYBRID_SHARD; Megatron-Core "
         "--num-distributed-optimizer-instances dp·cp/N); 0 = over every rank",
     )
+    fp8_param_gather: bool = Field(
+        default=False,
+        description="with precision fp8: GEMM weights kept and gathered in FP8 (Megatron-Core "
+        "--fp8-param-gather, NeMo fp8_params)",
+    )
 
     @field_validator("recompute_modules")
     @classmethod
@@ -265,6 +274,7 @@ class Strategy(Spec):
             f"ZeRO-{self.zero}" if self.zero else "",
             f"shard={self.zero_shard}" if self.zero and self.zero_shard else "",
             self.precision.upper() if self.precision != "bf16" else "",
+            "FP8-params" if self.fp8_param_gather and self.precision == "fp8" else "",
         ]
         head = f"tp={self.tp} pp={self.pp} dp={self.dp}{dims} mb={self.micro_batch}"
         rc: str = self.recompute

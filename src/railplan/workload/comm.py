@@ -31,9 +31,9 @@ import numpy as np
 from railplan.specs import Model
 from railplan.specs.arrays import FULL, FloatArray, StrategyArrays, recomputes
 from railplan.workload.memory import (
-    WEIGHT_BYTES,
     dense_stage_params,
     expert_stage_params,
+    gathered_weight_bytes,
 )
 from railplan.workload.routing import slot_factor
 
@@ -210,18 +210,19 @@ def dp_iteration_bytes(
 def dp_weight_gather_bytes(
     model: Model, s: StrategyArrays, embedding: bool = True, layers: FloatArray | None = None
 ) -> FloatArray:
-    """With a distributed optimizer (ZeRO ≥ 1): the non-expert bf16 weights all-gathered over
-    the data-parallel group after the step."""
-    params = dense_stage_params(model, s, embedding, layers)
-    return np.asarray(np.where(s.zero >= 1, params * WEIGHT_BYTES, 0.0))
+    """With a distributed optimizer (ZeRO ≥ 1): the non-expert weights all-gathered over the
+    data-parallel group (BF16; the GEMM weights in FP8 with `fp8_param_gather`:
+    `memory.gathered_weight_bytes`)."""
+    dense, _ = gathered_weight_bytes(model, s, embedding, layers)
+    return np.asarray(np.where(s.zero >= 1, dense, 0.0))
 
 
 def dp_expert_weight_gather_bytes(
     model: Model, s: StrategyArrays, layers: FloatArray | None = None
 ) -> FloatArray:
-    """With ZeRO ≥ 1: the expert bf16 weights all-gathered over the dp/ep expert group."""
-    params = expert_stage_params(model, s, layers)
-    return np.asarray(np.where(s.zero >= 1, params * WEIGHT_BYTES, 0.0))
+    """With ZeRO ≥ 1: the expert weights all-gathered over the dp/ep expert group."""
+    _, expert = gathered_weight_bytes(model, s, False, layers)
+    return np.asarray(np.where(s.zero >= 1, expert, 0.0))
 
 
 def embedding_gradient_bytes(model: Model, s: StrategyArrays) -> FloatArray:

@@ -75,6 +75,7 @@ OPTIMIZER_STATE_BYTES = np.array([OPTIMIZER_BYTES, 4.0 + 4.0 + 2.0, 2.0 + 2.0, 4
 # GiB on A100/H100; Megatron runs reserve ~1-2 GiB more for NCCL and cuBLAS workspaces.
 RESERVED_BYTES = 2.0 * GIB
 FP8_WEIGHT_COPY_BYTES = 2.0  # TE: cached fp8 weight + its fp8 transpose, per GEMM parameter
+FP8_PARAM_BYTES = 1.0  # an FP8 weight as fp8_param_gather stores and gathers it
 SOFTMAX_STATS_BYTES = 4.0  # flash attention: fp32 log-sum-exp per query and head
 ZERO3_GATHERED_LAYERS = 2.0  # FSDP/ZeRO-3: the layer in use + the prefetched one
 
@@ -268,10 +269,13 @@ def stage_params(model: Model, s: StrategyArrays) -> FloatArray:
     return np.asarray(dense_stage_params(model, s) + expert_stage_params(model, s))
 
 
-def gemm_stage_params(model: Model, s: StrategyArrays) -> tuple[FloatArray, FloatArray]:
+def gemm_stage_params(
+    model: Model, s: StrategyArrays, layers: FloatArray | None = None
+) -> tuple[FloatArray, FloatArray]:
     """Weights of the linear GEMMs of one GPU's stage (what FP8 runs and caches in FP8), as
     (non-expert, expert): everything but the embedding, norms and routers (the projections'
-    biases are counted with them: a negligible share)."""
+    biases are counted with them: a negligible share). `layers`: the stage's (default: the
+    fullest stage's)."""
     h = model.hidden
     share = model.moe_layers / model.layers
     expert_mlp = model.mlp_matrices * h * model.expert_ffn_
@@ -281,23 +285,37 @@ def gemm_stage_params(model: Model, s: StrategyArrays) -> tuple[FloatArray, Floa
         + share * model.shared_experts * expert_mlp
     )
     expert = share * expert_mlp * model.experts / s.ep
-    layers = stage_layers(model, s)["max"]
+    layers = stage_layers(model, s)["max"] if layers is None else layers
     return (
         np.asarray(layers * dense / s.tp, dtype=np.float64),
         np.asarray(layers * expert / s.tp, dtype=np.float64),
     )
 
 
+def gathered_weight_bytes(
+    model: Model, s: StrategyArrays, embedding: bool = True, layers: FloatArray | None = None
+) -> tuple[FloatArray, FloatArray]:
+    """Bytes of the stage's (non-expert, expert) weights as data-parallel weight gathers move
+    them and ZeRO-3 holds them gathered: BF16, except the GEMM weights in FP8 (1 B) where
+    `fp8_param_gather` (`StrategyArrays.fp8_gathered`)."""
+    dense = dense_stage_params(model, s, embedding, layers) * WEIGHT_BYTES
+    expert = expert_stage_params(model, s, layers) * WEIGHT_BYTES
+    if not bool(np.any(s.fp8_gathered)):  # the usual case costs nothing
+        return dense, expert
+    g_dense, g_expert = gemm_stage_params(model, s, layers)
+    saved = np.where(s.fp8_gathered, WEIGHT_BYTES - FP8_PARAM_BYTES, 0.0)
+    return np.asarray(dense - saved * g_dense), np.asarray(expert - saved * g_expert)
+
+
 def zero3_gathered_bytes(model: Model, s: StrategyArrays) -> FloatArray:
-    """ZeRO-3: full BF16 weights of the gathered layers (two, or the stage's only one) and one
-    layer's full gradient (0 for ZeRO < 3). A layer's experts are gathered over their dp/ep
-    group (experts/ep full experts per rank)."""
+    """ZeRO-3: full weights of the gathered layers (two, or the stage's only one; BF16, or FP8
+    GEMM weights with `fp8_param_gather`) and one layer's full gradient (0 for ZeRO < 3). A
+    layer's experts are gathered over their dp/ep group (experts/ep full experts per rank)."""
     layers = stage_layers(model, s)["max"]
-    per_layer = (
-        dense_stage_params(model, s, False, layers) + expert_stage_params(model, s, layers)
-    ) / layers
+    params = dense_stage_params(model, s, False, layers) + expert_stage_params(model, s, layers)
+    weights = sum(gathered_weight_bytes(model, s, False, layers), np.zeros(()))
     gathered = np.minimum(ZERO3_GATHERED_LAYERS, layers)  # a 1-layer stage has nothing to prefetch
-    live = per_layer * (gathered * WEIGHT_BYTES + s.grad_reduce_bytes)
+    live = (gathered * weights + params * s.grad_reduce_bytes) / layers
     return np.asarray(np.where(s.zero_sharding >= 3, live, 0.0))
 
 
@@ -332,7 +350,9 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
     ) -> FloatArray:
         return zero_share(s, stage, params[0] * per_param, params[1] * per_param)
 
-    fp8_copy = np.where(s.precision == FP8, FP8_WEIGHT_COPY_BYTES, 0.0)
+    # FP8: TE's cached FP8 weight and transpose beside the BF16 weight; with fp8_param_gather
+    # the FP8 weight and its transpose are all there is (2 B, as the BF16 weight counted).
+    fp8_copy = np.where((s.precision == FP8) & ~s.fp8_gathered, FP8_WEIGHT_COPY_BYTES, 0.0)
     weights = sharded(WEIGHT_BYTES, 3, (dense, expert)) + sharded(
         fp8_copy, 3, gemm_stage_params(model, s)
     )
