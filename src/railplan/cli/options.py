@@ -57,7 +57,9 @@ InterleaveOpt = Annotated[int, typer.Option(help="virtual stages per pipeline st
 RecomputeOpt = Annotated[str, typer.Option(help="none | selective | full")]
 SequenceParallelOpt = Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")]
 ZeroOpt = Annotated[int, typer.Option(help="ZeRO stage 0-3")]
-EpOpt = Annotated[int, typer.Option(help="expert-parallel degree (MoE), taken from dp")]
+EpOpt = Annotated[
+    int, typer.Option(help="expert-parallel degree (MoE), taken from the dp·cp ranks")
+]
 ZeroShardOpt = Annotated[
     int,
     typer.Option(

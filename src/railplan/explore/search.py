@@ -328,11 +328,11 @@ def candidate_rows(
     z = rows["zero"]
     rows = _select(rows, (z == 0) | (rows["dp"] * rows["cp"] > 1))
 
-    # MoE: expert-parallel degrees dividing the experts and dp (ep ranks come from dp), and
-    # not combined with context parallelism (not modelled).
+    # MoE: expert-parallel degrees dividing the experts and dp·cp (ep ranks come from the dp·cp
+    # ranks: Megatron-Core's expert grid).
     eps = _allowed(divisors(model.experts), space.ep) if model.experts > 1 else np.ones(1, np.int64)
     rows = _cross(rows, "ep", eps)
-    rows = _select(rows, (rows["dp"] % rows["ep"] == 0) & ((rows["ep"] == 1) | (rows["cp"] == 1)))
+    rows = _select(rows, (rows["dp"] * rows["cp"]) % rows["ep"] == 0)
 
     # Hybrid sharding: each N of `zero_shard` on the ZeRO candidates whose dp·cp ranks it splits
     # into 2 or more replicas that also divide the expert data-parallel ranks (N = dp·cp is the

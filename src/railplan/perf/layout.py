@@ -137,7 +137,8 @@ def megatron_shapes(
     `tp` (consecutive), `cp` (the context-parallel ring, tp apart), `dp` (the dp·cp ranks that
     reduce gradients, tp apart), `pp` (a pipeline chain, tp·cp·dp apart), `ep` (ep consecutive
     dp ranks), `expert_dp` (dp/ep ranks tp·ep apart) and `embedding` (first and last stage of a
-    pipeline). With hybrid sharding over `replicas` copies (`StrategyArrays.replicas`), the
+    pipeline); the ep ranks are consecutive ranks of the dp·cp ones (Megatron-Core's expert
+    grid). With hybrid sharding over `replicas` copies (`StrategyArrays.replicas`), the
     dp·cp/replicas consecutive ranks of a `dp` group that shard the states (`dp_shard`) and the
     ranks holding the same shard, one per shard group (`dp_replica`); likewise
     `expert_dp_shard` and `expert_dp_replica` (Megatron-Core's intra- and inter-instance
@@ -190,7 +191,7 @@ def _shapes(
     gpus = tp * cp * dp * pp
     one = np.ones_like(gpus)
     stage = tp * cp * dp
-    edp = np.maximum(dp * cp // np.maximum(ep, 1), 1)  # ep > 1 only with cp = 1
+    edp = np.maximum(dp * cp // np.maximum(ep, 1), 1)  # the ep ranks fold over cp·dp
     r = np.maximum(replicas, 1)
     shard = np.maximum(dp * cp // r, 1)  # a dp group's consecutive shard groups
     e_shard = np.maximum(edp // r, 1) * tp * ep  # an expert shard group's span of ranks

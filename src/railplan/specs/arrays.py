@@ -512,8 +512,11 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
         ),
         ("ep", (s.ep == 1) | (model.experts > 1), "ep > 1 needs an MoE model (experts > 1)"),
         ("ep", model.experts % s.ep == 0, f"ep must divide experts ({model.experts})"),
-        ("ep", s.dp % s.ep == 0, "ep must divide dp (expert-parallel ranks come from dp)"),
-        ("ep", (s.ep == 1) | (s.cp == 1), "ep > 1 with cp > 1 is not modelled; use one of them"),
+        (
+            "ep",
+            s.grad_ranks % s.ep == 0,
+            "ep must divide dp·cp (expert-parallel ranks come from the dp·cp ranks)",
+        ),
         *(("overlap_ep", (s.overlap_ep == 0) | ok, rule) for ok, rule in overlap_ep_rules(s)),
         *(("pipeline_schedule", ~s.dualpipev | ok, rule) for ok, rule in dualpipev_rules(s)),
         (

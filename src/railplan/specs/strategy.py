@@ -70,9 +70,9 @@ class Strategy(Spec):
     without it (Megatron-LM of 2021, many other stacks) every micro-batch's backward pass ends
     with a separate read-modify-write of the whole gradient buffer (`main_grad.add_(grad)`).
     `grad_reduce_bytes` is the width of a reduced gradient element (4: fp32, Megatron's default
-    for bf16; 2: bf16/fp16 reduction). `ep` experts-parallel ranks are taken from the dp ranks
-    (DeepSpeed-MoE / Megatron-core): experts are sharded over ep, and expert weights are
-    data-parallel over dp/ep.
+    for bf16; 2: bf16/fp16 reduction). `ep` experts-parallel ranks are taken from the dp·cp
+    ranks (DeepSpeed-MoE; Megatron-Core's expert grid, which folds them over cp and dp):
+    experts are sharded over ep, and expert weights are data-parallel over dp·cp/ep.
     `cp` context-parallel ranks split every sequence (Megatron-Core ring attention); the GPUs
     are tp·cp·pp·dp and gradients are reduced over the dp·cp ranks.
     `first_stage_layers` / `last_stage_layers` (0 = spread evenly) fix the layers of the first
@@ -181,7 +181,9 @@ class Strategy(Spec):
         default=True,
         description="pipeline sends overlap the next micro-batch's compute",
     )
-    ep: PositiveInt = Field(default=1, description="expert-parallel degree (MoE), taken from dp")
+    ep: PositiveInt = Field(
+        default=1, description="expert-parallel degree (MoE), taken from the dp·cp ranks"
+    )
     grad_accumulation_fusion: bool = Field(
         default=True,
         description="weight-gradient GEMMs accumulate into the main-grad buffer (no extra pass)",

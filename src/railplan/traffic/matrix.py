@@ -244,7 +244,7 @@ def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
             # uniform all-to-alls among the ep ranks of each MoE layer of the stage: the
             # logical demand src → dst (forwarding is the timing's concern, SYSTEM.md 3)
             moe_share = model.moe_layers / model.layers
-            for (n, _), rows in _per_stage(ep_groups, (p.dp // ep) * p.tp, only_layers):
+            for (n, _), rows in _per_stage(ep_groups, (p.dp * p.cp // ep) * p.tp, only_layers):
                 pieces.append(("ep", _scale(all_to_all_edges(rows), vol["ep"] * moe_share * n)))
     src = np.concatenate([x[0] for _, x in pieces])
     dst = np.concatenate([x[1] for _, x in pieces])

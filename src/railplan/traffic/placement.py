@@ -90,19 +90,17 @@ class Placement:
 
 def expert_groups(p: Placement, ep: int) -> tuple[IntArray, IntArray]:
     """MoE: (expert-parallel groups, expert-data-parallel groups). The ep ranks are taken from
-    dp (DeepSpeed-MoE / Megatron-core): dp rank d is expert rank d % ep of EP group d // ep, so an
-    EP group is ep consecutive dp ranks (tp apart in Megatron's order), and the expert weights
-    of expert rank e are data-parallel over the dp/ep ranks with d % ep == e (tp·ep apart)."""
-    if ep < 1 or p.dp % ep:
-        raise RailplanError("ep", f"must divide dp ({p.dp})")
-    if p.cp > 1:
-        if ep > 1:
-            raise RailplanError("ep", "ep > 1 with cp > 1 is not modelled; use one of them")
-        # ep = 1: every rank is its own EP group; experts reduce over the dp·cp ranks.
-        return np.asarray(p.gpu.reshape(-1, 1)), p.groups("dp")
-    g = p.gpu.reshape(p.pp, p.dp // ep, ep, p.tp)
+    the dp·cp ranks of a stage (DeepSpeed-MoE; Megatron-Core's expert rank grid tp-ep-dp-pp,
+    which folds the expert ranks over the dense grid's cp and dp): data-parallel rank j (d·cp +
+    c) is expert rank j % ep of EP group j // ep, so an EP group is ep consecutive such ranks
+    (tp apart in Megatron's order), and the expert weights of expert rank e are data-parallel
+    over the dp·cp/ep ranks with j % ep == e (tp·ep apart)."""
+    r = p.dp * p.cp
+    if ep < 1 or r % ep:
+        raise RailplanError("ep", f"must divide dp·cp ({r})")
+    g = p.gpu.reshape(p.pp, r // ep, ep, p.tp)
     ep_groups = g.transpose(0, 1, 3, 2).reshape(-1, ep)
-    edp_groups = g.transpose(0, 2, 3, 1).reshape(-1, p.dp // ep)
+    edp_groups = g.transpose(0, 2, 3, 1).reshape(-1, r // ep)
     return np.asarray(ep_groups), np.asarray(edp_groups)
 
 
