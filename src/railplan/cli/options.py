@@ -199,6 +199,14 @@ CrossEntropyOpt = Annotated[
 PrecisionOpt = Annotated[
     str, typer.Option(help="bf16 | fp8 (linear GEMMs at the GPU's fp8 peak, Transformer Engine)")
 ]
+EpDispatchOpt = Annotated[
+    str,
+    typer.Option(
+        help="MoE token dispatch: alltoall (every token slot to its expert directly; "
+        "Megatron-Core's alltoall dispatcher) | deepep (once per HB domain over the rail, then "
+        "NVLink; DeepEP, Megatron-Core flex dispatcher)",
+    ),
+]
 Fp8ParamGatherOpt = Annotated[
     bool,
     typer.Option(

@@ -13,6 +13,7 @@ from rich.table import Table
 from railplan.cli.options import (
     CrossEntropyOpt,
     DeferEmbeddingWgradOpt,
+    EpDispatchOpt,
     Fp8ParamGatherOpt,
     GlobalBatchOpt,
     GpuMemoryGibOpt,
@@ -144,6 +145,7 @@ def search(
         typer.Option(help="precisions to search: bf16 (default), fp8, or bf16,fp8 (both)"),
     ] = "bf16",
     fp8_param_gather: Fp8ParamGatherOpt = False,
+    ep_dispatch: EpDispatchOpt = "alltoall",
     attention: Annotated[
         str, typer.Option(help="attention kernel: flash (default) | unfused")
     ] = "flash",
@@ -205,6 +207,7 @@ def search(
         ep=_fixed("ep", ep),
         precision=tuple(p.strip() for p in precision.split(",") if p.strip()),
         fp8_param_gather=fp8_param_gather,
+        ep_dispatch=ep_dispatch,
         attention=attention,
         cross_entropy=cross_entropy,
         grad_reduce_bytes=grad_reduce_bytes,

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from railplan.cli.options import (
     CpOpt,
+    EpDispatchOpt,
     FirstStageLayersOpt,
     HbDomainOpt,
     JsonOpt,
@@ -100,6 +101,7 @@ def traffic_cmd(
     last_stage_layers: LastStageLayersOpt = 0,
     zero_schedule: ZeroScheduleOpt = "micro_batch",
     pipeline_schedule: PipelineScheduleOpt = "1f1b",
+    ep_dispatch: EpDispatchOpt = "alltoall",
 ) -> None:
     """Bytes every GPU pair exchanges in one iteration, by kind (TP, PP, DP, EP, CP)."""
     from railplan.specs import load_model
@@ -121,6 +123,7 @@ def traffic_cmd(
         last_stage_layers=last_stage_layers,
         zero_schedule=zero_schedule,
         pipeline_schedule=pipeline_schedule,
+        ep_dispatch=ep_dispatch,
     )
     # DualPipeV's V turns on the last rank: its pipeline pairs are 1F1B's (no wrap-around).
     wraps = 1 if strat.pipeline_schedule == "dualpipev" else t.interleave

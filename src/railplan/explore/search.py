@@ -37,6 +37,7 @@ from railplan.perf.iteration import iteration
 from railplan.specs import (
     ATTENTION_CODES,
     CROSS_ENTROPY_CODES,
+    EP_DISPATCH_CODES,
     OPTIMIZER_STATE_CODES,
     PIPELINE_SCHEDULE_CODES,
     PRECISION_CODES,
@@ -122,6 +123,8 @@ class SearchSpace:
     zero_shard: tuple[int, ...] = (0,)
     # Megatron-Core --fp8-param-gather on the FP8 candidates (Strategy.fp8_param_gather)
     fp8_param_gather: bool = False
+    # MoE token dispatch (Strategy.ep_dispatch): alltoall (default) | deepep
+    ep_dispatch: str = "alltoall"
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "micro_batch", "interleave", "ep", "cp", "dp"):
@@ -161,6 +164,8 @@ class SearchSpace:
             m not in RECOMPUTE_MODULE_BITS for m in self.recompute_modules
         ):
             raise RailplanError("recompute_modules", f"give one or more of {allowed}")
+        if self.ep_dispatch not in EP_DISPATCH_CODES:
+            raise RailplanError("ep_dispatch", "must be one of " + ", ".join(EP_DISPATCH_CODES))
         if self.pipeline_schedule not in PIPELINE_SCHEDULE_CODES:
             raise RailplanError(
                 "pipeline_schedule", "must be one of " + ", ".join(PIPELINE_SCHEDULE_CODES)
@@ -388,6 +393,7 @@ def _fixed_codes(global_batch: int, space: SearchSpace) -> dict[str, int]:
         "pipeline_schedule": PIPELINE_SCHEDULE_CODES[space.pipeline_schedule],
         "recompute_modules": module_bits(space.recompute_modules),
         "fp8_param_gather": int(space.fp8_param_gather),
+        "ep_dispatch": EP_DISPATCH_CODES[space.ep_dispatch],
     }
 
 

@@ -92,6 +92,29 @@ def all_to_all_rail_only_s(
     return rail + domain
 
 
+def all_to_all_deduplicated_s(
+    x: Num,
+    y: Num,
+    token_bytes: Num,
+    remote_domains: Num,
+    slots: Num,
+    hb_bw: Num,
+    nic_bw: Num,
+    hb_lat_s: Num,
+    nic_lat_s: Num,
+) -> FloatArray:
+    """DeepEP-style dispatch (or combine) of `token_bytes` of tokens per GPU over x GPUs per
+    HB domain × y domains: each token crosses once to each of its `remote_domains` other
+    domains, over its own rail to the GPU of the same local rank, and every one of its `slots`
+    copies then reaches its expert's GPU over NVLink unless already there ((x − 1)/x of them);
+    the two phases overlap (DeepSeek-V3 report §3.2.2): max(R·T/C_S, slots·(x−1)/x·T/C_F)."""
+    x, y, t = _f(x), _f(y), _f(token_bytes)
+    rail = _f(remote_domains) * t / _f(nic_bw)
+    domain = _f(slots) * (x - 1) / x * t / _f(hb_bw)
+    lat = np.where(y > 1, _f(nic_lat_s), 0.0) + np.where(x > 1, _f(hb_lat_s), 0.0)
+    return np.asarray(np.maximum(rail, domain) + lat)
+
+
 def group_shape(n: Num, stride: Num, hb_domain: Num) -> tuple[FloatArray, FloatArray]:
     """(x, y) of a group of n ranks spaced `stride` apart in a rank order that fills HB
     domains of size K in turn: x = members per domain, y = domains spanned."""

@@ -23,6 +23,7 @@ from railplan.perf import collectives as coll
 from railplan.perf.layout import Shape, worst_shape
 from railplan.specs import Model, Network, System
 from railplan.specs.arrays import (
+    EP_DEEPEP,
     FP8,
     FloatArray,
     StrategyArrays,
@@ -30,6 +31,7 @@ from railplan.specs.arrays import (
     recomputes,
 )
 from railplan.workload import comm
+from railplan.workload.routing import remote_domains, slot_factor
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,24 @@ def ep_comm_time_s(
     d = comm.ep_pair_bytes(model, s)
     fn = coll.all_to_all_rail_only_s if lk.rail_only else coll.all_to_all_rail_optimized_s
     one = fn(shape.x, shape.y, d, lk.hb_bw, lk.nic_bw_spread, lk.hb_lat_s, lk.nic_lat_s)
+    deepep = (s.ep_dispatch == EP_DEEPEP) & (s.ep > 1)
+    if bool(np.any(deepep)):
+        # Rail-aligned: a token's copy goes to the same local rank of each domain, so no
+        # forwarding on rail-only and no spine on any network. The busiest rank (dropless
+        # routing, `slot_factor`) moves sf times the even share.
+        sf = slot_factor(model, s.ep)
+        dedup = coll.all_to_all_deduplicated_s(
+            shape.x,
+            shape.y,
+            comm.ep_token_bytes(model, s) * sf,
+            remote_domains(model, shape.domains),
+            float(model.top_k),
+            lk.hb_bw,
+            lk.nic_bw,
+            lk.hb_lat_s,
+            lk.nic_lat_s,
+        )
+        one = np.asarray(np.where(deepep, dedup, one))
     ops = comm.ep_all_to_alls_per_moe_layer(s, recomputed_share(model, s))
     exposed = (ops["forward"] + ops["recompute"] + ops["backward"]) * one
     merged = ep_merged_share(s)

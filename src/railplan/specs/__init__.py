@@ -8,6 +8,7 @@ from railplan.specs.network import ARCHITECTURES, Network
 from railplan.specs.strategy import (
     ATTENTION_CODES,
     CROSS_ENTROPY_CODES,
+    EP_DISPATCH_CODES,
     OPTIMIZER_STATE_CODES,
     PIPELINE_SCHEDULE_CODES,
     PRECISION_CODES,
@@ -20,6 +21,7 @@ __all__ = [
     "ARCHITECTURES",
     "ATTENTION_CODES",
     "CROSS_ENTROPY_CODES",
+    "EP_DISPATCH_CODES",
     "GPU",
     "OPTIMIZER_STATE_CODES",
     "PIPELINE_SCHEDULE_CODES",

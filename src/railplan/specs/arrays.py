@@ -18,6 +18,7 @@ from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
 from railplan.specs import ATTENTION_CODES, CROSS_ENTROPY_CODES, PRECISION_CODES, Model, Strategy
 from railplan.specs.strategy import (
     CODED_FIELDS,
+    EP_DISPATCH_CODES,
     PIPELINE_SCHEDULE_CODES,
     RECOMPUTE_MODULE_BITS,
 )
@@ -33,6 +34,7 @@ FLASH, UNFUSED, FLASH2, FLASH1 = (
 BF16, FP8 = PRECISION_CODES["bf16"], PRECISION_CODES["fp8"]
 CE_FUSED = CROSS_ENTROPY_CODES["fused"]
 DUALPIPEV = PIPELINE_SCHEDULE_CODES["dualpipev"]
+EP_DEEPEP = EP_DISPATCH_CODES["deepep"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class StrategyArrays:
     recompute_num_layers: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     zero_shard: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     fp8_param_gather: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
+    ep_dispatch: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:

@@ -22,6 +22,9 @@ class Model(Spec):
     a `q_lora_rank` bottleneck (or a full projection when None), keys and values from a
     `kv_lora_rank` latent; per head `qk_nope_head_dim` + `qk_rope_head_dim` for Q·K and
     `v_head_dim` for V.
+    Group-limited routing (DeepSeek-V3's node-limited routing): the routed experts form
+    `expert_groups` equal groups and each token picks its experts from at most `route_groups`
+    of them (0 = from all).
     """
 
     name: str = "custom"
@@ -56,6 +59,17 @@ class Model(Spec):
     drop_tokens: bool = Field(
         default=True, description="capacity-based routing (drops overflow); false = dropless"
     )
+    expert_groups: PositiveInt = Field(
+        default=1,
+        description="routed experts in this many equal groups (DeepSeek-V3 n_group 8; "
+        "Megatron-Core --moe-router-num-groups)",
+    )
+    route_groups: int = Field(
+        default=0,
+        ge=0,
+        description="each token's experts come from at most this many groups (DeepSeek-V3 "
+        "topk_group 4: at most 4 nodes; Megatron-Core --moe-router-group-topk); 0 = all",
+    )
     source: str = ""
     shared_experts: int = Field(default=0, ge=0, le=64, description="always-active experts")
     first_dense_layers: int = Field(default=0, ge=0, description="leading dense layers (MoE)")
@@ -73,6 +87,17 @@ class Model(Spec):
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads")
         if self.top_k > self.experts:
             raise ValueError(f"top_k ({self.top_k}) must be at most experts ({self.experts})")
+        if self.experts % self.expert_groups:
+            raise ValueError(
+                f"expert_groups ({self.expert_groups}) must divide experts ({self.experts})"
+            )
+        if self.route_groups > self.expert_groups:
+            raise ValueError(
+                f"route_groups ({self.route_groups}) must be at most expert_groups "
+                f"({self.expert_groups})"
+            )
+        if self.route_groups and self.route_groups * self.experts < self.top_k * self.expert_groups:
+            raise ValueError("route_groups groups must hold at least top_k experts")
         if self.first_dense_layers >= self.layers and self.experts > 1:
             raise ValueError(f"first_dense_layers must be below layers ({self.layers})")
         mla = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)

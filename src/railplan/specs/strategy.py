@@ -25,6 +25,8 @@ OPTIMIZER_STATE_CODES: dict[str, int] = {
 }
 PipelineSchedule = Literal["1f1b", "dualpipev"]
 PIPELINE_SCHEDULE_CODES: dict[str, int] = {"1f1b": 0, "dualpipev": 1}
+EpDispatch = Literal["alltoall", "deepep"]
+EP_DISPATCH_CODES: dict[str, int] = {"alltoall": 0, "deepep": 1}
 RecomputeModule = Literal[
     "core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "moe", "shared_experts"
 ]
@@ -49,6 +51,7 @@ CODED_FIELDS: dict[str, dict[str, int]] = {
     "optimizer_state": OPTIMIZER_STATE_CODES,
     "cross_entropy": CROSS_ENTROPY_CODES,
     "pipeline_schedule": PIPELINE_SCHEDULE_CODES,
+    "ep_dispatch": EP_DISPATCH_CODES,
 }
 
 
@@ -140,6 +143,13 @@ class Strategy(Spec):
     dp·cp/N). Weights are gathered within the shard group; gradients are reduce-scattered
     within it and each shard is then all-reduced across the replicas. Expert states shard over
     the dp·cp/ep expert-data-parallel ranks ÷ the same number of replicas. Needs ZeRO ≥ 1.
+    `ep_dispatch`: how MoE tokens reach their experts. `alltoall` (default; Megatron-Core
+    `--moe-token-dispatcher-type alltoall`): every token slot is sent to its expert's rank
+    directly, NVLink inside an HB domain, the NIC across. `deepep` (DeepEP's internode kernels;
+    Megatron-Core `--moe-token-dispatcher-type flex --moe-enable-deepep`; DeepSeek-V3 report
+    §3.2.2): a token crosses to each HB domain holding one of its experts once, over its own
+    rail to the GPU of the same local rank, and is forwarded over NVLink to its experts there,
+    the two overlapped; the combine mirrors it.
     `fp8_param_gather` (with `precision` fp8): the GEMM weights are kept only in FP8 (the FP8
     weight and the transpose Transformer Engine caches, no BF16 copy) and the data-parallel
     weight gathers move them in FP8, 1 B per parameter (Megatron-Core `--fp8-param-gather`,
@@ -245,6 +255,11 @@ class Strategy(Spec):
         "dp·cp/N groups (HSDP: FSDP HYBRID_SHARD; Megatron-Core "
         "--num-distributed-optimizer-instances dp·cp/N); 0 = over every rank",
     )
+    ep_dispatch: EpDispatch = Field(
+        default="alltoall",
+        description="MoE token dispatch: alltoall (every slot directly) | deepep (once per "
+        "HB domain over the rail, then NVLink)",
+    )
     fp8_param_gather: bool = Field(
         default=False,
         description="with precision fp8: GEMM weights kept and gathered in FP8 (Megatron-Core "
@@ -277,6 +292,7 @@ class Strategy(Spec):
             f"shard={self.zero_shard}" if self.zero and self.zero_shard else "",
             self.precision.upper() if self.precision != "bf16" else "",
             "FP8-params" if self.fp8_param_gather and self.precision == "fp8" else "",
+            "DeepEP" if self.ep_dispatch == "deepep" and self.ep > 1 else "",
         ]
         head = f"tp={self.tp} pp={self.pp} dp={self.dp}{dims} mb={self.micro_batch}"
         rc: str = self.recompute

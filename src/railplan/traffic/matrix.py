@@ -46,11 +46,13 @@ from railplan.traffic.placement import (
     all_to_all_edges,
     collective_edges,
     cross_rail,
+    deduplicated_all_to_all_edges,
     expert_groups,
     pipeline_edges,
     ring_edges,
 )
 from railplan.workload import comm
+from railplan.workload.routing import remote_domains, slot_factor
 
 KINDS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "cp")
 KIND_CODE: dict[str, int] = {k: i for i, k in enumerate(KINDS)}
@@ -144,6 +146,9 @@ def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
         # each all-reduce (or SP reduce-scatter + all-gather) is two gather passes
         "tp": m * tp_d * (2.0 * all_reduces + gathers),
         "ep": m * a2a_count * float(comm.ep_pair_bytes(model, s)),
+        # DeepEP-style dispatch: all-to-alls × one copy of the GPU's tokens (`deepep_pair_bytes`
+        # gives each edge's multiple of it)
+        "ep_tokens": m * a2a_count * float(comm.ep_token_bytes(model, s)),
         "pp": m * float(comm.pp_message_bytes(model, s)),
         "embedding": 2.0 * float(comm.embedding_gradient_bytes(model, s)),
     }
@@ -168,6 +173,17 @@ def dp_stage_bytes(model: Model, s: StrategyArrays, layers: int, end: bool) -> d
         "expert": float(expert["shard"]),
         "expert_replica": float(expert["replica"]),
     }
+
+
+def deepep_pair_bytes(model: Model, s: StrategyArrays, x: int, y: int) -> tuple[float, float]:
+    """DeepEP-style dispatch over x GPUs per domain × y domains, in copies of a GPU's tokens
+    per edge and all-to-all: to each same-rail peer in another domain the expected remote
+    domains ÷ (y − 1) (`routing.remote_domains`), to each peer in its domain top_k/x (each slot
+    lands on one of the x GPUs); both × the busiest rank's `slot_factor`, as the time model."""
+    sf = float(slot_factor(model, s.ep))
+    remote = float(remote_domains(model, np.asarray(float(y))))
+    rail = remote / (y - 1) if y > 1 else 0.0
+    return sf * rail, sf * model.top_k / x
 
 
 def hybrid_groups(rows: IntArray, replicas: int) -> tuple[IntArray, IntArray]:
@@ -244,8 +260,22 @@ def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
             # uniform all-to-alls among the ep ranks of each MoE layer of the stage: the
             # logical demand src → dst (forwarding is the timing's concern, SYSTEM.md 3)
             moe_share = model.moe_layers / model.layers
+            dedup = (
+                deduplicated_all_to_all_edges(ep_groups, k)
+                if strategy.ep_dispatch == "deepep"
+                else None
+            )
             for (n, _), rows in _per_stage(ep_groups, (p.dp * p.cp // ep) * p.tp, only_layers):
-                pieces.append(("ep", _scale(all_to_all_edges(rows), vol["ep"] * moe_share * n)))
+                scale = moe_share * n
+                if dedup is None:
+                    pieces.append(("ep", _scale(all_to_all_edges(rows), vol["ep"] * scale)))
+                    continue
+                parts = deduplicated_all_to_all_edges(rows, k)
+                assert parts is not None  # the stage's rows are some of the regular groups
+                rail, domain, x, y = parts
+                per_rail, per_domain = deepep_pair_bytes(model, s, x, y)
+                pieces.append(("ep", _scale(rail, vol["ep_tokens"] * per_rail * scale)))
+                pieces.append(("ep", _scale(domain, vol["ep_tokens"] * per_domain * scale)))
     src = np.concatenate([x[0] for _, x in pieces])
     dst = np.concatenate([x[1] for _, x in pieces])
     size = np.concatenate([x[2] for _, x in pieces])

@@ -116,6 +116,25 @@ def all_to_all_edges(groups: IntArray) -> Edges:
     return Edges(np.asarray(src), np.asarray(dst), np.ones(src.size))
 
 
+def deduplicated_all_to_all_edges(
+    groups: IntArray, hb_domain: int
+) -> tuple[Edges, Edges, int, int] | None:
+    """DeepEP-style all-to-all over each group row (`Strategy.ep_dispatch` deepep): (rail
+    edges, domain edges, x, y) — every ordered pair of members at the same position in
+    different HB domains (the rail phase: a token crosses once per domain, to the same local
+    rank) and every ordered pair inside a domain (the NVLink forwarding), share 1 each; None
+    unless every row has x members in each of y domains."""
+    if groups.size == 0 or groups.shape[1] < 2:
+        return None
+    x, y, regular = group_layout(groups, hb_domain)
+    if not bool(np.all(regular)) or np.unique(x).size != 1 or np.unique(y).size != 1:
+        return None
+    xv, yv = int(x[0]), int(y[0])
+    grid = np.sort(groups, axis=1).reshape(-1, yv, xv)  # [group, domain, local position]
+    rails = grid.transpose(0, 2, 1).reshape(-1, yv)
+    return all_to_all_edges(rails), all_to_all_edges(grid.reshape(-1, xv)), xv, yv
+
+
 def parse_order(text: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """`"tp,dp,pp"` → ('tp', 'dp', 'pp'): a permutation of tp, dp, pp (and optionally cp),
     fastest first."""

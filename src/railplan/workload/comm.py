@@ -240,6 +240,12 @@ def ep_pair_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     return np.asarray(slots / s.tp * model.hidden * ACT_BYTES / s.ep)
 
 
+def ep_token_bytes(model: Model, s: StrategyArrays) -> FloatArray:
+    """Bytes of one copy of the tokens one GPU dispatches (DeepEP-style, `ep_dispatch` deepep):
+    its b·s/cp tokens, split over the tp ranks, h bf16 values each."""
+    return np.asarray(local_tokens(model, s) / s.tp * model.hidden * ACT_BYTES)
+
+
 def ep_all_to_alls_per_moe_layer(
     s: StrategyArrays, rerun: FloatArray | float = 1.0
 ) -> dict[str, FloatArray]:
