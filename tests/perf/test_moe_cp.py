@@ -94,6 +94,13 @@ def test_rule_and_search() -> None:
     both = (rows["cp"] > 1) & (rows["ep"] > 1)
     assert both.any()
     assert bool(np.all((rows["dp"] * rows["cp"]) % rows["ep"] == 0))
+    # given the HB domain, ep > 1 pairs with cp > 1 only inside it, unless cp is fixed
+    inside = candidate_rows(MOE, 64, 64, SearchSpace(tp=(2,), pp=(1,)), hb_domain=8)
+    folded = (inside["cp"] > 1) & (inside["ep"] > 1)
+    assert folded.any() and bool(np.all(inside["tp"][folded] * inside["cp"][folded] <= 8))
+    assert set(inside["cp"][inside["ep"] == 1].tolist()) == set(rows["cp"].tolist())
+    fixed = candidate_rows(MOE, 64, 64, SearchSpace(tp=(2,), pp=(1,), cp=(16,)), hb_domain=8)
+    assert ((fixed["cp"] == 16) & (fixed["ep"] > 1)).any()
 
 
 def test_mixed_batch_equals_each_alone() -> None:

@@ -288,10 +288,13 @@ def _select(cols: dict[str, IntArray], keep: BoolArray) -> dict[str, IntArray]:
 
 
 def candidate_rows(
-    model: Model, gpus: int, global_batch: int, space: SearchSpace
+    model: Model, gpus: int, global_batch: int, space: SearchSpace, hb_domain: int | None = None
 ) -> dict[str, IntArray]:
     """The valid (tp, cp, pp, dp, micro_batch, interleave, zero, ep, zero_shard) tuples, as 1-d
-    arrays."""
+    arrays. Expert parallelism is paired with context parallelism only where tp·cp fits in an
+    HB domain of `hb_domain` GPUs (folding the expert ranks over cp there keeps expert groups
+    on NVLink; every pair would multiply an MoE search by the cp values), unless the space
+    fixes cp."""
     tps = _allowed(divisors(gpus), space.tp)
     tps = tps[(model.heads % tps == 0) & (model.kv_heads_ % tps == 0)]
     cps = _allowed(divisors(gpus), space.cp)
@@ -338,6 +341,9 @@ def candidate_rows(
     eps = _allowed(divisors(model.experts), space.ep) if model.experts > 1 else np.ones(1, np.int64)
     rows = _cross(rows, "ep", eps)
     rows = _select(rows, (rows["dp"] * rows["cp"]) % rows["ep"] == 0)
+    if space.cp is None and hb_domain is not None:
+        folded = (rows["ep"] > 1) & (rows["cp"] > 1)
+        rows = _select(rows, ~folded | (rows["tp"] * rows["cp"] <= hb_domain))
 
     # Hybrid sharding: each N of `zero_shard` on the ZeRO candidates whose dp·cp ranks it splits
     # into 2 or more replicas that also divide the expert data-parallel ranks (N = dp·cp is the
@@ -442,7 +448,8 @@ class Evaluated:
 def enumerate_and_evaluate(job: Job, space: SearchSpace = SearchSpace()) -> Evaluated:
     """Every valid configuration of the space for `job`, evaluated through `iteration` in
     chunks."""
-    rows = candidate_rows(job.model, job.gpus, job.global_batch, space)
+    # the system's HB domain, whatever the network: every network searches the same space
+    rows = candidate_rows(job.model, job.gpus, job.global_batch, space, job.system.hb_domain)
     cols = candidate_columns(space)
     n_rows, n_cols = len(rows["tp"]), len(cols["recompute"])
     step = max(1, CHUNK_ELEMENTS // max(n_cols, 1))

@@ -136,11 +136,11 @@ def megatron_shapes(
     """The worst layout of every kind of group under Megatron's rank order on HB domains of k:
     `tp` (consecutive), `cp` (the context-parallel ring, tp apart), `dp` (the dp·cp ranks that
     reduce gradients, tp apart), `pp` (a pipeline chain, tp·cp·dp apart), `ep` (ep consecutive
-    dp ranks), `expert_dp` (dp/ep ranks tp·ep apart) and `embedding` (first and last stage of a
-    pipeline); the ep ranks are consecutive ranks of the dp·cp ones (Megatron-Core's expert
-    grid). With hybrid sharding over `replicas` copies (`StrategyArrays.replicas`), the
-    dp·cp/replicas consecutive ranks of a `dp` group that shard the states (`dp_shard`) and the
-    ranks holding the same shard, one per shard group (`dp_replica`); likewise
+    ranks of the dp·cp ones, tp apart: Megatron-Core's expert grid), `expert_dp` (dp·cp/ep
+    ranks tp·ep apart) and `embedding` (first and last stage of a pipeline). With hybrid
+    sharding over `replicas` copies (`StrategyArrays.replicas`), the dp·cp/replicas
+    consecutive ranks of a `dp` group that shard the states (`dp_shard`) and the ranks holding
+    the same shard, one per shard group (`dp_replica`); likewise
     `expert_dp_shard` and `expert_dp_replica` (Megatron-Core's intra- and inter-instance
     groups, torchtitan's dp_shard and dp_replicate mesh dimensions); without, `dp_shard` is
     `dp` and a replica group is one rank. Arrays broadcast; evaluated once per distinct

@@ -10,7 +10,8 @@ gradient and weight collectives of its ZeRO stage (`comm.dp_schedule`: ZeRO 2/3 
 every micro-batch; with hybrid sharding within each shard group, then across the replicas);
 tied embeddings: first and last stage all-reduce the embedding gradient (counted as `dp`: it
 is a gradient reduction). MoE (ep > 1): per MoE layer and micro-batch, uniform all-to-alls
-among the ep ranks (`ep`), and the expert gradients reduced over the dp/ep
+among the ep ranks (`ep`; with DeepEP-style dispatch, same-rail edges between HB domains and
+NVLink edges inside them), and the expert gradients reduced over the dp·cp/ep
 expert-data-parallel ranks (counted as `dp`). Context parallelism (cp > 1): per layer and
 micro-batch each GPU sends `comm.cp_steps_per_layer` K/V (and K/V-gradient) blocks to its
 successor on the cp ring (`cp`); gradients are reduced over the dp·cp ranks.
