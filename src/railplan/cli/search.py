@@ -171,6 +171,14 @@ def search(
             "layers of each model chunk (Megatron --recompute-method block), comma-separated",
         ),
     ] = "0",
+    microbatch_groups: Annotated[
+        bool,
+        typer.Option(
+            "--microbatch-groups/--no-microbatch-groups",
+            help="interleaved candidates whose micro-batches are not a multiple of pp take the "
+            "smallest micro-batch group Megatron-Core accepts (off: left out)",
+        ),
+    ] = True,
     zero_shard: Annotated[
         str,
         typer.Option(
@@ -219,6 +227,7 @@ def search(
         recompute_modules=tuple(x.strip() for x in recompute_modules.split(",") if x.strip()),
         recompute_num_layers=tuple(int_list("recompute_num_layers", recompute_num_layers)),
         zero_shard=tuple(int_list("zero_shard", zero_shard)),
+        microbatch_groups=microbatch_groups,
     )
     r = run(Job(m, sy, net, gpus, global_batch), space, top=top)
     r.require_best()

@@ -118,6 +118,11 @@ class SearchSpace:
     # "dualpipev": every candidate DualPipeV can run (two chunks per rank, m ≥ 2·pp) runs it
     # instead of the interleaved schedule; "1f1b" (default): Megatron's schedules only
     pipeline_schedule: str = "1f1b"
+    # interleaved candidates whose micro-batch count is not a multiple of pp take the smallest
+    # micro-batch group that lets them interleave (Strategy.microbatch_group; Megatron-Core's
+    # --microbatch-group-size-per-virtual-pipeline-stage); False: they are left out (the
+    # 2021-22 code had no groups)
+    microbatch_groups: bool = True
     # hybrid sharding (Strategy.zero_shard) tried on the ZeRO candidates: 0 (default) shards
     # over every dp·cp rank; N > 0 also tries shard groups of N where N divides dp·cp
     zero_shard: tuple[int, ...] = (0,)
@@ -176,8 +181,9 @@ class SearchSpace:
 # TP, PP, DP, interleaving, micro-batch, recompute (none / attention-only / full), sequence
 # parallelism, and the distributed optimizer (ZeRO-1); no ZeRO-2/3, no context parallelism, pp
 # dividing the layers; unfused attention and loss kernels (the paper's model is validated on
-# Korthikanti et al. 2022's Megatron runs, which ran both unfused).
+# Korthikanti et al. 2022's Megatron runs, which ran both unfused); no micro-batch groups.
 MEGATRON_SPACE = SearchSpace(
+    microbatch_groups=False,
     zero=(0, 1),
     cp=(1,),
     uneven_pp=False,
@@ -329,7 +335,18 @@ def candidate_rows(
     chunks_ok = np.where(space.uneven_pp, v <= model.layers // pp, even)
     # DualPipeV (`pipeline_schedule`) takes any m ≥ 2·pp micro-batches on its two chunks.
     dualpipev = (space.pipeline_schedule == "dualpipev") & (v == 2) & (micro_batches >= 2 * pp)
-    m_ok = (micro_batches % pp == 0) | dualpipev
+    # A micro-batch count that is not a multiple of pp interleaves with a micro-batch group N
+    # (`microbatch_groups`): the smallest N ≥ pp that Megatron-Core accepts (m mod N 0 or ≥ pp),
+    # which holds the fewest extra warm-up forwards ((v − 1)·(N − pp)).
+    grouped = (
+        space.microbatch_groups
+        & (v > 1)
+        & (micro_batches % pp != 0)
+        & (micro_batches >= pp)
+        & ~dualpipev
+    )
+    rows["microbatch_group"] = np.where(grouped, smallest_group(micro_batches, pp), 0)
+    m_ok = (micro_batches % pp == 0) | dualpipev | grouped
     rows = _select(rows, (v == 1) | (chunks_ok & (pp > 1) & m_ok))
 
     rows = _cross(rows, "zero", np.array(sorted(set(space.zero)), dtype=np.int64))
@@ -361,6 +378,21 @@ def candidate_rows(
     )
     plain = (n == 0) & ((rows["zero"] == 0) | (0 in space.zero_shard))
     return _select(rows, plain | hybrid)
+
+
+def smallest_group(m: IntArray, pp: IntArray) -> IntArray:
+    """Per row, the smallest micro-batch group N in [pp, m] with m mod N = 0 or ≥ pp (N = m
+    always qualifies), as Megatron-Core's interleaved schedule accepts it."""
+    m, pp = np.asarray(m, dtype=np.int64), np.asarray(pp, dtype=np.int64)
+    out = np.where(m >= pp, m, 0)
+    todo = m >= pp
+    n = pp.copy()
+    while bool(np.any(todo)):
+        ok = todo & (n <= m) & ((m % np.maximum(n, 1) == 0) | (m % np.maximum(n, 1) >= pp))
+        out = np.where(ok, n, out)
+        todo = todo & ~ok & (n < m)
+        n = n + 1
+    return np.asarray(out, dtype=np.int64)
 
 
 def candidate_columns(space: SearchSpace) -> dict[str, IntArray]:

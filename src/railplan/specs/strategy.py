@@ -287,6 +287,7 @@ class Strategy(Spec):
             f"v={self.interleave}"
             if self.interleave > 1 and self.pipeline_schedule == "1f1b"
             else "",
+            f"mb-group={self.microbatch_group}" if self.microbatch_group else "",
             "SP" if self.sequence_parallel else "",
             f"ZeRO-{self.zero}" if self.zero else "",
             f"shard={self.zero_shard}" if self.zero and self.zero_shard else "",
