@@ -259,3 +259,45 @@ def test_traffic_has_one_boundary_fewer(cli) -> None:  # type: ignore[no-untyped
     inter = cli.json(*base)["bytes_by_kind"]["pp"]
     dual = cli.json(*base, "--pipeline-schedule", "dualpipev")["bytes_by_kind"]["pp"]
     assert dual == pytest.approx(inter * 6 / 7)
+
+
+def _dualpipe_steps(rank: int, ranks: int, chunks: int) -> list[int]:
+    """Steps 1-8 of deepseek-ai/DualPipe `dualpipe.py` (`DualPipe.step`) on rank `rank` of
+    `ranks` with `chunks` micro-batches, as the file counts them (with its asserts)."""
+    assert ranks % 2 == 0 and chunks % 2 == 0 and chunks >= ranks * 2
+    half_ranks, half_rank, half_chunks = ranks // 2, min(rank, ranks - 1 - rank), chunks // 2
+    rest, own = half_ranks - half_rank - 1, half_rank + 1
+    return [2 * rest, own, rest, half_chunks - ranks + half_rank + 1, rest, own, rest, own]
+
+
+def _dualpipev_steps(rank: int, ranks: int, chunks: int) -> list[int]:
+    """Steps 1-8 of `dualpipev.py` (`DualPipeV.step`), likewise."""
+    assert chunks >= ranks * 2
+    rest, own = ranks - rank - 1, rank + 1
+    return [2 * rest, own, rest, chunks - ranks * 2 + rank + 1, rest, own, rest, own]
+
+
+@pytest.mark.parametrize(("ranks", "chunks"), [(2, 4), (4, 8), (8, 20), (16, 32), (16, 60)])
+def test_dualpipe_is_dualpipev_on_half_the_ranks(ranks: int, chunks: int) -> None:
+    """Rank r of DualPipe on p ranks runs the op sequence of rank min(r, p − 1 − r) of
+    DualPipeV on p/2 ranks with half the micro-batches (the same step kinds, nF0 … nW, in the
+    same counts): how docs/model.md enters DualPipe."""
+    for r in range(ranks):
+        half = min(r, ranks - 1 - r)
+        assert _dualpipe_steps(r, ranks, chunks) == _dualpipev_steps(half, ranks // 2, chunks // 2)
+        assert _dualpipev_steps(half, ranks // 2, chunks // 2) == [
+            len(x) for x in _step_groups(half, ranks // 2, chunks // 2)
+        ]
+
+
+def _step_groups(r: int, pp: int, m: int) -> list[list[int]]:
+    """`_ops`'s steps as groups of repetitions (step 2 and 4 repeat pairs), to tie the counts
+    above to the op order the replay runs."""
+    counts = [2 * (pp - r - 1), r + 1, pp - r - 1, m - 2 * pp + r + 1]
+    counts += [pp - r - 1, r + 1, pp - r - 1, r + 1]
+    total_ops = len(_ops(r, pp, m))
+    per_step = [1, 2, 3, 2, 2, 2, 2, 1]  # ops per repetition of each step
+    # the last rank's first main-step pair is not merged (F0, B1 apart: one op more)
+    unmerged = 1 if r == pp - 1 and counts[3] > 0 else 0
+    assert total_ops == sum(c * k for c, k in zip(counts, per_step, strict=True)) + unmerged
+    return [[0] * c for c in counts]
