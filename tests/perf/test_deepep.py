@@ -6,14 +6,25 @@ from math import comb
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from railplan.errors import RailplanError
 from railplan.explore.search import SearchSpace, enumerate_and_evaluate
 from railplan.perf.comm_time import ep_comm_time_s, links
 from railplan.perf.iteration import iteration
 from railplan.perf.layout import megatron_shapes
-from railplan.specs import EP_DISPATCH_CODES, Job, Model, Network, Strategy, load_model, load_system
-from railplan.specs.arrays import check, from_strategies
+from railplan.specs import (
+    EP_DISPATCH_CODES,
+    Job,
+    Model,
+    Network,
+    Strategy,
+    System,
+    load_model,
+    load_system,
+)
+from railplan.specs.arrays import check, from_strategies, valid_mask
 from railplan.traffic.matrix import KIND_CODE, traffic
 from railplan.traffic.placement import place
 from railplan.workload import comm
@@ -140,3 +151,61 @@ def test_cli_and_search(cli: Cli) -> None:
     assert bool(np.all(ev.strategies.ep_dispatch == EP_DISPATCH_CODES["deepep"]))
     with pytest.raises(RailplanError, match="ep_dispatch"):
         SearchSpace(ep_dispatch="nccl")
+
+
+deepep_strategies = st.builds(
+    lambda tp, dp, ep, mb, k, overlap: Strategy(
+        tp=tp,
+        dp=dp,
+        ep=ep,
+        micro_batch=mb,
+        global_batch=dp * mb * k,
+        sequence_parallel=tp > 1,
+        ep_dispatch="deepep",
+        overlap_ep=overlap,
+    ),
+    st.sampled_from([1, 2]),
+    st.sampled_from([8, 16, 32, 64]),
+    st.sampled_from([2, 4, 8, 16, 32, 64]),
+    st.sampled_from([1, 2]),
+    st.integers(1, 3),
+    st.booleans(),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    deepep_strategies,
+    st.sampled_from(["hb_tbps", "nic_gbps", "nics_per_gpu"]),
+    st.floats(1.01, 8.0),
+    st.sampled_from(["rail-optimized", "rail-only"]),
+)
+def test_more_bandwidth_is_never_slower(
+    strategy: Strategy, field: str, factor: float, arch: str
+) -> None:
+    s = from_strategies(strategy)
+    if not bool(valid_mask(MOE, s)):
+        return
+    net = Network(architecture=arch)
+    fast_sys = System.parse(SYSTEM.model_dump() | {field: getattr(SYSTEM, field) * factor}, "s")
+    slow = float(iteration(MOE, SYSTEM, net, s).iteration_s)
+    fast = float(iteration(MOE, fast_sys, net, s).iteration_s)
+    assert fast <= slow * (1 + 1e-12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(deepep_strategies)
+def test_network_order_and_rail_only_free(strategy: Strategy) -> None:
+    """ideal ≤ rail-optimized ≤ rail-only, and the all-to-alls cost rail-only nothing."""
+    s = from_strategies(strategy)
+    if not bool(valid_mask(MOE, s)):
+        return
+    its = {a: iteration(MOE, SYSTEM, Network(architecture=a), s) for a in NETWORKS}
+    t = {a: float(it.iteration_s) for a, it in its.items()}
+    assert t["ideal"] <= t["rail-optimized"] * (1 + 1e-12)
+    assert t["rail-optimized"] <= t["rail-only"] * (1 + 1e-12)
+    ep = {a: float(it.breakdown_s["ep_comm"]) for a, it in its.items()}
+    assert ep["rail-only"] == ep["rail-optimized"]
+
+
+NETWORKS = ("ideal", "rail-optimized", "rail-only")
