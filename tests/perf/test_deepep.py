@@ -20,7 +20,6 @@ from railplan.specs import (
     Model,
     Network,
     Strategy,
-    System,
     load_model,
     load_system,
 )
@@ -30,6 +29,13 @@ from railplan.traffic.placement import place
 from railplan.workload import comm
 from railplan.workload.routing import remote_domains, touched_domains
 from tests.conftest import Cli
+from tests.perf.properties import (
+    ARCHS,
+    BANDWIDTH_FIELDS,
+    FACTORS,
+    check_more_bandwidth_never_slower,
+    check_network_order,
+)
 
 V3 = load_model("deepseek-v3")
 MOE = Model(
@@ -174,38 +180,20 @@ deepep_strategies = st.builds(
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
-@given(
-    deepep_strategies,
-    st.sampled_from(["hb_tbps", "nic_gbps", "nics_per_gpu"]),
-    st.floats(1.01, 8.0),
-    st.sampled_from(["rail-optimized", "rail-only"]),
-)
+@given(deepep_strategies, BANDWIDTH_FIELDS, FACTORS, ARCHS)
 def test_more_bandwidth_is_never_slower(
     strategy: Strategy, field: str, factor: float, arch: str
 ) -> None:
-    s = from_strategies(strategy)
-    if not bool(valid_mask(MOE, s)):
-        return
-    net = Network(architecture=arch)
-    fast_sys = System.parse(SYSTEM.model_dump() | {field: getattr(SYSTEM, field) * factor}, "s")
-    slow = float(iteration(MOE, SYSTEM, net, s).iteration_s)
-    fast = float(iteration(MOE, fast_sys, net, s).iteration_s)
-    assert fast <= slow * (1 + 1e-12)
+    if bool(valid_mask(MOE, from_strategies(strategy))):
+        check_more_bandwidth_never_slower(MOE, SYSTEM, strategy, field, factor, arch)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(deepep_strategies)
 def test_network_order_and_rail_only_free(strategy: Strategy) -> None:
     """ideal ≤ rail-optimized ≤ rail-only, and the all-to-alls cost rail-only nothing."""
-    s = from_strategies(strategy)
-    if not bool(valid_mask(MOE, s)):
+    if not bool(valid_mask(MOE, from_strategies(strategy))):
         return
-    its = {a: iteration(MOE, SYSTEM, Network(architecture=a), s) for a in NETWORKS}
-    t = {a: float(it.iteration_s) for a, it in its.items()}
-    assert t["ideal"] <= t["rail-optimized"] * (1 + 1e-12)
-    assert t["rail-optimized"] <= t["rail-only"] * (1 + 1e-12)
+    its = check_network_order(MOE, SYSTEM, strategy)
     ep = {a: float(it.breakdown_s["ep_comm"]) for a, it in its.items()}
     assert ep["rail-only"] == ep["rail-optimized"]
-
-
-NETWORKS = ("ideal", "rail-optimized", "rail-only")

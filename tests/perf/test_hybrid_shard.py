@@ -14,7 +14,7 @@ from railplan.explore.search import SearchSpace, candidate_rows
 from railplan.perf.comm_time import links
 from railplan.perf.iteration import data_parallel, iteration
 from railplan.perf.layout import megatron_shapes
-from railplan.specs import Network, Strategy, System, load_model, load_system
+from railplan.specs import Network, Strategy, load_model, load_system
 from railplan.specs.arrays import check, from_strategies
 from railplan.traffic.matrix import KIND_CODE, traffic
 from railplan.traffic.placement import place
@@ -22,6 +22,13 @@ from railplan.workload import comm
 from railplan.workload.memory import dense_stage_params, expert_stage_params, memory
 from tests.conftest import Cli
 from tests.perf.batch_check import batch_equals_each_alone
+from tests.perf.properties import (
+    ARCHS,
+    BANDWIDTH_FIELDS,
+    FACTORS,
+    check_more_bandwidth_never_slower,
+    check_network_order,
+)
 
 MODEL = load_model("llama-3.1-8b")
 MOE = load_model("mixtral-8x7b")
@@ -220,37 +227,18 @@ hybrids = st.builds(
 )
 
 
-def _system(**over: float) -> System:
-    return System.parse(SYSTEM.model_dump() | over, "system")
-
-
 @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
-@given(
-    hybrids,
-    st.sampled_from(["hb_tbps", "nic_gbps", "nics_per_gpu"]),
-    st.floats(1.01, 8.0),
-    st.sampled_from(["rail-optimized", "rail-only"]),
-)
+@given(hybrids, BANDWIDTH_FIELDS, FACTORS, ARCHS)
 def test_more_bandwidth_is_never_slower(
     strategy: Strategy, field: str, factor: float, arch: str
 ) -> None:
-    s = from_strategies(strategy)
-    net = Network(architecture=arch)
-    slow = iteration(MODEL, SYSTEM, net, s).iteration_s
-    fast = iteration(MODEL, _system(**{field: getattr(SYSTEM, field) * factor}), net, s)
-    assert float(fast.iteration_s) <= float(slow) * (1 + 1e-12)
+    check_more_bandwidth_never_slower(MODEL, SYSTEM, strategy, field, factor, arch)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(hybrids)
 def test_network_order(strategy: Strategy) -> None:
-    s = from_strategies(strategy)
-    t = {
-        a: float(iteration(MODEL, SYSTEM, Network(architecture=a), s).iteration_s)
-        for a in ("ideal", "rail-optimized", "rail-only")
-    }
-    assert t["ideal"] <= t["rail-optimized"] * (1 + 1e-12)
-    assert t["rail-optimized"] <= t["rail-only"] * (1 + 1e-12)
+    check_network_order(MODEL, SYSTEM, strategy)
 
 
 @pytest.mark.parametrize("model", [MODEL, MOE], ids=["dense", "moe"])

@@ -7,10 +7,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from railplan.perf.iteration import iteration
-from railplan.specs import Network, Strategy, System, load_model, load_system
-from railplan.specs.arrays import from_strategies
+from railplan.specs import Strategy, load_model, load_system
 from tests.perf.batch_check import batch_equals_each_alone
+from tests.perf.properties import (
+    ARCHS,
+    BANDWIDTH_FIELDS,
+    FACTORS,
+    check_more_bandwidth_never_slower,
+    check_network_order,
+)
 
 MODEL = load_model("gpt-39b")  # 48 layers
 MOE = load_model("moe-1.3b")
@@ -38,38 +43,18 @@ schedules = st.builds(
 )
 
 
-def _system(**over: float) -> System:
-    return System.parse(load_system("dgx-h100").model_dump() | over, "system")
-
-
 @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
-@given(
-    schedules,
-    st.sampled_from(["hb_tbps", "nic_gbps", "nics_per_gpu"]),
-    st.floats(1.01, 8.0),
-    st.sampled_from(["rail-optimized", "rail-only"]),
-)
+@given(schedules, BANDWIDTH_FIELDS, FACTORS, ARCHS)
 def test_more_bandwidth_is_never_slower(
     strategy: Strategy, field: str, factor: float, arch: str
 ) -> None:
-    base = load_system("dgx-h100")
-    s = from_strategies(strategy)
-    net = Network(architecture=arch)
-    slow = iteration(MODEL, base, net, s).iteration_s
-    fast = iteration(MODEL, _system(**{field: getattr(base, field) * factor}), net, s)
-    assert float(fast.iteration_s) <= float(slow) * (1 + 1e-12)
+    check_more_bandwidth_never_slower(MODEL, load_system("dgx-h100"), strategy, field, factor, arch)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(schedules)
 def test_network_order(strategy: Strategy) -> None:
-    s, sy = from_strategies(strategy), load_system("dgx-h100")
-    t = {
-        a: float(iteration(MODEL, sy, Network(architecture=a), s).iteration_s)
-        for a in ("ideal", "rail-optimized", "rail-only")
-    }
-    assert t["ideal"] <= t["rail-optimized"] * (1 + 1e-12)
-    assert t["rail-optimized"] <= t["rail-only"] * (1 + 1e-12)
+    check_network_order(MODEL, load_system("dgx-h100"), strategy)
 
 
 @pytest.mark.parametrize("model", [MODEL, MOE], ids=["dense", "moe"])
