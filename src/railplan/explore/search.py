@@ -297,10 +297,10 @@ def candidate_rows(
     model: Model, gpus: int, global_batch: int, space: SearchSpace, hb_domain: int | None = None
 ) -> dict[str, IntArray]:
     """The valid (tp, cp, pp, dp, micro_batch, interleave, zero, ep, zero_shard) tuples, as 1-d
-    arrays. Expert parallelism is paired with context parallelism only where tp·cp fits in an
-    HB domain of `hb_domain` GPUs (folding the expert ranks over cp there keeps expert groups
-    on NVLink; every pair would multiply an MoE search by the cp values), unless the space
-    fixes cp."""
+    arrays. Expert parallelism is paired with context parallelism only where the cp ring stays
+    inside an HB domain of `hb_domain` GPUs (tp·cp ≤ K), unless the space fixes cp: a bound on
+    the MoE search, which every (ep, cp) pair would multiply by the cp values, not a rule of
+    Megatron-Core (`estimate` takes any pair)."""
     tps = _allowed(divisors(gpus), space.tp)
     tps = tps[(model.heads % tps == 0) & (model.kv_heads_ % tps == 0)]
     cps = _allowed(divisors(gpus), space.cp)
