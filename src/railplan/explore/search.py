@@ -345,7 +345,8 @@ def candidate_rows(
         & (micro_batches >= pp)
         & ~dualpipev
     )
-    rows["microbatch_group"] = np.where(grouped, smallest_group(micro_batches, pp), 0)
+    rows["microbatch_group"] = np.zeros_like(v)
+    rows["microbatch_group"][grouped] = smallest_group(micro_batches[grouped], pp[grouped])
     m_ok = (micro_batches % pp == 0) | dualpipev | grouped
     rows = _select(rows, (v == 1) | (chunks_ok & (pp > 1) & m_ok))
 
@@ -365,6 +366,9 @@ def candidate_rows(
     # Hybrid sharding: each N of `zero_shard` on the ZeRO candidates whose dp·cp ranks it splits
     # into 2 or more replicas that also divide the expert data-parallel ranks (N = dp·cp is the
     # plain ZeRO candidate, 0). Candidates without ZeRO shard nothing and stay, with 0.
+    if space.zero_shard == (0,):  # the default: no hybrid candidates, nothing to filter
+        rows["zero_shard"] = np.zeros_like(rows["zero"])
+        return rows
     shards = np.array(sorted(set(space.zero_shard) | {0}), dtype=np.int64)
     rows = _cross(rows, "zero_shard", shards)
     n, ranks = rows["zero_shard"], rows["dp"] * rows["cp"]

@@ -261,18 +261,18 @@ def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
             # uniform all-to-alls among the ep ranks of each MoE layer of the stage: the
             # logical demand src → dst (forwarding is the timing's concern, SYSTEM.md 3)
             moe_share = model.moe_layers / model.layers
-            dedup = (
-                deduplicated_all_to_all_edges(ep_groups, k)
-                if strategy.ep_dispatch == "deepep"
-                else None
-            )
-            for (n, _), rows in _per_stage(ep_groups, (p.dp * p.cp // ep) * p.tp, only_layers):
+            ep_stages = _per_stage(ep_groups, (p.dp * p.cp // ep) * p.tp, only_layers)
+            dedup = [
+                deduplicated_all_to_all_edges(rows, k) if strategy.ep_dispatch == "deepep" else None
+                for _, rows in ep_stages
+            ]
+            # DeepEP-style edges only where every group has x members in each of y domains
+            regular = len({None if d is None else d[2:] for d in dedup}) == 1
+            for ((n, _), rows), parts in zip(ep_stages, dedup, strict=True):
                 scale = moe_share * n
-                if dedup is None:
+                if parts is None or not regular:
                     pieces.append(("ep", _scale(all_to_all_edges(rows), vol["ep"] * scale)))
                     continue
-                parts = deduplicated_all_to_all_edges(rows, k)
-                assert parts is not None  # the stage's rows are some of the regular groups
                 rail, domain, x, y = parts
                 per_rail, per_domain = deepep_pair_bytes(model, s, x, y)
                 pieces.append(("ep", _scale(rail, vol["ep_tokens"] * per_rail * scale)))

@@ -213,16 +213,17 @@ def dp_weight_gather_bytes(
     """With a distributed optimizer (ZeRO ≥ 1): the non-expert weights all-gathered over the
     data-parallel group (BF16; the GEMM weights in FP8 with `fp8_param_gather`:
     `memory.gathered_weight_bytes`)."""
-    dense, _ = gathered_weight_bytes(model, s, embedding, layers)
-    return np.asarray(np.where(s.zero >= 1, dense, 0.0))
+    params = dense_stage_params(model, s, embedding, layers)
+    return np.asarray(np.where(s.zero >= 1, gathered_weight_bytes(model, s, params), 0.0))
 
 
 def dp_expert_weight_gather_bytes(
     model: Model, s: StrategyArrays, layers: FloatArray | None = None
 ) -> FloatArray:
     """With ZeRO ≥ 1: the expert weights all-gathered over the dp/ep expert group."""
-    _, expert = gathered_weight_bytes(model, s, False, layers)
-    return np.asarray(np.where(s.zero >= 1, expert, 0.0))
+    params = expert_stage_params(model, s, layers)
+    gathered = gathered_weight_bytes(model, s, params, expert=True, layers=layers)
+    return np.asarray(np.where(s.zero >= 1, gathered, 0.0))
 
 
 def embedding_gradient_bytes(model: Model, s: StrategyArrays) -> FloatArray:

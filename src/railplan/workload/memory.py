@@ -293,18 +293,22 @@ def gemm_stage_params(
 
 
 def gathered_weight_bytes(
-    model: Model, s: StrategyArrays, embedding: bool = True, layers: FloatArray | None = None
-) -> tuple[FloatArray, FloatArray]:
-    """Bytes of the stage's (non-expert, expert) weights as data-parallel weight gathers move
-    them and ZeRO-3 holds them gathered: BF16, except the GEMM weights in FP8 (1 B) where
-    `fp8_param_gather` (`StrategyArrays.fp8_gathered`)."""
-    dense = dense_stage_params(model, s, embedding, layers) * WEIGHT_BYTES
-    expert = expert_stage_params(model, s, layers) * WEIGHT_BYTES
+    model: Model,
+    s: StrategyArrays,
+    params: FloatArray,
+    expert: bool = False,
+    layers: FloatArray | None = None,
+) -> FloatArray:
+    """Bytes of `params` of the stage's non-expert (or `expert`) weights as data-parallel weight
+    gathers move them and ZeRO-3 holds them gathered: BF16, except the GEMM weights in FP8
+    (1 B) where `fp8_param_gather` (`StrategyArrays.fp8_gathered`). `layers`: the stage's, as
+    for `params`."""
+    bf16 = np.asarray(params * WEIGHT_BYTES)
     if not bool(np.any(s.fp8_gathered)):  # the usual case costs nothing
-        return dense, expert
-    g_dense, g_expert = gemm_stage_params(model, s, layers)
+        return bf16
+    gemm = gemm_stage_params(model, s, layers)[1 if expert else 0]
     saved = np.where(s.fp8_gathered, WEIGHT_BYTES - FP8_PARAM_BYTES, 0.0)
-    return np.asarray(dense - saved * g_dense), np.asarray(expert - saved * g_expert)
+    return np.asarray(bf16 - saved * gemm)
 
 
 def zero3_gathered_bytes(model: Model, s: StrategyArrays) -> FloatArray:
@@ -312,10 +316,13 @@ def zero3_gathered_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     GEMM weights with `fp8_param_gather`) and one layer's full gradient (0 for ZeRO < 3). A
     layer's experts are gathered over their dp/ep group (experts/ep full experts per rank)."""
     layers = stage_layers(model, s)["max"]
-    params = dense_stage_params(model, s, False, layers) + expert_stage_params(model, s, layers)
-    weights = sum(gathered_weight_bytes(model, s, False, layers), np.zeros(()))
+    dense = dense_stage_params(model, s, False, layers)
+    expert = expert_stage_params(model, s, layers)
+    weights = gathered_weight_bytes(model, s, dense, False, layers) + gathered_weight_bytes(
+        model, s, expert, True, layers
+    )
     gathered = np.minimum(ZERO3_GATHERED_LAYERS, layers)  # a 1-layer stage has nothing to prefetch
-    live = (gathered * weights + params * s.grad_reduce_bytes) / layers
+    live = (gathered * weights + (dense + expert) * s.grad_reduce_bytes) / layers
     return np.asarray(np.where(s.zero_sharding >= 3, live, 0.0))
 
 
