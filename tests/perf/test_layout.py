@@ -56,7 +56,7 @@ def test_layout_matches_the_placement(tp: int, dp: int, pp: int, ep_pick: int, k
     divisors = [e for e in range(1, dp + 1) if dp % e == 0]
     ep = divisors[ep_pick % len(divisors)]
     p = place(tp, pp, dp, k)
-    ep_groups, edp_groups = expert_groups(p, ep)
+    ep_groups, edp_groups, _ = expert_groups(p, ep)
     oracle = {
         "tp": p.groups("tp"),
         "dp": p.groups("dp"),

@@ -69,10 +69,10 @@ def test_traffic_is_the_same_pairs_and_bytes() -> None:
 def test_expert_groups_fold_over_cp() -> None:
     """tp 1, cp 2, dp 2, ep 4: one EP group of the four data-parallel ranks of the stage."""
     p = place(1, 1, 2, 8, cp=2)
-    ep_groups, edp_groups = expert_groups(p, 4)
+    ep_groups, edp_groups, _ = expert_groups(p, 4)
     assert ep_groups.shape == (1, 4) and sorted(ep_groups[0].tolist()) == [0, 1, 2, 3]
     assert edp_groups.shape == (4, 1)
-    with pytest.raises(RailplanError, match="must divide dp·cp"):
+    with pytest.raises(RailplanError, match="must divide tp·cp·dp"):
         expert_groups(p, 3)
 
 

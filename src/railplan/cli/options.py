@@ -60,6 +60,14 @@ ZeroOpt = Annotated[int, typer.Option(help="ZeRO stage 0-3")]
 EpOpt = Annotated[
     int, typer.Option(help="expert-parallel degree (MoE), taken from the dp·cp ranks")
 ]
+ExpertTpOpt = Annotated[
+    int,
+    typer.Option(
+        help="tensor-parallel degree of the routed experts (Megatron-Core "
+        "--expert-tensor-parallel-size; divides tp; 1: each expert whole on one GPU, no "
+        "all-gather of the dispatched tokens); 0 = tp",
+    ),
+]
 ZeroShardOpt = Annotated[
     int,
     typer.Option(
@@ -343,6 +351,7 @@ class TrainingOptions(OptionGroup):
     zero: ZeroOpt = 0
     ep: EpOpt = 1
     zero_shard: ZeroShardOpt = 0
+    expert_tp: ExpertTpOpt = 0
 
     def strategy_fields(self, dp: int) -> dict[str, Any]:
         """These options as `build_strategy` fields, with the data-parallel degree `dp`."""

@@ -187,6 +187,14 @@ def search(
             "comma-separated (e.g. 0,8)",
         ),
     ] = "0",
+    expert_tp: Annotated[
+        str,
+        typer.Option(
+            help="MoE: the routed experts' tensor-parallel degrees to try, comma-separated: 0 "
+            "(= tp, Megatron-Core's default) and/or N dividing tp (1: whole experts on one "
+            "GPU); default 0,1",
+        ),
+    ] = "0,1",
     pipeline_schedule: Annotated[
         str,
         typer.Option(
@@ -227,6 +235,7 @@ def search(
         recompute_modules=tuple(x.strip() for x in recompute_modules.split(",") if x.strip()),
         recompute_num_layers=tuple(int_list("recompute_num_layers", recompute_num_layers)),
         zero_shard=tuple(int_list("zero_shard", zero_shard)),
+        expert_tp=tuple(int_list("expert_tp", expert_tp)),
         microbatch_groups=microbatch_groups,
     )
     r = run(Job(m, sy, net, gpus, global_batch), space, top=top)

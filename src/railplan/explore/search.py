@@ -130,6 +130,10 @@ class SearchSpace:
     fp8_param_gather: bool = False
     # MoE token dispatch (Strategy.ep_dispatch): alltoall (default) | deepep
     ep_dispatch: str = "alltoall"
+    # the routed experts' tensor-parallel degrees tried on MoE models (Strategy.expert_tp):
+    # 0 = tp (Megatron-Core's default), N where it divides tp and differs from it; (0, 1), the
+    # default, also tries whole experts on one GPU (expert_tp 1, common in today's MoE recipes)
+    expert_tp: tuple[int, ...] = (0, 1)
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "micro_batch", "interleave", "ep", "cp", "dp"):
@@ -171,6 +175,10 @@ class SearchSpace:
             raise RailplanError("recompute_modules", f"give one or more of {allowed}")
         if self.ep_dispatch not in EP_DISPATCH_CODES:
             raise RailplanError("ep_dispatch", "must be one of " + ", ".join(EP_DISPATCH_CODES))
+        if not self.expert_tp:
+            raise RailplanError("expert_tp", "give integers ≥ 0 (0 = tp)")
+        for n in self.expert_tp:
+            check_int("expert_tp", n, 0, MAX_GPUS)
         if self.pipeline_schedule not in PIPELINE_SCHEDULE_CODES:
             raise RailplanError(
                 "pipeline_schedule", "must be one of " + ", ".join(PIPELINE_SCHEDULE_CODES)
@@ -190,6 +198,7 @@ MEGATRON_SPACE = SearchSpace(
     attention="unfused",
     cross_entropy="unfused",
     tp_comm_overlap=False,
+    expert_tp=(0,),
 )
 
 
@@ -296,7 +305,8 @@ def _select(cols: dict[str, IntArray], keep: BoolArray) -> dict[str, IntArray]:
 def candidate_rows(
     model: Model, gpus: int, global_batch: int, space: SearchSpace, hb_domain: int | None = None
 ) -> dict[str, IntArray]:
-    """The valid (tp, cp, pp, dp, micro_batch, interleave, zero, ep, zero_shard) tuples, as 1-d
+    """The valid (tp, cp, pp, dp, micro_batch, interleave, zero, expert_tp, ep, zero_shard)
+    tuples, as 1-d
     arrays. Expert parallelism is paired with context parallelism only where the cp ring stays
     inside an HB domain of `hb_domain` GPUs (tp·cp ≤ K), unless the space fixes cp: a bound on
     the MoE search, which every (ep, cp) pair would multiply by the cp values, not a rule of
@@ -354,11 +364,19 @@ def candidate_rows(
     z = rows["zero"]
     rows = _select(rows, (z == 0) | (rows["dp"] * rows["cp"] > 1))
 
-    # MoE: expert-parallel degrees dividing the experts and dp·cp (ep ranks come from the dp·cp
-    # ranks: Megatron-Core's expert grid).
-    eps = _allowed(divisors(model.experts), space.ep) if model.experts > 1 else np.ones(1, np.int64)
+    # MoE: the routed experts' tensor-parallel degrees (0 = tp; others dividing tp and differing
+    # from it), and expert-parallel degrees dividing the experts with etp·ep dividing tp·cp·dp
+    # (Megatron-Core's expert grid: etp × ep × expert-dp fills a stage).
+    moe = model.experts > 1
+    etps = np.array(sorted(set(space.expert_tp) if moe else {0}), dtype=np.int64)
+    rows = _cross(rows, "expert_tp", etps)
+    e = rows["expert_tp"]
+    rows = _select(rows, (e == 0) | ((rows["tp"] % np.maximum(e, 1) == 0) & (e != rows["tp"])))
+    eps = _allowed(divisors(model.experts), space.ep) if moe else np.ones(1, np.int64)
     rows = _cross(rows, "ep", eps)
-    rows = _select(rows, (rows["dp"] * rows["cp"]) % rows["ep"] == 0)
+    etp = np.where(rows["expert_tp"] > 0, rows["expert_tp"], rows["tp"])
+    stage = rows["tp"] * rows["dp"] * rows["cp"]
+    rows = _select(rows, stage % (etp * rows["ep"]) == 0)
     if space.cp is None and hb_domain is not None:
         folded = (rows["ep"] > 1) & (rows["cp"] > 1)
         rows = _select(rows, ~folded | (rows["tp"] * rows["cp"] <= hb_domain))
@@ -372,13 +390,14 @@ def candidate_rows(
     shards = np.array(sorted(set(space.zero_shard) | {0}), dtype=np.int64)
     rows = _cross(rows, "zero_shard", shards)
     n, ranks = rows["zero_shard"], rows["dp"] * rows["cp"]
+    etp = np.where(rows["expert_tp"] > 0, rows["expert_tp"], rows["tp"])
     replicas = ranks // np.maximum(n, 1)
     hybrid = (
         (rows["zero"] >= 1)
         & (n > 0)
         & (n < ranks)
         & (ranks % np.maximum(n, 1) == 0)
-        & ((ranks // rows["ep"]) % np.maximum(replicas, 1) == 0)
+        & ((rows["tp"] * ranks // (etp * rows["ep"])) % np.maximum(replicas, 1) == 0)
     )
     plain = (n == 0) & ((rows["zero"] == 0) | (0 in space.zero_shard))
     return _select(rows, plain | hybrid)

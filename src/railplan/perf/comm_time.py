@@ -198,10 +198,15 @@ def tp_comm_times(
     recompute reruns the MLP or the MoE block), all exposed; 2 in the
     backward pass, each hidden behind its linear's weight-gradient GEMM (Korthikanti et al.
     2022 §6.2), which runs slower meanwhile because the collective's kernels hold
-    `comm_sm_fraction` of the SMs. The group is tp consecutive ranks.
+    `comm_sm_fraction` of the SMs. The group is tp consecutive ranks. An MoE layer runs the
+    MLP's pair only for its shared experts (`comm.tp_ops_per_layer`); its routed experts'
+    collectives are `expert_tp_comm_time_s`.
     """
     act = comm.tp_message_bytes(model, s)
-    ops = comm.tp_ops_per_layer(s, model.moe_layers / model.layers, recomputed_share(model, s))
+    ops = comm.tp_ops_per_layer(
+        s, model.moe_layers / model.layers, recomputed_share(model, s), model.shared_experts
+    )
+    on, mlp = (s.tp > 1).astype(float), ops["mlp"]
     gather = group_collective_s(lk, shape, act, gather_only=True)
     one_op = 2.0 * gather  # all-reduce = reduce-scatter + all-gather, with or without SP
     if lk.nvls_bw > 0 or lk.sharp:  # in-network aggregation serves the all-reduce (no SP)
@@ -217,19 +222,24 @@ def tp_comm_times(
     # The backward all-reduces hide behind the QKV and MLP-up weight-gradient GEMMs;
     # sequence parallelism keeps only the sharded input of QKV and MLP-up, so the backward pass
     # all-gathers it again, hidden behind the input-gradient GEMM (Korthikanti §4.2.2).
-    backward = ops["backward"] / 2.0 * (
-        overlapped(one_op, lt["wgrad_qkv"]) + overlapped(one_op, lt["wgrad_mlp_up"])
-    ) + ops["sp_regather"] / 2.0 * (
-        overlapped(gather, lt["dgrad_qkv"]) + overlapped(gather, lt["dgrad_mlp_up"])
-    )
+    sp = s.sequence_parallel.astype(float)
+    wgrads = overlapped(one_op, lt["wgrad_qkv"]) + mlp * overlapped(one_op, lt["wgrad_mlp_up"])
+    dgrads = overlapped(gather, lt["dgrad_qkv"]) + mlp * overlapped(gather, lt["dgrad_mlp_up"])
+    backward = on * wgrads + on * sp * dgrads
     # Userbuffers (TE, with sequence parallelism): each forward all-gather is pipelined with
     # the column-parallel GEMM it feeds (QKV, MLP up), each reduce-scatter with the
     # row-parallel GEMM whose output it reduces (projection, MLP down). The buffers are shared
     # over NVLink (CUDA IPC), so only a TP group inside one HB domain can use them.
     ub = (s.tp_comm_overlap * s.sequence_parallel).astype(bool) & (s.tp > 1) & shape.inside
-    pipelined = sum((hidden_cost_s(gather, lt[k], u) for k in UB_FORWARD_GEMMS), np.zeros(()))
-    forward = np.where(ub, ops["forward"] / 2.0 * pipelined, ops["forward"] * one_op)
-    recompute = np.where(ub, ops["recompute"] / 2.0 * pipelined, ops["recompute"] * one_op)
+    # one layer's forward, each op at its own GEMMs (the MLP's `mlp` times)
+    one = np.ones(())
+    weights: tuple[FloatArray, ...] = (one, one, mlp, mlp)
+    pipelined: FloatArray = np.zeros(())
+    for w, k in zip(weights, UB_FORWARD_GEMMS, strict=True):
+        pipelined = pipelined + w * hidden_cost_s(gather, lt[k], u)
+    per_op = pipelined / np.maximum(1.0 + mlp, 1.0)
+    forward = np.where(ub, on * pipelined, ops["forward"] * one_op)
+    recompute = np.where(ub, ops["recompute"] * per_op, ops["recompute"] * one_op)
     return {
         "forward": np.asarray(forward),
         "recompute": np.asarray(recompute),
@@ -240,6 +250,19 @@ def tp_comm_times(
 # The forward GEMMs a TE userbuffers all-gather (QKV, MLP up) or reduce-scatter (projection,
 # MLP down) is pipelined with.
 UB_FORWARD_GEMMS = ("fprop_qkv", "fprop_proj", "fprop_mlp_up", "fprop_mlp_down")
+
+
+def expert_tp_comm_time_s(model: Model, lk: Links, s: StrategyArrays, shape: Shape) -> FloatArray:
+    """Exposed routed-expert tensor-parallel time per MoE layer and micro-batch (0 when
+    expert_tp = 1): the alltoall dispatcher all-gathers the dispatched token slots over the
+    expert_tp ranks and reduce-scatters the experts' output (`comm.expert_tp_message_bytes`),
+    in every pass (`comm.expert_tp_ops_per_moe_layer`). They run on the compute stream
+    between the all-to-all and the grouped GEMMs (`dispatch_postprocess`,
+    `combine_preprocess`), which need their result, so none of them is hidden. The group is
+    expert_tp consecutive ranks (`layout.megatron_shapes` `etp`)."""
+    gather = group_collective_s(lk, shape, comm.expert_tp_message_bytes(model, s), gather_only=True)
+    ops = comm.expert_tp_ops_per_moe_layer(s, recomputed_share(model, s))
+    return np.asarray((ops["forward"] + ops["recompute"] + ops["backward"]) * 2.0 * gather)
 
 
 def hidden_cost_s(comm_s: FloatArray, compute_s: FloatArray, u: float) -> FloatArray:

@@ -75,6 +75,8 @@ def estimate(
     present = {  # kinds of group this run has besides tp, dp and pp
         "ep": experts,
         "expert_dp": experts,
+        # the routed experts' own tensor-parallel groups, where they differ from tp
+        "etp": m.moe_layers > 0 and int(arrays.etp) not in (1, strategy.tp),
         "embedding": m.tied_embeddings,
         "dp_shard": hybrid,
         "dp_replica": hybrid,

@@ -42,6 +42,7 @@ from railplan.perf.comm_time import (
     cp_comm_time_s,
     dp_reduce_s,
     ep_comm_time_s,
+    expert_tp_comm_time_s,
     fp8_amax_reduction_s,
     group_collective_s,
     hidden_cost_s,
@@ -124,9 +125,9 @@ def data_parallel(
     model: Model, lk: Links, s: StrategyArrays, groups: dict[str, Shape], most: FloatArray
 ) -> DataParallel:
     """Gradients of the stage of `most` layers over the dp·cp ranks tp apart (ZeRO stages as in
-    `comm_time.dp_reduce_s`); MoE expert gradients over the dp/ep expert-data-parallel ranks,
-    tp·ep apart. With hybrid sharding (`zero_shard`) each within its shard groups, then across
-    the replicas (`layout.megatron_shapes`)."""
+    `comm_time.dp_reduce_s`); MoE expert gradients over the tp·cp·dp/(etp·ep)
+    expert-data-parallel ranks, etp·ep apart. With hybrid sharding (`zero_shard`) each within
+    its shard groups, then across the replicas (`layout.megatron_shapes`)."""
     dense_params = dense_stage_params(model, s, True, most)
     expert_params = expert_stage_params(model, s, most)
     hybrid = bool(np.any(s.replicas > 1))
@@ -146,7 +147,7 @@ def data_parallel(
         comm.dp_expert_gradient_bytes(model, s, most),
         comm.dp_expert_weight_gather_bytes(model, s, most),
         s,
-        comm.dp_collectives(s, expert_params, s.grad_ranks / s.ep, most),
+        comm.dp_collectives(s, expert_params, s.expert_grad_ranks.astype(float), most),
         groups["expert_dp_replica"] if hybrid else None,
         s.expert_shard_ranks.astype(float),
     )
@@ -394,10 +395,13 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     rerun = recomputed_share(model, s)  # block recompute: the layers recomputed at all
     if bool(np.any(rerun != 1.0)):
         lt = lt | {"recompute": np.asarray(lt["recompute"] * rerun)}
-    groups = megatron_shapes(s.tp, s.dp, s.pp, s.ep, lk.hb_domain, s.cp, s.replicas)
+    groups = megatron_shapes(s.tp, s.dp, s.pp, s.ep, lk.hb_domain, s.cp, s.replicas, s.etp)
 
     tpc = tp_comm_times(model, lk, s, lt, groups["tp"])
     tp_layer = tpc["forward"] + tpc["recompute"] + tpc["backward"]
+    if model.moe_layers and bool(np.any(s.etp > 1)):  # the routed experts' TP collectives
+        moe_share = model.moe_layers / model.layers
+        tp_layer = tp_layer + moe_share * expert_tp_comm_time_s(model, lk, s, groups["etp"])
     ep_layer = (
         model.moe_layers
         / model.layers

@@ -190,7 +190,7 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
     fwd_eff = gpu.elementwise_forward_efficiency
     b, t, ep = s.micro_batch.astype(float), s.tp.astype(float), s.ep.astype(float)
     dense = local(mlp_gemms(model, b, t), s)
-    routed = local(expert_gemms(model, b, t, ep), s)
+    routed = local(expert_gemms(model, b, t, ep, s.etp.astype(float)), s)
     # Shared experts: a dense MLP of shared·expert_ffn width on every token.
     shared_width = model.shared_experts * model.expert_ffn_
     shared = local(mlp_gemms(model, b, t, shared_width), s) if model.shared_experts else []
@@ -262,6 +262,7 @@ SHAPE_FIELDS = (
     "sequence_parallel",
     "recompute",
     "ep",
+    "expert_tp",
     "cp",
     "attention",
     "precision",

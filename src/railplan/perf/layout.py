@@ -132,27 +132,30 @@ def megatron_shapes(
     k: npt.ArrayLike,
     cp: npt.ArrayLike = 1,
     replicas: npt.ArrayLike = 1,
+    etp: npt.ArrayLike | None = None,
 ) -> dict[str, Shape]:
     """The worst layout of every kind of group under Megatron's rank order on HB domains of k:
     `tp` (consecutive), `cp` (the context-parallel ring, tp apart), `dp` (the dp·cp ranks that
-    reduce gradients, tp apart), `pp` (a pipeline chain, tp·cp·dp apart), `ep` (ep consecutive
-    ranks of the dp·cp ones, tp apart: Megatron-Core's expert grid), `expert_dp` (dp·cp/ep
-    ranks tp·ep apart) and `embedding` (first and last stage of a pipeline). With hybrid
+    reduce gradients, tp apart), `pp` (a pipeline chain, tp·cp·dp apart), and on Megatron-Core's
+    expert grid (the stage's tp·cp·dp ranks as etp × ep × expert-dp, etp fastest; `etp` the
+    routed experts' tensor-parallel degree, default tp) `etp` (consecutive), `ep` (etp apart)
+    and `expert_dp` (tp·cp·dp/(etp·ep) ranks etp·ep apart); `embedding` (first and last stage
+    of a pipeline). With hybrid
     sharding over `replicas` copies (`StrategyArrays.replicas`), the dp·cp/replicas
     consecutive ranks of a `dp` group that shard the states (`dp_shard`) and the ranks holding
     the same shard, one per shard group (`dp_replica`); likewise
     `expert_dp_shard` and `expert_dp_replica` (Megatron-Core's intra- and inter-instance
     groups, torchtitan's dp_shard and dp_replicate mesh dimensions); without, `dp_shard` is
     `dp` and a replica group is one rank. Arrays broadcast; evaluated once per distinct
-    (tp, dp, pp, ep, k, cp, replicas)."""
+    (tp, dp, pp, ep, k, cp, replicas, etp)."""
+    etp = tp if etp is None else etp
     cols = np.broadcast_arrays(
-        *(np.asarray(a, dtype=np.int64) for a in (tp, dp, pp, ep, k, cp, replicas))
+        *(np.asarray(a, dtype=np.int64) for a in (tp, dp, pp, ep, k, cp, replicas, etp))
     )
     shape = cols[0].shape
     flat = [c.ravel() for c in cols]
     inverse, uniq = _distinct(flat)
-    u_tp, u_dp, u_pp, u_ep, u_k, u_cp, u_r = uniq
-    out = _shapes(u_tp, u_dp, u_pp, u_ep, u_k, u_cp, u_r)
+    out = _shapes(*uniq)
     return {
         name: Shape(
             *(
@@ -187,14 +190,16 @@ def _shapes(
     k: IntArray,
     cp: IntArray,
     replicas: IntArray,
+    etp: IntArray,
 ) -> dict[str, Shape]:
     gpus = tp * cp * dp * pp
     one = np.ones_like(gpus)
     stage = tp * cp * dp
-    edp = np.maximum(dp * cp // np.maximum(ep, 1), 1)  # the ep ranks fold over cp·dp
+    e = np.maximum(etp, 1) * np.maximum(ep, 1)  # an expert-dp rank's span: etp·ep ranks
+    edp = np.maximum(stage // e, 1)  # the expert grid folds over tp·cp·dp
     r = np.maximum(replicas, 1)
     shard = np.maximum(dp * cp // r, 1)  # a dp group's consecutive shard groups
-    e_shard = np.maximum(edp // r, 1) * tp * ep  # an expert shard group's span of ranks
+    e_shard = np.maximum(edp // r, 1) * e  # an expert shard group's span of ranks
     chain = worst_shape(pp, stage, gpus, stage, one, k)
     # A pipeline send crosses rails when its two ends sit in different domains at different
     # local ranks: for a chain spanning domains, whenever the stage size is not a multiple of k
@@ -209,14 +214,12 @@ def _shapes(
         cross_rail=np.asarray((ring.domains > 1) & ((tp % k != 0) | ((cp - 1) * tp % k != 0))),
     )
     dp_group = worst_shape(dp * cp, tp, stage, tp, pp, k)
-    expert_dp = worst_shape(edp, tp * ep, stage, tp * ep, pp, k)
+    expert_dp = worst_shape(edp, e, stage, e, pp, k)
     if bool(np.any(r > 1)):
         hybrid = {
             "dp_shard": worst_shape(shard, tp, shard * tp, tp, r * pp, k),
             "dp_replica": worst_shape(r, shard * tp, stage, shard * tp, pp, k),
-            "expert_dp_shard": worst_shape(
-                e_shard // (tp * ep), tp * ep, e_shard, tp * ep, r * pp, k
-            ),
+            "expert_dp_shard": worst_shape(e_shard // e, e, e_shard, e, r * pp, k),
             "expert_dp_replica": worst_shape(r, e_shard, stage, e_shard, pp, k),
         }
     else:  # no hybrid sharding: a shard group is the whole group, a replica one rank
@@ -233,7 +236,8 @@ def _shapes(
         "cp": ring,
         "dp": dp_group,
         "pp": chain,
-        "ep": worst_shape(ep, tp, tp * ep, tp, edp * pp, k),
+        "ep": worst_shape(ep, etp, e, etp, edp * pp, k),
+        "etp": worst_shape(etp, one, etp, one, gpus // np.maximum(etp, 1), k),
         "expert_dp": expert_dp,
         "embedding": worst_shape(
             np.where(pp > 1, 2, 1), np.maximum((pp - 1) * stage, 1), gpus, stage, one, k

@@ -77,6 +77,7 @@ class StrategyArrays:
     zero_shard: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     fp8_param_gather: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     ep_dispatch: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
+    expert_tp: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
@@ -136,10 +137,24 @@ class StrategyArrays:
         return np.asarray(self.grad_ranks // self.replicas)
 
     @property
+    def etp(self) -> IntArray:
+        """The routed experts' tensor-parallel degree: `expert_tp`, or tp where it is 0."""
+        return np.asarray(np.where(self.expert_tp > 0, self.expert_tp, self.tp))
+
+    @property
+    def expert_grad_ranks(self) -> IntArray:
+        """Ranks that hold the same expert weights and reduce their gradients: the expert
+        grid's data-parallel ranks tp·cp·dp/(etp·ep) (dp·cp/ep when etp = tp)."""
+        return np.asarray(
+            np.maximum(self.tp * self.grad_ranks // np.maximum(self.etp * self.ep, 1), 1)
+        )
+
+    @property
     def expert_shard_ranks(self) -> IntArray:
-        """Ranks ZeRO shards the expert states over: the dp·cp/ep expert-data-parallel ranks ÷
-        `replicas` (Megatron-Core's intra-partial expert data-parallel group)."""
-        return np.asarray(np.maximum(self.grad_ranks // (self.ep * self.replicas), 1))
+        """Ranks ZeRO shards the expert states over: the expert-data-parallel ranks
+        (`expert_grad_ranks`) ÷ `replicas` (Megatron-Core's intra-partial expert data-parallel
+        group)."""
+        return np.asarray(np.maximum(self.expert_grad_ranks // self.replicas, 1))
 
     @property
     def zero_sharding(self) -> IntArray:
@@ -212,6 +227,7 @@ class StrategyArrays:
             recompute_num_layers=v["recompute_num_layers"],
             zero_shard=v["zero_shard"],
             fp8_param_gather=bool(v["fp8_param_gather"]),
+            expert_tp=v["expert_tp"],
             recompute_modules=tuple(
                 name for name, bit in RECOMPUTE_MODULE_BITS.items() if v["recompute_modules"] & bit
             ),
@@ -231,6 +247,7 @@ def check_bounds(s: Strategy) -> None:
     check_int("microbatch_group", s.microbatch_group, 0, MAX_GLOBAL_BATCH)
     check_int("recompute_num_layers", s.recompute_num_layers, 0, MAX_GPUS)
     check_int("zero_shard", s.zero_shard, 0, MAX_GPUS)
+    check_int("expert_tp", s.expert_tp, 0, MAX_GPUS)
     check_int("gpus", s.gpus, 1, MAX_GPUS)  # tp·cp·pp·dp
 
 
@@ -323,6 +340,7 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         recompute_num_layers=col(lambda s: s.recompute_num_layers),
         zero_shard=col(lambda s: s.zero_shard),
         fp8_param_gather=col(lambda s: int(s.fp8_param_gather)),
+        expert_tp=col(lambda s: s.expert_tp),
         recompute_modules=col(lambda s: module_bits(s.recompute_modules)),
         **{f: coded(f) for f in CODED_FIELDS},
     )
@@ -516,9 +534,21 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
         ("ep", (s.ep == 1) | (model.experts > 1), "ep > 1 needs an MoE model (experts > 1)"),
         ("ep", model.experts % s.ep == 0, f"ep must divide experts ({model.experts})"),
         (
+            "expert_tp",
+            (s.expert_tp == 0) | (s.expert_tp == s.tp) | (model.experts > 1),
+            "expert_tp needs an MoE model (experts > 1)",
+        ),
+        (
+            "expert_tp",
+            s.tp % s.etp == 0,
+            "expert_tp must divide tp (0 = tp; the expert tensor-parallel ranks are the first "
+            "of each tp group)",
+        ),
+        (
             "ep",
-            s.grad_ranks % s.ep == 0,
-            "ep must divide dp·cp (expert-parallel ranks come from the dp·cp ranks)",
+            (s.tp * s.grad_ranks) % (s.etp * s.ep) == 0,
+            "ep·expert_tp must divide tp·cp·dp (the expert grid expert_tp × ep × expert-dp "
+            "fills a stage; with expert_tp = tp, the default: ep must divide dp·cp)",
         ),
         *(("overlap_ep", (s.overlap_ep == 0) | ok, rule) for ok, rule in overlap_ep_rules(s)),
         *(("pipeline_schedule", ~s.dualpipev | ok, rule) for ok, rule in dualpipev_rules(s)),
@@ -552,9 +582,9 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
         ),
         (
             "zero_shard",
-            (s.replicas == 1) | ((s.grad_ranks // s.ep) % s.replicas == 0),
+            (s.replicas == 1) | (s.expert_grad_ranks % s.replicas == 0),
             "with ep > 1, the replicas dp·cp/zero_shard must divide the expert data-parallel "
-            "ranks dp·cp/ep (as Megatron-Core requires)",
+            "ranks tp·cp·dp/(expert_tp·ep) (as Megatron-Core requires)",
         ),
         (
             "recompute_modules",

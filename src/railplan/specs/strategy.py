@@ -150,6 +150,15 @@ class Strategy(Spec):
     §3.2.2): a token crosses to each HB domain holding one of its experts once, over its own
     rail to the GPU of the same local rank, and is forwarded over NVLink to its experts there,
     the two overlapped; the combine mirrors it.
+    `expert_tp` (Megatron-Core `--expert-tensor-parallel-size`, default tp; 0 here means tp):
+    the routed experts' weights are split over expert_tp ranks instead of tp. The stage's
+    tp·cp·dp ranks form the expert grid expert_tp × ep × expert-data-parallel, expert_tp
+    fastest (`RankGenerator(tp=expert_tp, ep=ep, dp=…, cp=1)` in `parallel_state.py`): ep ranks
+    are expert_tp apart and expert weights are data-parallel over tp·cp·dp/(expert_tp·ep)
+    ranks. After the all-to-all, the alltoall dispatcher all-gathers the routed token slots
+    over the expert_tp ranks and reduce-scatters the experts' output (`token_dispatcher.py`
+    `dispatch_postprocess` / `combine_preprocess`), so expert_tp = 1 removes those collectives
+    and runs each expert at full width; attention, dense MLPs and shared experts keep tp.
     `fp8_param_gather` (with `precision` fp8): the GEMM weights are kept only in FP8 (the FP8
     weight and the transpose Transformer Engine caches, no BF16 copy) and the data-parallel
     weight gathers move them in FP8, 1 B per parameter (Megatron-Core `--fp8-param-gather`,
@@ -260,6 +269,12 @@ class Strategy(Spec):
         description="MoE token dispatch: alltoall (every slot directly) | deepep (once per "
         "HB domain over the rail, then NVLink)",
     )
+    expert_tp: int = Field(
+        default=0,
+        ge=0,
+        description="expert tensor-parallel degree of the routed experts (Megatron-Core "
+        "--expert-tensor-parallel-size); 0 = tp",
+    )
     fp8_param_gather: bool = Field(
         default=False,
         description="with precision fp8: GEMM weights kept and gathered in FP8 (Megatron-Core "
@@ -282,6 +297,8 @@ class Strategy(Spec):
         (`tp=8 pp=16 dp=128 mb=1 rc=none v=8 SP ZeRO-1`; DualPipeV names its schedule instead
         of its two chunks)."""
         dims = "".join(f" {k}={getattr(self, k)}" for k in ("cp", "ep") if getattr(self, k) > 1)
+        if self.expert_tp not in (0, self.tp):
+            dims += f" etp={self.expert_tp}"
         extra = [
             "DualPipeV" if self.pipeline_schedule == "dualpipev" else "",
             f"v={self.interleave}"

@@ -129,14 +129,17 @@ def _scale(e: Edges, factor: float) -> tuple[IntArray, IntArray, FloatArray]:
 def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
     """Multipliers that turn placement edges into bytes, all from `railplan.workload.comm`:
     `tp`, `cp`: bytes per unit edge share per group per layer of the stage per iteration;
+    `etp`: the same for the routed experts' expert_tp groups per MoE layer;
     `ep`: bytes per all-to-all edge per MoE layer; `pp`: bytes per message per micro-batch
     count; `embedding`: the tied-embedding all-reduce buffer, two passes."""
     m = float(s.micro_batches)
     rerun = recomputed_share(model, s)
-    ops = comm.tp_ops_per_layer(s, model.moe_layers / model.layers, rerun)
+    ops = comm.tp_ops_per_layer(s, model.moe_layers / model.layers, rerun, model.shared_experts)
     all_reduces = float(ops["forward"] + ops["recompute"] + ops["backward"])
     gathers = float(ops["sp_regather"])
     tp_d = float(comm.tp_message_bytes(model, s))
+    e_ops = comm.expert_tp_ops_per_moe_layer(s, rerun)
+    expert_all_reduces = float(e_ops["forward"] + e_ops["recompute"] + e_ops["backward"])
     cp_steps = comm.cp_steps_per_layer(s, rerun)
     sends = float(cp_steps["forward"] + cp_steps["recompute"] + cp_steps["backward"])
     a2a = comm.ep_all_to_alls_per_moe_layer(s, rerun)
@@ -146,6 +149,8 @@ def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
         "cp": m * sends * float(comm.cp_block_bytes(model, s)),
         # each all-reduce (or SP reduce-scatter + all-gather) is two gather passes
         "tp": m * tp_d * (2.0 * all_reduces + gathers),
+        # the routed experts' all-gather / reduce-scatter pairs on the expert_tp group
+        "etp": m * 2.0 * expert_all_reduces * float(comm.expert_tp_message_bytes(model, s)),
         "ep": m * a2a_count * float(comm.ep_pair_bytes(model, s)),
         # DeepEP-style dispatch: all-to-alls × one copy of the GPU's tokens (`deepep_pair_bytes`
         # gives each edge's multiple of it)
@@ -249,9 +254,13 @@ def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
     if vol["embedding"] > 0:
         pieces.append(("dp", _scale(collective_edges(p.groups("embedding"), k), vol["embedding"])))
     if model.moe_layers:
-        ep = int(s.ep)
-        ep_groups, edp_groups = expert_groups(p, ep)
-        for (n, _), rows in _per_stage(edp_groups, ep * p.tp, only_layers):
+        ep, etp = int(s.ep), int(s.etp)
+        moe_share = model.moe_layers / model.layers
+        ep_groups, edp_groups, etp_groups = expert_groups(p, ep, etp)
+        if etp > 1:
+            for (n, _), rows in _per_stage(etp_groups, p.tp * p.dp * p.cp // etp, only_layers):
+                pieces.append(("tp", _scale(collective_edges(rows, k), vol["etp"] * moe_share * n)))
+        for (n, _), rows in _per_stage(edp_groups, ep * etp, only_layers):
             b = dp_stage_bytes(model, s, n, False)
             shards, replicas = hybrid_groups(rows, r)
             pieces.append(("dp", _scale(collective_edges(shards, k), b["expert"])))
@@ -260,8 +269,7 @@ def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
         if ep > 1:
             # uniform all-to-alls among the ep ranks of each MoE layer of the stage: the
             # logical demand src → dst (forwarding is the timing's concern, SYSTEM.md 3)
-            moe_share = model.moe_layers / model.layers
-            ep_stages = _per_stage(ep_groups, (p.dp * p.cp // ep) * p.tp, only_layers)
+            ep_stages = _per_stage(ep_groups, p.tp * p.dp * p.cp // ep, only_layers)
             dedup = [
                 deduplicated_all_to_all_edges(rows, k) if strategy.ep_dispatch == "deepep" else None
                 for _, rows in ep_stages

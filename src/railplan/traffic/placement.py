@@ -88,20 +88,27 @@ class Placement:
         )
 
 
-def expert_groups(p: Placement, ep: int) -> tuple[IntArray, IntArray]:
-    """MoE: (expert-parallel groups, expert-data-parallel groups). The ep ranks are taken from
-    the dp·cp ranks of a stage (DeepSpeed-MoE; Megatron-Core's expert rank grid tp-ep-dp-pp,
-    which folds the expert ranks over the dense grid's cp and dp): data-parallel rank j (d·cp +
-    c) is expert rank j % ep of EP group j // ep, so an EP group is ep consecutive such ranks
-    (tp apart in Megatron's order), and the expert weights of expert rank e are data-parallel
-    over the dp·cp/ep ranks with j % ep == e (tp·ep apart)."""
-    r = p.dp * p.cp
-    if ep < 1 or r % ep:
-        raise RailplanError("ep", f"must divide dp·cp ({r})")
-    g = p.gpu.reshape(p.pp, r // ep, ep, p.tp)
+def expert_groups(
+    p: Placement, ep: int, etp: int | None = None
+) -> tuple[IntArray, IntArray, IntArray]:
+    """MoE: (expert-parallel groups, expert-data-parallel groups, expert tensor-parallel
+    groups). Megatron-Core's expert rank grid (`RankGenerator(tp=etp, ep=ep, dp=…, cp=1)`,
+    order tp-ep-dp-pp) lays the stage's tp·cp·dp ranks, in Megatron's rank order, out as
+    etp × ep × expert-dp, etp fastest: stage rank q is expert-TP rank q % etp, expert rank
+    (q // etp) % ep, expert-data-parallel rank q // (etp·ep). An EP group is ep ranks etp apart;
+    the expert weights are data-parallel over the tp·cp·dp/(etp·ep) ranks etp·ep apart. `etp`
+    defaults to tp (DeepSpeed-MoE's and Megatron-Core's default: the ep ranks then come from
+    the dp·cp ranks, tp apart)."""
+    e = p.tp if etp is None else etp
+    r = p.tp * p.dp * p.cp
+    if e < 1 or p.tp % e:
+        raise RailplanError("expert_tp", f"must divide tp ({p.tp})")
+    if ep < 1 or r % (ep * e):
+        raise RailplanError("ep", f"ep·expert_tp must divide tp·cp·dp ({r})")
+    g = p.gpu.reshape(p.pp, r // (ep * e), ep, e)
     ep_groups = g.transpose(0, 1, 3, 2).reshape(-1, ep)
-    edp_groups = g.transpose(0, 2, 3, 1).reshape(-1, r // ep)
-    return np.asarray(ep_groups), np.asarray(edp_groups)
+    edp_groups = g.transpose(0, 2, 3, 1).reshape(-1, r // (ep * e))
+    return np.asarray(ep_groups), np.asarray(edp_groups), np.asarray(g.reshape(-1, e))
 
 
 def all_to_all_edges(groups: IntArray) -> Edges:

@@ -71,20 +71,57 @@ def cp_steps_per_layer(s: StrategyArrays, rerun: FloatArray | float = 1.0) -> di
 
 
 def tp_ops_per_layer(
-    s: StrategyArrays, moe_share: float = 0.0, rerun: FloatArray | float = 1.0
+    s: StrategyArrays,
+    moe_share: float = 0.0,
+    rerun: FloatArray | float = 1.0,
+    shared_experts: int = 0,
 ) -> dict[str, FloatArray]:
-    """TP collectives per layer and micro-batch, in all-reduce equivalents by pass, and the
-    extra all-gathers of sequence parallelism in the backward pass. Full recompute reruns the
-    forward's two; selective recompute of the dense MLP (`mlp`, on the 1 − `moe_share` of
-    layers that are dense) or of the MoE block (`moe`, on the others) reruns the MLP's one;
-    either in the `rerun` share of the layers recomputed at all (`recomputed_share`)."""
+    """TP collectives on the tp group per layer and micro-batch, in all-reduce equivalents by
+    pass, the extra all-gathers of sequence parallelism in the backward pass, and `mlp`: the
+    MLP's share of them beside the attention's one. A dense layer runs one for attention and
+    one for its MLP; an MoE layer (`moe_share` of the layers) one for attention and one for its
+    shared experts if it has any (`shared_experts`; Megatron-Core's SharedExpertMLP gathers and
+    reduce-scatters over tp): its routed experts' collectives run on the expert_tp group
+    (`expert_tp_ops_per_moe_layer`). Full recompute reruns all of the forward's; selective
+    recompute of the dense MLP (`mlp`), of the MoE block (`moe`) or of the shared experts
+    (`shared_experts`) reruns the MLP's; either in the `rerun` share of the layers recomputed
+    at all (`recomputed_share`)."""
     tp_on = (s.tp > 1).astype(float)
-    mlp = (1.0 - moe_share) * recomputes(s, "mlp") + moe_share * recomputes(s, "moe")
+    has_shared = 1.0 if shared_experts else 0.0
+    mlp = (1.0 - moe_share) + moe_share * has_shared
+    moe_rerun = recomputes(s, "moe") | recomputes(s, "shared_experts") if shared_experts else False
+    mlp_rerun = (1.0 - moe_share) * recomputes(s, "mlp") + moe_share * has_shared * moe_rerun
+    per_pass = (1.0 + mlp) * tp_on
     return {
-        "forward": 2.0 * tp_on,
-        "recompute": np.where(s.recompute == FULL, 2.0, mlp) * tp_on * rerun,
-        "backward": 2.0 * tp_on,
-        "sp_regather": 2.0 * tp_on * s.sequence_parallel.astype(float),
+        "forward": np.asarray(per_pass),
+        "recompute": np.where(s.recompute == FULL, 1.0 + mlp, mlp_rerun) * tp_on * rerun,
+        "backward": np.asarray(per_pass),
+        "sp_regather": per_pass * s.sequence_parallel.astype(float),
+        "mlp": np.asarray(mlp * tp_on),
+    }
+
+
+def expert_tp_message_bytes(model: Model, s: StrategyArrays) -> FloatArray:
+    """The all-gather result of the routed experts' tensor parallelism on one GPU: the token
+    slots its expert_tp group dispatched to it (top_k·slot_factor per token, etp/tp of its tp
+    group's b·s/cp tokens), h bf16 values each (`token_dispatcher.py` `dispatch_postprocess`)."""
+    slots = model.top_k * slot_factor(model, s.ep) * s.etp / s.tp
+    return np.asarray(tp_message_bytes(model, s) * slots)
+
+
+def expert_tp_ops_per_moe_layer(
+    s: StrategyArrays, rerun: FloatArray | float = 1.0
+) -> dict[str, FloatArray]:
+    """Routed-expert TP collectives per MoE layer and micro-batch (0 when expert_tp = 1), in
+    all-reduce equivalents: forward the all-gather of the dispatched slots and the
+    reduce-scatter of the experts' output, backward their gradients (a reduce-scatter and an
+    all-gather), and the forward's again when the MoE block is recomputed (full, or selective
+    with `moe`; in the `rerun` share of the layers recomputed at all)."""
+    on = (s.etp > 1).astype(float)
+    return {
+        "forward": np.asarray(on),
+        "recompute": np.where(recomputes(s, "moe"), 1.0, 0.0) * on * rerun,
+        "backward": np.asarray(on),
     }
 
 

@@ -114,29 +114,33 @@ def logit_gemm(model: Model, b: object, t: object) -> Gemm:
     return Gemm("logits", one, b * model.seq, model.vocab / t, model.hidden * one)
 
 
-def expert_gemms(model: Model, b: object, t: object, ep: object) -> list[Gemm]:
+def expert_gemms(
+    model: Model, b: object, t: object, ep: object, etp: object | None = None
+) -> list[Gemm]:
     """Expert MLPs of one MoE layer on one GPU, as grouped GEMMs over its experts/ep experts.
 
-    Each GPU processes b·s·top_k·slot_factor token slots (capacity-padded, or the busiest
-    rank's load when dropless: workload/routing.py), spread over its local experts; expert
-    weights are split over the tp ranks like a dense MLP.
+    A tp group's b·s tokens carry b·s·top_k·slot_factor token slots (capacity-padded, or the
+    busiest rank's load when dropless: workload/routing.py); a GPU runs those of its expert
+    tensor-parallel group of `etp` ranks (default tp), etp/tp of them, with the expert weights
+    split over the etp ranks (at etp = tp: every slot of the tp group, 1/tp of each expert).
     """
     slots_per_token = model.top_k * slot_factor(model, np.asarray(ep, dtype=np.int64))
     b, t, ep = _f(b), _f(t), _f(ep)
+    e = t if etp is None else _f(etp)
     local_experts = model.experts / ep
-    slots = b * model.seq * slots_per_token
+    slots = b * model.seq * slots_per_token * e / t
     per_expert = slots / local_experts
     f = float(model.expert_ffn_)
-    one = np.ones_like(b * t * ep)
+    one = np.ones_like(b * t * ep * e)
     return [
         Gemm(
             "expert_up",
             local_experts * one,
             per_expert,
-            f * (model.mlp_matrices - 1) / t,
+            f * (model.mlp_matrices - 1) / e,
             model.hidden * one,
         ),
-        Gemm("expert_down", local_experts * one, per_expert, model.hidden * one, f / t),
+        Gemm("expert_down", local_experts * one, per_expert, model.hidden * one, f / e),
     ]
 
 

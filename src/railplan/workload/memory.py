@@ -122,8 +122,11 @@ def layer_activation_bytes(
     if model.moe_layers:
         # Expert layers keep top_k·slot_factor slots of expert_ffn activations per token, and
         # the routed token copies their first grouped GEMM reads (its input, saved for the
-        # weight gradient like any linear's: 2 bytes per hidden element, 1 in FP8), kept
-        # whole or split by tp as the dense MLP's input is. Recomputing the activation drops
+        # weight gradient like any linear's: 2 bytes per hidden element, 1 in FP8). With
+        # sequence parallelism a GPU dispatches the slots of its 1/tp of the tokens and the
+        # dispatcher all-gathers those of its expert_tp group (`dispatch_postprocess`), so it
+        # keeps etp/tp of them (all of them at the default etp = tp); without, every tp rank
+        # holds every token. Recomputing the activation drops
         # its BF16 output (2 bytes per slot element; none in FP8, as for the norms), the
         # shared experts or the whole block all of theirs.
         slots = model.top_k * slot_factor(model, s.ep)
@@ -134,7 +137,10 @@ def layer_activation_bytes(
         expert = block * ((per_slot - act_out) * slots + shared)
         share = model.moe_layers / model.layers
         mlp_per_token = (1 - share) * mlp_per_token + share * expert
-        replicated = replicated + block * share * slots * (2.0 - fp8) * sbh
+        routed_copies = block * share * slots * (2.0 - fp8) * sbh
+        # `whole` below divides the replicated tensors by tp with sequence parallelism
+        routed_copies = np.where(s.sequence_parallel > 0, routed_copies * s.etp, routed_copies)
+        replicated = replicated + routed_copies
     if model.mla:
         # MLA's latents (query and key-value), split by tp only with sequence parallelism as
         # Megatron-Core keeps them ([s/tp, b, rank]): each latent norm's input (2 bytes) and
@@ -255,12 +261,13 @@ def dense_stage_params(
 def expert_stage_params(
     model: Model, s: StrategyArrays, layers: FloatArray | None = None
 ) -> FloatArray:
-    """Expert parameters one GPU holds: its stage's MoE layers × experts/ep experts, split by tp
-    (a moe_layers/layers share of the stage's `layers`; default: the fullest stage's)."""
+    """Expert parameters one GPU holds: its stage's MoE layers × experts/ep experts, split over
+    the expert tensor-parallel ranks (`StrategyArrays.etp`, tp by default) (a moe_layers/layers
+    share of the stage's `layers`; default: the fullest stage's)."""
     layers = stage_layers(model, s)["max"] if layers is None else layers
     moe_layers = model.moe_layers / model.layers * layers
     return np.asarray(
-        moe_layers * (model.experts / s.ep) * model.expert_params() / s.tp, dtype=np.float64
+        moe_layers * (model.experts / s.ep) * model.expert_params() / s.etp, dtype=np.float64
     )
 
 
@@ -288,7 +295,7 @@ def gemm_stage_params(
     layers = stage_layers(model, s)["max"] if layers is None else layers
     return (
         np.asarray(layers * dense / s.tp, dtype=np.float64),
-        np.asarray(layers * expert / s.tp, dtype=np.float64),
+        np.asarray(layers * expert / s.etp, dtype=np.float64),
     )
 
 
