@@ -403,3 +403,26 @@ def test_search_recompute_modules_apply_to_the_selective_candidates(cli) -> None
     moe = ("search", "--model", "moe-1.3b", "--gpus", "128", "--global-batch", "1024")
     r = cli(*moe, "--overlap-ep", "--recompute-modules", "core_attn,moe")
     assert r.exit_code == 2 and str(r.exception).startswith("recompute_modules: ")
+
+
+def test_moe_candidates_with_tp_run_sequence_parallelism_and_match_iteration() -> None:
+    """Each row meets only the columns it can use: tp = 1 without sequence parallelism, MoE
+    with tp > 1 with it (Megatron-Core's MoE layer raises without it); the results keep row
+    order and equal one `iteration` over the flat strategies."""
+    from railplan.perf.iteration import iteration
+    from railplan.specs import load_model
+
+    moe = load_model("mixtral-8x7b")
+    job = Job(moe, load_system("dgx-h100"), Network(), 16, 16)
+    ev = enumerate_and_evaluate(job, SearchSpace(pp=(1, 2)))
+    s = ev.strategies
+    tp, sp = np.asarray(s.tp), np.asarray(s.sequence_parallel)
+    assert bool(np.all(sp[tp == 1] == 0)) and bool(np.all(sp[tp > 1] == 1))
+    assert bool(np.any(tp == 1)) and bool(np.any(tp > 1))
+    it = iteration(moe, job.system, job.network, s)
+    assert np.array_equal(np.asarray(it.iteration_s), ev.iteration_s)
+    assert np.array_equal(np.asarray(it.memory.total_bytes), ev.memory_bytes)
+    dense = enumerate_and_evaluate(Job(TINY, small_system(4), Network(), 8, 16))
+    assert bool(
+        np.any((np.asarray(dense.strategies.tp) > 1) & (dense.strategies.sequence_parallel == 0))
+    )

@@ -12,7 +12,9 @@ The candidates are built with numpy, never one Python call per configuration:
    ZeRO stages with dp·cp = 1 are skipped (identical to no ZeRO); ZeRO-2/3 run per micro-batch
    (once per step they equal ZeRO-1). Fixed values (`SearchSpace`) narrow every dimension.
 2. *columns* — the (recompute, sequence_parallel) pairs; sequence parallelism with tp = 1 is
-   skipped (identical to none).
+   skipped (identical to none), and MoE candidates with tp > 1 run it (Megatron-Core's MoE
+   layer raises in training without it) wherever the space allows it. A row meets only the
+   columns it can use (`row_columns`), so nothing evaluated is thrown away.
 
 Rows and columns go through the model as a 2-D broadcast (rows × columns), so every quantity
 that depends only on a row (the GEMM shapes depend on tp and the micro-batch) is computed once
@@ -500,34 +502,63 @@ class Evaluated:
     fits: BoolArray
 
 
+def row_columns(
+    model: Model, rows: dict[str, IntArray], cols: dict[str, IntArray]
+) -> list[tuple[BoolArray, IntArray]]:
+    """The rows that meet each set of columns, as (row mask, column indices): with tp = 1 the
+    columns without sequence parallelism (with it they are the same strategy); MoE with tp > 1
+    the columns with it (Megatron-Core's MoE layer raises in training without it), unless the
+    space holds none; every column otherwise."""
+    sp = cols["sequence_parallel"] == 1
+    every = np.arange(sp.size)
+    single = rows["tp"] == 1
+    sets = [(single, every[~sp] if bool(np.any(~sp)) else every)]
+    if model.experts > 1 and bool(np.any(sp)):
+        sets.append((~single, every[sp]))
+    else:
+        sets.append((~single, every))
+    return sets
+
+
 def enumerate_and_evaluate(job: Job, space: SearchSpace = SearchSpace()) -> Evaluated:
     """Every valid configuration of the space for `job`, evaluated through `iteration` in
-    chunks."""
+    chunks of rows, each row with the columns it can use (`row_columns`), in row order."""
     # the system's HB domain, whatever the network: every network searches the same space
     rows = candidate_rows(job.model, job.gpus, job.global_batch, space, job.system.hb_domain)
     cols = candidate_columns(space)
-    n_rows, n_cols = len(rows["tp"]), len(cols["recompute"])
-    step = max(1, CHUNK_ELEMENTS // max(n_cols, 1))
+    n_rows = len(rows["tp"])
     fixed = _fixed_codes(job.global_batch, space)
-    times: list[FloatArray] = []
-    mems: list[FloatArray] = []
-    fits: list[BoolArray] = []
-    row_idx: list[IntArray] = []
-    col_idx: list[IntArray] = []
-    for start in range(0, n_rows, step):
-        chunk = {k: v[start : start + step] for k, v in rows.items()}
-        s = _arrays(chunk, cols, fixed)
-        it = iteration(job.model, job.system, job.network, s)
-        # Sequence parallelism is the same as none when tp = 1: keep one of the two.
-        keep = ~((chunk["tp"][:, None] == 1) & (cols["sequence_parallel"][None, :] == 1))
-        ri, ci = np.nonzero(keep)
-        times.append(np.broadcast_to(it.iteration_s, keep.shape)[ri, ci])
-        mems.append(np.broadcast_to(it.memory.total_bytes, keep.shape)[ri, ci])
-        fits.append(np.broadcast_to(it.fits, keep.shape)[ri, ci])
-        row_idx.append(ri + start)
-        col_idx.append(ci)
-    r = np.concatenate(row_idx) if row_idx else np.zeros(0, dtype=np.int64)
-    c = np.concatenate(col_idx) if col_idx else np.zeros(0, dtype=np.int64)
+    sets = row_columns(job.model, rows, cols)
+    # Each row's results land at its place in row order, then column order, as one grid gives
+    # them (ties in time and memory then resolve alike whatever the column sets): a row's
+    # first slot is the columns of the rows before it.
+    per_row = np.zeros(n_rows, dtype=np.int64)
+    for mask, use in sets:
+        per_row[mask] = use.size
+    first = np.concatenate([[0], np.cumsum(per_row)[:-1]]) if n_rows else per_row
+    total = int(per_row.sum())
+    r = np.zeros(total, dtype=np.int64)
+    c = np.zeros(total, dtype=np.int64)
+    times = np.zeros(total, dtype=np.float64)
+    mems = np.zeros(total, dtype=np.float64)
+    fits = np.zeros(total, dtype=bool)
+    for mask, use in sets:
+        at_all = np.flatnonzero(mask)
+        if at_all.size == 0 or use.size == 0:
+            continue
+        step = max(1, CHUNK_ELEMENTS // use.size)
+        sub_cols = {k: v[use] for k, v in cols.items()}
+        for lo in range(0, at_all.size, step):
+            at = at_all[lo : lo + step]
+            s = _arrays({k: v[at] for k, v in rows.items()}, sub_cols, fixed)
+            it = iteration(job.model, job.system, job.network, s)
+            shape = (at.size, use.size)
+            slots = (first[at][:, None] + np.arange(use.size)[None, :]).ravel()
+            r[slots] = np.repeat(at, use.size)
+            c[slots] = np.tile(use, at.size)
+            times[slots] = np.broadcast_to(it.iteration_s, shape).ravel()
+            mems[slots] = np.broadcast_to(it.memory.total_bytes, shape).ravel()
+            fits[slots] = np.broadcast_to(it.fits, shape).ravel()
     flat = _where_allowed(
         StrategyArrays(
             **{k: v[r] for k, v in rows.items()},
@@ -535,13 +566,7 @@ def enumerate_and_evaluate(job: Job, space: SearchSpace = SearchSpace()) -> Eval
             **{k: np.full(len(r), v, dtype=np.int64) for k, v in fixed.items()},
         )
     )
-    empty_f = np.zeros(0, dtype=np.float64)
-    return Evaluated(
-        strategies=flat,
-        iteration_s=np.concatenate(times) if times else empty_f,
-        memory_bytes=np.concatenate(mems) if mems else empty_f,
-        fits=np.concatenate(fits) if fits else np.zeros(0, dtype=bool),
-    )
+    return Evaluated(strategies=flat, iteration_s=times, memory_bytes=mems, fits=fits)
 
 
 def pareto_front(time_s: FloatArray, memory_bytes: FloatArray) -> IntArray:
