@@ -2,14 +2,16 @@
 v4.1 (Llama 2 70B on 8x H100 and 8x H200), TTFT mean within 15 % of the H100 server run; the
 TensorRT-LLM rows are held out (reported, no goal). Then, without the model, what MLPerf v4.1's
 Server and Offline runs of the same systems say about a server step (Little's law; see
-railplan.inference.validation.server_offline_rows).
+railplan.inference.validation.server_offline_rows). Last, DeepEP's published low-latency
+dispatch and combine latencies (H800, DeepSeek-V3's shape) against the decode step's MoE
+all-to-all, held out (railplan.inference.validation.deepep_rows).
 
 Run: python benchmarks/inference_validation.py
 """
 
 from __future__ import annotations
 
-from railplan.inference.validation import rows, server_offline_rows
+from railplan.inference.validation import deepep_rows, rows, server_offline_rows
 
 
 def main() -> None:
@@ -37,6 +39,17 @@ def main() -> None:
             f"{1e3 * p['offline_step_s']:5.1f} ms  load {p['load']:5.3f}  "
             f"premium {low:+6.1f} .. {high:+5.1f} %"
         )
+    print()
+    print("DeepEP low-latency kernels (H800, 400 Gb/s NIC, 128 tokens per rank, DeepSeek-V3 shape,")
+    print("FP8 dispatch, BF16 combine) against one MoE layer's decode all-to-all, rail-optimized:")
+    errors = []
+    for r in deepep_rows():
+        errors.append(abs(r["error_pct"]))
+        print(
+            f"ep {r['ep']:4d} {r['pass']:8s} measured {1e6 * r['measured_s']:6.1f} us "
+            f"predicted {1e6 * r['predicted_s']:6.1f} us error {r['error_pct']:+6.1f} %  held out"
+        )
+    print(f"mean |error| {sum(errors) / len(errors):.1f} %, max {max(errors):.1f} %  held out")
 
 
 if __name__ == "__main__":

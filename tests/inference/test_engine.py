@@ -166,3 +166,43 @@ def test_sustained_tensor_fraction_slows_compute_not_the_weight_stream() -> None
     assert parts_half["gemm"] == pytest.approx(2.0 * parts_full["gemm"], rel=0.01)
     assert decode_s(half, 1, 256) < 1.05 * decode_s(full, 1, 256)
     assert d.system.gpu.sustained_tensor_fraction < 1.0  # h100-sxm carries the fitted 0.712
+
+
+def test_moe_dispatch_bytes_and_all_to_all_by_hand() -> None:
+    """DeepSeek-V3 on 16 H800 (two servers), ep 16, fp8: each token's 8 copies, 7,168 FP8
+    values plus 56 fp32 scales dispatched, 7,168 bf16 values combined, 1/16 of them to each
+    rank; the direct all-to-all then moves 8 ranks' shares over the NIC and 7 over NVLink,
+    each phase with its link's latency (rail-optimized), the larger phase setting the time."""
+    from railplan.inference.engine import ep_all_to_all_s, ep_pair_bytes
+
+    model, system = load_model("deepseek-v3"), load_system("hgx-h800")
+    d = Deployment(model, system, Network(), 16, 1, 1, 16, "fp8")
+    pairs = ep_pair_bytes(d, 128.0)
+    assert float(pairs["dispatch"]) == pytest.approx(128 * 8 * (7168 + 56 * 4) / 16)
+    assert float(pairs["combine"]) == pytest.approx(128 * 8 * 7168 * 2 / 16)
+    nic = 400e9 / 8 * system.nic_efficiency
+    hb = 1.6e12 / 8 * system.hb_efficiency
+    for name, pair in pairs.items():
+        want = max(
+            8 * float(pair) / nic + system.nic_latency_us * 1e-6,
+            7 * float(pair) / hb + system.hb_latency_us * 1e-6,
+        )
+        assert float(ep_all_to_all_s(d, 128.0)[name]) == pytest.approx(want)
+    bf16 = Deployment(model, system, Network(), 16, 1, 1, 16, "bf16")
+    assert float(ep_pair_bytes(bf16, 128.0)["dispatch"]) == pytest.approx(float(pairs["combine"]))
+    only = Deployment(model, system, Network(architecture="rail-only"), 16, 1, 1, 16, "fp8")
+    assert float(ep_all_to_all_s(only, 128.0)["dispatch"]) > float(
+        ep_all_to_all_s(d, 128.0)["dispatch"]
+    )
+
+
+def test_deepep_rows_are_the_published_table() -> None:
+    from railplan.inference.validation import deepep_rows
+
+    rows = deepep_rows()
+    assert [(r["ep"], r["pass"]) for r in rows[:2]] == [(8, "dispatch"), (8, "combine")]
+    assert len(rows) == 12 and rows[-1]["measured_s"] == pytest.approx(360e-6)
+    by = {(r["ep"], r["pass"]): r["predicted_s"] for r in rows}
+    for name in ("dispatch", "combine"):  # more ranks, more bytes over the NIC
+        times = [by[(ep, name)] for ep in (8, 16, 32, 64, 128, 256)]
+        assert times == sorted(times)

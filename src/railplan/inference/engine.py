@@ -15,8 +15,9 @@ step of the running ones). Per layer on one GPU:
   sequence's KV cache from HBM (a separate kernel, as TensorRT-LLM's context and generation
   phases run);
 - the fused element-wise kernels (norms, residual, activation, RoPE) as in training;
-- tensor-parallel all-reduces (2 per layer) and expert all-to-alls (dispatch and combine per MoE
-  layer) of bf16 activations, timed by the training model's collectives on the network's links
+- tensor-parallel all-reduces (2 per layer) of bf16 activations and expert all-to-alls
+  (dispatch and combine per MoE layer; the dispatch in FP8 with fp8/fp4 weights,
+  `ep_pair_bytes`), timed by the training model's collectives on the network's links
   (`comm_time.links`): inside an HB domain or over the NIC, with rail-only forwarding.
 Pipeline parallelism splits the batch into pp micro-batches in flight; a token then advances
 once every pp stage times (plus the sends between stages).
@@ -53,6 +54,11 @@ WEIGHT_BYTES: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625}
 #: KV-cache element bytes: bf16, or fp8 with fp8/fp4 weights (TensorRT-LLM's FP8 KV cache)
 KV_BYTES: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 1.0}
 ACT_BYTES = 2.0  # bf16 activations between layers and in the collectives
+#: bytes per hidden element of an MoE token dispatch with fp8 or fp4 weights: FP8 values with
+#: one fp32 scale per 128 (DeepSeek-V3/R1's production setting, "FP8 dispatching and BF16
+#: combining", as DeepEP's README benchmarks it; deep_ep `low_latency_dispatch(use_fp8=True)`);
+#: the combine returns bf16 outputs, and bf16 deployments dispatch in bf16
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128.0
 
 
 def check_precision(precision: str, gpu: GPU) -> float:
@@ -202,6 +208,34 @@ class StepLoad:
         return self.decode + self.prefill_tokens
 
 
+def ep_pair_bytes(dep: Deployment, tokens: Num) -> dict[str, FloatArray]:
+    """Bytes one ep rank sends to each ep rank (itself included) in the `dispatch` of `tokens`
+    tokens' top_k copies to their experts and in the `combine` of the experts' outputs: a
+    uniform all-to-all, each copy sent to its expert's rank (DeepEP's low-latency kernels send
+    one per token and expert)."""
+    m = dep.model
+    fp8 = dep.precision in ("fp8", "fp4")
+    per_copy = m.hidden / dep.ep * np.asarray(tokens, dtype=np.float64) * m.top_k
+    return {
+        "dispatch": np.asarray(per_copy * (FP8_DISPATCH_BYTES if fp8 else ACT_BYTES)),
+        "combine": np.asarray(per_copy * ACT_BYTES),
+    }
+
+
+def ep_all_to_all_s(dep: Deployment, tokens: Num) -> dict[str, FloatArray]:
+    """Time of one MoE layer's `dispatch` and `combine` of `tokens` tokens per ep rank on the
+    ep group's layout (`Deployment.shapes`): the direct all-to-all (one NIC and one NVLink
+    latency, each phase at its link's bandwidth) on any-to-any networks; on rail-only, whose
+    rails do not reach each other, through the HB domain (the two-step all-to-all with
+    forwarding, SYSTEM.md formula 3)."""
+    sh, lk = dep.shapes["ep"], dep.links
+    fn = coll.all_to_all_rail_only_s if lk.rail_only else coll.all_to_all_rail_optimized_s
+    return {
+        k: fn(sh.x, sh.y, d, lk.hb_bw, lk.nic_bw_spread, lk.hb_lat_s, lk.nic_lat_s)
+        for k, d in ep_pair_bytes(dep, tokens).items()
+    }
+
+
 BREAKDOWN_KEYS: tuple[str, ...] = (
     "gemm",
     "attention",
@@ -266,11 +300,8 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
         "logits": gemm_s(gpu, logit_gemm(one, load.decode + load.prefill_seqs, t), peak, wb),
     }
     if moe_layers and dep.ep > 1:
-        sh = shapes["ep"]
-        fn = coll.all_to_all_rail_only_s if lk.rail_only else coll.all_to_all_rail_optimized_s
-        pair = tokens * m.top_k * m.hidden * ACT_BYTES / dep.ep
-        one_a2a = fn(sh.x, sh.y, pair, lk.hb_bw, lk.nic_bw_spread, lk.hb_lat_s, lk.nic_lat_s)
-        out["ep_comm"] = 2.0 * moe_layers * one_a2a
+        a2a = ep_all_to_all_s(dep, tokens)
+        out["ep_comm"] = moe_layers * (a2a["dispatch"] + a2a["combine"])
     if dep.pp > 1:
         out["pp_comm"] = p2p_s(lk, act, shapes["pp"])
     return {k: np.where(tokens > 0, v, 0.0) for k, v in out.items()}

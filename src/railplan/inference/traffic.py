@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from railplan.errors import RailplanError
-from railplan.inference.engine import ACT_BYTES, Deployment
+from railplan.inference.engine import ACT_BYTES, Deployment, ep_pair_bytes
 from railplan.specs.arrays import FloatArray, IntArray
 from railplan.traffic.placement import Edges, all_to_all_edges, collective_edges, cross_rail
 
@@ -94,8 +94,9 @@ def decode_step_traffic(dep: Deployment, batch: int) -> InferenceTraffic:
     parts = [(0, collective_edges(tp_groups, k), 2.0 * 2.0 * layers * act)]
     if dep.ep > 1:
         ep_groups = ids.transpose(0, 1, 3, 2).reshape(-1, dep.ep)
-        pair = batch * m.top_k * m.hidden * ACT_BYTES / dep.ep
-        parts.append((1, all_to_all_edges(ep_groups), 2.0 * (m.moe_layers / dep.pp) * pair))
+        pairs = ep_pair_bytes(dep, float(batch))
+        pair = float(pairs["dispatch"] + pairs["combine"])
+        parts.append((1, all_to_all_edges(ep_groups), (m.moe_layers / dep.pp) * pair))
     if dep.pp > 1:
         chains = ids.transpose(0, 2, 3, 1).reshape(-1, dep.pp)
         src, dst = chains[:, :-1].ravel(), chains[:, 1:].ravel()

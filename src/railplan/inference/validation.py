@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from railplan.inference.engine import Deployment
+from railplan.inference.engine import Deployment, ep_all_to_all_s
 from railplan.inference.estimate import first_token_s, infer, static_batch_tokens_per_s_per_gpu
 from railplan.inference.serving import MAX_NUM_TOKENS, Lengths, serve
 from railplan.reproduce.validation import read_rows
@@ -141,4 +141,34 @@ def server_offline_rows() -> list[dict[str, Any]]:
                 "premium_pct": (100.0 * bounds[0], 100.0 * bounds[1]),
             }
         )
+    return out
+
+
+DEEPEP = "deepep_low_latency.csv"
+
+
+def deepep_rows() -> list[dict[str, Any]]:
+    """DeepEP's published low-latency dispatch and combine latencies (data/validation/
+    deepep_low_latency.csv: DeepSeek-V3's shape on H800 with one 400 Gb/s NIC per GPU) against
+    the decode step's all-to-all (`engine.ep_all_to_all_s`) for one MoE layer of deepseek-v3
+    on hgx-h800, rail-optimized, fp8 (FP8 dispatch, BF16 combine). Held out: nothing was fitted
+    to them."""
+    out: list[dict[str, Any]] = []
+    model, system = load_model("deepseek-v3"), load_system("hgx-h800")
+    for r in read_rows(DEEPEP):
+        ep = int(r["ep"])
+        dep = Deployment(model, system, Network(), ep, 1, 1, ep, "fp8")
+        a2a = ep_all_to_all_s(dep, float(r["tokens_per_rank"]))
+        for name in ("dispatch", "combine"):
+            measured = float(r[f"{name}_us"]) * 1e-6
+            predicted = float(a2a[name])
+            out.append(
+                {
+                    "ep": ep,
+                    "pass": name,
+                    "measured_s": measured,
+                    "predicted_s": predicted,
+                    "error_pct": _pct(predicted, measured),
+                }
+            )
     return out
