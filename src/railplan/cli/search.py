@@ -187,6 +187,15 @@ def search(
             "comma-separated (e.g. 0,8)",
         ),
     ] = "0",
+    lighter_head_stage: Annotated[
+        bool | None,
+        typer.Option(
+            "--lighter-head-stage/--even-stages",
+            help="also try pipelines whose stage with the LM head holds fewer layers (the "
+            "others equal; DualPipeV: rank 0); default: only for models with multi-token "
+            "prediction layers",
+        ),
+    ] = None,
     expert_tp: Annotated[
         str,
         typer.Option(
@@ -236,6 +245,7 @@ def search(
         recompute_num_layers=tuple(int_list("recompute_num_layers", recompute_num_layers)),
         zero_shard=tuple(int_list("zero_shard", zero_shard)),
         expert_tp=tuple(int_list("expert_tp", expert_tp)),
+        lighter_head_stage=lighter_head_stage,
         microbatch_groups=microbatch_groups,
     )
     r = run(Job(m, sy, net, gpus, global_batch), space, top=top)

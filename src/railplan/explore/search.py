@@ -136,6 +136,13 @@ class SearchSpace:
     # 0 = tp (Megatron-Core's default), N where it divides tp and differs from it; (0, 1), the
     # default, also tries whole experts on one GPU (expert_tp 1, common in today's MoE recipes)
     expert_tp: tuple[int, ...] = (0, 1)
+    # pipelines whose stage with the LM head (the last; rank 0 with DualPipeV) holds fewer
+    # layers than the others, which split the rest equally (Strategy.last_stage_layers /
+    # first_stage_layers; Megatron-Core --decoder-last-pipeline-num-layers, the balancing its
+    # pipeline layouts do for the loss and MTP layers): tried beside the even split. None (the
+    # default): where the model has multi-token prediction layers, whose module and second
+    # head sit on that stage
+    lighter_head_stage: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "micro_batch", "interleave", "ep", "cp", "dp"):
@@ -360,7 +367,9 @@ def candidate_rows(
     rows["microbatch_group"] = np.zeros_like(v)
     rows["microbatch_group"][grouped] = smallest_group(micro_batches[grouped], pp[grouped])
     m_ok = (micro_batches % pp == 0) | dualpipev | grouped
+    rows["dualpipev"] = dualpipev.astype(np.int64)
     rows = _select(rows, (v == 1) | (chunks_ok & (pp > 1) & m_ok))
+    rows = _lighter_head_stage(model, rows, space)
 
     rows = _cross(rows, "zero", np.array(sorted(set(space.zero)), dtype=np.int64))
     z = rows["zero"]
@@ -403,6 +412,32 @@ def candidate_rows(
     )
     plain = (n == 0) & ((rows["zero"] == 0) | (0 in space.zero_shard))
     return _select(rows, plain | hybrid)
+
+
+def _lighter_head_stage(
+    model: Model, rows: dict[str, IntArray], space: SearchSpace
+) -> dict[str, IntArray]:
+    """`rows` with `first_stage_layers` and `last_stage_layers` (0: the even split), and where
+    `SearchSpace.lighter_head_stage` asks for it, each pipelined row once more with the stage
+    holding the LM head lighter: the others take q = ⌊layers/pp⌋ + 1 layers each and the head
+    stage the rest, layers − q·(pp − 1), where that is at least 1, below q and (with its MTP
+    layers) at least the interleave. The head stage is rank 0 (`first_stage_layers`) where the
+    row runs DualPipeV, the last stage (`last_stage_layers`) otherwise."""
+    dualpipev = rows.pop("dualpipev").astype(bool)
+    zero = np.zeros_like(rows["pp"])
+    rows |= {"first_stage_layers": zero, "last_stage_layers": zero.copy()}
+    wanted = model.mtp_layers > 0 if space.lighter_head_stage is None else space.lighter_head_stage
+    if not wanted or not space.uneven_pp:
+        return rows
+    pp, v = rows["pp"], rows["interleave"]
+    q = model.layers // np.maximum(pp, 1) + 1
+    head = model.layers - q * (pp - 1)
+    ok = (pp > 1) & (head >= 1) & (head < q) & (head + model.mtp_layers >= v)
+    extra = {k: c[ok] for k, c in rows.items()}
+    on_first = dualpipev[ok]
+    extra["first_stage_layers"] = np.where(on_first, head[ok], 0)
+    extra["last_stage_layers"] = np.where(on_first, 0, head[ok])
+    return {k: np.concatenate([rows[k], extra[k]]) for k in rows}
 
 
 def smallest_group(m: IntArray, pp: IntArray) -> IntArray:

@@ -238,8 +238,11 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
 
 def logits_times(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:
     """Per micro-batch on the last stage: `t`, the vocabulary projection forward + backward and
-    the fp32 cross-entropy; `wgrad`, the projection's weight-gradient GEMM alone (part of `t`:
-    what `defer_embedding_wgrad` moves to the pipeline flush)."""
+    the fp32 cross-entropy, once more for each multi-token prediction module (`Model.mtp_layers`:
+    its own logits and loss through the shared head) with its 2h → h projection (`eh_proj`,
+    column-parallel, in the strategy's precision; its transformer layer is a layer of the
+    stage, `layers_of_stage`); `wgrad`, the main head's weight-gradient GEMM alone (part of
+    `t`: what `defer_embedding_wgrad` moves to the pipeline flush)."""
     (g,) = local([logit_gemm(model, s.micro_batch.astype(float), s.tp.astype(float))], s)
     dgrad, wgrad = g.backward()
     t_wgrad = gemm_time_s(system.gpu, wgrad)
@@ -252,7 +255,18 @@ def logits_times(model: Model, system: System, s: StrategyArrays) -> dict[str, F
         elementwise.cross_entropy_bytes(s) * logits,
         elementwise.cross_entropy_kernels(s),
     )
-    return {"t": np.asarray(gemm + loss), "wgrad": np.asarray(t_wgrad)}
+    head = gemm + loss
+    if model.mtp_layers:
+        b, tp = s.micro_batch.astype(float), s.tp.astype(float)
+        one = np.ones_like(b * tp)
+        (proj,) = local(
+            [Gemm("eh_proj", one, b * model.seq, model.hidden / tp, 2.0 * model.hidden * one)], s
+        )
+        proj_s = linear_time_s(system.gpu, proj, s) + sum(
+            (linear_time_s(system.gpu, h, s) for h in proj.backward()), np.zeros(())
+        )
+        head = head * (1.0 + model.mtp_layers) + model.mtp_layers * proj_s
+    return {"t": np.asarray(head), "wgrad": np.asarray(t_wgrad)}
 
 
 # The strategy fields that per-layer kernel times depend on.

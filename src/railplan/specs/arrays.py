@@ -353,7 +353,9 @@ def layers_of_stage(model: Model, s: StrategyArrays, stage: IntArray | int) -> I
     --decoder-first/last-pipeline-num-layers), the layers are spread so that stages differ by at
     most one: the stages not given get ⌊rest/n⌋, and the remainder goes one layer each to the
     middle stages from the first on, then to the end stages (which also hold the embedding and
-    the LM head). With pp = 1 the one stage holds every layer."""
+    the LM head). With pp = 1 the one stage holds every layer. The model's multi-token
+    prediction layers (`Model.mtp_layers`) are layers of the stage with the LM head, the last
+    (Megatron-Core `mtp_on_this_rank` without a custom layout), rank 0 with DualPipeV."""
     i = np.asarray(stage, dtype=np.int64)
     pp = np.maximum(s.pp, 1).astype(np.int64)
     given_f, given_l = s.first_stage_layers, s.last_stage_layers
@@ -367,7 +369,11 @@ def layers_of_stage(model: Model, s: StrategyArrays, stage: IntArray | int) -> I
     last = np.where(last_free, base + (end_extra - first_free >= 1), given_l)
     middle = base + (i - 1 < mid_extra)
     out = np.where(i == 0, first, np.where(i == pp - 1, last, middle))
-    return np.asarray(np.where(pp == 1, model.layers, out), dtype=np.int64)
+    out = np.where(pp == 1, model.layers, out)
+    if model.mtp_layers:
+        head = np.where(s.pipeline_schedule == DUALPIPEV, 0, pp - 1)
+        out = out + np.where(i == head, model.mtp_layers, 0)
+    return np.asarray(out, dtype=np.int64)
 
 
 def stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
@@ -376,11 +382,19 @@ def stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     holds (the middle stages' fewest is the last one's, pp − 2), and the `mean` layers/pp."""
     first_given, last_given = s.first_stage_layers, s.last_stage_layers
     if np.ndim(first_given) == 0 and np.ndim(last_given) == 0 and np.size(s.pp) > 64:
-        # Many strategies, one stage split rule: a table over pp = 1…max, then a lookup.
+        # Many strategies, one stage split rule: a table over pp = 1…max, then a lookup (per
+        # schedule when the MTP layers sit on a schedule-dependent rank).
         top = max(int(np.max(s.pp)), 1)
-        table = _stage_layers(model, replace(s, pp=np.arange(1, top + 1, dtype=np.int64)))
+        pps = np.arange(1, top + 1, dtype=np.int64)
         at = np.maximum(s.pp, 1) - 1
-        return {k: np.asarray(v[at]) for k, v in table.items()}
+        schedules = np.unique(s.pipeline_schedule) if model.mtp_layers else np.zeros(1, np.int64)
+        out: dict[str, FloatArray] = {}
+        for code in schedules:
+            table = _stage_layers(model, replace(s, pp=pps, pipeline_schedule=np.asarray(code)))
+            here = s.pipeline_schedule == code
+            for k, v in table.items():
+                out[k] = np.asarray(np.where(here, v[at], out[k]) if k in out else v[at])
+        return out
     return _stage_layers(model, s)
 
 
@@ -397,7 +411,7 @@ def _stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
         "last": f[2],
         "max": np.asarray(np.maximum(np.maximum(f[0], f[1]), f[2])),
         "fewest": np.asarray(np.minimum(np.minimum(f[0], f[2]), f[3])),
-        "mean": np.asarray(model.layers / pp.astype(np.float64)),
+        "mean": np.asarray((model.layers + model.mtp_layers) / pp.astype(np.float64)),
     }
 
 
@@ -419,7 +433,8 @@ def overlap_ep_rules(s: StrategyArrays) -> list[tuple[BoolArray, str]]:
 
 def dualpipev_rules(s: StrategyArrays) -> list[tuple[BoolArray, str]]:
     """What DualPipeV needs, one condition each (`dualpipev.py` asserts m ≥ 2·pp; the V is two
-    chunks per rank). Uneven stages and micro-batch groups belong to Megatron's schedules."""
+    chunks per rank). Micro-batch groups belong to Megatron's schedules; rank 0's layers (its
+    two chunks, with both ends) may be given as `first_stage_layers`."""
     return [
         (np.asarray(s.pp > 1), "dualpipev needs pp > 1"),
         (np.asarray(s.interleave == 2), "dualpipev runs two chunks per rank: needs interleave 2"),
@@ -428,8 +443,9 @@ def dualpipev_rules(s: StrategyArrays) -> list[tuple[BoolArray, str]]:
             "dualpipev needs at least 2·pp micro-batches per replica (as dualpipev.py asserts)",
         ),
         (
-            np.asarray((s.first_stage_layers == 0) & (s.last_stage_layers == 0)),
-            "dualpipev with first/last_stage_layers is not modelled (rank 0 holds both ends)",
+            np.asarray(s.last_stage_layers == 0),
+            "dualpipev's rank 0 holds both ends: give its layers with first_stage_layers, not "
+            "last_stage_layers",
         ),
         (np.asarray(s.microbatch_group == 0), "microbatch_group is Megatron's, not dualpipev's"),
         (

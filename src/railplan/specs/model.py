@@ -70,6 +70,14 @@ class Model(Spec):
         description="each token's experts come from at most this many groups (DeepSeek-V3 "
         "topk_group 4: at most 4 nodes; Megatron-Core --moe-router-group-topk); 0 = all",
     )
+    mtp_layers: int = Field(
+        default=0,
+        ge=0,
+        le=16,
+        description="multi-token prediction modules (DeepSeek-V3 MTP depth D = 1; Megatron-Core "
+        "--mtp-num-layers): each a norm pair, a 2h→h projection, a transformer layer and the "
+        "shared output head with its own loss, on the stage with the LM head",
+    )
     source: str = ""
     shared_experts: int = Field(default=0, ge=0, le=64, description="always-active experts")
     first_dense_layers: int = Field(default=0, ge=0, description="leading dense layers (MoE)")

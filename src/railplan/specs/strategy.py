@@ -79,7 +79,9 @@ class Strategy(Spec):
     `cp` context-parallel ranks split every sequence (Megatron-Core ring attention); the GPUs
     are tp·cp·pp·dp and gradients are reduced over the dp·cp ranks.
     `first_stage_layers` / `last_stage_layers` (0 = spread evenly) fix the layers of the first
-    and last pipeline stage (Megatron `--decoder-first/last-pipeline-num-layers`).
+    and last pipeline stage (Megatron `--decoder-first/last-pipeline-num-layers`); with
+    DualPipeV, whose rank 0 runs both ends, `first_stage_layers` fixes rank 0's layers (both of
+    its chunks) and `last_stage_layers` is refused.
     `zero_schedule` says when ZeRO-2/3 communicate: `micro_batch` (FSDP and DeepSpeed's default:
     weights gathered before, gradients reduce-scattered after every micro-batch's pass) or
     `step` (once per step, weights and gradients kept whole across the micro-batches).
@@ -305,6 +307,8 @@ class Strategy(Spec):
             if self.interleave > 1 and self.pipeline_schedule == "1f1b"
             else "",
             f"mb-group={self.microbatch_group}" if self.microbatch_group else "",
+            f"first={self.first_stage_layers}" if self.first_stage_layers else "",
+            f"last={self.last_stage_layers}" if self.last_stage_layers else "",
             "SP" if self.sequence_parallel else "",
             f"ZeRO-{self.zero}" if self.zero else "",
             f"shard={self.zero_shard}" if self.zero and self.zero_shard else "",

@@ -206,8 +206,8 @@ def hybrid_groups(rows: IntArray, replicas: int) -> tuple[IntArray, IntArray]:
 
 
 def _per_stage(
-    groups: IntArray, rows_per_stage: int, keys: list[tuple[int, bool]]
-) -> list[tuple[tuple[int, bool], IntArray]]:
+    groups: IntArray, rows_per_stage: int, keys: list[tuple[int, bool, bool]]
+) -> list[tuple[tuple[int, bool, bool], IntArray]]:
     """The group rows (stage-major, `rows_per_stage` per stage) of the stages sharing each
     distinct key of `keys` (one key per stage)."""
     stage_of_row = np.arange(groups.shape[0]) // max(rows_per_stage, 1)
@@ -234,19 +234,23 @@ def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
     layers = layers_of_stage(model, s, stages).tolist()
     dualpipev = bool(s.dualpipev)  # rank 0 holds both ends and the V turns on the last rank
     end = ((stages == 0) | ((stages == p.pp - 1) & (not dualpipev))).tolist()
-    keys = [(int(n), bool(e)) for n, e in zip(layers, end, strict=True)]
-    only_layers = [(n, False) for n, _ in keys]
+    # The stage with the LM head (the last; rank 0 with DualPipeV) also holds the multi-token
+    # prediction modules' embedding copy and projections; the other end stage does not.
+    head = (stages == (0 if dualpipev else p.pp - 1)).tolist()
+    keys = [(int(n), bool(e), bool(h)) for n, e, h in zip(layers, end, head, strict=True)]
+    plain = model.model_copy(update={"mtp_layers": 0}) if model.mtp_layers else model
+    only_layers = [(n, False, False) for n, _, _ in keys]
     pieces: list[tuple[str, tuple[IntArray, IntArray, FloatArray]]] = [
         ("pp", _scale(pipeline_edges(p.groups("pp"), int(s.interleave), not dualpipev), vol["pp"])),
     ]
-    for (n, _), rows in _per_stage(p.groups("tp"), p.dp * p.cp, only_layers):
+    for (n, _, _), rows in _per_stage(p.groups("tp"), p.dp * p.cp, only_layers):
         pieces.append(("tp", _scale(collective_edges(rows, k), vol["tp"] * n)))
     if p.cp > 1:
-        for (n, _), rows in _per_stage(p.groups("cp"), p.dp * p.tp, only_layers):
+        for (n, _, _), rows in _per_stage(p.groups("cp"), p.dp * p.tp, only_layers):
             pieces.append(("cp", _scale(ring_edges(rows, 1.0), vol["cp"] * n)))
     r = int(s.replicas)
-    for (n, e), rows in _per_stage(p.groups("dp"), p.tp, keys):
-        b = dp_stage_bytes(model, s, n, e)
+    for (n, e, h), rows in _per_stage(p.groups("dp"), p.tp, keys):
+        b = dp_stage_bytes(model if h else plain, s, n, e)
         shards, replicas = hybrid_groups(rows, r)
         pieces.append(("dp", _scale(collective_edges(shards, k), b["dense"])))
         if r > 1:
@@ -258,9 +262,9 @@ def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
         moe_share = model.moe_layers / model.layers
         ep_groups, edp_groups, etp_groups = expert_groups(p, ep, etp)
         if etp > 1:
-            for (n, _), rows in _per_stage(etp_groups, p.tp * p.dp * p.cp // etp, only_layers):
+            for (n, _, _), rows in _per_stage(etp_groups, p.tp * p.dp * p.cp // etp, only_layers):
                 pieces.append(("tp", _scale(collective_edges(rows, k), vol["etp"] * moe_share * n)))
-        for (n, _), rows in _per_stage(edp_groups, ep * etp, only_layers):
+        for (n, _, _), rows in _per_stage(edp_groups, ep * etp, only_layers):
             b = dp_stage_bytes(model, s, n, False)
             shards, replicas = hybrid_groups(rows, r)
             pieces.append(("dp", _scale(collective_edges(shards, k), b["expert"])))
@@ -276,7 +280,7 @@ def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
             ]
             # DeepEP-style edges only where every group has x members in each of y domains
             regular = len({None if d is None else d[2:] for d in dedup}) == 1
-            for ((n, _), rows), parts in zip(ep_stages, dedup, strict=True):
+            for ((n, _, _), rows), parts in zip(ep_stages, dedup, strict=True):
                 scale = moe_share * n
                 if parts is None or not regular:
                     pieces.append(("ep", _scale(all_to_all_edges(rows), vol["ep"] * scale)))

@@ -265,8 +265,10 @@ def dp_expert_weight_gather_bytes(
 
 def embedding_gradient_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     """Tied embeddings with pp > 1: first and last stage all-reduce this many bytes (none with
-    DualPipeV, whose rank 0 holds both ends)."""
-    tied = model.tied_embeddings
+    DualPipeV, whose rank 0 holds both ends); likewise the input embedding the last stage's
+    multi-token prediction modules read (Megatron-Core `finalize_model_grads` all-reduces it
+    over the embedding group when `mtp_num_layers` is set)."""
+    tied = model.tied_embeddings or model.mtp_layers > 0
     size = model.vocab * model.hidden / s.tp * s.grad_reduce_bytes
     return np.asarray(np.where((s.pp > 1) & tied & ~s.dualpipev, size, 0.0))
 

@@ -28,10 +28,15 @@ def forward_flops_per_sequence(model: Model) -> dict[str, float]:
         router = 2.0 * model.seq * model.hidden * model.experts
         per_token_experts = model.top_k + model.shared_experts
         moe_extra = model.moe_layers * (per_token_experts * expert_mlp + router - dense_mlp)
+    # Multi-token prediction (`Model.mtp_layers`), counted as Megatron-Core counts it: each
+    # module one more transformer layer (here the model's average layer, as the time model
+    # takes it), its 2h → h projection and one more pass through the output head.
+    depth = (model.layers + model.mtp_layers) / model.layers
+    projection = model.mtp_layers * 2.0 * model.seq * 2.0 * model.hidden * model.hidden
     return {
-        "layers": model.layers * dense_layer + moe_extra,
-        "attention_products": model.layers * attn_products,
-        "logits": float(logit_gemm(model, one, one).flops),
+        "layers": depth * (model.layers * dense_layer + moe_extra) + projection,
+        "attention_products": depth * model.layers * attn_products,
+        "logits": (1 + model.mtp_layers) * float(logit_gemm(model, one, one).flops),
     }
 
 
@@ -51,14 +56,15 @@ def recomputed_module_flops(model: Model) -> dict[str, float]:
     router = 2.0 * model.seq * model.hidden * model.experts
     up = sum(float(g.flops) for g in attention_gemms(model, one, one) if g.name.endswith("_up"))
     moe = float(model.moe_layers)
+    depth = (model.layers + model.mtp_layers) / model.layers  # the MTP layers rerun alike
     return {
         "core_attn": f["attention_products"],
         "layernorm": 0.0,
         "moe_act": 0.0,
-        "mla_up_proj": model.layers * up,
-        "mlp": (model.layers - moe) * dense_mlp,
-        "moe": moe * ((model.top_k + model.shared_experts) * expert_mlp + router),
-        "shared_experts": moe * model.shared_experts * expert_mlp,
+        "mla_up_proj": depth * model.layers * up,
+        "mlp": depth * (model.layers - moe) * dense_mlp,
+        "moe": depth * moe * ((model.top_k + model.shared_experts) * expert_mlp + router),
+        "shared_experts": depth * moe * model.shared_experts * expert_mlp,
     }
 
 

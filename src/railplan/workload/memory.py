@@ -225,7 +225,10 @@ def logits_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     the vocab (fp32 softmax, or the bf16 logits for `xentropy`:
     `elementwise.cross_entropy_kept_bytes`)."""
     kept = elementwise.cross_entropy_kept_bytes(s)
-    return np.asarray(kept * model.seq * s.micro_batch * model.vocab / s.tp, dtype=np.float64)
+    heads = 1 + model.mtp_layers  # each multi-token prediction module's loss keeps its own
+    return np.asarray(
+        heads * kept * model.seq * s.micro_batch * model.vocab / s.tp, dtype=np.float64
+    )
 
 
 def deferred_wgrad_bytes(model: Model, s: StrategyArrays) -> FloatArray:
@@ -252,10 +255,21 @@ def dense_stage_params(
     per_layer += moe_share * model.hidden * model.experts  # router
     per_layer += moe_share * model.shared_experts * model.expert_params()
     # Tied: one vocab×h matrix per end stage; untied with pp = 1 or DualPipeV (rank 0 holds
-    # both ends): input and output matrices.
-    both_ends = (s.pp == 1) | s.dualpipev
+    # both ends): input and output matrices; untied with multi-token prediction, the last stage
+    # also holds the input embedding the MTP modules read (Megatron-Core builds it where
+    # `mtp_process`), and their norms and 2h → h projections (`mtp_head_params`).
+    both_ends = (s.pp == 1) | s.dualpipev | (model.mtp_layers > 0)
     embed = model.vocab * model.hidden * np.where(both_ends & (not model.tied_embeddings), 2, 1)
-    return np.asarray((layers * per_layer + embed * embedding) / s.tp, dtype=np.float64)
+    head = embed + mtp_head_params(model)
+    return np.asarray((layers * per_layer + head * embedding) / s.tp, dtype=np.float64)
+
+
+def mtp_head_params(model: Model) -> int:
+    """Parameters of the multi-token prediction modules besides their transformer layers: per
+    module two RMSNorms (h each) and the 2h → h projection (Megatron-Core's enorm, hnorm and
+    eh_proj; DeepSeek-V3 report §2.2's M_k)."""
+    h = model.hidden
+    return model.mtp_layers * (2 * h * h + 2 * h)
 
 
 def expert_stage_params(
@@ -293,8 +307,9 @@ def gemm_stage_params(
     )
     expert = share * expert_mlp * model.experts / s.ep
     layers = stage_layers(model, s)["max"] if layers is None else layers
+    proj = 2 * h * h * model.mtp_layers  # the MTP projections (the fullest stage's, as above)
     return (
-        np.asarray(layers * dense / s.tp, dtype=np.float64),
+        np.asarray((layers * dense + proj) / s.tp, dtype=np.float64),
         np.asarray(layers * expert / s.etp, dtype=np.float64),
     )
 
