@@ -72,16 +72,21 @@ def test_grid_by_hand() -> None:
 
 
 def test_rules() -> None:
+    sp = {"sequence_parallel": True}
     with pytest.raises(RailplanError, match="expert_tp must divide tp"):
-        _s(tp=4, dp=4, ep=2, global_batch=8, expert_tp=3)
+        _s(tp=4, dp=4, ep=2, global_batch=8, expert_tp=3, **sp)
     with pytest.raises(RailplanError, match="expert_tp must divide tp"):
-        _s(tp=2, dp=4, ep=2, global_batch=8, expert_tp=4)
+        _s(tp=2, dp=4, ep=2, global_batch=8, expert_tp=4, **sp)
     with pytest.raises(RailplanError, match="needs an MoE model"):
         _s(DENSE, tp=2, dp=4, global_batch=8, expert_tp=1)
     # ep 8 with etp 2 needs 16 ranks per stage; with etp 1, 8 are enough
     with pytest.raises(RailplanError, match="ep·expert_tp must divide tp·cp·dp"):
-        _s(tp=2, dp=4, ep=8, global_batch=8)
-    _s(tp=2, dp=4, ep=8, global_batch=8, expert_tp=1)
+        _s(tp=2, dp=4, ep=8, global_batch=8, **sp)
+    _s(tp=2, dp=4, ep=8, global_batch=8, expert_tp=1, **sp)
+    # Megatron-Core's MoE layer refuses tp > 1 without sequence parallelism in training
+    with pytest.raises(RailplanError, match="sequence_parallel"):
+        _s(tp=2, dp=4, ep=2, global_batch=8)
+    _s(DENSE, tp=2, dp=4, global_batch=8)
     with pytest.raises(RailplanError, match="expert_tp"):
         expert_groups(place(4, 1, 2, 8), 2, 3)
 
@@ -167,6 +172,13 @@ def test_search_tries_whole_experts() -> None:
     assert (1, 8) in pairs and (0, 4) in pairs and (0, 8) not in pairs and (2, 4) not in pairs
     plain = candidate_rows(MOE, 16, 16, SearchSpace(tp=(2,), pp=(1,), expert_tp=(0,)))
     assert set(plain["expert_tp"].tolist()) == {0}
+    # a value equal to a row's tp is that row's default (0), kept once; rows it does not
+    # divide are left out
+    for asked, want in (((1,), {(1, 0), (2, 1), (4, 1)}), ((2,), {(2, 0), (4, 2)})):
+        r = candidate_rows(MOE, 16, 16, SearchSpace(tp=(1, 2, 4), pp=(1,), expert_tp=asked))
+        assert set(zip(r["tp"].tolist(), r["expert_tp"].tolist(), strict=True)) == want
+    both = candidate_rows(MOE, 16, 16, SearchSpace(tp=(2,), pp=(1,), ep=(2,), expert_tp=(0, 2)))
+    assert len(both["tp"]) == len(plain["tp"][plain["ep"] == 2])
     dense = candidate_rows(DENSE, 16, 16, SearchSpace(tp=(2,), pp=(1,)))
     assert set(dense["expert_tp"].tolist()) == {0}
     r = search(Job(MOE, SYSTEM, Network(), 16, 16), SearchSpace(tp=(2,), pp=(1,)), top=1)

@@ -5,6 +5,8 @@ DualPipeV), a 2h → h projection with two norms, and one more pass through the 
 head with its own loss; the last stage of an untied model also holds the input embedding, whose
 gradient the end stages all-reduce."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -52,7 +54,10 @@ def test_stage_table_matches_each_strategy_with_mixed_schedules() -> None:
         for p in (2, 4, 8)
         for sched in ("1f1b", "dualpipev")
     ] * 12
-    many = stage_layers(MTP, from_strategies(items))
+    arrays = from_strategies(items)
+    zero = np.zeros((), dtype=np.int64)  # one split rule for all: the table path
+    many = stage_layers(MTP, replace(arrays, first_stage_layers=zero, last_stage_layers=zero))
+    assert len(items) > 64
     for i, item in enumerate(items[:6]):
         one = stage_layers(MTP, from_strategies(item))
         for k in ("first", "middle", "last", "max", "fewest", "mean"):
@@ -133,7 +138,7 @@ def test_iteration_slower_and_dualpipev_balances_rank0() -> None:
 
 def test_search_tries_a_lighter_head_stage() -> None:
     """With MTP layers, each pipelined row once more with the LM-head stage lighter: the others
-    take ⌊layers/pp⌋ + 1 each (32 layers, pp 4: 9, 9, 9 and 5; pp 8: 5 × 7 and 0 is too few);
+    take ⌊layers/pp⌋ + 1 each (32 layers, pp 4: 9, 9, 9 and 5; pp 8: 5 × 7 leaves −3);
     DualPipeV rows lighten rank 0. Every candidate is valid."""
     from railplan.explore.search import SearchSpace, candidate_rows, enumerate_and_evaluate
     from railplan.specs import Job
@@ -144,7 +149,7 @@ def test_search_tries_a_lighter_head_stage() -> None:
     assert pairs == {(4, 0), (4, 5), (8, 0)}
     assert set(rows["first_stage_layers"].tolist()) == {0}
     plain = candidate_rows(BASE, 16, 64, SearchSpace(pp=(4,), interleave=(1,)))
-    assert set(plain["last_stage_layers"].tolist()) == {0}
+    assert "last_stage_layers" not in plain  # the even split for all
     asked = candidate_rows(BASE, 16, 64, SearchSpace(pp=(4,), lighter_head_stage=True))
     assert 5 in set(asked["last_stage_layers"].tolist())
     space = SearchSpace(pp=(4,), pipeline_schedule="dualpipev", tp=(1,), cp=(1,))
@@ -164,3 +169,23 @@ def test_cli_lighter_head_stage(cli) -> None:  # type: ignore[no-untyped-def]
     even = cli.json(*args, "--even-stages")
     assert lighter["configurations_evaluated"] > even["configurations_evaluated"]
     assert all(c["strategy"]["last_stage_layers"] == 0 for c in even["top"])
+
+
+def test_lighter_head_is_never_the_even_split_nor_on_the_wrong_stage() -> None:
+    """61 layers on pp 2: the even split already gives the last stage 30 (the remainder goes
+    to the first), so no lighter candidate repeats it; where DualPipeV cannot run (here with
+    the deferred LM-head gradient, Megatron's), the lighter stage is the last, not rank 0."""
+    from railplan.explore.search import SearchSpace, candidate_rows, enumerate_and_evaluate
+    from railplan.specs import Job
+
+    v3 = load_model("deepseek-v3")
+    rows = candidate_rows(v3, 64, 256, SearchSpace(pp=(2, 4), tp=(1,), cp=(1,), ep=(1,)))
+    pairs = set(zip(rows["pp"].tolist(), rows["last_stage_layers"].tolist(), strict=True))
+    assert (2, 30) not in pairs and (4, 13) in pairs
+    space = SearchSpace(
+        pp=(4,), tp=(1,), cp=(1,), pipeline_schedule="dualpipev", defer_embedding_wgrad=True
+    )
+    ev = enumerate_and_evaluate(Job(MTP, SYSTEM, Network(), 16, 64), space)
+    s = ev.strategies
+    assert not bool(np.any(s.dualpipev))
+    assert not bool(np.any(s.first_stage_layers > 0)) and bool(np.any(s.last_stage_layers > 0))

@@ -58,7 +58,11 @@ RecomputeOpt = Annotated[str, typer.Option(help="none | selective | full")]
 SequenceParallelOpt = Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")]
 ZeroOpt = Annotated[int, typer.Option(help="ZeRO stage 0-3")]
 EpOpt = Annotated[
-    int, typer.Option(help="expert-parallel degree (MoE), taken from the dp·cp ranks")
+    int,
+    typer.Option(
+        help="expert-parallel degree (MoE); ep·expert_tp divides tp·cp·dp (with the default "
+        "expert_tp = tp: ep divides dp·cp)"
+    ),
 ]
 ExpertTpOpt = Annotated[
     int,

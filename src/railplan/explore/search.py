@@ -353,7 +353,12 @@ def candidate_rows(
     even = (model.layers % pp == 0) & ((model.layers // pp) % v == 0)
     chunks_ok = np.where(space.uneven_pp, v <= model.layers // pp, even)
     # DualPipeV (`pipeline_schedule`) takes any m ≥ 2·pp micro-batches on its two chunks.
-    dualpipev = (space.pipeline_schedule == "dualpipev") & (v == 2) & (micro_batches >= 2 * pp)
+    dualpipev = (
+        (space.pipeline_schedule == "dualpipev")
+        & (v == 2)
+        & (micro_batches >= 2 * pp)
+        & (not space.defer_embedding_wgrad)  # as `dualpipev_rules`: Megatron's, refused with it
+    )
     # A micro-batch count that is not a multiple of pp interleaves with a micro-batch group N
     # (`microbatch_groups`): the smallest N ≥ pp that Megatron-Core accepts (m mod N 0 or ≥ pp),
     # which holds the fewest extra warm-up forwards ((v − 1)·(N − pp)).
@@ -381,8 +386,11 @@ def candidate_rows(
     moe = model.experts > 1
     etps = np.array(sorted(set(space.expert_tp) if moe else {0}), dtype=np.int64)
     rows = _cross(rows, "expert_tp", etps)
-    e = rows["expert_tp"]
-    rows = _select(rows, (e == 0) | ((rows["tp"] % np.maximum(e, 1) == 0) & (e != rows["tp"])))
+    e, tp = rows["expert_tp"], rows["tp"]
+    # N = tp is the default, 0: one candidate, kept once when the space holds both
+    keep = (e == 0) | ((tp % np.maximum(e, 1) == 0) & ((e != tp) | (0 not in space.expert_tp)))
+    rows = _select(rows, keep)
+    rows["expert_tp"] = np.where(rows["expert_tp"] == rows["tp"], 0, rows["expert_tp"])
     eps = _allowed(divisors(model.experts), space.ep) if moe else np.ones(1, np.int64)
     rows = _cross(rows, "ep", eps)
     etp = np.where(rows["expert_tp"] > 0, rows["expert_tp"], rows["tp"])
@@ -417,22 +425,29 @@ def candidate_rows(
 def _lighter_head_stage(
     model: Model, rows: dict[str, IntArray], space: SearchSpace
 ) -> dict[str, IntArray]:
-    """`rows` with `first_stage_layers` and `last_stage_layers` (0: the even split), and where
-    `SearchSpace.lighter_head_stage` asks for it, each pipelined row once more with the stage
+    """`rows`, and where `SearchSpace.lighter_head_stage` asks for it, with `first_stage_layers`
+    and `last_stage_layers` (0: the even split) and each pipelined row once more with the stage
     holding the LM head lighter: the others take q = ⌊layers/pp⌋ + 1 layers each and the head
-    stage the rest, layers − q·(pp − 1), where that is at least 1, below q and (with its MTP
-    layers) at least the interleave. The head stage is rank 0 (`first_stage_layers`) where the
-    row runs DualPipeV, the last stage (`last_stage_layers`) otherwise."""
+    stage the rest, layers − q·(pp − 1), where that is at least 1, fewer than the even split
+    gives it and (with its MTP layers) at least the interleave. The head stage is rank 0
+    (`first_stage_layers`) where the row runs DualPipeV, the last stage (`last_stage_layers`)
+    otherwise."""
     dualpipev = rows.pop("dualpipev").astype(bool)
-    zero = np.zeros_like(rows["pp"])
-    rows |= {"first_stage_layers": zero, "last_stage_layers": zero.copy()}
     wanted = model.mtp_layers > 0 if space.lighter_head_stage is None else space.lighter_head_stage
     if not wanted or not space.uneven_pp:
-        return rows
+        return rows  # the even split for all (StrategyArrays' scalar 0: stage_layers' table)
+    zero = np.zeros_like(rows["pp"])
+    rows |= {"first_stage_layers": zero, "last_stage_layers": zero.copy()}
     pp, v = rows["pp"], rows["interleave"]
     q = model.layers // np.maximum(pp, 1) + 1
     head = model.layers - q * (pp - 1)
-    ok = (pp > 1) & (head >= 1) & (head < q) & (head + model.mtp_layers >= v)
+    # the head stage's decoder layers in the even split (`layers_of_stage`: the remainder goes
+    # to the middle stages, then to the first end stage, then to the last)
+    base, r = model.layers // np.maximum(pp, 1), model.layers % np.maximum(pp, 1)
+    end_extra = r - np.minimum(r, np.maximum(pp - 2, 0))
+    even_head = base + np.where(dualpipev, end_extra >= 1, end_extra >= 2)
+    ok = (pp > 1) & (head >= 1) & (head < q) & (head < even_head)
+    ok &= head + model.mtp_layers >= v
     extra = {k: c[ok] for k, c in rows.items()}
     on_first = dualpipev[ok]
     extra["first_stage_layers"] = np.where(on_first, head[ok], 0)

@@ -139,13 +139,14 @@ def ep_comm_time_s(
 ) -> FloatArray:
     """Exposed expert-parallel all-to-all time per MoE layer and micro-batch (all passes).
 
-    The ep ranks are spaced tp apart: x of them share an HB domain, y domains. Rail-only runs
-    the two-step all-to-all with forwarding (rail phase, then HB phase; SYSTEM.md formula 3);
-    the other networks the direct one. Every all-to-all is exposed, unless `overlap_ep`: then
-    a micro-batch's forward is merged layer by layer with the previous one's backward, and the
-    layer's all-to-alls run behind that pair's compute (`layer_compute_s`, one layer's forward
-    and backward) at the SM share collectives hold (`hidden_cost_s`). Only the merged passes
-    hide them: the warm-up forwards and the cooldown backwards run alone (`ep_merged_share`).
+    The ep ranks are spaced etp apart (tp by default): x of them share an HB domain, y domains.
+    Rail-only runs the two-step all-to-all with forwarding (rail phase, then HB phase; SYSTEM.md
+    formula 3); the other networks the direct one. Every all-to-all is exposed, unless
+    `overlap_ep`: then a micro-batch's forward is merged layer by layer with the previous one's
+    backward, and the layer's all-to-alls run behind that pair's compute (`layer_compute_s`, one
+    layer's forward and backward) at the SM share collectives hold (`hidden_cost_s`). Only the
+    merged passes hide them: the warm-up forwards and the cooldown backwards run alone
+    (`ep_merged_share`).
     """
     d = comm.ep_pair_bytes(model, s)
     fn = coll.all_to_all_rail_only_s if lk.rail_only else coll.all_to_all_rail_optimized_s

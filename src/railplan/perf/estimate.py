@@ -77,7 +77,8 @@ def estimate(
         "expert_dp": experts,
         # the routed experts' own tensor-parallel groups, where they differ from tp
         "etp": m.moe_layers > 0 and int(arrays.etp) not in (1, strategy.tp),
-        "embedding": m.tied_embeddings,
+        # tied embeddings, or the embedding copy of the multi-token prediction layers
+        "embedding": m.tied_embeddings or m.mtp_layers > 0,
         "dp_shard": hybrid,
         "dp_replica": hybrid,
         "expert_dp_shard": experts and hybrid,

@@ -548,6 +548,12 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
             f"cp must divide seq ({model.seq}) into 2·cp chunks (causal load balancing)",
         ),
         ("ep", (s.ep == 1) | (model.experts > 1), "ep > 1 needs an MoE model (experts > 1)"),
+        (
+            "sequence_parallel",
+            (model.experts == 1) | (s.tp == 1) | (s.sequence_parallel > 0),
+            "an MoE model with tp > 1 needs sequence parallelism (Megatron-Core's MoE layer "
+            "raises without it in training: moe_layer.py)",
+        ),
         ("ep", model.experts % s.ep == 0, f"ep must divide experts ({model.experts})"),
         (
             "expert_tp",

@@ -12,11 +12,14 @@ Megatron-LM's pattern (Shoeybi 2019, Narayanan 2021, Korthikanti 2022):
 - DP: the gradients of the GPU's stage, by ZeRO stage as `dp_schedule` lists (ZeRO 0: one
   all-reduce; 1: reduce-scatter of gradients then all-gather of the bf16 weights; 2: gradients
   reduce-scattered every micro-batch; 3: weights also gathered every pass); with tied embeddings
-  and pp > 1, first and last stage all-reduce the embedding gradient. MoE: expert gradients
-  are reduced over dp/ep ranks only. Hybrid sharding (`zero_shard`): all of it within each
-  shard group, and every gradient shard all-reduced across the replicas.
+  and pp > 1 (or multi-token prediction layers on the last stage), first and last stage
+  all-reduce the embedding gradient. MoE: expert gradients are reduced over the
+  tp·cp·dp/(etp·ep) expert-data-parallel ranks only. Hybrid sharding (`zero_shard`): all of
+  it within each shard group, and every gradient shard all-reduced across the replicas.
 - EP (MoE): per MoE layer and micro-batch, all-to-all dispatch and combine forward, their
-  gradients backward (DeepSpeed-MoE, GShard), among ep ranks spaced tp apart.
+  gradients backward (DeepSpeed-MoE, GShard), among ep ranks spaced etp apart (tp by
+  default); with etp > 1 an all-gather of the dispatched slots and a reduce-scatter of the
+  experts' output over the etp ranks (`expert_tp_ops_per_moe_layer`).
 - CP (context parallelism, Megatron-Core ring attention): each GPU holds s/cp tokens of every
   sequence; per layer and micro-batch the K/V block of its chunk goes around the cp ring
   (cp − 1 sends forward; backward sends K/V again and the K/V gradients, 2·(cp − 1); a
@@ -257,7 +260,7 @@ def dp_weight_gather_bytes(
 def dp_expert_weight_gather_bytes(
     model: Model, s: StrategyArrays, layers: FloatArray | None = None
 ) -> FloatArray:
-    """With ZeRO ≥ 1: the expert weights all-gathered over the dp/ep expert group."""
+    """With ZeRO ≥ 1: the expert weights all-gathered over the expert-data-parallel group."""
     params = expert_stage_params(model, s, layers)
     gathered = gathered_weight_bytes(model, s, params, expert=True, layers=layers)
     return np.asarray(np.where(s.zero >= 1, gathered, 0.0))
@@ -303,5 +306,6 @@ def ep_all_to_alls_per_moe_layer(
 def dp_expert_gradient_bytes(
     model: Model, s: StrategyArrays, layers: FloatArray | None = None
 ) -> FloatArray:
-    """Expert gradients each GPU reduces over its expert-data-parallel group (dp/ep ranks)."""
+    """Expert gradients each GPU reduces over its expert-data-parallel group
+    (`StrategyArrays.expert_grad_ranks`)."""
     return np.asarray(expert_stage_params(model, s, layers) * s.grad_reduce_bytes)

@@ -291,12 +291,13 @@ def stage_params(model: Model, s: StrategyArrays) -> FloatArray:
 
 
 def gemm_stage_params(
-    model: Model, s: StrategyArrays, layers: FloatArray | None = None
+    model: Model, s: StrategyArrays, layers: FloatArray | None = None, head: bool = True
 ) -> tuple[FloatArray, FloatArray]:
     """Weights of the linear GEMMs of one GPU's stage (what FP8 runs and caches in FP8), as
     (non-expert, expert): everything but the embedding, norms and routers (the projections'
     biases are counted with them: a negligible share). `layers`: the stage's (default: the
-    fullest stage's)."""
+    fullest stage's); `head`: with the multi-token prediction projections of the stage with
+    the LM head (counted where `dense_stage_params` counts that stage's head parameters)."""
     h = model.hidden
     share = model.moe_layers / model.layers
     expert_mlp = model.mlp_matrices * h * model.expert_ffn_
@@ -307,7 +308,7 @@ def gemm_stage_params(
     )
     expert = share * expert_mlp * model.experts / s.ep
     layers = stage_layers(model, s)["max"] if layers is None else layers
-    proj = 2 * h * h * model.mtp_layers  # the MTP projections (the fullest stage's, as above)
+    proj = 2 * h * h * model.mtp_layers if head else 0  # the MTP projections
     return (
         np.asarray((layers * dense + proj) / s.tp, dtype=np.float64),
         np.asarray(layers * expert / s.etp, dtype=np.float64),
@@ -320,15 +321,16 @@ def gathered_weight_bytes(
     params: FloatArray,
     expert: bool = False,
     layers: FloatArray | None = None,
+    head: bool = True,
 ) -> FloatArray:
     """Bytes of `params` of the stage's non-expert (or `expert`) weights as data-parallel weight
     gathers move them and ZeRO-3 holds them gathered: BF16, except the GEMM weights in FP8
-    (1 B) where `fp8_param_gather` (`StrategyArrays.fp8_gathered`). `layers`: the stage's, as
-    for `params`."""
+    (1 B) where `fp8_param_gather` (`StrategyArrays.fp8_gathered`). `layers` and `head` (the
+    LM-head stage's own parameters counted): as for `params`."""
     bf16 = np.asarray(params * WEIGHT_BYTES)
     if not bool(np.any(s.fp8_gathered)):  # the usual case costs nothing
         return bf16
-    gemm = gemm_stage_params(model, s, layers)[1 if expert else 0]
+    gemm = gemm_stage_params(model, s, layers, head)[1 if expert else 0]
     saved = np.where(s.fp8_gathered, WEIGHT_BYTES - FP8_PARAM_BYTES, 0.0)
     return np.asarray(bf16 - saved * gemm)
 
@@ -336,13 +338,14 @@ def gathered_weight_bytes(
 def zero3_gathered_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     """ZeRO-3: full weights of the gathered layers (two, or the stage's only one; BF16, or FP8
     GEMM weights with `fp8_param_gather`) and one layer's full gradient (0 for ZeRO < 3). A
-    layer's experts are gathered over their dp/ep group (experts/ep full experts per rank)."""
+    layer's experts are gathered over their expert-data-parallel group (experts/ep experts per
+    rank, split over etp)."""
     layers = stage_layers(model, s)["max"]
     dense = dense_stage_params(model, s, False, layers)
     expert = expert_stage_params(model, s, layers)
-    weights = gathered_weight_bytes(model, s, dense, False, layers) + gathered_weight_bytes(
-        model, s, expert, True, layers
-    )
+    weights = gathered_weight_bytes(
+        model, s, dense, False, layers, head=False
+    ) + gathered_weight_bytes(model, s, expert, True, layers)
     gathered = np.minimum(ZERO3_GATHERED_LAYERS, layers)  # a 1-layer stage has nothing to prefetch
     live = (gathered * weights + (dense + expert) * s.grad_reduce_bytes) / layers
     return np.asarray(np.where(s.zero_sharding >= 3, live, 0.0))
@@ -354,7 +357,7 @@ def zero_share(
     """What one GPU holds of a per-parameter state of the stage's `dense` and `expert`
     parameters (counts or bytes) that ZeRO shards from `zero_stage` on (1: optimizer state, 2:
     gradients, 3: weights; `zero_sharding`): dense over the dp·cp ranks, experts over the
-    dp·cp/ep expert-data-parallel ranks, each ÷ the replicas of hybrid sharding
+    tp·cp·dp/(etp·ep) expert-data-parallel ranks, each ÷ the replicas of hybrid sharding
     (`StrategyArrays.shard_ranks`, `expert_shard_ranks`)."""
     sharded = s.zero_sharding >= zero_stage
     dense_ranks = s.shard_ranks.astype(np.float64)
@@ -367,8 +370,9 @@ def zero_share(
 def memory(model: Model, s: StrategyArrays) -> Memory:
     """Memory per GPU of the most loaded stage (the first with 1F1B; the last if logits
     dominate), with ZeRO stage 1/2/3 sharding optimizer states / gradients / weights over the
-    data-parallel group: the dp·cp ranks for the dense parameters, dp·cp/ep expert-data-parallel
-    ranks for the expert parameters (each expert lives on dp·cp/ep ranks only), each ÷ the
+    data-parallel group: the dp·cp ranks for the dense parameters, the tp·cp·dp/(etp·ep)
+    expert-data-parallel ranks for the expert parameters (`StrategyArrays.expert_grad_ranks`),
+    each ÷ the
     replicas of hybrid sharding (`zero_shard`). `zero_sharding`:
     ZeRO-2/3 once per step keep weights and gradients whole. Context parallelism divides every
     activation by cp (each GPU holds s/cp tokens)."""
