@@ -133,7 +133,7 @@ class SearchSpace:
     # MoE token dispatch (Strategy.ep_dispatch): alltoall (default) | deepep
     ep_dispatch: str = "alltoall"
     # the routed experts' tensor-parallel degrees tried on MoE models (Strategy.expert_tp):
-    # 0 = tp (Megatron-Core's default), N where it divides tp and differs from it; (0, 1), the
+    # 0 = tp (Megatron-Core's default), N where it divides tp (N = tp is 0); (0, 1), the
     # default, also tries whole experts on one GPU (expert_tp 1, common in today's MoE recipes)
     expert_tp: tuple[int, ...] = (0, 1)
     # pipelines whose stage with the LM head (the last; rank 0 with DualPipeV) holds fewer
@@ -314,12 +314,11 @@ def _select(cols: dict[str, IntArray], keep: BoolArray) -> dict[str, IntArray]:
 def candidate_rows(
     model: Model, gpus: int, global_batch: int, space: SearchSpace, hb_domain: int | None = None
 ) -> dict[str, IntArray]:
-    """The valid (tp, cp, pp, dp, micro_batch, interleave, zero, expert_tp, ep, zero_shard)
-    tuples, as 1-d
-    arrays. Expert parallelism is paired with context parallelism only where the cp ring stays
-    inside an HB domain of `hb_domain` GPUs (tp·cp ≤ K), unless the space fixes cp: a bound on
-    the MoE search, which every (ep, cp) pair would multiply by the cp values, not a rule of
-    Megatron-Core (`estimate` takes any pair)."""
+    """The valid (tp, cp, pp, dp, micro_batch, interleave, zero, expert_tp, ep, zero_shard) tuples,
+    as 1-d arrays. Expert parallelism is paired with context parallelism only where the cp ring
+    stays inside an HB domain of `hb_domain` GPUs (tp·cp ≤ K), unless the space fixes cp: a
+    bound on the MoE search, which every (ep, cp) pair would multiply by the cp values, not a
+    rule of Megatron-Core (`estimate` takes any pair)."""
     tps = _allowed(divisors(gpus), space.tp)
     tps = tps[(model.heads % tps == 0) & (model.kv_heads_ % tps == 0)]
     cps = _allowed(divisors(gpus), space.cp)
@@ -380,8 +379,8 @@ def candidate_rows(
     z = rows["zero"]
     rows = _select(rows, (z == 0) | (rows["dp"] * rows["cp"] > 1))
 
-    # MoE: the routed experts' tensor-parallel degrees (0 = tp; others dividing tp and differing
-    # from it), and expert-parallel degrees dividing the experts with etp·ep dividing tp·cp·dp
+    # MoE: the routed experts' tensor-parallel degrees (0 = tp; others dividing tp), and
+    # expert-parallel degrees dividing the experts with etp·ep dividing tp·cp·dp
     # (Megatron-Core's expert grid: etp × ep × expert-dp fills a stage).
     moe = model.experts > 1
     etps = np.array(sorted(set(space.expert_tp) if moe else {0}), dtype=np.int64)
