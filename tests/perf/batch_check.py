@@ -1,11 +1,13 @@
 """A batch of strategies evaluated as arrays must equal each strategy estimated alone."""
 
+from typing import Any
+
 import pytest
 
 from railplan.perf.estimate import estimate
 from railplan.perf.iteration import iteration
 from railplan.specs import Model, Network, Strategy, load_system
-from railplan.specs.arrays import from_strategies, valid_mask
+from railplan.specs.arrays import StrategyArrays, check, from_strategies, valid_mask
 
 
 def batch_equals_each_alone(model: Model, items: list[Strategy]) -> int:
@@ -24,3 +26,10 @@ def batch_equals_each_alone(model: Model, items: list[Strategy]) -> int:
         assert e.memory_gib_per_gpu == pytest.approx(float(it.memory_gib_per_gpu[i]), rel=1e-12)
         checked += 1
     return checked
+
+
+def checked(model: Model, **fields: Any) -> StrategyArrays:
+    """One strategy as arrays, refused (RailplanError) where `check` refuses it."""
+    s = from_strategies(Strategy(**fields))
+    check(model, s)
+    return s

@@ -22,7 +22,7 @@ from railplan.workload import comm
 from railplan.workload.memory import expert_stage_params, layer_activation_bytes
 from railplan.workload.routing import slot_factor
 from tests.conftest import Cli
-from tests.perf.batch_check import batch_equals_each_alone
+from tests.perf.batch_check import batch_equals_each_alone, checked
 from tests.perf.properties import (
     ARCHS,
     BANDWIDTH_FIELDS,
@@ -37,9 +37,7 @@ SYSTEM = load_system("dgx-h100")
 
 
 def _s(model=MOE, **fields):  # type: ignore[no-untyped-def]
-    s = from_strategies(Strategy(**fields))  # type: ignore[arg-type]
-    check(model, s)
-    return s
+    return checked(model, **fields)
 
 
 def test_default_is_tp() -> None:

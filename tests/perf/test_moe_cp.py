@@ -11,12 +11,11 @@ from railplan.errors import RailplanError
 from railplan.explore.search import SearchSpace, candidate_rows
 from railplan.perf.iteration import iteration
 from railplan.specs import Network, Strategy, load_model, load_system
-from railplan.specs.arrays import check, from_strategies
 from railplan.traffic.matrix import KIND_CODE, traffic
 from railplan.traffic.placement import expert_groups, place
 from railplan.workload import comm
 from railplan.workload.memory import expert_stage_params, memory
-from tests.perf.batch_check import batch_equals_each_alone
+from tests.perf.batch_check import batch_equals_each_alone, checked
 
 MOE = load_model("mixtral-8x7b")  # 8 experts, top 2, seq 4096 in the catalog
 SHORT = MOE.model_copy(update={"seq": MOE.seq // 2})
@@ -24,9 +23,7 @@ SYSTEM = load_system("dgx-h100")
 
 
 def _s(model=MOE, **fields):  # type: ignore[no-untyped-def]
-    s = from_strategies(Strategy(**fields))  # type: ignore[arg-type]
-    check(model, s)
-    return s
+    return checked(model, **fields)
 
 
 def test_pair_bytes_by_hand() -> None:

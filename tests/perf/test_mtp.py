@@ -15,7 +15,6 @@ from railplan.perf.iteration import iteration
 from railplan.perf.layer_time import logits_times
 from railplan.specs import Network, Strategy, load_model, load_system
 from railplan.specs.arrays import (
-    check,
     from_strategies,
     layers_of_stage,
     stage_layers,
@@ -26,6 +25,7 @@ from railplan.workload import comm
 from railplan.workload.flops import forward_flops_per_sequence, model_flops
 from railplan.workload.gemms import logit_gemm
 from railplan.workload.memory import dense_stage_params, logits_bytes, mtp_head_params
+from tests.perf.batch_check import checked
 
 BASE = load_model("llama-3.1-8b")  # untied embeddings, 32 layers
 MTP = BASE.model_copy(update={"mtp_layers": 1})
@@ -33,9 +33,7 @@ SYSTEM = load_system("dgx-h100")
 
 
 def _s(model=MTP, **fields):  # type: ignore[no-untyped-def]
-    s = from_strategies(Strategy(**fields))  # type: ignore[arg-type]
-    check(model, s)
-    return s
+    return checked(model, **fields)
 
 
 def test_layers_sit_on_the_head_stage() -> None:
