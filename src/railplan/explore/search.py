@@ -58,9 +58,12 @@ from railplan.specs.arrays import (
     IntArray,
     StrategyArrays,
     dualpipev_allowed,
+    expert_dp_ranks,
     from_strategies,
     module_bits,
     overlap_ep_allowed,
+    resolve_expert_tp,
+    stage_layer_counts,
     validity,
 )
 from railplan.specs.strategy import RECOMPUTE_MODULE_BITS
@@ -392,7 +395,7 @@ def candidate_rows(
     rows["expert_tp"] = np.where(rows["expert_tp"] == rows["tp"], 0, rows["expert_tp"])
     eps = _allowed(divisors(model.experts), space.ep) if moe else np.ones(1, np.int64)
     rows = _cross(rows, "ep", eps)
-    etp = np.where(rows["expert_tp"] > 0, rows["expert_tp"], rows["tp"])
+    etp = resolve_expert_tp(rows["expert_tp"], rows["tp"])
     stage = rows["tp"] * rows["dp"] * rows["cp"]
     rows = _select(rows, stage % (etp * rows["ep"]) == 0)
     if space.cp is None and hb_domain is not None:
@@ -408,14 +411,14 @@ def candidate_rows(
     shards = np.array(sorted(set(space.zero_shard) | {0}), dtype=np.int64)
     rows = _cross(rows, "zero_shard", shards)
     n, ranks = rows["zero_shard"], rows["dp"] * rows["cp"]
-    etp = np.where(rows["expert_tp"] > 0, rows["expert_tp"], rows["tp"])
+    etp = resolve_expert_tp(rows["expert_tp"], rows["tp"])
     replicas = ranks // np.maximum(n, 1)
     hybrid = (
         (rows["zero"] >= 1)
         & (n > 0)
         & (n < ranks)
         & (ranks % np.maximum(n, 1) == 0)
-        & ((rows["tp"] * ranks // (etp * rows["ep"])) % np.maximum(replicas, 1) == 0)
+        & (expert_dp_ranks(rows["tp"], ranks, etp, rows["ep"]) % np.maximum(replicas, 1) == 0)
     )
     plain = (n == 0) & ((rows["zero"] == 0) | (0 in space.zero_shard))
     return _select(rows, plain | hybrid)
@@ -440,11 +443,9 @@ def _lighter_head_stage(
     pp, v = rows["pp"], rows["interleave"]
     q = model.layers // np.maximum(pp, 1) + 1
     head = model.layers - q * (pp - 1)
-    # the head stage's decoder layers in the even split (`layers_of_stage`: the remainder goes
-    # to the middle stages, then to the first end stage, then to the last)
-    base, r = model.layers // np.maximum(pp, 1), model.layers % np.maximum(pp, 1)
-    end_extra = r - np.minimum(r, np.maximum(pp - 2, 0))
-    even_head = base + np.where(dualpipev, end_extra >= 1, end_extra >= 2)
+    # the head stage's decoder layers in the even split (its MTP layers aside)
+    at = np.where(dualpipev, 0, pp - 1)
+    even_head = stage_layer_counts(model, pp, at, dualpipev=dualpipev) - model.mtp_layers
     ok = (pp > 1) & (head >= 1) & (head < q) & (head < even_head)
     ok &= head + model.mtp_layers >= v
     extra = {k: c[ok] for k, c in rows.items()}

@@ -34,6 +34,7 @@ from railplan.workload.gemms import (
     layer_gemms,
     logit_gemm,
     mlp_gemms,
+    mtp_projection_gemm,
     router_gemm,
 )
 
@@ -258,10 +259,7 @@ def logits_times(model: Model, system: System, s: StrategyArrays) -> dict[str, F
     head = gemm + loss
     if model.mtp_layers:
         b, tp = s.micro_batch.astype(float), s.tp.astype(float)
-        one = np.ones_like(b * tp)
-        (proj,) = local(
-            [Gemm("eh_proj", one, b * model.seq, model.hidden / tp, 2.0 * model.hidden * one)], s
-        )
+        (proj,) = local([mtp_projection_gemm(model, b, tp)], s)
         proj_s = linear_time_s(system.gpu, proj, s) + sum(
             (linear_time_s(system.gpu, h, s) for h in proj.backward()), np.zeros(())
         )

@@ -134,20 +134,19 @@ def megatron_shapes(
     replicas: npt.ArrayLike = 1,
     etp: npt.ArrayLike | None = None,
 ) -> dict[str, Shape]:
-    """The worst layout of every kind of group under Megatron's rank order on HB domains of k:
-    `tp` (consecutive), `cp` (the context-parallel ring, tp apart), `dp` (the dp·cp ranks that
-    reduce gradients, tp apart), `pp` (a pipeline chain, tp·cp·dp apart), and on Megatron-Core's
-    expert grid (the stage's tp·cp·dp ranks as etp × ep × expert-dp, etp fastest; `etp` the
-    routed experts' tensor-parallel degree, default tp) `etp` (consecutive), `ep` (etp apart)
-    and `expert_dp` (tp·cp·dp/(etp·ep) ranks etp·ep apart); `embedding` (first and last stage
-    of a pipeline). With hybrid
-    sharding over `replicas` copies (`StrategyArrays.replicas`), the dp·cp/replicas
-    consecutive ranks of a `dp` group that shard the states (`dp_shard`) and the ranks holding
-    the same shard, one per shard group (`dp_replica`); likewise
-    `expert_dp_shard` and `expert_dp_replica` (Megatron-Core's intra- and inter-instance
-    groups, torchtitan's dp_shard and dp_replicate mesh dimensions); without, `dp_shard` is
-    `dp` and a replica group is one rank. Arrays broadcast; evaluated once per distinct
-    (tp, dp, pp, ep, k, cp, replicas, etp)."""
+    """The worst layout of every kind of group under Megatron's rank order on HB domains of k: `tp`
+    (consecutive), `cp` (the context-parallel ring, tp apart), `dp` (the dp·cp ranks that reduce
+    gradients, tp apart), `pp` (a pipeline chain, tp·cp·dp apart), and on Megatron-Core's expert
+    grid (the stage's tp·cp·dp ranks as etp × ep × expert-dp, etp fastest; `etp` the routed
+    experts' tensor-parallel degree, default tp) `etp` (consecutive), `ep` (etp apart) and
+    `expert_dp` (tp·cp·dp/(etp·ep) ranks etp·ep apart); `embedding` (first and last stage of a
+    pipeline). With hybrid sharding over `replicas` copies (`StrategyArrays.replicas`), the
+    dp·cp/replicas consecutive ranks of a `dp` group that shard the states (`dp_shard`) and the
+    ranks holding the same shard, one per shard group (`dp_replica`); likewise `expert_dp_shard`
+    and `expert_dp_replica` (Megatron-Core's intra- and inter-instance groups, torchtitan's
+    dp_shard and dp_replicate mesh dimensions); without, `dp_shard` is `dp` and a replica group
+    is one rank. Arrays broadcast; evaluated once per distinct (tp, dp, pp, ep, k, cp, replicas,
+    etp)."""
     etp = tp if etp is None else etp
     cols = np.broadcast_arrays(
         *(np.asarray(a, dtype=np.int64) for a in (tp, dp, pp, ep, k, cp, replicas, etp))

@@ -37,6 +37,18 @@ DUALPIPEV = PIPELINE_SCHEDULE_CODES["dualpipev"]
 EP_DEEPEP = EP_DISPATCH_CODES["deepep"]
 
 
+def resolve_expert_tp(expert_tp: IntArray, tp: IntArray) -> IntArray:
+    """The routed experts' tensor-parallel degree: `expert_tp`, or tp where it is 0 (as
+    Megatron-Core defaults --expert-tensor-parallel-size to tp)."""
+    return np.asarray(np.where(expert_tp > 0, expert_tp, tp))
+
+
+def expert_dp_ranks(tp: IntArray, dp_cp: IntArray, etp: IntArray, ep: IntArray) -> IntArray:
+    """The expert grid's data-parallel ranks, tp·cp·dp/(etp·ep): the ranks that hold the same
+    expert weights (dp·cp/ep when etp = tp)."""
+    return np.asarray(np.maximum(tp * dp_cp // np.maximum(etp * ep, 1), 1))
+
+
 @dataclass(frozen=True)
 class StrategyArrays:
     """Broadcastable integer arrays, one per strategy field (recompute as 0/1/2)."""
@@ -138,16 +150,14 @@ class StrategyArrays:
 
     @property
     def etp(self) -> IntArray:
-        """The routed experts' tensor-parallel degree: `expert_tp`, or tp where it is 0."""
-        return np.asarray(np.where(self.expert_tp > 0, self.expert_tp, self.tp))
+        """The routed experts' tensor-parallel degree (`resolve_expert_tp`)."""
+        return resolve_expert_tp(self.expert_tp, self.tp)
 
     @property
     def expert_grad_ranks(self) -> IntArray:
-        """Ranks that hold the same expert weights and reduce their gradients: the expert
-        grid's data-parallel ranks tp·cp·dp/(etp·ep) (dp·cp/ep when etp = tp)."""
-        return np.asarray(
-            np.maximum(self.tp * self.grad_ranks // np.maximum(self.etp * self.ep, 1), 1)
-        )
+        """Ranks that hold the same expert weights and reduce their gradients
+        (`expert_dp_ranks`)."""
+        return expert_dp_ranks(self.tp, self.grad_ranks, self.etp, self.ep)
 
     @property
     def expert_shard_ranks(self) -> IntArray:
@@ -347,7 +357,27 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
 
 
 def layers_of_stage(model: Model, s: StrategyArrays, stage: IntArray | int) -> IntArray:
-    """Transformer layers of pipeline stage `stage` (0 = first; broadcasts with `s`).
+    """Transformer layers of pipeline stage `stage` (0 = first; broadcasts with `s`): the
+    strategy's pipeline, given layers and schedule in `stage_layer_counts`."""
+    return stage_layer_counts(
+        model,
+        s.pp,
+        stage,
+        s.first_stage_layers,
+        s.last_stage_layers,
+        s.pipeline_schedule == DUALPIPEV,
+    )
+
+
+def stage_layer_counts(
+    model: Model,
+    pp: IntArray,
+    stage: IntArray | int,
+    given_f: IntArray | int = 0,
+    given_l: IntArray | int = 0,
+    dualpipev: BoolArray | bool = False,
+) -> IntArray:
+    """Transformer layers of pipeline stage `stage` (0 = first) of `pp` stages.
 
     Unless given (`first_stage_layers`, `last_stage_layers`, as Megatron's
     --decoder-first/last-pipeline-num-layers), the layers are spread so that stages differ by at
@@ -357,8 +387,8 @@ def layers_of_stage(model: Model, s: StrategyArrays, stage: IntArray | int) -> I
     prediction layers (`Model.mtp_layers`) are layers of the stage with the LM head, the last
     (Megatron-Core `mtp_on_this_rank` without a custom layout), rank 0 with DualPipeV."""
     i = np.asarray(stage, dtype=np.int64)
-    pp = np.maximum(s.pp, 1).astype(np.int64)
-    given_f, given_l = s.first_stage_layers, s.last_stage_layers
+    pp = np.maximum(pp, 1).astype(np.int64)
+    given_f, given_l = np.asarray(given_f), np.asarray(given_l)
     first_free, last_free = given_f == 0, given_l == 0
     free_stages = np.maximum(pp - (~first_free).astype(np.int64) - (~last_free), 1)
     free_layers = model.layers - given_f - given_l
@@ -371,7 +401,7 @@ def layers_of_stage(model: Model, s: StrategyArrays, stage: IntArray | int) -> I
     out = np.where(i == 0, first, np.where(i == pp - 1, last, middle))
     out = np.where(pp == 1, model.layers, out)
     if model.mtp_layers:
-        head = np.where(s.pipeline_schedule == DUALPIPEV, 0, pp - 1)
+        head = np.where(dualpipev, 0, pp - 1)
         out = out + np.where(i == head, model.mtp_layers, 0)
     return np.asarray(out, dtype=np.int64)
 

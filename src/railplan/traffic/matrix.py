@@ -11,10 +11,12 @@ every micro-batch; with hybrid sharding within each shard group, then across the
 tied embeddings: first and last stage all-reduce the embedding gradient (counted as `dp`: it
 is a gradient reduction). MoE (ep > 1): per MoE layer and micro-batch, uniform all-to-alls
 among the ep ranks (`ep`; with DeepEP-style dispatch, same-rail edges between HB domains and
-NVLink edges inside them), and the expert gradients reduced over the dp·cp/ep
-expert-data-parallel ranks (counted as `dp`). Context parallelism (cp > 1): per layer and
-micro-batch each GPU sends `comm.cp_steps_per_layer` K/V (and K/V-gradient) blocks to its
-successor on the cp ring (`cp`); gradients are reduced over the dp·cp ranks.
+NVLink edges inside them), and the expert gradients reduced over the tp·cp·dp/(etp·ep)
+expert-data-parallel ranks (counted as `dp`); with expert_tp > 1 the routed experts'
+all-gathers and reduce-scatters among the etp ranks (counted as `tp`). Context parallelism
+(cp > 1): per layer and micro-batch each GPU sends `comm.cp_steps_per_layer` K/V (and
+K/V-gradient) blocks to its successor on the cp ring (`cp`); gradients are reduced over the
+dp·cp ranks.
 
 Storage is sparse: COO arrays (src, dst, kind, bytes), coalesced per (src, dst, kind); per-kind
 scipy.sparse matrices on demand. Statistics use unordered pairs {i, j}, i < j, of distinct GPUs;
@@ -163,7 +165,8 @@ def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
 def dp_stage_bytes(model: Model, s: StrategyArrays, layers: int, end: bool) -> dict[str, float]:
     """Gradient and weight collectives of one stage of `layers` layers by ZeRO stage
     (comm.dp_schedule), per iteration, in gather passes: `dense` over the dp·cp ranks (an end
-    stage also holds the vocabulary matrix) and `expert` over the dp/ep ranks; with hybrid
+    stage also holds the vocabulary matrix) and `expert` over the expert-data-parallel ranks
+    (`StrategyArrays.expert_grad_ranks`); with hybrid
     sharding those run within each shard group and `dense_replica` / `expert_replica` across
     the replicas of a shard (`comm.dp_iteration_bytes`)."""
     n = np.asarray(float(layers))
@@ -249,12 +252,18 @@ def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
         for (n, _, _), rows in _per_stage(p.groups("cp"), p.dp * p.tp, only_layers):
             pieces.append(("cp", _scale(ring_edges(rows, 1.0), vol["cp"] * n)))
     r = int(s.replicas)
+
+    def reduction(rows: IntArray, shard_bytes: float, replica_bytes: float) -> None:
+        """A data-parallel reduction over group `rows`: within each shard group, then (hybrid
+        sharding) across the replicas of each shard."""
+        shards, replicas = hybrid_groups(rows, r)
+        pieces.append(("dp", _scale(collective_edges(shards, k), shard_bytes)))
+        if r > 1:
+            pieces.append(("dp", _scale(collective_edges(replicas, k), replica_bytes)))
+
     for (n, e, h), rows in _per_stage(p.groups("dp"), p.tp, keys):
         b = dp_stage_bytes(model if h else plain, s, n, e)
-        shards, replicas = hybrid_groups(rows, r)
-        pieces.append(("dp", _scale(collective_edges(shards, k), b["dense"])))
-        if r > 1:
-            pieces.append(("dp", _scale(collective_edges(replicas, k), b["dense_replica"])))
+        reduction(rows, b["dense"], b["dense_replica"])
     if vol["embedding"] > 0:
         pieces.append(("dp", _scale(collective_edges(p.groups("embedding"), k), vol["embedding"])))
     if model.moe_layers:
@@ -266,10 +275,7 @@ def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
                 pieces.append(("tp", _scale(collective_edges(rows, k), vol["etp"] * moe_share * n)))
         for (n, _, _), rows in _per_stage(edp_groups, ep * etp, only_layers):
             b = dp_stage_bytes(model, s, n, False)
-            shards, replicas = hybrid_groups(rows, r)
-            pieces.append(("dp", _scale(collective_edges(shards, k), b["expert"])))
-            if r > 1:
-                pieces.append(("dp", _scale(collective_edges(replicas, k), b["expert_replica"])))
+            reduction(rows, b["expert"], b["expert_replica"])
         if ep > 1:
             # uniform all-to-alls among the ep ranks of each MoE layer of the stage: the
             # logical demand src → dst (forwarding is the timing's concern, SYSTEM.md 3)

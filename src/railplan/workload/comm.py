@@ -277,10 +277,10 @@ def embedding_gradient_bytes(model: Model, s: StrategyArrays) -> FloatArray:
 
 
 def ep_pair_bytes(model: Model, s: StrategyArrays) -> FloatArray:
-    """Bytes one GPU sends to each other expert-parallel rank in one all-to-all: its share of
-    the b·s·top_k·capacity token slots (split over the tp ranks), h bf16 values each, / ep."""
-    slots = local_tokens(model, s) * model.top_k * slot_factor(model, s.ep)
-    return np.asarray(slots / s.tp * model.hidden * ACT_BYTES / s.ep)
+    """Bytes one GPU sends to each other expert-parallel rank in one all-to-all: its tokens
+    (`ep_token_bytes`) × top_k·capacity slots each, / ep."""
+    slots = model.top_k * slot_factor(model, s.ep)
+    return np.asarray(ep_token_bytes(model, s) * slots / s.ep)
 
 
 def ep_token_bytes(model: Model, s: StrategyArrays) -> FloatArray:

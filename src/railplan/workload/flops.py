@@ -13,7 +13,13 @@ import numpy as np
 from railplan.specs import Model
 from railplan.specs.arrays import FULL, FloatArray, IntArray, rerun_modules
 from railplan.specs.strategy import RECOMPUTE_MODULE_BITS
-from railplan.workload.gemms import attention_gemms, layer_gemms, logit_gemm, mlp_gemms
+from railplan.workload.gemms import (
+    attention_gemms,
+    layer_gemms,
+    logit_gemm,
+    mlp_gemms,
+    mtp_projection_gemm,
+)
 
 
 def forward_flops_per_sequence(model: Model) -> dict[str, float]:
@@ -32,7 +38,7 @@ def forward_flops_per_sequence(model: Model) -> dict[str, float]:
     # module one more transformer layer (here the model's average layer, as the time model
     # takes it), its 2h → h projection and one more pass through the output head.
     depth = (model.layers + model.mtp_layers) / model.layers
-    projection = model.mtp_layers * 2.0 * model.seq * 2.0 * model.hidden * model.hidden
+    projection = model.mtp_layers * float(mtp_projection_gemm(model, one, one).flops)
     return {
         "layers": depth * (model.layers * dense_layer + moe_extra) + projection,
         "attention_products": depth * model.layers * attn_products,

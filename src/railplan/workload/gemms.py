@@ -114,6 +114,14 @@ def logit_gemm(model: Model, b: object, t: object) -> Gemm:
     return Gemm("logits", one, b * model.seq, model.vocab / t, model.hidden * one)
 
 
+def mtp_projection_gemm(model: Model, b: object, t: object) -> Gemm:
+    """A multi-token prediction module's projection of the concatenated 2h → h (`eh_proj`,
+    column-parallel: its output split by tp)."""
+    b, t = _f(b), _f(t)
+    one = np.ones_like(b * t)
+    return Gemm("eh_proj", one, b * model.seq, model.hidden / t, 2.0 * model.hidden * one)
+
+
 def expert_gemms(
     model: Model, b: object, t: object, ep: object, etp: object | None = None
 ) -> list[Gemm]:

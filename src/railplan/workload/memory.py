@@ -264,12 +264,16 @@ def dense_stage_params(
     return np.asarray((layers * per_layer + head * embedding) / s.tp, dtype=np.float64)
 
 
+def mtp_projection_params(model: Model) -> int:
+    """Weights of the multi-token prediction modules' 2h → h projections (Megatron-Core's
+    eh_proj; DeepSeek-V3 report §2.2's M_k): GEMM weights."""
+    return model.mtp_layers * 2 * model.hidden * model.hidden
+
+
 def mtp_head_params(model: Model) -> int:
     """Parameters of the multi-token prediction modules besides their transformer layers: per
-    module two RMSNorms (h each) and the 2h → h projection (Megatron-Core's enorm, hnorm and
-    eh_proj; DeepSeek-V3 report §2.2's M_k)."""
-    h = model.hidden
-    return model.mtp_layers * (2 * h * h + 2 * h)
+    module the projection (`mtp_projection_params`) and two RMSNorms of h (enorm, hnorm)."""
+    return mtp_projection_params(model) + model.mtp_layers * 2 * model.hidden
 
 
 def expert_stage_params(
@@ -308,7 +312,7 @@ def gemm_stage_params(
     )
     expert = share * expert_mlp * model.experts / s.ep
     layers = stage_layers(model, s)["max"] if layers is None else layers
-    proj = 2 * h * h * model.mtp_layers if head else 0  # the MTP projections
+    proj = mtp_projection_params(model) if head else 0
     return (
         np.asarray((layers * dense + proj) / s.tp, dtype=np.float64),
         np.asarray(layers * expert / s.etp, dtype=np.float64),
@@ -368,14 +372,13 @@ def zero_share(
 
 
 def memory(model: Model, s: StrategyArrays) -> Memory:
-    """Memory per GPU of the most loaded stage (the first with 1F1B; the last if logits
-    dominate), with ZeRO stage 1/2/3 sharding optimizer states / gradients / weights over the
-    data-parallel group: the dp·cp ranks for the dense parameters, the tp·cp·dp/(etp·ep)
-    expert-data-parallel ranks for the expert parameters (`StrategyArrays.expert_grad_ranks`),
-    each ÷ the
-    replicas of hybrid sharding (`zero_shard`). `zero_sharding`:
-    ZeRO-2/3 once per step keep weights and gradients whole. Context parallelism divides every
-    activation by cp (each GPU holds s/cp tokens)."""
+    """Memory per GPU of the most loaded stage (the first with 1F1B; the last if logits dominate),
+    with ZeRO stage 1/2/3 sharding optimizer states / gradients / weights over the data-parallel
+    group: the dp·cp ranks for the dense parameters, the tp·cp·dp/(etp·ep) expert-data-parallel
+    ranks for the expert parameters (`StrategyArrays.expert_grad_ranks`), each ÷ the replicas of
+    hybrid sharding (`zero_shard`). `zero_sharding`: ZeRO-2/3 once per step keep weights and
+    gradients whole. Context parallelism divides every activation by cp (each GPU holds s/cp
+    tokens)."""
     dense, expert = dense_stage_params(model, s), expert_stage_params(model, s)
 
     def sharded(
