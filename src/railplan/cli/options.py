@@ -228,6 +228,14 @@ Fp8ParamGatherOpt = Annotated[
         "enable_fsdp_float8_all_gather)",
     ),
 ]
+Fp8DispatchOpt = Annotated[
+    bool,
+    typer.Option(
+        "--fp8-dispatch/--no-fp8-dispatch",
+        help="with --precision fp8 and --ep-dispatch deepep: tokens dispatched to the experts "
+        "(and the gradient sent back to them) in FP8, the combines in BF16 (DeepSeek-V3)",
+    ),
+]
 OptimizerStateOpt = Annotated[
     str,
     typer.Option(

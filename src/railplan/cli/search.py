@@ -14,6 +14,7 @@ from railplan.cli.options import (
     CrossEntropyOpt,
     DeferEmbeddingWgradOpt,
     EpDispatchOpt,
+    Fp8DispatchOpt,
     Fp8ParamGatherOpt,
     GlobalBatchOpt,
     GpuMemoryGibOpt,
@@ -145,6 +146,7 @@ def search(
         typer.Option(help="precisions to search: bf16 (default), fp8, or bf16,fp8 (both)"),
     ] = "bf16",
     fp8_param_gather: Fp8ParamGatherOpt = False,
+    fp8_dispatch: Fp8DispatchOpt = False,
     ep_dispatch: EpDispatchOpt = "alltoall",
     attention: Annotated[
         str, typer.Option(help="attention kernel: flash (default) | unfused")
@@ -232,6 +234,7 @@ def search(
         ep=_fixed("ep", ep),
         precision=tuple(p.strip() for p in precision.split(",") if p.strip()),
         fp8_param_gather=fp8_param_gather,
+        fp8_dispatch=fp8_dispatch,
         ep_dispatch=ep_dispatch,
         attention=attention,
         cross_entropy=cross_entropy,

@@ -13,10 +13,13 @@ from railplan.cli.options import (
     CpOpt,
     EpDispatchOpt,
     FirstStageLayersOpt,
+    Fp8DispatchOpt,
+    Fp8ParamGatherOpt,
     HbDomainOpt,
     JsonOpt,
     LastStageLayersOpt,
     PipelineScheduleOpt,
+    PrecisionOpt,
     TrainingOptions,
     ZeroScheduleOpt,
     with_option_groups,
@@ -102,6 +105,9 @@ def traffic_cmd(
     zero_schedule: ZeroScheduleOpt = "micro_batch",
     pipeline_schedule: PipelineScheduleOpt = "1f1b",
     ep_dispatch: EpDispatchOpt = "alltoall",
+    precision: PrecisionOpt = "bf16",
+    fp8_param_gather: Fp8ParamGatherOpt = False,
+    fp8_dispatch: Fp8DispatchOpt = False,
 ) -> None:
     """Bytes every GPU pair exchanges in one iteration, by kind (TP, PP, DP, EP, CP)."""
     from railplan.specs import load_model
@@ -124,6 +130,9 @@ def traffic_cmd(
         zero_schedule=zero_schedule,
         pipeline_schedule=pipeline_schedule,
         ep_dispatch=ep_dispatch,
+        precision=precision,
+        fp8_param_gather=fp8_param_gather,
+        fp8_dispatch=fp8_dispatch,
     )
     # DualPipeV's V turns on the last rank: its pipeline pairs are 1F1B's (no wrap-around).
     wraps = 1 if strat.pipeline_schedule == "dualpipev" else t.interleave

@@ -133,6 +133,9 @@ class SearchSpace:
     zero_shard: tuple[int, ...] = (0,)
     # Megatron-Core --fp8-param-gather on the FP8 candidates (Strategy.fp8_param_gather)
     fp8_param_gather: bool = False
+    # DeepEP's FP8 dispatch on the FP8 candidates that dispatch with deepep
+    # (Strategy.fp8_dispatch)
+    fp8_dispatch: bool = False
     # MoE token dispatch (Strategy.ep_dispatch): alltoall (default) | deepep
     ep_dispatch: str = "alltoall"
     # the routed experts' tensor-parallel degrees tried on MoE models (Strategy.expert_tp):
@@ -506,6 +509,7 @@ def _fixed_codes(global_batch: int, space: SearchSpace) -> dict[str, int]:
         "pipeline_schedule": PIPELINE_SCHEDULE_CODES[space.pipeline_schedule],
         "recompute_modules": module_bits(space.recompute_modules),
         "fp8_param_gather": int(space.fp8_param_gather),
+        "fp8_dispatch": int(space.fp8_dispatch),
         "ep_dispatch": EP_DISPATCH_CODES[space.ep_dispatch],
     }
 
@@ -526,13 +530,16 @@ def _arrays(
 
 def _where_allowed(s: StrategyArrays) -> StrategyArrays:
     """DualPipeV asked for the whole space applies where it can run (`dualpipev_allowed`),
-    the interleaved schedule elsewhere; `fp8_param_gather` on the FP8 candidates; `overlap_ep`
+    the interleaved schedule elsewhere; `fp8_param_gather` on the FP8 candidates, and
+    `fp8_dispatch` on those that dispatch with DeepEP; `overlap_ep`
     where Megatron-Core allows it (ep > 1, interleaving when pp > 1, no full recompute), off
     elsewhere."""
     if bool(np.any(s.dualpipev)):
         s = replace(s, pipeline_schedule=np.asarray(s.dualpipev & dualpipev_allowed(s), np.int64))
     if bool(np.any(s.fp8_param_gather)):  # the FP8 candidates only
         s = replace(s, fp8_param_gather=np.asarray(s.fp8_gathered, dtype=np.int64))
+    if bool(np.any(s.fp8_dispatch)):  # the FP8 candidates with DeepEP dispatch only
+        s = replace(s, fp8_dispatch=np.asarray(s.fp8_dispatched, dtype=np.int64))
     if bool(np.any(s.recompute_modules != DEFAULT_MODULES)):  # selective candidates only
         modules = np.where(s.recompute == SELECTIVE, s.recompute_modules, DEFAULT_MODULES)
         s = replace(s, recompute_modules=np.asarray(modules, dtype=np.int64))

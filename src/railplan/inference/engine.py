@@ -45,6 +45,7 @@ from railplan.perf.layer_time import ELEMENTWISE_KERNELS_PER_LAYER
 from railplan.perf.layout import Shape, worst_shape
 from railplan.specs import GPU, Model, Network, System
 from railplan.specs.arrays import FloatArray
+from railplan.workload.comm import FP8_DISPATCH_BYTES
 from railplan.workload.gemms import Gemm, attention_gemms, expert_gemms, logit_gemm, mlp_gemms
 
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "fp4")
@@ -54,11 +55,6 @@ WEIGHT_BYTES: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625}
 #: KV-cache element bytes: bf16, or fp8 with fp8/fp4 weights (TensorRT-LLM's FP8 KV cache)
 KV_BYTES: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 1.0}
 ACT_BYTES = 2.0  # bf16 activations between layers and in the collectives
-#: bytes per hidden element of an MoE token dispatch with fp8 or fp4 weights: FP8 values with
-#: one fp32 scale per 128 (DeepSeek-V3/R1's production setting, "FP8 dispatching and BF16
-#: combining", as DeepEP's README benchmarks it; deep_ep `low_latency_dispatch(use_fp8=True)`);
-#: the combine returns bf16 outputs, and bf16 deployments dispatch in bf16
-FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128.0
 
 
 def check_precision(precision: str, gpu: GPU) -> float:

@@ -148,7 +148,25 @@ def ep_comm_time_s(
     merged passes hide them: the warm-up forwards and the cooldown backwards run alone
     (`ep_merged_share`).
     """
-    d = comm.ep_pair_bytes(model, s)
+    ratio = comm.ep_dispatch_byte_ratio(s)
+    one = one_all_to_all_s(model, lk, s, shape, 1.0)
+    if bool(np.any(ratio != 1.0)):
+        # half the all-to-alls carry the tokens to the experts, in FP8 (`fp8_dispatch`)
+        one = np.asarray(0.5 * (one + one_all_to_all_s(model, lk, s, shape, ratio)))
+    ops = comm.ep_all_to_alls_per_moe_layer(s, recomputed_share(model, s))
+    exposed = (ops["forward"] + ops["recompute"] + ops["backward"]) * one
+    merged = ep_merged_share(s)
+    hidden = hidden_cost_s(exposed, layer_compute_s, lk.comm_sm_fraction)
+    return np.asarray((1.0 - merged) * exposed + merged * hidden)
+
+
+def one_all_to_all_s(
+    model: Model, lk: Links, s: StrategyArrays, shape: Shape, byte_ratio: FloatArray | float
+) -> FloatArray:
+    """One MoE all-to-all of the ep group, its bytes × `byte_ratio` (1: BF16): the direct one
+    on rail-optimized and ideal networks, the two-step one with forwarding on rail-only
+    (SYSTEM.md formula 3), DeepEP's deduplicated one with `ep_dispatch` deepep."""
+    d = comm.ep_pair_bytes(model, s) * byte_ratio
     fn = coll.all_to_all_rail_only_s if lk.rail_only else coll.all_to_all_rail_optimized_s
     one = fn(shape.x, shape.y, d, lk.hb_bw, lk.nic_bw_spread, lk.hb_lat_s, lk.nic_lat_s)
     deepep = (s.ep_dispatch == EP_DEEPEP) & (s.ep > 1)
@@ -160,7 +178,7 @@ def ep_comm_time_s(
         dedup = coll.all_to_all_deduplicated_s(
             shape.x,
             shape.y,
-            comm.ep_token_bytes(model, s) * sf,
+            comm.ep_token_bytes(model, s) * sf * byte_ratio,
             remote_domains(model, shape.domains),
             float(model.top_k),
             lk.hb_bw,
@@ -169,11 +187,7 @@ def ep_comm_time_s(
             lk.nic_lat_s,
         )
         one = np.asarray(np.where(deepep, dedup, one))
-    ops = comm.ep_all_to_alls_per_moe_layer(s, recomputed_share(model, s))
-    exposed = (ops["forward"] + ops["recompute"] + ops["backward"]) * one
-    merged = ep_merged_share(s)
-    hidden = hidden_cost_s(exposed, layer_compute_s, lk.comm_sm_fraction)
-    return np.asarray((1.0 - merged) * exposed + merged * hidden)
+    return np.asarray(one)
 
 
 def ep_merged_share(s: StrategyArrays) -> FloatArray:

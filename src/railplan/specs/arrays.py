@@ -88,6 +88,7 @@ class StrategyArrays:
     recompute_num_layers: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     zero_shard: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     fp8_param_gather: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
+    fp8_dispatch: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     ep_dispatch: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     expert_tp: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
 
@@ -133,6 +134,14 @@ class StrategyArrays:
         """Where the GEMM weights are kept and gathered in FP8 (`fp8_param_gather` with
         precision fp8)."""
         return np.asarray((self.fp8_param_gather > 0) & (self.precision == FP8))
+
+    @property
+    def fp8_dispatched(self) -> BoolArray:
+        """Where the MoE tokens go to the experts in FP8 (`fp8_dispatch` with precision fp8 and
+        DeepEP dispatch)."""
+        return np.asarray(
+            (self.fp8_dispatch > 0) & (self.precision == FP8) & (self.ep_dispatch == EP_DEEPEP)
+        )
 
     @property
     def replicas(self) -> IntArray:
@@ -237,6 +246,7 @@ class StrategyArrays:
             recompute_num_layers=v["recompute_num_layers"],
             zero_shard=v["zero_shard"],
             fp8_param_gather=bool(v["fp8_param_gather"]),
+            fp8_dispatch=bool(v["fp8_dispatch"]),
             expert_tp=v["expert_tp"],
             recompute_modules=tuple(
                 name for name, bit in RECOMPUTE_MODULE_BITS.items() if v["recompute_modules"] & bit
@@ -350,6 +360,7 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         recompute_num_layers=col(lambda s: s.recompute_num_layers),
         zero_shard=col(lambda s: s.zero_shard),
         fp8_param_gather=col(lambda s: int(s.fp8_param_gather)),
+        fp8_dispatch=col(lambda s: int(s.fp8_dispatch)),
         expert_tp=col(lambda s: s.expert_tp),
         recompute_modules=col(lambda s: module_bits(s.recompute_modules)),
         **{f: coded(f) for f in CODED_FIELDS},
@@ -621,6 +632,12 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
             "fp8_param_gather",
             (s.fp8_param_gather == 0) | (s.precision == FP8),
             "fp8_param_gather needs precision fp8 (the weights are kept in FP8 only then)",
+        ),
+        (
+            "fp8_dispatch",
+            (s.fp8_dispatch == 0) | ((s.precision == FP8) & (s.ep_dispatch == EP_DEEPEP)),
+            "fp8_dispatch needs precision fp8 and ep_dispatch deepep (DeepEP's FP8 dispatch, "
+            "which feeds the experts' FP8 GEMMs)",
         ),
         (
             "zero_shard",

@@ -165,6 +165,13 @@ class Strategy(Spec):
     weight and the transpose Transformer Engine caches, no BF16 copy) and the data-parallel
     weight gathers move them in FP8, 1 B per parameter (Megatron-Core `--fp8-param-gather`,
     NeMo `fp8_params`; torchtitan/torchao `enable_fsdp_float8_all_gather`).
+    `fp8_dispatch` (with `precision` fp8 and `ep_dispatch` deepep): the all-to-alls that carry
+    tokens to the experts (the forward dispatch, its recompute, and the backward combine's
+    gradient for the down-projection) move FP8 with one fp32 scale per 128 values, the other
+    half (the combine and the dispatch's gradient) BF16: DeepSeek-V3's training setting
+    (report §3.3.2; DeepEP's normal kernels are benchmarked in it), and Megatron-Core's
+    `moe_dispatch_fwd_dtype` / `moe_combine_bwd_dtype` `mxfp8` (one 8-bit scale per 32, the
+    same bytes).
     `recompute_num_layers` (N, 0 = every layer): with `recompute` full, only the first N layers
     of each model chunk (virtual stage) are recomputed and the others keep all their
     activations (Megatron `--recompute-granularity full --recompute-method block
@@ -282,6 +289,11 @@ class Strategy(Spec):
         description="with precision fp8: GEMM weights kept and gathered in FP8 (Megatron-Core "
         "--fp8-param-gather, NeMo fp8_params)",
     )
+    fp8_dispatch: bool = Field(
+        default=False,
+        description="with precision fp8 and ep_dispatch deepep: the MoE dispatch and the "
+        "gradient sent back to the experts in FP8, the combines in BF16 (DeepSeek-V3 §3.3.2)",
+    )
 
     @field_validator("recompute_modules")
     @classmethod
@@ -314,6 +326,7 @@ class Strategy(Spec):
             f"shard={self.zero_shard}" if self.zero and self.zero_shard else "",
             self.precision.upper() if self.precision != "bf16" else "",
             "FP8-params" if self.fp8_param_gather and self.precision == "fp8" else "",
+            "FP8-dispatch" if self.fp8_dispatch and self.ep > 1 else "",
             "DeepEP" if self.ep_dispatch == "deepep" and self.ep > 1 else "",
         ]
         head = f"tp={self.tp} pp={self.pp} dp={self.dp}{dims} mb={self.micro_batch}"

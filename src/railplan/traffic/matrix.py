@@ -145,7 +145,9 @@ def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
     cp_steps = comm.cp_steps_per_layer(s, rerun)
     sends = float(cp_steps["forward"] + cp_steps["recompute"] + cp_steps["backward"])
     a2a = comm.ep_all_to_alls_per_moe_layer(s, rerun)
-    a2a_count = float(a2a["forward"] + a2a["recompute"] + a2a["backward"])
+    # in BF16 all-to-alls: half carry the tokens to the experts, in FP8 with `fp8_dispatch`
+    wire = 0.5 * (1.0 + float(comm.ep_dispatch_byte_ratio(s)))
+    a2a_bf16 = float(a2a["forward"] + a2a["recompute"] + a2a["backward"]) * wire
     return {
         # per ring edge: the K/V (and gradient) blocks of every micro-batch
         "cp": m * sends * float(comm.cp_block_bytes(model, s)),
@@ -153,10 +155,10 @@ def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
         "tp": m * tp_d * (2.0 * all_reduces + gathers),
         # the routed experts' all-gather / reduce-scatter pairs on the expert_tp group
         "etp": m * 2.0 * expert_all_reduces * float(comm.expert_tp_message_bytes(model, s)),
-        "ep": m * a2a_count * float(comm.ep_pair_bytes(model, s)),
+        "ep": m * a2a_bf16 * float(comm.ep_pair_bytes(model, s)),
         # DeepEP-style dispatch: all-to-alls × one copy of the GPU's tokens (`deepep_pair_bytes`
         # gives each edge's multiple of it)
-        "ep_tokens": m * a2a_count * float(comm.ep_token_bytes(model, s)),
+        "ep_tokens": m * a2a_bf16 * float(comm.ep_token_bytes(model, s)),
         "pp": m * float(comm.pp_message_bytes(model, s)),
         "embedding": 2.0 * float(comm.embedding_gradient_bytes(model, s)),
     }

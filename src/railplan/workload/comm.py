@@ -41,6 +41,11 @@ from railplan.workload.memory import (
 from railplan.workload.routing import slot_factor
 
 ACT_BYTES = 2.0  # bf16 activations
+#: bytes per hidden element of an MoE token dispatch in FP8: FP8 values with one fp32 scale per
+#: 128 (DeepSeek-V3/R1's setting, "FP8 dispatching and BF16 combining", as DeepEP benchmarks
+#: both its training and its decode kernels, docs/legacy.md; deep_ep
+#: `low_latency_dispatch(use_fp8=True)`); MXFP8's one 8-bit scale per 32 values is the same
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128.0
 
 
 def local_tokens(model: Model, s: StrategyArrays) -> FloatArray:
@@ -289,12 +294,23 @@ def ep_token_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     return np.asarray(local_tokens(model, s) / s.tp * model.hidden * ACT_BYTES)
 
 
+def ep_dispatch_byte_ratio(s: StrategyArrays) -> FloatArray:
+    """Bytes of the all-to-alls that carry tokens to the experts (the forward dispatch, its
+    recompute, and the backward combine's gradient for the down-projection), relative to
+    BF16: FP8 with `fp8_dispatch` (DeepSeek-V3 §3.3.2: the activation before the MoE
+    up-projection and the activation gradient before the down-projection are quantized and
+    dispatched in FP8, both combines stay BF16), else 1. The other half of
+    `ep_all_to_alls_per_moe_layer` (the combine and the dispatch's gradient) is BF16."""
+    return np.asarray(np.where(s.fp8_dispatched, FP8_DISPATCH_BYTES / ACT_BYTES, 1.0))
+
+
 def ep_all_to_alls_per_moe_layer(
     s: StrategyArrays, rerun: FloatArray | float = 1.0
 ) -> dict[str, FloatArray]:
     """All-to-alls per MoE layer and micro-batch: dispatch + combine forward, their gradients
     backward, and the forward's again when the MoE block is recomputed (full, or selective
-    with `moe`; in the `rerun` share of the layers recomputed at all) (0 when ep = 1)."""
+    with `moe`; in the `rerun` share of the layers recomputed at all) (0 when ep = 1). Half of
+    each pass's all-to-alls carry tokens to the experts (`ep_dispatch_byte_ratio`)."""
     on = (s.ep > 1).astype(float)
     return {
         "forward": 2.0 * on,
