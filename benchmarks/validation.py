@@ -1,12 +1,14 @@
 """Accuracy goals: the 2021-22 Megatron-LM runs (mean |error| ≤ 3 %, no row > 8 %) and the
 2023-24 modern runs (mean ≤ 5 %, max ≤ 12 %, leave-one-source-out mean ≤ 7 % for the one fitted
-constant, the H100's sustained tensor fraction).
+constant, the H100's sustained tensor fraction). Last, DeepEP's published normal-kernel
+bandwidths against the training all-to-all, held out (railplan.reproduce.deepep_validation).
 
 Run: python benchmarks/validation.py   (prints each row and the measured figure beside the goal)
 """
 
 from __future__ import annotations
 
+from railplan.reproduce.deepep_validation import rows as deepep_rows
 from railplan.reproduce.modern_validation import cross_validation
 from railplan.reproduce.validation import validate
 
@@ -67,6 +69,22 @@ def main() -> None:
         f"max {c['max_abs_pct']} %"
     )
     modern(v)
+    deepep()
+
+
+def deepep() -> None:
+    """DeepEP's normal-kernel bandwidths against the training all-to-all, held out."""
+    print("DeepEP normal kernels (H800, 400 Gb/s NIC, 4,096 tokens per rank, FP8 dispatch, BF16")
+    print("combine) against the training all-to-all (--ep-dispatch deepep --fp8-dispatch):")
+    errors = []
+    for r in deepep_rows():
+        errors.append(abs(r["error_pct"]))
+        print(
+            f"ep {r['ep']:3d} {r['pass']:8s} {r['link']:6s} published {r['published_gbps']:5.1f} "
+            f"GB/s ({1e6 * r['measured_s']:6.0f} us) predicted {r['predicted_gbps']:5.1f} GB/s "
+            f"({1e6 * r['predicted_s']:6.0f} us) time error {r['error_pct']:+6.1f} %  held out"
+        )
+    print(f"mean |error| {sum(errors) / len(errors):.1f} %, max {max(errors):.1f} %  held out")
 
 
 if __name__ == "__main__":

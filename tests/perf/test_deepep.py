@@ -27,7 +27,7 @@ from railplan.specs.arrays import check, from_strategies, valid_mask
 from railplan.traffic.matrix import KIND_CODE, traffic
 from railplan.traffic.placement import place
 from railplan.workload import comm
-from railplan.workload.routing import remote_domains, touched_domains
+from railplan.workload.routing import remote_domains, touched_domains, touched_ranks
 from tests.conftest import Cli
 from tests.perf.properties import (
     ARCHS,
@@ -66,6 +66,19 @@ def test_touched_domains_closed_forms() -> None:
     assert touched_domains(e, k, 8, 4, 1) == 1.0
 
 
+def test_touched_ranks() -> None:
+    """One copy per GPU holding one of the token's experts: without a group limit
+    ep·(1 − C(E − E/ep, k)/C(E, k)); DeepSeek-V3 at ep 8 (32 experts per GPU) 3.6 GPUs for
+    its 8 experts, at ep 256 (one each) all 8; top_k where the experts do not split evenly."""
+    flat = Model(name="f", hidden=64, layers=2, heads=4, experts=256, top_k=8)
+    for ep in (1, 2, 8, 64):
+        want = ep * (1 - comb(256 - 256 // ep, 8) / comb(256, 8))
+        assert float(touched_ranks(flat, ep)) == pytest.approx(want)
+    got = touched_ranks(V3, np.array([8, 256, 3]))
+    assert 3.5 < float(got[0]) < 3.7 and float(got[1]) == pytest.approx(8.0)
+    assert float(got[2]) == 8.0
+
+
 @pytest.mark.parametrize("y", [2, 4, 8, 16, 32])
 def test_touched_domains_against_sampling(y: int) -> None:
     """Group-limited routing drawn at random: pick 4 of 8 groups, then 8 of their experts."""
@@ -83,7 +96,8 @@ def test_touched_domains_against_sampling(y: int) -> None:
 
 
 def test_one_all_to_all_by_hand() -> None:
-    """ep 16 over two DGX (x = 8, y = 2), tp 1: max(R·T/C_S, k·(x−1)/x·T/C_F) + latencies."""
+    """ep 16 over two DGX (x = 8, y = 2), tp 1: max(R·T/C_S, n·(x−1)/x·T/C_F) + latencies, n the
+    GPUs a token's experts lie on (DeepEP sends a token once to each)."""
     s = from_strategies(Strategy(dp=16, ep=16, global_batch=16, ep_dispatch="deepep"))
     check(MOE, s)
     lk = links(SYSTEM, Network(), np.asarray(16.0))
@@ -91,7 +105,9 @@ def test_one_all_to_all_by_hand() -> None:
     assert float(shape.x) == 8 and float(shape.domains) == 2
     t = 1024 * 1024 * 2.0  # one micro-batch of 1,024 tokens, h bf16
     r = touched_domains(64, 8, 8, 4, 2) / 2
-    one = max(r * t / lk.nic_bw, 8 * 7 / 8 * t / lk.hb_bw) + lk.nic_lat_s + lk.hb_lat_s
+    gpus = touched_domains(64, 8, 8, 4, 16)  # one copy per GPU holding one of its experts
+    assert 4 < gpus < 8
+    one = max(r * t / lk.nic_bw, gpus * 7 / 8 * t / lk.hb_bw) + lk.nic_lat_s + lk.hb_lat_s
     assert float(comm.ep_token_bytes(MOE, s)) == t
     zero = np.zeros(())
     got = float(ep_comm_time_s(MOE, lk, s, shape, zero))
@@ -130,7 +146,8 @@ def test_traffic_stays_on_the_rails_and_matches_the_time_model() -> None:
     want = m * count * MOE.layers * token * float(remote_domains(MOE, np.asarray(2.0)))
     assert per_gpu_nic == pytest.approx(want)
     per_gpu_hb = float(b[~remote].sum()) / 16
-    assert per_gpu_hb == pytest.approx(m * count * MOE.layers * token * 8 * 7 / 8)
+    gpus = float(touched_ranks(MOE, 16))
+    assert per_gpu_hb == pytest.approx(m * count * MOE.layers * token * gpus * 7 / 8)
 
 
 def test_model_rules() -> None:

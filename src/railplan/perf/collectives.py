@@ -105,9 +105,10 @@ def all_to_all_deduplicated_s(
 ) -> FloatArray:
     """DeepEP-style dispatch (or combine) of `token_bytes` of tokens per GPU over x GPUs per
     HB domain × y domains: each token crosses once to each of its `remote_domains` other
-    domains, over its own rail to the GPU of the same local rank, and every one of its `slots`
-    copies then reaches its expert's GPU over NVLink unless already there ((x − 1)/x of them);
-    the two phases overlap (DeepSeek-V3 report §3.2.2): max(R·T/C_S, slots·(x−1)/x·T/C_F)."""
+    domains, over its own rail to the GPU of the same local rank, and its `slots` copies (one
+    per GPU holding one of its experts, `routing.touched_ranks`) then reach their GPUs over
+    NVLink unless already there ((x − 1)/x of them); the two phases overlap (DeepSeek-V3
+    report §3.2.2): max(R·T/C_S, slots·(x−1)/x·T/C_F)."""
     x, y, t = _f(x), _f(y), _f(token_bytes)
     rail = _f(remote_domains) * t / _f(nic_bw)
     domain = _f(slots) * (x - 1) / x * t / _f(hb_bw)

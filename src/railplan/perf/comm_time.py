@@ -31,7 +31,7 @@ from railplan.specs.arrays import (
     recomputes,
 )
 from railplan.workload import comm
-from railplan.workload.routing import remote_domains, slot_factor
+from railplan.workload.routing import remote_domains, slot_factor, touched_ranks
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ def one_all_to_all_s(
             shape.y,
             comm.ep_token_bytes(model, s) * sf * byte_ratio,
             remote_domains(model, shape.domains),
-            float(model.top_k),
+            touched_ranks(model, s.ep),
             lk.hb_bw,
             lk.nic_bw,
             lk.hb_lat_s,

@@ -55,7 +55,7 @@ from railplan.traffic.placement import (
     ring_edges,
 )
 from railplan.workload import comm
-from railplan.workload.routing import remote_domains, slot_factor
+from railplan.workload.routing import remote_domains, slot_factor, touched_ranks
 
 KINDS: tuple[str, ...] = ("tp", "pp", "dp", "ep", "cp")
 KIND_CODE: dict[str, int] = {k: i for i, k in enumerate(KINDS)}
@@ -189,12 +189,14 @@ def dp_stage_bytes(model: Model, s: StrategyArrays, layers: int, end: bool) -> d
 def deepep_pair_bytes(model: Model, s: StrategyArrays, x: int, y: int) -> tuple[float, float]:
     """DeepEP-style dispatch over x GPUs per domain × y domains, in copies of a GPU's tokens
     per edge and all-to-all: to each same-rail peer in another domain the expected remote
-    domains ÷ (y − 1) (`routing.remote_domains`), to each peer in its domain top_k/x (each slot
-    lands on one of the x GPUs); both × the busiest rank's `slot_factor`, as the time model."""
+    domains ÷ (y − 1) (`routing.remote_domains`), to each peer in its domain the expected GPUs
+    holding one of a token's experts ÷ x (`routing.touched_ranks`: one copy per GPU, each on
+    one of the x GPUs of its domain); both × the busiest rank's `slot_factor`, as the time
+    model."""
     sf = float(slot_factor(model, s.ep))
     remote = float(remote_domains(model, np.asarray(float(y))))
     rail = remote / (y - 1) if y > 1 else 0.0
-    return sf * rail, sf * model.top_k / x
+    return sf * rail, sf * float(touched_ranks(model, s.ep)) / x
 
 
 def hybrid_groups(rows: IntArray, replicas: int) -> tuple[IntArray, IntArray]:

@@ -9,7 +9,7 @@ experts placed on ranks in contiguous blocks, that is ep × the largest block sh
 
 DeepEP-style dispatch sends a token once to every HB domain holding one of its experts
 (`remote_domains`), which group-limited routing (DeepSeek-V3: at most 4 of 8 groups, one per
-node) bounds.
+node) bounds, and there once to every GPU holding one of them (`touched_ranks`).
 """
 
 from __future__ import annotations
@@ -89,6 +89,25 @@ def touched_domains(experts: int, top_k: int, groups: int, route_groups: int, y:
         ) / (subsets * comb(pool, top_k))
         total += 1.0 - miss
     return total
+
+
+def touched_ranks(model: Model, ep: IntArray | int) -> FloatArray:
+    """Expected expert-parallel ranks a token's top_k experts lie on (each rank holding
+    experts/ep consecutive experts; group-limited routing as in `touched_domains`): the copies
+    of a token DeepEP's normal kernels move, one per destination rank, which then hands it to
+    each of its experts there (deep_ep `get_dispatch_layout`'s `is_token_in_rank`; its tests
+    count the bytes received per rank the same way). top_k where the experts do not split
+    evenly over the ranks."""
+    ep_arr = np.asarray(ep, dtype=np.int64)
+    out = np.full(ep_arr.shape, float(model.top_k))
+    for value in np.unique(ep_arr):
+        v = int(value)
+        if v >= 1 and model.experts % v == 0:
+            d = touched_domains(
+                model.experts, model.top_k, model.expert_groups, model.route_groups, v
+            )
+            out = np.where(ep_arr == v, d, out)
+    return np.asarray(out)
 
 
 def remote_domains(model: Model, y: FloatArray) -> FloatArray:
