@@ -3,9 +3,11 @@ writes atomically and rejects bad input with one line (exit 2)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,13 @@ from railplan.network.cost import compare
 from railplan.network.topology import Cluster
 from railplan.report import build, render, write_report
 from railplan.report import html as report_html
-from railplan.report.sections import SENSITIVITY_K, priced_speed
+from railplan.report import sections as report_sections
+from railplan.report.sections import (
+    SENSITIVITY_K,
+    planned_searches,
+    prefetch_searches,
+    priced_speed,
+)
 from railplan.specs import Job
 from tests.conftest import Cli
 from tests.report.conftest import small_inputs
@@ -119,6 +127,7 @@ def test_cli_writes_report(cli: Cli, tmp_path: Path) -> None:
         (["--out", "report.pdf"], "out"),
         (["--out", "/no/such/folder/r.html"], "out"),
         (["--price-book", "missing.yaml"], "price_book"),
+        (["--workers", "-1"], "workers"),
     ],
 )
 def test_cli_errors(cli: Cli, tmp_path: Path, args: list[str], field: str) -> None:
@@ -189,3 +198,23 @@ def test_power_panel_says_when_the_price_book_has_no_watts() -> None:
     assert any("no watts" in a.text for a in fig.layout.annotations)
     with_watts = cost_power(compare(Cluster(2048, 8, 64, nic_gbps=400)).to_dict())
     assert not any("no watts" in (a.text or "") for a in with_watts.layout.annotations)
+
+
+def test_searches_in_processes_give_the_same_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With workers, every search the sections ask for is run ahead (`planned_searches` misses
+    none: the sections then never search), and the report is the same as run one by one."""
+    alone = build(small_inputs(model="gpt-1.7b", gpus=64, global_batch=128))
+    inp = replace(small_inputs(model="gpt-1.7b", gpus=64, global_batch=128), workers=2)
+    seen: list[tuple[int, int]] = []
+    prefetch_searches(inp, lambda done, total: seen.append((done, total)))
+    total = len({(s.model_dump_json(), a, b) for s, a, b in planned_searches(inp)})
+    assert seen == [(i, total) for i in range(1, total + 1)] and total > 10
+
+    def no_more(*_: Any, **__: Any) -> None:
+        raise AssertionError("a search the plan missed")
+
+    monkeypatch.setattr(report_sections, "search", no_more)
+    together = build(inp)
+    assert json.dumps(together, sort_keys=True, default=str) == json.dumps(
+        alone, sort_keys=True, default=str
+    )

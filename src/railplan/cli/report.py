@@ -41,6 +41,10 @@ def report(
     nic_gbps: NicGbpsOpt = None,
     nics_per_gpu: NicsPerGpuOpt = None,
     trials: Annotated[int, typer.Option(help="Monte Carlo trials of the failure section")] = (1000),
+    workers: Annotated[
+        int,
+        typer.Option(help="processes for the strategy searches (0: one per core, 1: none)"),
+    ] = 0,
     out: Annotated[Path, typer.Option(help="the HTML file to write")] = Path("report.html"),
 ) -> None:
     """One self-contained HTML page for an architect: best strategy per network, cost and
@@ -61,6 +65,8 @@ def report(
     check_output(out)
     if trials < 1:
         raise RailplanError("trials", "must be a positive integer")
+    if workers < 0:
+        raise RailplanError("workers", "must be 0 (one per core) or a positive integer")
     inp = ReportInputs(
         model=load_model(model),
         system=build_system(system, hb_domain, hb_tbps, nic_gbps, nics_per_gpu),
@@ -69,6 +75,7 @@ def report(
         radix=radix,
         price_book=load_price_book(price_book),
         mc_trials=trials,
+        workers=workers,
     )
     check_inputs(inp)  # before the progress bar, not after it
     t0 = time.perf_counter()
@@ -88,7 +95,12 @@ def report(
             if titles:
                 progress.update(task, description=titles.pop(0))
 
-        data = build(inp, on_step=step)
+        def searched(done: int, total: int) -> None:
+            progress.update(task, description=f"strategy searches {done}/{total}")
+            if done == total:
+                progress.update(task, description=STEPS[0][1])
+
+        data = build(inp, on_step=step, on_search=searched)
         path = write_report(data, out)
         progress.advance(task)
     size_mb = path.stat().st_size / 1e6

@@ -132,7 +132,7 @@ PARENT_POLL_S = 0.5
 """How often a worker process checks that the sweep that started it is still alive."""
 
 
-def _watch_parent(parent_pid: int) -> None:
+def watch_parent(parent_pid: int) -> None:
     """Worker initializer: drop the sweep's lock descriptors inherited by fork, and exit as
     soon as the parent is gone (kill -9 of the sweep), instead of waiting forever on a queue."""
     for fd in list(LOCK_FDS):
@@ -155,7 +155,7 @@ def _local(points: list[dict[str, Any]], zero: tuple[int, ...], workers: int) ->
             yield evaluate_point(p, zero)
         return
     pool = ProcessPoolExecutor(
-        max_workers=workers or None, initializer=_watch_parent, initargs=(os.getpid(),)
+        max_workers=workers or None, initializer=watch_parent, initargs=(os.getpid(),)
     )
     try:
         futures: dict[Future[dict[str, Any]], dict[str, Any]] = {

@@ -7,13 +7,17 @@ commands print.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from typing import Any
 
 from railplan.errors import RailplanError, near_multiples
 from railplan.explore.search import SearchResult, SearchSpace, search
+from railplan.explore.sweep import watch_parent
 from railplan.network.cost import Comparison, PriceBook, compare
 from railplan.network.faults import FailureRates, fault_table, monte_carlo
 from railplan.network.topology import NIC_SPEEDS_GBPS, Cluster
@@ -27,6 +31,7 @@ HB_FACTORS: tuple[float, ...] = (1.0, 2.0, 4.0)
 NIC_FACTORS: tuple[float, ...] = (0.25, 0.5, 1.0)
 BATCH_FACTORS: tuple[float, ...] = (0.25, 0.5, 1.0)
 SWEEP_NETWORKS: tuple[str, ...] = ("rail-optimized", "rail-only")
+SEARCH_TOP = 3  # candidates kept per search (the performance section lists them)
 HEATMAP_MAX_GPUS = 128  # heatmap of the first GPUs: enough for 16 DGX-sized HB domains
 MC_DAYS = 54.0  # the Llama 3 observation window the failure rates come from
 MC_TRIALS = 1000
@@ -46,6 +51,9 @@ class ReportInputs:
     space: SearchSpace = field(default_factory=SearchSpace)
     mc_trials: int = MC_TRIALS
     seed: int = 0
+    # processes for the strategy searches (`prefetch_searches`): 1 runs them in this process
+    # as the sections ask, 0 one per core
+    workers: int = 1
     # Searches already run, by (system, network, batch): the sections ask for the same one
     # several times (the system's own K, bandwidth factor 1, batch factor 1, ideal).
     searches: dict[tuple[str, str, int], SearchResult] = field(
@@ -93,13 +101,65 @@ def _best(r: SearchResult) -> dict[str, Any] | None:
     return r.best.to_dict() if r.best else None
 
 
+def _search_key(system: System, arch: str, batch: int) -> tuple[str, str, int]:
+    return (system.model_dump_json(), arch, batch)
+
+
+def _run_search(inp: ReportInputs, system: System, arch: str, batch: int) -> SearchResult:
+    job = Job(inp.model, system, Network(architecture=arch), inp.gpus, batch)
+    return search(job, inp.space, top=SEARCH_TOP)
+
+
 def best_search(inp: ReportInputs, system: System, arch: str, batch: int) -> SearchResult:
     """The library's strategy search for one network (fastest first), run once per question."""
-    key = (system.model_dump_json(), arch, batch)
+    key = _search_key(system, arch, batch)
     if key not in inp.searches:
-        job = Job(inp.model, system, Network(architecture=arch), inp.gpus, batch)
-        inp.searches[key] = search(job, inp.space, top=3)
+        inp.searches[key] = _run_search(inp, system, arch, batch)
     return inp.searches[key]
+
+
+def prefetch_searches(
+    inp: ReportInputs, on_search: Callable[[int, int], None] | None = None
+) -> None:
+    """Run every search the sections will ask for (`planned_searches`) on `inp.workers`
+    processes (0: one per core), so that the sections find them done; `on_search(done,
+    total)` after each. Results are the same as run one by one (each search is
+    deterministic); with `workers` 1 nothing runs here and the sections search as they go."""
+    todo: dict[tuple[str, str, int], tuple[System, str, int]] = {}
+    for system, arch, batch in planned_searches(inp):
+        key = _search_key(system, arch, batch)
+        if key not in inp.searches:
+            todo.setdefault(key, (system, arch, batch))
+    workers = inp.workers or os.cpu_count() or 1
+    if workers <= 1 or len(todo) <= 1:
+        return
+    ctx = multiprocessing.get_context("spawn")  # no fork under the progress bar's thread
+    items = [(_without_searches(inp), key, args) for key, args in todo.items()]
+    # leaving the block (done, an error, ^C) terminates the workers at once
+    with ctx.Pool(min(workers, len(todo)), _worker_start, (os.getpid(),)) as pool:
+        for done, (key, result) in enumerate(pool.imap_unordered(_search_item, items), start=1):
+            inp.searches[key] = result
+            if on_search is not None:
+                on_search(done, len(todo))
+
+
+def _worker_start(parent_pid: int) -> None:
+    """A search process leaves ^C to the report, which stops it, and exits when the report
+    is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    watch_parent(parent_pid)
+
+
+def _search_item(
+    item: tuple[ReportInputs, tuple[str, str, int], tuple[System, str, int]],
+) -> tuple[tuple[str, str, int], SearchResult]:
+    inp, key, (system, arch, batch) = item
+    return key, _run_search(inp, system, arch, batch)
+
+
+def _without_searches(inp: ReportInputs) -> ReportInputs:
+    """The inputs a worker needs, without the results already held (not sent again)."""
+    return replace(inp, searches={})
 
 
 def pct_slower(t: float | None, ref: float | None) -> float | None:
@@ -223,47 +283,83 @@ def _point(r: SearchResult, **fields: Any) -> dict[str, Any]:
     }
 
 
+# One sweep point: the fields it reports, the system and network it searches on, the batch.
+Point = tuple[dict[str, Any], System, str, int]
+
+
+def hb_domain_points(inp: ReportInputs) -> list[Point]:
+    """Every K in SENSITIVITY_K (and the system's own K) that divides the GPU count, on both
+    networks."""
+    ks = sorted({k for k in (*SENSITIVITY_K, inp.system.hb_domain) if inp.gpus % k == 0})
+    return [
+        ({"hb_domain": k}, override(inp.system, hb_domain=k), arch, inp.global_batch)
+        for k in ks
+        for arch in SWEEP_NETWORKS
+    ]
+
+
+def bandwidth_points(inp: ReportInputs, name: str, factors: tuple[float, ...]) -> list[Point]:
+    """`name` (hb_tbps or nic_gbps) scaled by each factor, on both networks."""
+    base, b = float(getattr(inp.system, name)), inp.global_batch
+    return [
+        ({"factor": f, name: base * f}, override(inp.system, **{name: base * f}), arch, b)
+        for f in factors
+        for arch in SWEEP_NETWORKS
+    ]
+
+
+def batch_points(inp: ReportInputs) -> list[Point]:
+    """The global batch scaled by BATCH_FACTORS (whole numbers only), on both networks and,
+    as the reference, ideal (its fields empty)."""
+    out: list[Point] = []
+    for f in BATCH_FACTORS:
+        batch = inp.global_batch * f
+        if not batch.is_integer() or batch < 1:
+            continue
+        b = int(batch)
+        out.append(({}, inp.system, "ideal", b))
+        out += [({"factor": f, "global_batch": b}, inp.system, a, b) for a in SWEEP_NETWORKS]
+    return out
+
+
+def planned_searches(inp: ReportInputs) -> list[tuple[System, str, int]]:
+    """Every strategy search the performance and sensitivity sections ask for, in order."""
+    points = [
+        *hb_domain_points(inp),
+        *bandwidth_points(inp, "hb_tbps", HB_FACTORS),
+        *bandwidth_points(inp, "nic_gbps", NIC_FACTORS),
+        *batch_points(inp),
+    ]
+    base = [(inp.system, arch, inp.global_batch) for arch in NETWORKS]
+    return base + [(sy, arch, b) for _, sy, arch, b in points]
+
+
 def sweep_hb_domain(inp: ReportInputs) -> list[dict[str, Any]]:
     """Best iteration time for every K in SENSITIVITY_K (and the system's own K) that divides
     the GPU count, on both networks."""
-    ks = sorted({k for k in (*SENSITIVITY_K, inp.system.hb_domain) if inp.gpus % k == 0})
-    out = []
-    for k in ks:
-        sy = override(inp.system, hb_domain=k)
-        for arch in SWEEP_NETWORKS:
-            out.append(_point(best_search(inp, sy, arch, inp.global_batch), hb_domain=k))
-    return out
+    return [_point(best_search(inp, sy, a, b), **f) for f, sy, a, b in hb_domain_points(inp)]
 
 
 def sweep_bandwidth(
     inp: ReportInputs, name: str, factors: tuple[float, ...]
 ) -> list[dict[str, Any]]:
     """Best iteration time with `name` (hb_tbps or nic_gbps) scaled by each factor."""
-    base = float(getattr(inp.system, name))
-    out = []
-    for f in factors:
-        sy = override(inp.system, **{name: base * f})
-        for arch in SWEEP_NETWORKS:
-            r = best_search(inp, sy, arch, inp.global_batch)
-            out.append(_point(r, factor=f, **{name: base * f}))
-    return out
+    points = bandwidth_points(inp, name, factors)
+    return [_point(best_search(inp, sy, a, b), **f) for f, sy, a, b in points]
 
 
 def sweep_batch(inp: ReportInputs) -> list[dict[str, Any]]:
     """Best iteration time per global batch (the batch scaled by BATCH_FACTORS, whole numbers
     only), with ideal as the reference: performance relative to ideal = t_ideal / t."""
     out = []
-    for f in BATCH_FACTORS:
-        batch = inp.global_batch * f
-        if not batch.is_integer() or batch < 1:
+    for fields, sy, arch, b in batch_points(inp):
+        if arch == "ideal":
+            ideal = best_search(inp, sy, arch, b).best
             continue
-        b = int(batch)
-        ideal = best_search(inp, inp.system, "ideal", b).best
-        for arch in SWEEP_NETWORKS:
-            p = _point(best_search(inp, inp.system, arch, b), factor=f, global_batch=b)
-            t = p["iteration_s"]
-            p["relative_to_ideal"] = ideal.iteration_s / t if (ideal and t) else None
-            out.append(p)
+        p = _point(best_search(inp, sy, arch, b), **fields)
+        t = p["iteration_s"]
+        p["relative_to_ideal"] = ideal.iteration_s / t if (ideal and t) else None
+        out.append(p)
     return out
 
 
@@ -449,9 +545,16 @@ STEPS: tuple[Step, ...] = (
 )
 
 
-def build(inp: ReportInputs, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Every section in order; `on_step(title)` is called after each one (progress bars)."""
+def build(
+    inp: ReportInputs,
+    on_step: Callable[[str], None] | None = None,
+    on_search: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Every section in order; `on_step(title)` is called after each one and, with
+    `inp.workers` ≠ 1, `on_search(done, total)` after each search run ahead in processes
+    (progress bars)."""
     check_inputs(inp)
+    prefetch_searches(inp, on_search)
     out: dict[str, Any] = {"inputs": inp.describe()}
     for key, title, run in STEPS:
         out[key] = run(inp, out)
