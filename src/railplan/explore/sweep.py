@@ -23,18 +23,16 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Generator, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from contextlib import suppress
+from concurrent.futures import Future, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from railplan.errors import RailplanError
+from railplan.explore.pool import worker_pool
 from railplan.explore.sweep_log import (
     CANDIDATE_COLUMNS,
-    LOCK_FDS,
     PARQUET_MISSING,
     RESULT_COLUMNS,
     STRATEGY_COLUMNS,
@@ -128,36 +126,13 @@ def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, An
 Rows = Generator[dict[str, Any], None, None]
 
 
-PARENT_POLL_S = 0.5
-"""How often a worker process checks that the sweep that started it is still alive."""
-
-
-def watch_parent(parent_pid: int) -> None:
-    """Worker initializer: drop the sweep's lock descriptors inherited by fork, and exit as
-    soon as the parent is gone (kill -9 of the sweep), instead of waiting forever on a queue."""
-    for fd in list(LOCK_FDS):
-        with suppress(OSError):
-            os.close(fd)
-    LOCK_FDS.clear()
-
-    def watch() -> None:
-        while True:
-            if os.getppid() != parent_pid:
-                os._exit(1)
-            threading.Event().wait(PARENT_POLL_S)
-
-    threading.Thread(target=watch, name="railplan-parent-watch", daemon=True).start()
-
-
 def _local(points: list[dict[str, Any]], zero: tuple[int, ...], workers: int) -> Rows:
     if workers == 1:
         for p in points:
             yield evaluate_point(p, zero)
         return
-    pool = ProcessPoolExecutor(
-        max_workers=workers or None, initializer=watch_parent, initargs=(os.getpid(),)
-    )
-    try:
+    # an error in the caller (disk full) or ^C: the rest is not computed
+    with worker_pool(workers) as pool:
         futures: dict[Future[dict[str, Any]], dict[str, Any]] = {
             pool.submit(evaluate_point, p, zero): p for p in points
         }
@@ -166,8 +141,6 @@ def _local(points: list[dict[str, Any]], zero: tuple[int, ...], workers: int) ->
                 yield f.result()
             except Exception as err:  # a worker that died: its point failed
                 yield failed_row(futures[f], zero, err)
-    finally:  # an error in the caller (disk full) or ^C: do not compute the rest
-        pool.shutdown(cancel_futures=True)
 
 
 def _ray(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from railplan.errors import RailplanError
+from railplan.explore.pool import INHERITED_FDS
 from railplan.explore.sweep_spec import FIELDS
 from railplan.fileio import atomic_write, check_target, show_path
 
@@ -153,9 +154,6 @@ def write_parquet(csv_path: Path, out: Path | None = None) -> Path | None:
     return atomic_write(out, lambda tmp: pq.write_table(table, str(tmp)), field="output")
 
 
-LOCK_FDS: set[int] = set()
-
-
 @contextmanager
 def output_lock(path: Path, wait: bool = False) -> Iterator[Path]:
     """Hold an exclusive `flock` on `PATH.lock` (created beside `path`, removed on release)
@@ -167,10 +165,10 @@ def output_lock(path: Path, wait: bool = False) -> Iterator[Path]:
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
-        LOCK_FDS.add(fd)
+        INHERITED_FDS.add(fd)
         yield lock_path
     finally:
-        LOCK_FDS.discard(fd)
+        INHERITED_FDS.discard(fd)
         with suppress(OSError):
             os.unlink(lock_path)  # still held: a waiter re-checks the inode and retries
         os.close(fd)  # releases the lock

@@ -7,17 +7,16 @@ commands print.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import signal
 from collections.abc import Callable
+from concurrent.futures import as_completed
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from typing import Any
 
 from railplan.errors import RailplanError, near_multiples
+from railplan.explore.pool import worker_pool
 from railplan.explore.search import SearchResult, SearchSpace, search
-from railplan.explore.sweep import watch_parent
 from railplan.network.cost import Comparison, PriceBook, compare
 from railplan.network.faults import FailureRates, fault_table, monte_carlo
 from railplan.network.topology import NIC_SPEEDS_GBPS, Cluster
@@ -133,21 +132,15 @@ def prefetch_searches(
     workers = inp.workers or os.cpu_count() or 1
     if workers <= 1 or len(todo) <= 1:
         return
-    ctx = multiprocessing.get_context("spawn")  # no fork under the progress bar's thread
     items = [(_without_searches(inp), key, args) for key, args in todo.items()]
-    # leaving the block (done, an error, ^C) terminates the workers at once
-    with ctx.Pool(min(workers, len(todo)), _worker_start, (os.getpid(),)) as pool:
-        for done, (key, result) in enumerate(pool.imap_unordered(_search_item, items), start=1):
+    # spawn: no fork under the progress bar's thread
+    with worker_pool(min(workers, len(todo)), "spawn") as pool:
+        futures = [pool.submit(_search_item, item) for item in items]
+        for done, f in enumerate(as_completed(futures), start=1):
+            key, result = f.result()
             inp.searches[key] = result
             if on_search is not None:
                 on_search(done, len(todo))
-
-
-def _worker_start(parent_pid: int) -> None:
-    """A search process leaves ^C to the report, which stops it, and exits when the report
-    is gone."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    watch_parent(parent_pid)
 
 
 def _search_item(
