@@ -18,6 +18,10 @@ class RailplanError(ValueError):
         self.problem = problem
         super().__init__(f"{field}: {problem}")
 
+    def __reduce__(self) -> tuple[type[RailplanError], tuple[str, str]]:
+        """Pickled by its two parts, so that it crosses from a worker process unchanged."""
+        return (type(self), (self.field, self.problem))
+
 
 def unknown_name(field: str, name: str, known: Iterable[str]) -> RailplanError:
     """Error for a name not in a catalog, listing the close matches (or all names if few)."""

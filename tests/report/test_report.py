@@ -4,6 +4,7 @@ writes atomically and rejects bad input with one line (exit 2)."""
 from __future__ import annotations
 
 import json
+import pickle
 import re
 import subprocess
 import sys
@@ -14,7 +15,8 @@ from typing import Any
 import pytest
 
 from railplan import Network
-from railplan.explore.search import search
+from railplan.errors import RailplanError
+from railplan.explore.search import SearchSpace, search
 from railplan.network.cost import compare
 from railplan.network.topology import Cluster
 from railplan.report import build, render, write_report
@@ -218,3 +220,26 @@ def test_searches_in_processes_give_the_same_report(monkeypatch: pytest.MonkeyPa
     assert json.dumps(together, sort_keys=True, default=str) == json.dumps(
         alone, sort_keys=True, default=str
     )
+
+
+def test_errors_cross_from_the_search_processes() -> None:
+    """A search that refuses its input in a worker gives the same one-line error as run here
+    (RailplanError pickles by its parts); a model that fits nowhere stops the searches early."""
+    err = RailplanError("precision", "fp8 needs a GPU with fp8 tensor cores")
+    back = pickle.loads(pickle.dumps(err))
+    assert (type(back), back.field, back.problem, str(back)) == (
+        RailplanError,
+        err.field,
+        err.problem,
+        str(err),
+    )
+    for model, space in (("gpt-1.7b", SearchSpace(precision=("fp8",))), ("gpt-1t", None)):
+        messages = []
+        for workers in (1, 2):
+            inp = replace(small_inputs(model=model, gpus=64, global_batch=128), workers=workers)
+            if space is not None:
+                inp = replace(inp, space=space)
+            with pytest.raises(RailplanError) as caught:
+                build(inp)
+            messages.append(str(caught.value))
+        assert messages[0] == messages[1]

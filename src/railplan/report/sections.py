@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from concurrent.futures import as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from typing import Any
@@ -51,7 +52,7 @@ class ReportInputs:
     mc_trials: int = MC_TRIALS
     seed: int = 0
     # processes for the strategy searches (`prefetch_searches`): 1 runs them in this process
-    # as the sections ask, 0 one per core
+    # as the sections ask, 0 one per available core
     workers: int = 1
     # Searches already run, by (system, network, batch): the sections ask for the same one
     # several times (the system's own K, bandwidth factor 1, batch factor 1, ideal).
@@ -121,26 +122,51 @@ def prefetch_searches(
     inp: ReportInputs, on_search: Callable[[int, int], None] | None = None
 ) -> None:
     """Run every search the sections will ask for (`planned_searches`) on `inp.workers`
-    processes (0: one per core), so that the sections find them done; `on_search(done,
-    total)` after each. Results are the same as run one by one (each search is
-    deterministic); with `workers` 1 nothing runs here and the sections search as they go."""
+    processes (0: one per available core), so that the sections find them done;
+    `on_search(done, total)` after each. Results are the same as run one by one (each search
+    is deterministic); with `workers` 1 nothing runs here and the sections search as they go.
+    It stops early, leaving the rest to the sections, when the rail-optimized search finds
+    nothing that fits (the performance section then says so) or a worker dies (killed for
+    memory, say: the sections then run what is missing in this process). Processes are
+    spawned: a script calling this with workers ≠ 1 needs the `if __name__ == "__main__":`
+    guard."""
+    workers = inp.workers or available_cores()
+    if workers <= 1:
+        return
     todo: dict[tuple[str, str, int], tuple[System, str, int]] = {}
     for system, arch, batch in planned_searches(inp):
         key = _search_key(system, arch, batch)
         if key not in inp.searches:
             todo.setdefault(key, (system, arch, batch))
-    workers = inp.workers or os.cpu_count() or 1
-    if workers <= 1 or len(todo) <= 1:
+    if len(todo) <= 1:
         return
+    first = _search_key(inp.system, NETWORKS[0], inp.global_batch)
     items = [(_without_searches(inp), key, args) for key, args in todo.items()]
-    # spawn: no fork under the progress bar's thread
-    with worker_pool(min(workers, len(todo)), "spawn") as pool:
-        futures = [pool.submit(_search_item, item) for item in items]
-        for done, f in enumerate(as_completed(futures), start=1):
-            key, result = f.result()
-            inp.searches[key] = result
-            if on_search is not None:
-                on_search(done, len(todo))
+    try:
+        # spawn: no fork under the progress bar's thread
+        with worker_pool(min(workers, len(todo)), "spawn") as pool:
+            futures = [pool.submit(_search_item, item) for item in items]
+            for done, f in enumerate(as_completed(futures), start=1):
+                key, result = f.result()
+                inp.searches[key] = result
+                if on_search is not None:
+                    on_search(done, len(todo))
+                if key == first and result.best is None:
+                    raise _NothingFits
+    except (_NothingFits, BrokenProcessPool):
+        return
+
+
+class _NothingFits(Exception):
+    """The rail-optimized search found no strategy: the other searches are not needed."""
+
+
+def available_cores() -> int:
+    """CPUs this process may run on (its affinity; all of them where that is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on every platform
+        return os.cpu_count() or 1
 
 
 def _search_item(

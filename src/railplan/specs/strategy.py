@@ -169,9 +169,10 @@ class Strategy(Spec):
     tokens to the experts (the forward dispatch, its recompute, and the backward combine's
     gradient for the down-projection) move FP8 with one fp32 scale per 128 values, the other
     half (the combine and the dispatch's gradient) BF16: DeepSeek-V3's training setting
-    (report §3.3.2; DeepEP's normal kernels are benchmarked in it), and Megatron-Core's
-    `moe_dispatch_fwd_dtype` / `moe_combine_bwd_dtype` `mxfp8` (one 8-bit scale per 32, the
-    same bytes).
+    (report §3.3.2; DeepEP's normal kernels are benchmarked in it). Megatron-Core's
+    `moe_dispatch_fwd_dtype` / `moe_combine_bwd_dtype` `mxfp8` moves the same bytes (one
+    8-bit scale per 32) with its `ncclep` dispatcher, also in BF16 training; railplan models
+    the DeepSeek setting only (FP8 GEMMs, DeepEP's dispatch).
     `recompute_num_layers` (N, 0 = every layer): with `recompute` full, only the first N layers
     of each model chunk (virtual stage) are recomputed and the others keep all their
     activations (Megatron `--recompute-granularity full --recompute-method block
