@@ -169,3 +169,9 @@ def test_cli(cli: Cli) -> None:
         "--fp8-dispatch",
     )
     assert found.exit_code == 0 and "FP8-dispatch" in found.output
+    # asked for where the search cannot apply it: an error, not silence
+    for extra in (["--precision", "bf16", "--ep-dispatch", "deepep"], ["--precision", "fp8"]):
+        bad = cli("search", *args[:6], *fixed, *extra, "--fp8-dispatch")
+        assert bad.exit_code == 2 and str(bad.exception).startswith("fp8_dispatch:")
+    bad = cli("search", *args[:6], *fixed, "--precision", "bf16", "--fp8-param-gather")
+    assert bad.exit_code == 2 and str(bad.exception).startswith("fp8_param_gather:")

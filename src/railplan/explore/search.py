@@ -190,6 +190,12 @@ class SearchSpace:
             raise RailplanError("recompute_modules", f"give one or more of {allowed}")
         if self.ep_dispatch not in EP_DISPATCH_CODES:
             raise RailplanError("ep_dispatch", "must be one of " + ", ".join(EP_DISPATCH_CODES))
+        if self.fp8_param_gather and "fp8" not in self.precision:
+            raise RailplanError("fp8_param_gather", "needs fp8 among the precisions searched")
+        if self.fp8_dispatch and ("fp8" not in self.precision or self.ep_dispatch != "deepep"):
+            raise RailplanError(
+                "fp8_dispatch", "needs fp8 among the precisions searched and ep_dispatch deepep"
+            )
         if not self.expert_tp:
             raise RailplanError("expert_tp", "give integers ≥ 0 (0 = tp)")
         for n in self.expert_tp:
