@@ -130,6 +130,7 @@ def test_cli_writes_report(cli: Cli, tmp_path: Path) -> None:
         (["--out", "/no/such/folder/r.html"], "out"),
         (["--price-book", "missing.yaml"], "price_book"),
         (["--workers", "-1"], "workers"),
+        (["--global-batch", "9223372036854775807"], "global_batch"),
     ],
 )
 def test_cli_errors(cli: Cli, tmp_path: Path, args: list[str], field: str) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 from railplan.errors import RailplanError, near_multiples
 from railplan.explore.pool import worker_pool
 from railplan.explore.search import SearchResult, SearchSpace, search
+from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
 from railplan.network.cost import Comparison, PriceBook, compare
 from railplan.network.faults import FailureRates, fault_table, monte_carlo
 from railplan.network.topology import NIC_SPEEDS_GBPS, Cluster
@@ -78,10 +79,9 @@ class ReportInputs:
 
 def check_inputs(inp: ReportInputs) -> None:
     """One-line errors for inputs no section could use."""
-    if inp.gpus < 2:
-        raise RailplanError("gpus", "must be at least 2")
-    if inp.global_batch < 1:
-        raise RailplanError("global_batch", "must be a positive integer")
+    check_int("gpus", inp.gpus, 2, MAX_GPUS)
+    check_int("global_batch", inp.global_batch, 1, MAX_GLOBAL_BATCH)
+    check_int("workers", inp.workers, 0, MAX_GPUS)
     k = inp.system.hb_domain
     if inp.gpus % k:
         raise RailplanError(
