@@ -196,6 +196,59 @@ def test_moe_dispatch_bytes_and_all_to_all_by_hand() -> None:
     )
 
 
+def test_prefill_runs_deepeps_normal_kernels() -> None:
+    """A step that carries prompts runs DeepEP's normal kernels: each token once over its rail
+    to each other server holding one of its experts, then once to each GPU holding one
+    (DeepSeek-V3 at ep 16 on two HGX H800: max(R·T/C_S, n·7/8·T/C_F) + both latencies), the
+    same on rail-only (rail-aligned); a pure decode step keeps the low-latency kernels, which
+    rail-only forwards."""
+    from railplan.inference.engine import ep_all_to_all_s, ep_normal_all_to_all_s
+    from railplan.workload.routing import touched_domains
+
+    model, system = load_model("deepseek-v3"), load_system("hgx-h800")
+    d = Deployment(model, system, Network(), 16, 1, 1, 16, "fp8")
+    only = Deployment(model, system, Network(architecture="rail-only"), 16, 1, 1, 16, "fp8")
+    nic = 400e9 / 8 * system.nic_efficiency
+    hb = 1.6e12 / 8 * system.hb_efficiency
+    lat = (system.nic_latency_us + system.hb_latency_us) * 1e-6
+    remote = touched_domains(256, 8, 8, 4, 2) / 2
+    gpus = touched_domains(256, 8, 8, 4, 16)
+    for name, per_value in (("dispatch", 1 + 4 / 128), ("combine", 2.0)):
+        t = 4096 * 7168 * per_value
+        want = max(remote * t / nic, gpus * 7 / 8 * t / hb) + lat
+        assert float(ep_normal_all_to_all_s(d, 4096.0)[name]) == pytest.approx(want)
+        assert float(ep_normal_all_to_all_s(only, 4096.0)[name]) == pytest.approx(want)
+    layers = model.moe_layers
+    prefill = StepLoad(decode=64, context_tokens=64 * 512, prefill_tokens=4032, prefill_seqs=2)
+    normal = ep_normal_all_to_all_s(d, 4096.0)
+    got = step_time_s(d, prefill)[1]["ep_comm"]
+    assert got == pytest.approx(layers * float(normal["dispatch"] + normal["combine"]))
+    assert step_time_s(only, prefill)[1]["ep_comm"] == pytest.approx(got)
+    decode = StepLoad(decode=128, context_tokens=128 * 512)
+    ll = ep_all_to_all_s(d, 128.0)
+    got = step_time_s(d, decode)[1]["ep_comm"]
+    assert got == pytest.approx(layers * float(ll["dispatch"] + ll["combine"]))
+    assert step_time_s(only, decode)[1]["ep_comm"] > got
+
+
+def test_mla_models_serve() -> None:
+    """DeepSeek-V3 (MLA) is served: its attention projections are MLA's down- and
+    up-projections, its prefill attention spans 192-wide Q·K and 128-wide P·V heads, and
+    decode attends on the cached latent, 2·(2·512 + 64) FLOPs per head and cached token."""
+    from railplan.inference.engine import decode_head_flops
+
+    model, system = load_model("deepseek-v3"), load_system("hgx-h800")
+    assert decode_head_flops(model) == 2 * (2 * 512 + 64)
+    assert decode_head_flops(load_model("llama-2-70b")) == 4 * 128
+    d = Deployment(model, system, Network(), 16, 1, 1, 16, "fp8")
+    r = infer(d, None, 1024, 256)
+    assert r.fits and r.tokens_per_s_per_gpu > 0 and r.ttft_s > r.tpot_s > 0
+    one = StepLoad(prefill_tokens=1024, prefill_seqs=1)
+    two = StepLoad(prefill_tokens=2048, prefill_seqs=1)
+    # a prompt twice as long: its causal attention takes at least twice as long
+    assert step_time_s(d, two)[1]["attention"] > 2 * step_time_s(d, one)[1]["attention"]
+
+
 def test_deepep_rows_are_the_published_table() -> None:
     from railplan.inference.validation import deepep_rows
 

@@ -18,7 +18,9 @@ step of the running ones). Per layer on one GPU:
 - tensor-parallel all-reduces (2 per layer) of bf16 activations and expert all-to-alls
   (dispatch and combine per MoE layer; the dispatch in FP8 with fp8/fp4 weights,
   `ep_pair_bytes`), timed by the training model's collectives on the network's links
-  (`comm_time.links`): inside an HB domain or over the NIC, with rail-only forwarding.
+  (`comm_time.links`): inside an HB domain or over the NIC, with rail-only forwarding; a step
+  that carries prompts runs DeepEP's normal kernels instead (`ep_normal_all_to_all_s`:
+  deduplicated and rail-aligned, as in training).
 Pipeline parallelism splits the batch into pp micro-batches in flight; a token then advances
 once every pp stage times (plus the sends between stages).
 """
@@ -47,6 +49,7 @@ from railplan.specs import GPU, Model, Network, System
 from railplan.specs.arrays import FloatArray
 from railplan.workload.comm import FP8_DISPATCH_BYTES
 from railplan.workload.gemms import Gemm, attention_gemms, expert_gemms, logit_gemm, mlp_gemms
+from railplan.workload.routing import remote_domains, touched_ranks
 
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "fp4")
 #: bytes per weight: bf16; fp8 (E4M3, per-tensor scales); NVFP4 (4-bit values plus one fp8
@@ -232,6 +235,28 @@ def ep_all_to_all_s(dep: Deployment, tokens: Num) -> dict[str, FloatArray]:
     }
 
 
+def ep_normal_all_to_all_s(dep: Deployment, tokens: Num) -> dict[str, FloatArray]:
+    """Time of one MoE layer's `dispatch` and `combine` of `tokens` tokens per ep rank with
+    DeepEP's normal (throughput) kernels, which serving runs for prefill (SGLang's `--deepep-mode
+    auto`: normal kernels for prefill batches, low-latency ones for decode; DeepEP: "suitable
+    for both training and inference prefilling"): the training model's deduplicated
+    all-to-all (`coll.all_to_all_deduplicated_s`), each token once over its own rail to every
+    other HB domain holding one of its experts (`routing.remote_domains`), then over NVLink to
+    each GPU holding one (`routing.touched_ranks`). Rail-aligned, so rail-only pays no
+    forwarding. Bytes as `ep_pair_bytes` (FP8 dispatch with fp8/fp4 weights)."""
+    m, sh, lk = dep.model, dep.shapes["ep"], dep.links
+    fp8 = dep.precision in ("fp8", "fp4")
+    per_token = m.hidden * np.asarray(tokens, dtype=np.float64)
+    remote, gpus = remote_domains(m, sh.domains), touched_ranks(m, dep.ep)
+    bytes_of = {"dispatch": FP8_DISPATCH_BYTES if fp8 else ACT_BYTES, "combine": ACT_BYTES}
+    return {
+        k: coll.all_to_all_deduplicated_s(
+            sh.x, sh.y, per_token * b, remote, gpus, lk.hb_bw, lk.nic_bw, lk.hb_lat_s, lk.nic_lat_s
+        )
+        for k, b in bytes_of.items()
+    }
+
+
 BREAKDOWN_KEYS: tuple[str, ...] = (
     "gemm",
     "attention",
@@ -243,6 +268,16 @@ BREAKDOWN_KEYS: tuple[str, ...] = (
 )
 
 
+def decode_head_flops(m: Model) -> float:
+    """FLOPs of one head of a decode step's attention per cached token: Q·K and P·V over the
+    head width, 4·head_dim; MLA attends on the cached latent itself (the up-projections
+    absorbed into the query and output, as DeepSeek-V2 §2.1.3 describes and FlashMLA runs),
+    so Q·K spans kv_lora_rank + the RoPE width and P·V kv_lora_rank."""
+    if m.mla and m.kv_lora_rank is not None:
+        return 2.0 * (2.0 * m.kv_lora_rank + float(m.qk_rope_head_dim or 0))
+    return 4.0 * m.head_dim
+
+
 def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
     """Time of one pipeline stage for `load` (loads with at least one token), by component."""
     m, gpu, t = dep.model, dep.system.gpu, dep.tp
@@ -252,9 +287,10 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
     layers = math.ceil(m.layers / dep.pp)
     moe_layers = m.moe_layers * layers / m.layers
     one = m.model_copy(update={"seq": 1})  # shapes per token: b = tokens, s = 1
-    attn = {g.name: g for g in attention_gemms(one, tokens, t)}
+    # the attention block's linear layers (QKV and output; MLA's down- and up-projections)
+    projections = [g for g in attention_gemms(one, tokens, t) if not g.attention]
     dense_mlp = sum((gemm_s(gpu, g, peak, wb) for g in mlp_gemms(one, tokens, t)), zero)
-    per_layer = gemm_s(gpu, attn["qkv"], peak, wb) + gemm_s(gpu, attn["proj"], peak, wb)
+    per_layer = sum((gemm_s(gpu, g, peak, wb) for g in projections), zero)
     gemm = layers * per_layer + (layers - moe_layers) * dense_mlp
     if moe_layers:
         # Each ep rank receives tokens·top_k routed tokens over its E/ep experts; at small
@@ -268,11 +304,13 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
     # sequence's KV cache read from HBM (its FLOPs at the MAMF rate, a bound it never reaches)
     heads = math.ceil(m.heads / t)
     prefill_len = np.asarray(load.prefill_tokens / np.maximum(load.prefill_seqs, 1.0))
-    unmasked_flops = 4.0 * load.prefill_tokens * prefill_len * heads * m.head_dim
+    # Q·K over the query-key head width, P·V over the value width (MLA: 192 and 128)
+    head_flops = 2.0 * (m.qk_head_dim + m.v_head_dim_)
+    unmasked_flops = head_flops * load.prefill_tokens * prefill_len * heads
     prefill = flash_attention_time_s(gpu, unmasked_flops, np.maximum(prefill_len, 1.0))["forward"]
     pre_s = np.where(np.asarray(load.prefill_seqs) > 0, prefill, 0.0)
     bf16 = gpu.peak_tflops * 1e12 * gpu.matmul_efficiency * gpu.sustained_tensor_fraction
-    dec_flops = 4.0 * load.context_tokens * heads * m.head_dim
+    dec_flops = decode_head_flops(m) * load.context_tokens * heads
     kv_layer = dep.kv_bytes_per_token / layers
     decoding = np.asarray(np.asarray(load.decode) > 0, dtype=np.float64)
     dec_s = np.maximum(
@@ -296,7 +334,11 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
         "logits": gemm_s(gpu, logit_gemm(one, load.decode + load.prefill_seqs, t), peak, wb),
     }
     if moe_layers and dep.ep > 1:
-        a2a = ep_all_to_all_s(dep, tokens)
+        # steps that carry prompts run DeepEP's normal kernels, pure decode steps the
+        # low-latency ones (SGLang's --deepep-mode auto)
+        ll, normal = ep_all_to_all_s(dep, tokens), ep_normal_all_to_all_s(dep, tokens)
+        prefilling = np.asarray(load.prefill_tokens) > 0
+        a2a = {k: np.where(prefilling, normal[k], ll[k]) for k in ll}
         out["ep_comm"] = moe_layers * (a2a["dispatch"] + a2a["combine"])
     if dep.pp > 1:
         out["pp_comm"] = p2p_s(lk, act, shapes["pp"])
