@@ -209,3 +209,21 @@ def test_estimate_and_search_defer_embedding_wgrad(cli) -> None:  # type: ignore
         "--pp", "8", "--tp", "8", "--defer-embedding-wgrad", "--top", "1",
     )  # fmt: skip
     assert found["best"]["strategy"]["defer_embedding_wgrad"] is True
+
+
+def test_interrupt_exits_130_with_a_message(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """^C inside a command: exit code 130 and one line, not 0 (click catches the
+    KeyboardInterrupt itself and hands back 130 outside standalone mode)."""
+    import railplan.perf.estimate
+
+    def interrupted(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(railplan.perf.estimate, "estimate", interrupted)
+    from railplan.cli import run
+
+    code = run(["estimate", "--model", "gpt-1.7b", "--gpus", "8", "--global-batch", "8"])
+    assert code == 130
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "interrupted"

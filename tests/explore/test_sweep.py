@@ -353,6 +353,10 @@ def test_cli_sweep_exits_1_when_points_failed(
     r = cli(*SWEEP, "--vary", "hb_domain=2,4", "--output", str(out))
     assert r.exit_code == 1 and "2 points failed" in r.output
     assert "simulated failure" in r.output  # shown in the table's strategy column
+    # the console script's exit code too (run() outside click's standalone mode)
+    from railplan.cli import run
+
+    assert run([*SWEEP, "--vary", "hb_domain=2,4", "--output", str(tmp_path / "y.csv")]) == 1
 
 
 # ---- files: directories are not created, OS errors are one line, writes are atomic --------

@@ -117,7 +117,12 @@ def run(args: Sequence[str] | None = None) -> int:
     """Run the CLI on `args` (default: sys.argv) and return the exit code; bad input prints one
     line (or the usage help) to stderr, never a traceback."""
     try:
-        app(args=None if args is None else list(args), standalone_mode=False, prog_name="railplan")
+        # Outside standalone mode click hands back what ended the command: an exit code for
+        # typer.Exit (a sweep with failed points: 1) and 130 for ^C, which it catches itself
+        # (commands return None otherwise)
+        code = app(
+            args=None if args is None else list(args), standalone_mode=False, prog_name="railplan"
+        )
     except RailplanError as err:
         typer.echo(f"error: {err}", err=True)
         return 2
@@ -125,10 +130,10 @@ def run(args: Sequence[str] | None = None) -> int:
         return int(ex.exit_code)
     except typer.Abort:
         typer.echo("aborted", err=True)
-        return 130
+        return INTERRUPTED
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
-        return 130
+        return INTERRUPTED
     except OSError as err:  # a file the user named cannot be read or written
         name = err.filename if err.filename is not None else "file"
         typer.echo(f"error: {name!s:.200}: {err.strerror or err}", err=True)
@@ -138,7 +143,14 @@ def run(args: Sequence[str] | None = None) -> int:
             raise
         err.show()  # type: ignore[attr-defined]
         return int(err.exit_code)  # type: ignore[attr-defined]
-    return 0
+    if isinstance(code, bool) or not isinstance(code, int):
+        return 0
+    if code == INTERRUPTED:
+        typer.echo("interrupted", err=True)
+    return code
+
+
+INTERRUPTED = 130  # the shell's code for a command ended by SIGINT (128 + 2)
 
 
 def main() -> None:
