@@ -197,11 +197,11 @@ def test_moe_dispatch_bytes_and_all_to_all_by_hand() -> None:
 
 
 def test_prefill_runs_deepeps_normal_kernels() -> None:
-    """A step that carries prompts runs DeepEP's normal kernels: each token once over its rail
-    to each other server holding one of its experts, then once to each GPU holding one
-    (DeepSeek-V3 at ep 16 on two HGX H800: max(R·T/C_S, n·7/8·T/C_F) + both latencies), the
-    same on rail-only (rail-aligned); a pure decode step keeps the low-latency kernels, which
-    rail-only forwards."""
+    """Prompts go through DeepEP's normal kernels: each token once over its rail to each other
+    server holding one of its experts, then once to each GPU holding one (DeepSeek-V3 at ep 16
+    on two HGX H800: max(R·T/C_S, n·7/8·T/C_F) + both latencies), the same on rail-only
+    (rail-aligned); the running sequences' tokens through the low-latency kernels, which
+    rail-only forwards; a step carrying both pays both, as two batches."""
     from railplan.inference.engine import ep_all_to_all_s, ep_normal_all_to_all_s
     from railplan.workload.routing import touched_domains
 
@@ -219,7 +219,7 @@ def test_prefill_runs_deepeps_normal_kernels() -> None:
         assert float(ep_normal_all_to_all_s(d, 4096.0)[name]) == pytest.approx(want)
         assert float(ep_normal_all_to_all_s(only, 4096.0)[name]) == pytest.approx(want)
     layers = model.moe_layers
-    prefill = StepLoad(decode=64, context_tokens=64 * 512, prefill_tokens=4032, prefill_seqs=2)
+    prefill = StepLoad(prefill_tokens=4096, prefill_seqs=2)
     normal = ep_normal_all_to_all_s(d, 4096.0)
     got = step_time_s(d, prefill)[1]["ep_comm"]
     assert got == pytest.approx(layers * float(normal["dispatch"] + normal["combine"]))
@@ -229,6 +229,9 @@ def test_prefill_runs_deepeps_normal_kernels() -> None:
     got = step_time_s(d, decode)[1]["ep_comm"]
     assert got == pytest.approx(layers * float(ll["dispatch"] + ll["combine"]))
     assert step_time_s(only, decode)[1]["ep_comm"] > got
+    both = StepLoad(decode=128, context_tokens=128 * 512, prefill_tokens=4096, prefill_seqs=2)
+    want = step_time_s(d, prefill)[1]["ep_comm"] + step_time_s(d, decode)[1]["ep_comm"]
+    assert step_time_s(d, both)[1]["ep_comm"] == pytest.approx(want)
 
 
 def test_mla_models_serve() -> None:

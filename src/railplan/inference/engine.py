@@ -18,9 +18,10 @@ step of the running ones). Per layer on one GPU:
 - tensor-parallel all-reduces (2 per layer) of bf16 activations and expert all-to-alls
   (dispatch and combine per MoE layer; the dispatch in FP8 with fp8/fp4 weights,
   `ep_pair_bytes`), timed by the training model's collectives on the network's links
-  (`comm_time.links`): inside an HB domain or over the NIC, with rail-only forwarding; a step
-  that carries prompts runs DeepEP's normal kernels instead (`ep_normal_all_to_all_s`:
-  deduplicated and rail-aligned, as in training).
+  (`comm_time.links`): inside an HB domain or over the NIC, with rail-only forwarding, as
+  DeepEP's low-latency kernels send the running sequences' tokens; the prompts go through
+  its normal kernels as a batch of their own (`ep_normal_all_to_all_s`: deduplicated and
+  rail-aligned, as in training).
 Pipeline parallelism splits the batch into pp micro-batches in flight; a token then advances
 once every pp stage times (plus the sends between stages).
 """
@@ -334,12 +335,16 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
         "logits": gemm_s(gpu, logit_gemm(one, load.decode + load.prefill_seqs, t), peak, wb),
     }
     if moe_layers and dep.ep > 1:
-        # steps that carry prompts run DeepEP's normal kernels, pure decode steps the
-        # low-latency ones (SGLang's --deepep-mode auto)
-        ll, normal = ep_all_to_all_s(dep, tokens), ep_normal_all_to_all_s(dep, tokens)
-        prefilling = np.asarray(load.prefill_tokens) > 0
-        a2a = {k: np.where(prefilling, normal[k], ll[k]) for k in ll}
-        out["ep_comm"] = moe_layers * (a2a["dispatch"] + a2a["combine"])
+        # the prompts go through DeepEP's normal kernels and the running sequences' tokens
+        # through the low-latency ones, as two batches (SGLang's --deepep-mode auto runs
+        # prefill and decode batches apart)
+        decode = np.asarray(load.decode, dtype=np.float64)
+        prompts = np.asarray(load.prefill_tokens, dtype=np.float64)
+        ll, normal = ep_all_to_all_s(dep, decode), ep_normal_all_to_all_s(dep, prompts)
+        out["ep_comm"] = moe_layers * (
+            np.where(decode > 0, ll["dispatch"] + ll["combine"], 0.0)
+            + np.where(prompts > 0, normal["dispatch"] + normal["combine"], 0.0)
+        )
     if dep.pp > 1:
         out["pp_comm"] = p2p_s(lk, act, shapes["pp"])
     return {k: np.where(tokens > 0, v, 0.0) for k, v in out.items()}
