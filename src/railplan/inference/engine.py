@@ -308,8 +308,14 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
     # Q·K over the query-key head width, P·V over the value width (MLA: 192 and 128)
     head_flops = 2.0 * (m.qk_head_dim + m.v_head_dim_)
     unmasked_flops = head_flops * load.prefill_tokens * prefill_len * heads
-    prefill = flash_attention_time_s(gpu, unmasked_flops, np.maximum(prefill_len, 1.0))["forward"]
-    pre_s = np.where(np.asarray(load.prefill_seqs) > 0, prefill, 0.0)
+    # A steady-state step carries a fraction of a prompt (`estimate.steady_load`): the prompt
+    # kernels then run on that share of the steps, each with a whole prompt's work.
+    share = np.clip(np.asarray(load.prefill_seqs, dtype=np.float64), 0.0, 1.0)
+    per_run = np.where(share > 0, 1.0 / np.where(share > 0, share, 1.0), 1.0)
+    prefill = flash_attention_time_s(gpu, unmasked_flops * per_run, np.maximum(prefill_len, 1.0))[
+        "forward"
+    ]
+    pre_s = np.where(share > 0, share * prefill, 0.0)
     bf16 = gpu.peak_tflops * 1e12 * gpu.matmul_efficiency * gpu.sustained_tensor_fraction
     dec_flops = decode_head_flops(m) * load.context_tokens * heads
     kv_layer = dep.kv_bytes_per_token / layers
@@ -340,10 +346,15 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
         # prefill and decode batches apart)
         decode = np.asarray(load.decode, dtype=np.float64)
         prompts = np.asarray(load.prefill_tokens, dtype=np.float64)
-        ll, normal = ep_all_to_all_s(dep, decode), ep_normal_all_to_all_s(dep, prompts)
+        ll = ep_all_to_all_s(dep, decode)
+        normal = ep_normal_all_to_all_s(dep, prompts * per_run)
         out["ep_comm"] = moe_layers * (
             np.where(decode > 0, ll["dispatch"] + ll["combine"], 0.0)
-            + np.where(prompts > 0, normal["dispatch"] + normal["combine"], 0.0)
+            + np.where(
+                prompts > 0,
+                np.where(share > 0, share, 1.0) * (normal["dispatch"] + normal["combine"]),
+                0.0,
+            )
         )
     if dep.pp > 1:
         out["pp_comm"] = p2p_s(lk, act, shapes["pp"])
