@@ -24,7 +24,18 @@ import typer.main
 
 from railplan.cli import app
 
-MODELS = ["gpt-3.6b", "gpt-1.7b", "gpt-22b", "gpt-175b", "gpt-1t", "moe-1.3b", "gpt-nope"]
+MODELS = [
+    "gpt-3.6b",
+    "gpt-1.7b",
+    "gpt-22b",
+    "gpt-175b",
+    "gpt-1t",
+    "moe-1.3b",
+    "llama-3-8b",
+    "mixtral-8x7b",
+    "deepseek-v3",
+    "gpt-nope",
+]
 SYSTEMS = ["dgx-a100", "dgx-h100", "dgx-gh200", "gb200-nvl72", "mi300x", "dgx-nope"]
 PRICE_BOOKS = ["rail-only-hoti2024", "rail-only-hotnets23", "public-web-estimates", "nope"]
 ARCHS = ["rail-optimized", "rail-only", "ideal", "oversubscribed", "multi-plane", "ring"]
