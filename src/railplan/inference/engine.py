@@ -36,9 +36,10 @@ import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.inference import kvcache
-from railplan.perf import collectives as coll
 from railplan.perf.comm_time import (
     Links,
+    deduplicated_all_to_all_s,
+    direct_all_to_all_s,
     group_collective_s,
     links,
     p2p_s,
@@ -50,7 +51,6 @@ from railplan.specs import GPU, Model, Network, System
 from railplan.specs.arrays import FloatArray
 from railplan.workload.comm import FP8_DISPATCH_BYTES
 from railplan.workload.gemms import Gemm, attention_gemms, expert_gemms, logit_gemm, mlp_gemms
-from railplan.workload.routing import remote_domains, touched_ranks
 
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "fp4")
 #: bytes per weight: bf16; fp8 (E4M3, per-tensor scales); NVFP4 (4-bit values plus one fp8
@@ -158,6 +158,12 @@ class Deployment:
         embed = m.embedding_params() / (2 if not m.tied_embeddings and self.pp > 1 else 1)
         return wb * (dense + experts + embed) / self.tp
 
+    @property
+    def dispatch_value_bytes(self) -> float:
+        """Bytes per hidden value of an MoE dispatch: FP8 with its scales when the weights are
+        fp8 or fp4 (`comm.FP8_DISPATCH_BYTES`), else bf16; the combine is always bf16."""
+        return FP8_DISPATCH_BYTES if self.precision in ("fp8", "fp4") else ACT_BYTES
+
     @cached_property
     def kv_bytes_per_token(self) -> float:
         """KV-cache bytes per token on one GPU of the instance."""
@@ -214,10 +220,9 @@ def ep_pair_bytes(dep: Deployment, tokens: Num) -> dict[str, FloatArray]:
     uniform all-to-all, each copy sent to its expert's rank (DeepEP's low-latency kernels send
     one per token and expert)."""
     m = dep.model
-    fp8 = dep.precision in ("fp8", "fp4")
     per_copy = m.hidden / dep.ep * np.asarray(tokens, dtype=np.float64) * m.top_k
     return {
-        "dispatch": np.asarray(per_copy * (FP8_DISPATCH_BYTES if fp8 else ACT_BYTES)),
+        "dispatch": np.asarray(per_copy * dep.dispatch_value_bytes),
         "combine": np.asarray(per_copy * ACT_BYTES),
     }
 
@@ -228,10 +233,8 @@ def ep_all_to_all_s(dep: Deployment, tokens: Num) -> dict[str, FloatArray]:
     latency, each phase at its link's bandwidth) on any-to-any networks; on rail-only, whose
     rails do not reach each other, through the HB domain (the two-step all-to-all with
     forwarding, SYSTEM.md formula 3)."""
-    sh, lk = dep.shapes["ep"], dep.links
-    fn = coll.all_to_all_rail_only_s if lk.rail_only else coll.all_to_all_rail_optimized_s
     return {
-        k: fn(sh.x, sh.y, d, lk.hb_bw, lk.nic_bw_spread, lk.hb_lat_s, lk.nic_lat_s)
+        k: direct_all_to_all_s(dep.links, dep.shapes["ep"], d)
         for k, d in ep_pair_bytes(dep, tokens).items()
     }
 
@@ -241,19 +244,14 @@ def ep_normal_all_to_all_s(dep: Deployment, tokens: Num) -> dict[str, FloatArray
     DeepEP's normal (throughput) kernels, which serving runs for prefill (SGLang's `--deepep-mode
     auto`: normal kernels for prefill batches, low-latency ones for decode; DeepEP: "suitable
     for both training and inference prefilling"): the training model's deduplicated
-    all-to-all (`coll.all_to_all_deduplicated_s`), each token once over its own rail to every
+    all-to-all (`comm_time.deduplicated_all_to_all_s`), each token once over its own rail to every
     other HB domain holding one of its experts (`routing.remote_domains`), then over NVLink to
     each GPU holding one (`routing.touched_ranks`). Rail-aligned, so rail-only pays no
     forwarding. Bytes as `ep_pair_bytes` (FP8 dispatch with fp8/fp4 weights)."""
-    m, sh, lk = dep.model, dep.shapes["ep"], dep.links
-    fp8 = dep.precision in ("fp8", "fp4")
-    per_token = m.hidden * np.asarray(tokens, dtype=np.float64)
-    remote, gpus = remote_domains(m, sh.domains), touched_ranks(m, dep.ep)
-    bytes_of = {"dispatch": FP8_DISPATCH_BYTES if fp8 else ACT_BYTES, "combine": ACT_BYTES}
+    per_token = dep.model.hidden * np.asarray(tokens, dtype=np.float64)
+    bytes_of = {"dispatch": dep.dispatch_value_bytes, "combine": ACT_BYTES}
     return {
-        k: coll.all_to_all_deduplicated_s(
-            sh.x, sh.y, per_token * b, remote, gpus, lk.hb_bw, lk.nic_bw, lk.hb_lat_s, lk.nic_lat_s
-        )
+        k: deduplicated_all_to_all_s(dep.model, dep.links, dep.shapes["ep"], per_token * b, dep.ep)
         for k, b in bytes_of.items()
     }
 
@@ -311,7 +309,8 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
     # A steady-state step carries a fraction of a prompt (`estimate.steady_load`): the prompt
     # kernels then run on that share of the steps, each with a whole prompt's work.
     share = np.clip(np.asarray(load.prefill_seqs, dtype=np.float64), 0.0, 1.0)
-    per_run = np.where(share > 0, 1.0 / np.where(share > 0, share, 1.0), 1.0)
+    runs = np.where(share > 0, share, 1.0)  # the share of steps a prompt kernel runs on
+    per_run = 1.0 / runs
     prefill = flash_attention_time_s(gpu, unmasked_flops * per_run, np.maximum(prefill_len, 1.0))[
         "forward"
     ]
@@ -350,11 +349,7 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
         normal = ep_normal_all_to_all_s(dep, prompts * per_run)
         out["ep_comm"] = moe_layers * (
             np.where(decode > 0, ll["dispatch"] + ll["combine"], 0.0)
-            + np.where(
-                prompts > 0,
-                np.where(share > 0, share, 1.0) * (normal["dispatch"] + normal["combine"]),
-                0.0,
-            )
+            + np.where(prompts > 0, runs * (normal["dispatch"] + normal["combine"]), 0.0)
         )
     if dep.pp > 1:
         out["pp_comm"] = p2p_s(lk, act, shapes["pp"])

@@ -26,6 +26,7 @@ from railplan.specs.arrays import (
     EP_DEEPEP,
     FP8,
     FloatArray,
+    IntArray,
     StrategyArrays,
     recomputed_share,
     recomputes,
@@ -166,28 +167,46 @@ def one_all_to_all_s(
     """One MoE all-to-all of the ep group, its bytes × `byte_ratio` (1: BF16): the direct one
     on rail-optimized and ideal networks, the two-step one with forwarding on rail-only
     (SYSTEM.md formula 3), DeepEP's deduplicated one with `ep_dispatch` deepep."""
-    d = comm.ep_pair_bytes(model, s) * byte_ratio
-    fn = coll.all_to_all_rail_only_s if lk.rail_only else coll.all_to_all_rail_optimized_s
-    one = fn(shape.x, shape.y, d, lk.hb_bw, lk.nic_bw_spread, lk.hb_lat_s, lk.nic_lat_s)
+    one = direct_all_to_all_s(lk, shape, comm.ep_pair_bytes(model, s) * byte_ratio)
     deepep = (s.ep_dispatch == EP_DEEPEP) & (s.ep > 1)
     if bool(np.any(deepep)):
-        # Rail-aligned: a token's copy goes to the same local rank of each domain, so no
-        # forwarding on rail-only and no spine on any network. The busiest rank (dropless
-        # routing, `slot_factor`) moves sf times the even share.
+        # The busiest rank (dropless routing, `slot_factor`) moves sf times the even share.
         sf = slot_factor(model, s.ep)
-        dedup = coll.all_to_all_deduplicated_s(
-            shape.x,
-            shape.y,
-            comm.ep_token_bytes(model, s) * sf * byte_ratio,
-            remote_domains(model, shape.domains),
-            touched_ranks(model, s.ep),
-            lk.hb_bw,
-            lk.nic_bw,
-            lk.hb_lat_s,
-            lk.nic_lat_s,
-        )
+        token_bytes = comm.ep_token_bytes(model, s) * sf * byte_ratio
+        dedup = deduplicated_all_to_all_s(model, lk, shape, token_bytes, s.ep)
         one = np.asarray(np.where(deepep, dedup, one))
     return np.asarray(one)
+
+
+def direct_all_to_all_s(lk: Links, shape: Shape, pair_bytes: FloatArray | float) -> FloatArray:
+    """An all-to-all in which every member sends `pair_bytes` to every other one: direct on
+    rail-optimized and ideal networks, the two-step one with forwarding on rail-only, whose
+    rails do not reach each other (SYSTEM.md formula 3)."""
+    fn = coll.all_to_all_rail_only_s if lk.rail_only else coll.all_to_all_rail_optimized_s
+    return np.asarray(
+        fn(shape.x, shape.y, pair_bytes, lk.hb_bw, lk.nic_bw_spread, lk.hb_lat_s, lk.nic_lat_s)
+    )
+
+
+def deduplicated_all_to_all_s(
+    model: Model, lk: Links, shape: Shape, token_bytes: FloatArray | float, ep: IntArray | int
+) -> FloatArray:
+    """DeepEP's all-to-all of `token_bytes` of tokens per member of an ep group: each token once
+    over its own rail to every other HB domain holding one of its experts
+    (`routing.remote_domains`), then over NVLink to each GPU holding one
+    (`routing.touched_ranks`). Rail-aligned: no forwarding on rail-only, no spine on any
+    network (`coll.all_to_all_deduplicated_s`)."""
+    return coll.all_to_all_deduplicated_s(
+        shape.x,
+        shape.y,
+        token_bytes,
+        remote_domains(model, shape.domains),
+        touched_ranks(model, ep),
+        lk.hb_bw,
+        lk.nic_bw,
+        lk.hb_lat_s,
+        lk.nic_lat_s,
+    )
 
 
 def ep_merged_share(s: StrategyArrays) -> FloatArray:
