@@ -630,12 +630,12 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
         ),
         (
             "fp8_param_gather",
-            (s.fp8_param_gather == 0) | (s.precision == FP8),
+            (s.fp8_param_gather == 0) | s.fp8_gathered,
             "fp8_param_gather needs precision fp8 (the weights are kept in FP8 only then)",
         ),
         (
             "fp8_dispatch",
-            (s.fp8_dispatch == 0) | ((s.precision == FP8) & (s.ep_dispatch == EP_DEEPEP)),
+            (s.fp8_dispatch == 0) | s.fp8_dispatched,
             "fp8_dispatch needs precision fp8 and ep_dispatch deepep (DeepEP's FP8 dispatch, "
             "which feeds the experts' FP8 GEMMs)",
         ),
