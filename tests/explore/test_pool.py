@@ -18,6 +18,17 @@ def _square(x: int) -> int:
     return x * x
 
 
+def _children_settle(before: set[multiprocessing.process.BaseProcess]) -> bool:
+    """No child process beyond `before` within 5 s: the pool's manager thread may reap a
+    terminated worker before this process's record of it is updated (a bookkeeping lag, not a
+    process left behind; the worker is gone either way)."""
+    for _ in range(100):
+        if set(multiprocessing.active_children()) <= before:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def test_normal_exit_returns_every_result() -> None:
     before = set(multiprocessing.active_children())
     with worker_pool(2) as pool:
@@ -42,4 +53,4 @@ def test_an_exception_terminates_the_workers_mid_task() -> None:
         assert not any(f.done() for f in futures)
         raise KeyboardInterrupt
     assert time.monotonic() - t0 < 30.0
-    assert set(multiprocessing.active_children()) <= before
+    assert _children_settle(before)
