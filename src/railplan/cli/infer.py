@@ -56,6 +56,13 @@ def infer(
     input_tokens: InputOpt = 1024,
     output_tokens: OutputOpt = 256,
     precision: PrecisionOpt = "fp8",
+    two_batch_overlap: Annotated[
+        bool,
+        typer.Option(
+            help="run each step as two micro-batches that hide each other's expert "
+            "all-to-alls (DeepSeek's dual-batch overlap; MoE with ep > 1)"
+        ),
+    ] = False,
     hardware: HardwareOptions = HardwareOptions(),
     arrival_rate: Annotated[
         str | None,
@@ -97,7 +104,7 @@ def infer(
     _check_figures(plot, heatmap, rates)
     sy = hardware.system(system)
     m = load_model(model)
-    dep = Deployment(m, sy, hardware.network_spec(), gpus, tp, pp, ep, precision)
+    dep = Deployment(m, sy, hardware.network_spec(), gpus, tp, pp, ep, precision, two_batch_overlap)
     r = run(dep, batch, input_tokens, output_tokens)
     out: dict[str, Any] = r.to_dict()
     busy = dispatch == "least-busy"
@@ -115,7 +122,8 @@ def infer(
         print_json(out)
         return
     _print_inference(
-        f"{r.model} on {gpus} GPUs of {r.system} ({r.network}), tp {tp} pp {pp} ep {ep}, "
+        f"{r.model} on {gpus} GPUs of {r.system} ({r.network}), tp {tp} pp {pp} ep {ep}"
+        f"{', two-batch overlap' if two_batch_overlap else ''}, "
         f"{precision}, {input_tokens} in / {output_tokens} out",
         r,
         out.get("decode_step_traffic"),
@@ -268,14 +276,15 @@ def infer_search(
     if best:
         Console().print(
             f"best: K = {best['hb_domain']}, {best['best']['mode']} tp {best['best']['tp']} "
-            f"pp {best['best']['pp']}, {best['best']['tokens_per_s_per_gpu']:,.0f} tokens/s "
-            "per GPU"
+            f"pp {best['best']['pp']} ep {best['best']['ep']}"
+            f"{', two-batch overlap' if best['best']['two_batch_overlap'] else ''}, "
+            f"{best['best']['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU"
         )
 
 
 def _configurations_table(title: str, results: list[dict[str, Any]]) -> Table:
     """The best configuration per HB-domain size and network (or that none meets the limits)."""
-    columns = ("K", "network", "mode", "tp", "pp", "ep", "batch", "P:D GPUs", "TTFT", "TPOT")
+    columns = ("K", "network", "mode", "tp", "pp", "ep", "TBO", "batch", "P:D GPUs", "TTFT", "TPOT")
     rows = [
         _configuration_row(str(r["hb_domain"]), net, c)
         for r in results
@@ -287,7 +296,7 @@ def _configurations_table(title: str, results: list[dict[str, Any]]) -> Table:
 def _configuration_row(k: str, net: str, c: dict[str, Any] | None) -> tuple[str, ...]:
     """One row of `infer-search`'s table: the configuration chosen on one network."""
     if c is None:
-        return (k, net, "none meets the limits", *[""] * 8)
+        return (k, net, "none meets the limits", *[""] * 9)
     ratio = f"{c['prefill_gpus']}:{c['decode_gpus']}" if c["prefill_gpus"] else "-"
     return (
         k,
@@ -296,6 +305,7 @@ def _configuration_row(k: str, net: str, c: dict[str, Any] | None) -> tuple[str,
         str(c["tp"]),
         str(c["pp"]),
         str(c["ep"]),
+        "yes" if c["two_batch_overlap"] else "-",
         str(c["batch"]),
         ratio,
         f"{c['ttft_s']:.2f} s",

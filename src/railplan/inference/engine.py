@@ -59,6 +59,11 @@ WEIGHT_BYTES: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625}
 #: KV-cache element bytes: bf16, or fp8 with fp8/fp4 weights (TensorRT-LLM's FP8 KV cache)
 KV_BYTES: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 1.0}
 ACT_BYTES = 2.0  # bf16 activations between layers and in the collectives
+#: SMs DeepEP's normal (prefill) kernels hold: 24 of the H800's 132 in DeepSeek's prefill
+#: profile (deepseek-ai/profile-data README figure; DeepEP docs/legacy.md's example
+#: `Buffer.set_num_sms(24)`); the low-latency (decode) kernels receive through a hook
+#: "without any SM occupation" (same page), so they hold none
+DEEPEP_NORMAL_SMS = 24
 
 
 def check_precision(precision: str, gpu: GPU) -> float:
@@ -88,6 +93,8 @@ class Deployment:
 
     With ep > 1 (MoE) the ep ranks each run their own batch through the dense layers
     (attention data-parallel) and share the experts: E/ep per rank (DeepSeek-style wide EP).
+    `two_batch_overlap` runs each step as two micro-batches that hide each other's expert
+    all-to-alls (`stage_time_s`).
     """
 
     model: Model
@@ -98,6 +105,7 @@ class Deployment:
     pp: int = 1
     ep: int = 1
     precision: str = "fp8"
+    two_batch_overlap: bool = False
 
     def __post_init__(self) -> None:
         for field in ("gpus", "tp", "pp", "ep"):
@@ -112,6 +120,11 @@ class Deployment:
         if self.ep > 1 and (self.model.experts == 1 or self.model.experts % self.ep):
             raise RailplanError(
                 "ep", f"must divide the model's {self.model.experts} experts (1 for dense models)"
+            )
+        if self.two_batch_overlap and self.ep == 1:
+            raise RailplanError(
+                "two_batch_overlap",
+                "overlaps the expert all-to-alls: needs an MoE model served with ep > 1",
             )
 
     @cached_property
@@ -277,7 +290,28 @@ def decode_head_flops(m: Model) -> float:
     return 4.0 * m.head_dim
 
 
-def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
+@dataclass(frozen=True)
+class StageParts:
+    """One pipeline stage's step by component (`parts`), with what the two-batch overlap needs:
+    one MoE layer's compute (`moe_layer_s`: its GEMMs, attention, element-wise kernels and
+    tensor-parallel collectives) and its all-to-alls by kind, per MoE layer of the step
+    (`low_latency`: the running sequences' tokens; `normal`: the prompts', over the share of
+    steps that carry one)."""
+
+    parts: dict[str, FloatArray]
+    moe_layer_s: FloatArray
+    low_latency: dict[str, FloatArray]
+    normal: dict[str, FloatArray]
+
+
+def logits_s(dep: Deployment, load: StepLoad) -> FloatArray:
+    """The vocabulary GEMM of the last stage: one new token per sequence."""
+    one = dep.model.model_copy(update={"seq": 1})
+    g = logit_gemm(one, load.decode + load.prefill_seqs, dep.tp)
+    return gemm_s(dep.system.gpu, g, dep.peak_tflops, WEIGHT_BYTES[dep.precision])
+
+
+def stage_parts(dep: Deployment, load: StepLoad) -> StageParts:
     """Time of one pipeline stage for `load` (loads with at least one token), by component."""
     m, gpu, t = dep.model, dep.system.gpu, dep.tp
     peak, wb = dep.peak_tflops, WEIGHT_BYTES[dep.precision]
@@ -291,13 +325,17 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
     dense_mlp = sum((gemm_s(gpu, g, peak, wb) for g in mlp_gemms(one, tokens, t)), zero)
     per_layer = sum((gemm_s(gpu, g, peak, wb) for g in projections), zero)
     gemm = layers * per_layer + (layers - moe_layers) * dense_mlp
+    experts = zero
     if moe_layers:
         # Each ep rank receives tokens·top_k routed tokens over its E/ep experts; at small
         # batch only the experts some token picks are read: 1 − (1 − 1/E)^(routed tokens).
         routed = tokens * dep.ep * m.top_k
         touched = 1.0 - (1.0 - 1.0 / m.experts) ** routed
-        for g in expert_gemms(one, tokens, t, dep.ep):
-            gemm = gemm + moe_layers * gemm_s(gpu, g, peak, wb * touched)
+        experts = sum(
+            (gemm_s(gpu, g, peak, wb * touched) for g in expert_gemms(one, tokens, t, dep.ep)),
+            zero,
+        )
+        gemm = gemm + moe_layers * experts
     # attention: the prompts' fused causal kernel, timed as in training (the forward pass at
     # the kernel's measured speed for the prompt length), then the decode kernel: every running
     # sequence's KV cache read from HBM (its FLOPs at the MAMF rate, a bound it never reaches)
@@ -329,31 +367,75 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
     )
     act = tokens * m.hidden * ACT_BYTES
     lk, shapes = dep.links, dep.shapes
+    tp_layer = 2.0 * group_collective_s(lk, shapes["tp"], act)
     out = {
         "gemm": gemm,
         "attention": layers * (pre_s + dec_s),
         "elementwise": layers * ew_s,
-        "tp_comm": 2.0 * layers * group_collective_s(lk, shapes["tp"], act),
+        "tp_comm": layers * tp_layer,
         "ep_comm": zero,
         "pp_comm": zero,
-        # one new token per sequence: the vocabulary GEMM on the last stage
-        "logits": gemm_s(gpu, logit_gemm(one, load.decode + load.prefill_seqs, t), peak, wb),
+        "logits": logits_s(dep, load),
     }
+    ll = normal = {"dispatch": zero, "combine": zero}
     if moe_layers and dep.ep > 1:
         # the prompts go through DeepEP's normal kernels and the running sequences' tokens
         # through the low-latency ones, as two batches (SGLang's --deepep-mode auto runs
         # prefill and decode batches apart)
         decode = np.asarray(load.decode, dtype=np.float64)
         prompts = np.asarray(load.prefill_tokens, dtype=np.float64)
-        ll = ep_all_to_all_s(dep, decode)
-        normal = ep_normal_all_to_all_s(dep, prompts * per_run)
-        out["ep_comm"] = moe_layers * (
-            np.where(decode > 0, ll["dispatch"] + ll["combine"], 0.0)
-            + np.where(prompts > 0, runs * (normal["dispatch"] + normal["combine"]), 0.0)
-        )
+        ll = {k: np.where(decode > 0, v, 0.0) for k, v in ep_all_to_all_s(dep, decode).items()}
+        normal = {
+            k: np.where(prompts > 0, runs * v, 0.0)
+            for k, v in ep_normal_all_to_all_s(dep, prompts * per_run).items()
+        }
+        per_moe_layer = ll["dispatch"] + ll["combine"] + normal["dispatch"] + normal["combine"]
+        out["ep_comm"] = np.asarray(moe_layers * per_moe_layer)
     if dep.pp > 1:
         out["pp_comm"] = p2p_s(lk, act, shapes["pp"])
-    return {k: np.where(tokens > 0, v, 0.0) for k, v in out.items()}
+    parts = {k: np.where(tokens > 0, v, 0.0) for k, v in out.items()}
+    moe_layer_s = per_layer + experts + pre_s + dec_s + ew_s + tp_layer
+    return StageParts(parts, np.asarray(moe_layer_s), ll, normal)
+
+
+def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
+    """Time of one pipeline stage for `load` (loads with at least one token), by component.
+
+    With `two_batch_overlap` the step runs as two micro-batches of half the load each, which
+    alternate layer by layer (DeepSeek-V3/R1 inference system overview, "dual-batch overlap":
+    "the communication cost of one microbatch is hidden behind the computation of the
+    other"; SGLang's and vLLM's two-batch overlap). Every layer runs twice at half the load (a
+    memory-bound GEMM streams its weights twice; the vocabulary GEMM after the layers runs once
+    on the whole batch). Each MoE layer then takes the longer of its compute of both
+    micro-batches and their all-to-alls: in decode the low-latency kernels hold no SMs, so
+    compute runs on all of them; in prefill DeepEP's normal kernels hold `DEEPEP_NORMAL_SMS`
+    for the whole step, so compute runs on the rest (deepseek-ai/profile-data: "Computation
+    108 SMs, Communication 24 SMs" in prefill, "132 SMs, 0 SMs" in decode; a step carrying
+    both is given the normal kernels' share of its all-to-all time as the SMs' share). Only
+    the last micro-batch's combine of the stage's last MoE layer has nothing to hide behind.
+    The time beyond the compute alone is `ep_comm`."""
+    if not dep.two_batch_overlap:
+        return stage_parts(dep, load).parts
+    half = StepLoad(
+        load.decode / 2.0,
+        load.context_tokens / 2.0,
+        load.prefill_tokens / 2.0,
+        load.prefill_seqs / 2.0,
+    )
+    st = stage_parts(dep, half)
+    tokens = np.asarray(load.tokens, dtype=np.float64)
+    parts = {k: 2.0 * v for k, v in st.parts.items()}
+    parts["logits"] = np.where(tokens > 0, logits_s(dep, load), 0.0)
+    m = dep.model
+    moe_layers = m.moe_layers * math.ceil(m.layers / dep.pp) / m.layers
+    normal = 2.0 * (st.normal["dispatch"] + st.normal["combine"])
+    comm = 2.0 * (st.low_latency["dispatch"] + st.low_latency["combine"]) + normal
+    compute = 2.0 * st.moe_layer_s
+    sm_share = DEEPEP_NORMAL_SMS / dep.system.gpu.sm_count * normal / np.where(comm > 0, comm, 1.0)
+    layer = np.maximum(compute / (1.0 - sm_share), comm)
+    last = st.low_latency["combine"] + st.normal["combine"]
+    parts["ep_comm"] = np.where(tokens > 0, moe_layers * (layer - compute) + last, 0.0)
+    return parts
 
 
 def step_times(dep: Deployment, load: StepLoad) -> tuple[FloatArray, dict[str, FloatArray]]:

@@ -36,6 +36,7 @@ class InferenceResult(Record):
     pp: int
     ep: int
     precision: str
+    two_batch_overlap: bool
     batch: int
     input_tokens: int
     output_tokens: int
@@ -112,6 +113,7 @@ def infer(
         pp=dep.pp,
         ep=dep.ep,
         precision=dep.precision,
+        two_batch_overlap=dep.two_batch_overlap,
         batch=batch,
         input_tokens=input_tokens,
         output_tokens=output_tokens,

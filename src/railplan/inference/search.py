@@ -1,7 +1,8 @@
 """`railplan infer-search`: the serving configuration with the most output tokens/s per GPU
 that meets a TTFT and a TPOT limit, on each network, and whether serving needs a spine.
 
-Candidates, for every tp × pp (× ep for MoE) that divides the GPUs, and batches in
+Candidates, for every tp × pp (× ep for MoE, each with and without the two-batch overlap of
+the expert all-to-alls) that divides the GPUs, and batches in
 quarter-octave steps (1, 2, 3, … 8, 10, 11, 13, …) up to the largest that fits:
 - aggregated: every group runs prefill and decode in the same steps (`estimate.infer`);
 - disaggregated: P instances only prefill (prompts in chunks of MAX_PREFILL_TOKENS) and D
@@ -55,6 +56,7 @@ class Choice(Record):
     tp: int
     pp: int
     ep: int
+    two_batch_overlap: bool
     batch: int
     prefill_gpus: int
     decode_gpus: int
@@ -107,6 +109,7 @@ def _aggregated(
             dep.tp,
             dep.pp,
             dep.ep,
+            dep.two_batch_overlap,
             int(bi),
             0,
             dep.gpus,
@@ -142,6 +145,7 @@ def _disaggregated(
             dep.tp,
             dep.pp,
             dep.ep,
+            dep.two_batch_overlap,
             int(bi),
             int(pi) * per,
             (groups - int(pi)) * per,
@@ -157,14 +161,16 @@ def _disaggregated(
 def deployments(
     model: Model, system: System, network: Network, gpus: int, precision: str
 ) -> list[Deployment]:
-    """Every tp × pp (× ep for MoE) that divides the GPUs."""
+    """Every tp × pp (× ep for MoE, with and without the two-batch overlap) that divides the
+    GPUs."""
     eps = [e for e in _divisors(model.experts) if e <= gpus] if model.experts > 1 else [1]
     return [
-        Deployment(model, system, network, gpus, tp, pp, ep, precision)
+        Deployment(model, system, network, gpus, tp, pp, ep, precision, tbo)
         for ep in eps
         for tp in _divisors(gpus // ep)
         for pp in _divisors(gpus // (ep * tp))
         if pp <= model.layers
+        for tbo in ((False, True) if ep > 1 else (False,))
     ]
 
 
@@ -227,7 +233,7 @@ def search(
         if c is None:
             return None
         net = Network(architecture=arch)
-        dep = Deployment(model, system, net, gpus, c.tp, c.pp, c.ep, precision)
+        dep = Deployment(model, system, net, gpus, c.tp, c.pp, c.ep, precision, c.two_batch_overlap)
         own = c.to_dict() | {"tokens_per_s": c.tokens_per_s_per_gpu * gpus}
         return infer(dep, c.batch, input_tokens, output_tokens).to_dict() | own
 

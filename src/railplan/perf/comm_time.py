@@ -299,7 +299,7 @@ def expert_tp_comm_time_s(model: Model, lk: Links, s: StrategyArrays, shape: Sha
     return np.asarray((ops["forward"] + ops["recompute"] + ops["backward"]) * 2.0 * gather)
 
 
-def hidden_cost_s(comm_s: FloatArray, compute_s: FloatArray, u: float) -> FloatArray:
+def hidden_cost_s(comm_s: FloatArray, compute_s: FloatArray, u: FloatArray | float) -> FloatArray:
     """Extra time of compute with a collective hidden behind it: while the collective runs, its
     kernels hold a share u of the SMs and the compute runs at (1 − u) speed; what outlasts the
     compute is exposed."""

@@ -294,7 +294,8 @@ def serving_section(r: dict[str, Any]) -> str:
         rows.append(
             [
                 net,
-                f"{c['mode']}, tp {c['tp']} pp {c['pp']} ep {c['ep']}",
+                f"{c['mode']}, tp {c['tp']} pp {c['pp']} ep {c['ep']}"
+                + (", two-batch overlap" if c.get("two_batch_overlap") else ""),
                 fmt_int(c["batch"]),
                 split,
                 f"{c['ttft_s']:.2f} s",

@@ -1,0 +1,158 @@
+"""MoE serving's two-batch overlap (DeepSeek's dual-batch overlap): bounds, SM split, errors."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from railplan.errors import RailplanError
+from railplan.inference.engine import (
+    DEEPEP_NORMAL_SMS,
+    Deployment,
+    StepLoad,
+    logits_s,
+    stage_parts,
+    step_time_s,
+)
+from railplan.inference.estimate import infer
+from railplan.inference.search import candidates
+from railplan.specs import Network
+from railplan.specs.catalog import load_model, load_system
+
+
+@cache
+def dep(tbo: bool, network: str = "rail-optimized", nic_gbps: float = 400.0) -> Deployment:
+    sy = load_system("hgx-h800")
+    sy = sy.model_copy(update={"nic_gbps": nic_gbps})
+    return Deployment(
+        load_model("deepseek-v3"), sy, Network(architecture=network), 32, 1, 1, 32, "fp8", tbo
+    )
+
+
+def halves(load: StepLoad) -> StepLoad:
+    return StepLoad(
+        load.decode / 2, load.context_tokens / 2, load.prefill_tokens / 2, load.prefill_seqs / 2
+    )
+
+
+def moe_layers() -> float:
+    m = load_model("deepseek-v3")
+    return float(m.moe_layers)
+
+
+DECODE = StepLoad(decode=128, context_tokens=128 * 4096)
+PREFILL = StepLoad(prefill_tokens=16384, prefill_seqs=4)
+
+
+@pytest.mark.parametrize("load", [DECODE, PREFILL], ids=["decode", "prefill"])
+def test_step_by_hand(load: StepLoad) -> None:
+    # every layer twice at half the load, the vocabulary GEMM once, and per MoE layer the
+    # longer of the compute (prefill: on 132 − 24 SMs) and both micro-batches' all-to-alls
+    d = dep(True)
+    half = stage_parts(d, halves(load))
+    total, parts = step_time_s(d, load)
+    for k in ("gemm", "attention", "elementwise", "tp_comm"):
+        assert parts[k] == pytest.approx(2 * float(half.parts[k]))
+    assert parts["logits"] == pytest.approx(float(logits_s(d, load)))
+    compute = 2 * float(half.moe_layer_s)
+    ll = 2 * float(half.low_latency["dispatch"] + half.low_latency["combine"])
+    normal = 2 * float(half.normal["dispatch"] + half.normal["combine"])
+    if load is DECODE:
+        assert normal == 0 and ll > 0
+        layer = max(compute, ll)
+        last = float(half.low_latency["combine"])
+    else:
+        assert ll == 0 and normal > 0
+        layer = max(compute / (1 - DEEPEP_NORMAL_SMS / 132), normal)
+        last = float(half.normal["combine"])
+    assert parts["ep_comm"] == pytest.approx(moe_layers() * (layer - compute) + last)
+    assert total == pytest.approx(sum(parts.values()))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(1, 512),
+    st.integers(0, 8192),
+    st.sampled_from([0.0, 0.05, 0.5, 1.0, 4.0]),
+    st.sampled_from([100.0, 200.0, 400.0, 800.0]),
+)
+def test_overlap_never_beats_its_bounds(batch: int, ctx: int, prompts: float, nic: float) -> None:
+    # never faster than the compute of both micro-batches alone, nor than the all-to-alls
+    # alone; never slower than running the two micro-batches without any overlap
+    d = dep(True, nic_gbps=nic)
+    load = StepLoad(batch, batch * ctx, prompts * 2048, prompts)
+    total, parts = step_time_s(d, load)
+    half = stage_parts(d, halves(load))
+    ep = (
+        2
+        * moe_layers()
+        * float(
+            sum(half.low_latency.values(), np.zeros(())) + sum(half.normal.values(), np.zeros(()))
+        )
+    )
+    # the layers twice at half the load, the vocabulary GEMM once on the whole batch
+    twice = 2 * sum(float(v) for k, v in half.parts.items() if k != "logits")
+    serial = twice + float(logits_s(d, load))
+    compute = serial - 2 * float(half.parts["ep_comm"])
+    assert total >= compute * (1 - 1e-12)
+    assert total >= ep * (1 - 1e-12)
+    assert parts["ep_comm"] >= 0
+    # the SM split of the prompts' kernels costs at most 24/108 of the compute
+    assert total <= serial + compute * DEEPEP_NORMAL_SMS / (132 - DEEPEP_NORMAL_SMS) + 1e-12
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 512), st.sampled_from(["rail-optimized", "rail-only"]))
+def test_overlap_is_monotone_in_nic_bandwidth(batch: int, network: str) -> None:
+    load = StepLoad(batch, batch * 4096, 2048.0, 1.0)
+    slow = step_time_s(dep(True, network, 200.0), load)[0]
+    fast = step_time_s(dep(True, network, 400.0), load)[0]
+    assert fast <= slow
+
+
+def test_overlap_hides_most_of_the_decode_all_to_all_and_rail_only_cost() -> None:
+    # DeepSeek's decode shape (128 requests per GPU, 4K context): without the overlap the
+    # all-to-all is exposed and rail-only pays its forwarding; with it both vanish
+    loads = {}
+    for tbo in (False, True):
+        for net in ("rail-optimized", "rail-only"):
+            loads[tbo, net] = step_time_s(dep(tbo, net), DECODE)
+    assert loads[False, "rail-only"][0] > loads[False, "rail-optimized"][0]
+    assert (
+        loads[True, "rail-optimized"][1]["ep_comm"]
+        < 0.05 * loads[False, "rail-optimized"][1]["ep_comm"]
+    )
+    assert loads[True, "rail-only"][0] < loads[False, "rail-optimized"][0]
+
+
+def test_small_batches_lose_to_the_second_weight_stream() -> None:
+    # a micro-batch of one sequence reads the same weights as a batch of two: at batch 2 the
+    # overlap streams the weights twice and hides little, so it is slower
+    load = StepLoad(decode=2, context_tokens=2 * 1024)
+    assert step_time_s(dep(True), load)[0] > step_time_s(dep(False), load)[0]
+
+
+def test_needs_expert_parallelism(cli) -> None:  # type: ignore[no-untyped-def]
+    m, sy = load_model("llama-2-70b"), load_system("dgx-h100")
+    with pytest.raises(RailplanError) as e:
+        Deployment(m, sy, Network(), 8, 2, two_batch_overlap=True)
+    assert e.value.field == "two_batch_overlap"
+    r = cli("infer", "--two-batch-overlap")
+    assert r.exit_code == 2
+    assert str(r.exception).startswith("two_batch_overlap:")
+    assert "\n" not in str(r.exception)
+
+
+def test_infer_and_the_search_carry_the_choice() -> None:
+    r = infer(dep(True), 64, 2048, 256).to_dict()
+    assert r["two_batch_overlap"] is True
+    cs = candidates(
+        load_model("deepseek-v3"), load_system("hgx-h800"), Network(), 32, "fp8", 2048, 256
+    )
+    by = {(c.ep, c.two_batch_overlap) for c in cs}
+    assert (32, True) in by and (32, False) in by
+    assert not any(c.two_batch_overlap for c in cs if c.ep == 1)
