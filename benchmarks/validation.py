@@ -1,7 +1,8 @@
 """Accuracy goals: the 2021-22 Megatron-LM runs (mean |error| ≤ 3 %, no row > 8 %) and the
 2023-24 modern runs (mean ≤ 5 %, max ≤ 12 %, leave-one-source-out mean ≤ 7 % for the one fitted
-constant, the H100's sustained tensor fraction). Last, DeepEP's published normal-kernel
-bandwidths against the training all-to-all, held out (railplan.reproduce.deepep_validation).
+constant, the H100's sustained tensor fraction). Last, held out: DeepEP's published
+normal-kernel bandwidths against the training all-to-all (railplan.reproduce.deepep_validation)
+and published MoE training runs (railplan.reproduce.moe_training_validation).
 
 Run: python benchmarks/validation.py   (prints each row and the measured figure beside the goal)
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from railplan.reproduce.deepep_validation import rows as deepep_rows
 from railplan.reproduce.modern_validation import cross_validation
+from railplan.reproduce.moe_training_validation import rows as moe_rows
 from railplan.reproduce.validation import validate
 
 
@@ -70,6 +72,7 @@ def main() -> None:
     )
     modern(v)
     deepep()
+    moe_training()
 
 
 def deepep() -> None:
@@ -85,6 +88,16 @@ def deepep() -> None:
             f"({1e6 * r['predicted_s']:6.0f} us) time error {r['error_pct']:+6.1f} %  held out"
         )
     print(f"mean |error| {sum(errors) / len(errors):.1f} %, max {max(errors):.1f} %  held out")
+
+
+def moe_training() -> None:
+    """Published MoE training runs against the iteration model, held out."""
+    print("MoE training (dgxc DeepSeek-V3 BF16 on H100, NeMo 25.04.01; every setting stated):")
+    for r in moe_rows():
+        print(
+            f"{r.id:24s} measured {r.measured_s:7.2f} s predicted {r.estimate.iteration_s:7.2f} s "
+            f"error {r.error_pct:+6.1f} %  held out"
+        )
 
 
 if __name__ == "__main__":
