@@ -25,6 +25,20 @@ if TYPE_CHECKING:
     from railplan.inference.serving import ServingResult
 
 PrecisionOpt = Annotated[str, typer.Option(help="bf16 | fp8 | fp4 (weights and GEMMs)")]
+SpeculativeOpt = Annotated[
+    int,
+    typer.Option(
+        help="draft tokens per step from the model's multi-token prediction module "
+        "(speculative decoding; 0-16, 0 = off)"
+    ),
+]
+AcceptanceOpt = Annotated[
+    float,
+    typer.Option(
+        help="chance a draft token is accepted, given the ones before it (DeepSeek-V3's MTP: "
+        "0.85-0.90)"
+    ),
+]
 InputOpt = Annotated[int, typer.Option(help="prompt tokens per request (1-1e7)")]
 OutputOpt = Annotated[int, typer.Option(help="output tokens per request (1-1e7)")]
 
@@ -63,6 +77,8 @@ def infer(
             "all-to-alls (DeepSeek's dual-batch overlap; MoE with ep > 1)"
         ),
     ] = False,
+    speculative_tokens: SpeculativeOpt = 0,
+    acceptance: AcceptanceOpt = 0.85,  # engine.DEFAULT_ACCEPTANCE
     hardware: HardwareOptions = HardwareOptions(),
     arrival_rate: Annotated[
         str | None,
@@ -104,7 +120,19 @@ def infer(
     _check_figures(plot, heatmap, rates)
     sy = hardware.system(system)
     m = load_model(model)
-    dep = Deployment(m, sy, hardware.network_spec(), gpus, tp, pp, ep, precision, two_batch_overlap)
+    dep = Deployment(
+        m,
+        sy,
+        hardware.network_spec(),
+        gpus,
+        tp,
+        pp,
+        ep,
+        precision,
+        two_batch_overlap,
+        speculative_tokens,
+        acceptance,
+    )
     r = run(dep, batch, input_tokens, output_tokens)
     out: dict[str, Any] = r.to_dict()
     busy = dispatch == "least-busy"
@@ -123,7 +151,8 @@ def infer(
         return
     _print_inference(
         f"{r.model} on {gpus} GPUs of {r.system} ({r.network}), tp {tp} pp {pp} ep {ep}"
-        f"{', two-batch overlap' if two_batch_overlap else ''}, "
+        f"{', two-batch overlap' if two_batch_overlap else ''}"
+        f"{f', {speculative_tokens} draft tokens' if speculative_tokens else ''}, "
         f"{precision}, {input_tokens} in / {output_tokens} out",
         r,
         out.get("decode_step_traffic"),
@@ -178,6 +207,16 @@ def _print_inference(
         ("fits in memory", "yes" if r.fits else "NO"),
         ("TTFT (no queueing)", f"{r.ttft_s * 1e3:.1f} ms"),
         ("TPOT", f"{r.tpot_s * 1e3:.1f} ms"),
+    ]
+    if r.speculative_tokens:
+        rows.append(
+            (
+                f"tokens per step ({r.speculative_tokens} draft"
+                f"{'s' if r.speculative_tokens > 1 else ''} at {r.acceptance:g})",
+                f"{r.tokens_per_step:.2f}",
+            )
+        )
+    rows += [
         ("output tokens/s per GPU", f"{r.tokens_per_s_per_gpu:,.0f}"),
         ("output tokens/s, all GPUs", f"{r.tokens_per_s:,.0f}"),
         ("weights per GPU", f"{r.weights_gib_per_gpu:.1f} GiB"),
@@ -233,6 +272,8 @@ def infer_search(
     precision: PrecisionOpt = "fp8",
     ttft_slo: Annotated[float, typer.Option(help="TTFT limit, s (MLPerf server: 6)")] = 6.0,
     tpot_slo: Annotated[float, typer.Option(help="TPOT limit, s (MLPerf server: 0.175)")] = 0.175,
+    speculative_tokens: SpeculativeOpt = 0,
+    acceptance: AcceptanceOpt = 0.85,  # engine.DEFAULT_ACCEPTANCE
     as_json: JsonOpt = False,
 ) -> None:
     """The configuration (tp/pp/ep/batch, aggregated or disaggregated prefill/decode) with
@@ -254,6 +295,7 @@ def infer_search(
             output_tokens,
             ttft_slo,
             tpot_slo,
+            speculative=(speculative_tokens, acceptance),
         )
         for k in ks
     ]

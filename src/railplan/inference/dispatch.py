@@ -31,6 +31,20 @@ from railplan.inference.engine import StepLoad
 from railplan.specs.arrays import FloatArray, IntArray
 
 StepFn = Callable[[StepLoad], float]
+#: output tokens still to come below which a sequence is done (speculative decoding's mean gains
+#: are fractional, and their running sum rounds)
+LEFT_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """Speculative decoding as the step loop sees it: each running sequence puts `verified`
+    tokens through a step (its token and its drafts, counted against the step's token budget)
+    and gains `gain` output tokens on average (`Deployment.tokens_per_step`; the mean, not a
+    draw per sequence). The default is plain decoding."""
+
+    verified: int = 1
+    gain: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -93,11 +107,11 @@ class _Replica:
         self.nxt = 0  # admitted
         self.t = 0.0  # end of the last step
         self.run_id = np.zeros(0, dtype=np.int64)
-        self.run_left = np.zeros(0, dtype=np.int64)
+        self.run_left = np.zeros(0, dtype=np.float64)  # output tokens still to come
         self.run_ctx = np.zeros(0, dtype=np.float64)
         self.ends: list[float] = []  # step ends
         self.finished: list[int] = []  # requests finished by each step end
-        self.tokens: list[int] = []  # tokens each step produced
+        self.tokens: list[float] = []  # tokens each step produced
 
     def take(self, gid: int, prompt: int) -> None:
         if self.n == self.ids.size:  # grow by doubling: a replica's share is not known ahead
@@ -114,10 +128,13 @@ class _Replica:
     def idle(self) -> bool:
         return self.run_id.size == 0 and self.nxt == self.n
 
-    def step(self, step_s: StepFn, batch: int, budget: int, reqs: _Requests) -> None:
+    def step(
+        self, step_s: StepFn, batch: int, budget: int, reqs: _Requests, spec: Speculation
+    ) -> None:
         """One engine step at `self.t`, as serving.simulate takes it."""
         csum = self.csum[: self.n + 1]
-        end = admit(csum, self.n, self.nxt, self.run_id.size, batch, budget)
+        running_tokens = self.run_id.size * spec.verified
+        end = admit(csum, self.n, self.nxt, running_tokens, batch, budget)
         new = self.ids[self.nxt : end]
         load = StepLoad(
             decode=float(self.run_id.size),
@@ -130,14 +147,15 @@ class _Replica:
         if new.size and new[-1] == reqs.count - 1:
             reqs.last_admitted = self.t  # the step that took the last prompt
         self.ends.append(self.t)
-        self.tokens.append(self.run_id.size + new.size)
-        self.run_left -= 1
-        self.run_ctx += 1.0
+        gained = np.minimum(self.run_left, spec.gain)  # the last step yields what is left
+        self.tokens.append(float(gained.sum()) + new.size)
+        self.run_left -= gained
+        self.run_ctx += gained
         reqs.first[new] = self.t
         ids = np.concatenate([self.run_id, new])
-        left = np.concatenate([self.run_left, reqs.output[new] - 1])
+        left = np.concatenate([self.run_left, reqs.output[new] - 1.0])
         ctx = np.concatenate([self.run_ctx, reqs.prompt[new] + 1.0])
-        over = left <= 0
+        over = left <= LEFT_TOLERANCE  # fractional gains sum with rounding errors
         reqs.finish[ids[over]] = self.t
         self.finished.append((self.finished[-1] if self.finished else 0) + int(over.sum()))
         self.run_id, self.run_left, self.run_ctx = ids[~over], left[~over], ctx[~over]
@@ -174,6 +192,7 @@ def least_busy(
     replicas: int,
     max_batch: int,
     max_num_tokens: int,
+    spec: Speculation = Speculation(),
 ) -> Run:
     """`serving.simulate`'s run for `replicas` engines sharing one stream at `rate_per_s` (the
     arrival times and each request's prompt and output tokens, as `simulate` drew them), each
@@ -194,7 +213,7 @@ def least_busy(
                 rep.t = max(rep.t, float(arrivals[nxt]))
                 heapq.heappush(heap, (rep.t, i))
             continue
-        rep.step(step_s, max_batch, max_num_tokens, reqs)
+        rep.step(step_s, max_batch, max_num_tokens, reqs, spec)
         heapq.heappush(heap, (rep.t, i))
         if waiting_at_end < 0 and t >= arrivals[-1]:  # arrived, not admitted, as arrivals stop
             waiting_at_end = sum(r.n - r.nxt for r in reps)

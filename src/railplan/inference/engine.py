@@ -50,7 +50,14 @@ from railplan.perf.layout import Shape, worst_shape
 from railplan.specs import GPU, Model, Network, System
 from railplan.specs.arrays import FloatArray
 from railplan.workload.comm import FP8_DISPATCH_BYTES
-from railplan.workload.gemms import Gemm, attention_gemms, expert_gemms, logit_gemm, mlp_gemms
+from railplan.workload.gemms import (
+    Gemm,
+    attention_gemms,
+    expert_gemms,
+    logit_gemm,
+    mlp_gemms,
+    mtp_projection_gemm,
+)
 
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "fp4")
 #: bytes per weight: bf16; fp8 (E4M3, per-tensor scales); NVFP4 (4-bit values plus one fp8
@@ -59,6 +66,12 @@ WEIGHT_BYTES: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625}
 #: KV-cache element bytes: bf16, or fp8 with fp8/fp4 weights (TensorRT-LLM's FP8 KV cache)
 KV_BYTES: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 1.0}
 ACT_BYTES = 2.0  # bf16 activations between layers and in the collectives
+#: Acceptance of a drafted token (the chance the model keeps it, given it kept the ones before):
+#: DeepSeek-V3 report (arXiv 2412.19437) §5.4.3, its MTP module's second token is accepted
+#: "between 85% and 90%" of the time; the low end
+DEFAULT_ACCEPTANCE = 0.85
+#: draft tokens per step at most (SGLang's EAGLE-style MTP runs 1-4 steps)
+MAX_SPECULATIVE_TOKENS = 16
 #: SMs DeepEP's normal (prefill) kernels hold: 24 of the H800's 132 in DeepSeek's prefill
 #: profile (deepseek-ai/profile-data README figure; DeepEP docs/legacy.md's example
 #: `Buffer.set_num_sms(24)`); the low-latency (decode) kernels receive through a hook
@@ -94,7 +107,9 @@ class Deployment:
     With ep > 1 (MoE) the ep ranks each run their own batch through the dense layers
     (attention data-parallel) and share the experts: E/ep per rank (DeepSeek-style wide EP).
     `two_batch_overlap` runs each step as two micro-batches that hide each other's expert
-    all-to-alls (`stage_time_s`).
+    all-to-alls (`stage_time_s`). `speculative_tokens` D > 0 drafts D tokens per running
+    sequence and step with the model's multi-token prediction module and verifies them in the
+    next step (`step_times`), each accepted with probability `acceptance` given the ones before.
     """
 
     model: Model
@@ -106,6 +121,8 @@ class Deployment:
     ep: int = 1
     precision: str = "fp8"
     two_batch_overlap: bool = False
+    speculative_tokens: int = 0
+    acceptance: float = DEFAULT_ACCEPTANCE
 
     def __post_init__(self) -> None:
         for field in ("gpus", "tp", "pp", "ep"):
@@ -121,6 +138,21 @@ class Deployment:
             raise RailplanError(
                 "ep", f"must divide the model's {self.model.experts} experts (1 for dense models)"
             )
+        d = self.speculative_tokens
+        if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= MAX_SPECULATIVE_TOKENS:
+            raise RailplanError(
+                "speculative_tokens",
+                f"must be an integer in [0, {MAX_SPECULATIVE_TOKENS}]; got {d!r}",
+            )
+        if d and self.model.mtp_layers == 0:
+            raise RailplanError(
+                "speculative_tokens",
+                f"drafts with the model's multi-token prediction modules; {self.model.name} "
+                "has none (mtp_layers 0)",
+            )
+        a = self.acceptance
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a <= 1.0:
+            raise RailplanError("acceptance", f"must be a number in [0, 1]; got {a!r}")
         if self.two_batch_overlap and self.ep == 1:
             raise RailplanError(
                 "two_batch_overlap",
@@ -130,6 +162,18 @@ class Deployment:
     @cached_property
     def peak_tflops(self) -> float:
         return check_precision(self.precision, self.system.gpu)
+
+    @property
+    def verified_tokens(self) -> int:
+        """Tokens a running sequence puts through the model per step: its last token and the
+        drafts to verify."""
+        return 1 + self.speculative_tokens
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Output tokens a running sequence gains per step on average: the verified token,
+        then each draft while every one before it was accepted, 1 + a + a² + … + a^D."""
+        return float(sum(self.acceptance**k for k in range(self.speculative_tokens + 1)))
 
     @property
     def instance_gpus(self) -> int:
@@ -304,18 +348,23 @@ class StageParts:
     normal: dict[str, FloatArray]
 
 
-def logits_s(dep: Deployment, load: StepLoad) -> FloatArray:
-    """The vocabulary GEMM of the last stage: one new token per sequence."""
+def logits_s(dep: Deployment, load: StepLoad, queries: float = 1.0) -> FloatArray:
+    """The vocabulary GEMM of the last stage: one row per prompt (its first token) and
+    `queries` per running sequence (its next token and the drafts to verify)."""
     one = dep.model.model_copy(update={"seq": 1})
-    g = logit_gemm(one, load.decode + load.prefill_seqs, dep.tp)
+    g = logit_gemm(one, load.decode * queries + load.prefill_seqs, dep.tp)
     return gemm_s(dep.system.gpu, g, dep.peak_tflops, WEIGHT_BYTES[dep.precision])
 
 
-def stage_parts(dep: Deployment, load: StepLoad) -> StageParts:
-    """Time of one pipeline stage for `load` (loads with at least one token), by component."""
+def stage_parts(dep: Deployment, load: StepLoad, queries: float | None = None) -> StageParts:
+    """Time of one pipeline stage for `load` (loads with at least one token), by component;
+    each running sequence puts `queries` tokens through it (default
+    `Deployment.verified_tokens`), which read its KV cache once."""
     m, gpu, t = dep.model, dep.system.gpu, dep.tp
     peak, wb = dep.peak_tflops, WEIGHT_BYTES[dep.precision]
-    tokens = np.asarray(load.tokens, dtype=np.float64)
+    q = float(dep.verified_tokens if queries is None else queries)
+    decode = np.asarray(load.decode, dtype=np.float64) * q  # the running sequences' tokens
+    tokens = decode + np.asarray(load.prefill_tokens, dtype=np.float64)
     zero = np.zeros_like(tokens)
     layers = math.ceil(m.layers / dep.pp)
     moe_layers = m.moe_layers * layers / m.layers
@@ -354,7 +403,7 @@ def stage_parts(dep: Deployment, load: StepLoad) -> StageParts:
     ]
     pre_s = np.where(share > 0, share * prefill, 0.0)
     bf16 = gpu.peak_tflops * 1e12 * gpu.matmul_efficiency * gpu.sustained_tensor_fraction
-    dec_flops = decode_head_flops(m) * load.context_tokens * heads
+    dec_flops = decode_head_flops(m) * load.context_tokens * heads * q
     kv_layer = dep.kv_bytes_per_token / layers
     decoding = np.asarray(np.asarray(load.decode) > 0, dtype=np.float64)
     dec_s = np.maximum(
@@ -375,14 +424,13 @@ def stage_parts(dep: Deployment, load: StepLoad) -> StageParts:
         "tp_comm": layers * tp_layer,
         "ep_comm": zero,
         "pp_comm": zero,
-        "logits": logits_s(dep, load),
+        "logits": logits_s(dep, load, q),
     }
     ll = normal = {"dispatch": zero, "combine": zero}
     if moe_layers and dep.ep > 1:
         # the prompts go through DeepEP's normal kernels and the running sequences' tokens
         # through the low-latency ones, as two batches (SGLang's --deepep-mode auto runs
         # prefill and decode batches apart)
-        decode = np.asarray(load.decode, dtype=np.float64)
         prompts = np.asarray(load.prefill_tokens, dtype=np.float64)
         ll = {k: np.where(decode > 0, v, 0.0) for k, v in ep_all_to_all_s(dep, decode).items()}
         normal = {
@@ -407,13 +455,13 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
     other"; SGLang's and vLLM's two-batch overlap). Every layer runs twice at half the load (a
     memory-bound GEMM streams its weights twice; the vocabulary GEMM after the layers runs once
     on the whole batch). Each MoE layer then takes the longer of its compute of both
-    micro-batches and their all-to-alls: in decode the low-latency kernels hold no SMs, so
-    compute runs on all of them; in prefill DeepEP's normal kernels hold `DEEPEP_NORMAL_SMS`
-    for the whole step, so compute runs on the rest (deepseek-ai/profile-data: "Computation
-    108 SMs, Communication 24 SMs" in prefill, "132 SMs, 0 SMs" in decode; a step carrying
-    both is given the normal kernels' share of its all-to-all time as the SMs' share). Only
-    the last micro-batch's combine of the stage's last MoE layer has nothing to hide behind.
-    The time beyond the compute alone is `ep_comm`."""
+    micro-batches (plus the SM time the all-to-all kernels take from it) and their
+    all-to-alls: in decode the low-latency kernels hold no SMs, so compute runs on all of them;
+    in prefill DeepEP's normal kernels hold `DEEPEP_NORMAL_SMS` while they run, and the compute
+    runs on the rest (deepseek-ai/profile-data: "Computation 108 SMs, Communication 24 SMs" in
+    prefill, "132 SMs, 0 SMs" in decode). Only the last micro-batch's combine of the stage's
+    last MoE layer has nothing to hide behind. The time beyond the compute alone is
+    `ep_comm`."""
     if not dep.two_batch_overlap:
         return stage_parts(dep, load).parts
     half = StepLoad(
@@ -425,27 +473,58 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
     st = stage_parts(dep, half)
     tokens = np.asarray(load.tokens, dtype=np.float64)
     parts = {k: 2.0 * v for k, v in st.parts.items()}
-    parts["logits"] = np.where(tokens > 0, logits_s(dep, load), 0.0)
+    parts["logits"] = np.where(tokens > 0, logits_s(dep, load, dep.verified_tokens), 0.0)
     m = dep.model
     moe_layers = m.moe_layers * math.ceil(m.layers / dep.pp) / m.layers
     normal = 2.0 * (st.normal["dispatch"] + st.normal["combine"])
     comm = 2.0 * (st.low_latency["dispatch"] + st.low_latency["combine"]) + normal
     compute = 2.0 * st.moe_layer_s
-    sm_share = DEEPEP_NORMAL_SMS / dep.system.gpu.sm_count * normal / np.where(comm > 0, comm, 1.0)
-    layer = np.maximum(compute / (1.0 - sm_share), comm)
+    # while the normal kernels run they hold their SMs, and the compute loses that SM time
+    held = DEEPEP_NORMAL_SMS / dep.system.gpu.sm_count * normal
+    layer = np.maximum(compute + held, comm)
     last = st.low_latency["combine"] + st.normal["combine"]
     parts["ep_comm"] = np.where(tokens > 0, moe_layers * (layer - compute) + last, 0.0)
     return parts
 
 
+def draft_s(dep: Deployment, load: StepLoad) -> FloatArray:
+    """Time to draft `Deployment.speculative_tokens` tokens for each of `load`'s running
+    sequences: as many passes, one after the other, of the multi-token prediction module over
+    one token per sequence (DeepSeek-V3 report §2.2: a transformer layer, its 2h → h projection
+    and the shared output head), the layer timed as the stage's average layer (with its own
+    KV cache), as the training model counts the module."""
+    d = dep.speculative_tokens
+    decode = np.asarray(load.decode, dtype=np.float64)
+    if not d:
+        return np.zeros_like(decode)
+    # timed at one sequence where none runs (and masked below), to keep 0/0 out of the GEMMs
+    running = StepLoad(decode=np.where(decode > 0, decode, 1.0), context_tokens=load.context_tokens)
+    st = stage_parts(dep, running, queries=1.0).parts
+    layers = math.ceil(dep.model.layers / dep.pp)
+    layer = (sum(st.values()) - st["logits"] - st["pp_comm"]) / layers
+    one = dep.model.model_copy(update={"seq": 1})
+    proj = gemm_s(
+        dep.system.gpu,
+        mtp_projection_gemm(one, running.decode, dep.tp),
+        dep.peak_tflops,
+        WEIGHT_BYTES[dep.precision],
+    )
+    return np.asarray(np.where(decode > 0, d * (layer + proj + st["logits"]), 0.0))
+
+
 def step_times(dep: Deployment, load: StepLoad) -> tuple[FloatArray, dict[str, FloatArray]]:
-    """Time between two tokens of a running sequence for steps carrying `load` on a tp × pp
-    group, as arrays: pp stages, each with the batch split in pp micro-batches in flight."""
+    """Time of one engine step carrying `load` on a tp × pp group, by component, as arrays: pp
+    stages, each with the batch split in pp micro-batches in flight. A running sequence gains
+    one token per step, or `Deployment.tokens_per_step` on average with speculative decoding:
+    then every step verifies each running sequence's drafts with its token and drafts the next
+    ones on the last stage (`draft`, `draft_s`)."""
     p = float(dep.pp)
     share = StepLoad(
         load.decode / p, load.context_tokens / p, load.prefill_tokens / p, load.prefill_seqs / p
     )
     parts = {k: p * v for k, v in stage_time_s(dep, share).items()}
+    if dep.speculative_tokens:
+        parts["draft"] = p * draft_s(dep, share)
     return np.asarray(sum(parts.values())), parts
 
 

@@ -4,7 +4,9 @@ steady state (the offline scenario: the engine always holds `batch` sequences).
 At steady state with B running sequences of I prompt and O output tokens, every step decodes
 B tokens over KV caches of I + (O + 1)/2 tokens on average, and B/O sequences finish — so B/O
 new ones are admitted and their prompts (B·I/O tokens) are fused into the step. TPOT is that
-step's time; tokens/s per GPU = B / TPOT / (tp·pp) (each ep rank runs its own B).
+step's time; tokens/s per GPU = B / TPOT / (tp·pp) (each ep rank runs its own B). With
+speculative decoding a sequence gains E = `Deployment.tokens_per_step` tokens per step on
+average: B·E/O sequences finish per step and TPOT is the step's time / E.
 TTFT without queueing: a new request waits on average half a step for the step boundary, then
 its prompt rides in the next step. Queueing under Poisson load is `railplan.inference.serving`.
 """
@@ -37,6 +39,9 @@ class InferenceResult(Record):
     ep: int
     precision: str
     two_batch_overlap: bool
+    speculative_tokens: int
+    acceptance: float
+    tokens_per_step: float
     batch: int
     input_tokens: int
     output_tokens: int
@@ -52,10 +57,12 @@ class InferenceResult(Record):
     breakdown_s: dict[str, float]
 
 
-def steady_load(batch: Num, input_tokens: int, output_tokens: int) -> StepLoad:
+def steady_load(
+    batch: Num, input_tokens: int, output_tokens: int, tokens_per_step: float = 1.0
+) -> StepLoad:
     """The load of one step of the offline steady state (module docstring); `batch` may be an
-    array of batch sizes."""
-    new = batch / output_tokens
+    array of batch sizes; `tokens_per_step`: what a running sequence gains per step."""
+    new = batch * tokens_per_step / output_tokens
     return StepLoad(
         decode=batch,
         context_tokens=batch * (input_tokens + (output_tokens + 1) / 2.0),
@@ -67,17 +74,19 @@ def steady_load(batch: Num, input_tokens: int, output_tokens: int) -> StepLoad:
 def steady_times(
     dep: Deployment, batch: Num, input_tokens: int, output_tokens: int
 ) -> tuple[FloatArray, FloatArray, dict[str, FloatArray]]:
-    """(TTFT without queueing, TPOT, TPOT by component) of the steady state, over `batch`
+    """(TTFT without queueing, TPOT, the step by component) of the steady state, over `batch`
     (scalar or array): a new request waits half a step, then rides in a step with the
     batch − 1 others and the average number of newcomers."""
-    tpot, parts = step_times(dep, steady_load(batch, input_tokens, output_tokens))
+    e = dep.tokens_per_step
+    step, parts = step_times(dep, steady_load(batch, input_tokens, output_tokens, e))
     others = np.asarray(batch, dtype=np.float64) - 1.0
+    newcomers = others * e / output_tokens
     join = replace(
-        steady_load(others, input_tokens, output_tokens),
-        prefill_tokens=input_tokens * (1.0 + others / output_tokens),
-        prefill_seqs=1.0 + others / output_tokens,
+        steady_load(others, input_tokens, output_tokens, e),
+        prefill_tokens=input_tokens * (1.0 + newcomers),
+        prefill_seqs=1.0 + newcomers,
     )
-    return 0.5 * tpot + step_times(dep, join)[0], tpot, parts
+    return 0.5 * step + step_times(dep, join)[0], step / e, parts
 
 
 def check_tokens(input_tokens: int, output_tokens: int) -> None:
@@ -114,6 +123,9 @@ def infer(
         ep=dep.ep,
         precision=dep.precision,
         two_batch_overlap=dep.two_batch_overlap,
+        speculative_tokens=dep.speculative_tokens,
+        acceptance=dep.acceptance,
+        tokens_per_step=dep.tokens_per_step,
         batch=batch,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
@@ -134,15 +146,16 @@ def static_batch_tokens_per_s_per_gpu(
     dep: Deployment, batch: int, input_tokens: int, output_tokens: int
 ) -> float:
     """One static batch: all prompts in one step (which yields the first tokens), then
-    output − 1 decode steps over a context growing from I + 1 to I + O − 1 (the step time is
-    linear in the context, so the mean context gives the sum)."""
+    (output − 1)/E decode steps (E = `Deployment.tokens_per_step`, 1 without speculative
+    decoding) over a context growing from I + 1 to I + O − 1 (the step time is linear in the
+    context, so the mean context gives the sum)."""
     check_tokens(input_tokens, output_tokens)
     prefill = step_time_s(
         dep, StepLoad(prefill_tokens=batch * input_tokens, prefill_seqs=float(batch))
     )[0]
     ctx = input_tokens + output_tokens / 2.0
     decode = step_time_s(dep, StepLoad(decode=batch, context_tokens=batch * ctx))[0]
-    total = prefill + (output_tokens - 1) * decode
+    total = prefill + (output_tokens - 1) / dep.tokens_per_step * decode
     return batch * output_tokens / total / (dep.tp * dep.pp)
 
 

@@ -24,7 +24,13 @@ from typing import Any
 import numpy as np
 
 from railplan.errors import RailplanError
-from railplan.inference.engine import Deployment, StepLoad, step_time_s, step_times
+from railplan.inference.engine import (
+    DEFAULT_ACCEPTANCE,
+    Deployment,
+    StepLoad,
+    step_time_s,
+    step_times,
+)
 from railplan.inference.estimate import (
     DEFAULT_MAX_BATCH,
     check_tokens,
@@ -128,8 +134,9 @@ def _disaggregated(
     groups = dep.replicas  # instances of tp·pp·ep GPUs; each of the ep ranks runs a batch
     if groups < 2:
         return []
-    steady = steady_load(b.astype(np.float64), input_tokens, output_tokens)
-    tpot = step_times(dep, replace(steady, prefill_tokens=0.0, prefill_seqs=0.0))[0]
+    steady = steady_load(b.astype(np.float64), input_tokens, output_tokens, dep.tokens_per_step)
+    step = step_times(dep, replace(steady, prefill_tokens=0.0, prefill_seqs=0.0))[0]
+    tpot = step / dep.tokens_per_step
     chunk = max(1, MAX_PREFILL_TOKENS // input_tokens)
     t_pre = step_time_s(dep, StepLoad(prefill_tokens=chunk * input_tokens, prefill_seqs=chunk))[0]
     # requests/s per instance
@@ -159,13 +166,18 @@ def _disaggregated(
 
 
 def deployments(
-    model: Model, system: System, network: Network, gpus: int, precision: str
+    model: Model,
+    system: System,
+    network: Network,
+    gpus: int,
+    precision: str,
+    speculative: tuple[int, float] = (0, DEFAULT_ACCEPTANCE),
 ) -> list[Deployment]:
     """Every tp × pp (× ep for MoE, with and without the two-batch overlap) that divides the
-    GPUs."""
+    GPUs; `speculative`: draft tokens per step and their acceptance, for all of them."""
     eps = [e for e in _divisors(model.experts) if e <= gpus] if model.experts > 1 else [1]
     return [
-        Deployment(model, system, network, gpus, tp, pp, ep, precision, tbo)
+        Deployment(model, system, network, gpus, tp, pp, ep, precision, tbo, *speculative)
         for ep in eps
         for tp in _divisors(gpus // ep)
         for pp in _divisors(gpus // (ep * tp))
@@ -182,11 +194,12 @@ def candidates(
     precision: str,
     input_tokens: int,
     output_tokens: int,
+    speculative: tuple[int, float] = (0, DEFAULT_ACCEPTANCE),
 ) -> list[Choice]:
     """Every configuration evaluated (see the module docstring)."""
     check_tokens(input_tokens, output_tokens)
     out: list[Choice] = []
-    for dep in deployments(model, system, network, gpus, precision):
+    for dep in deployments(model, system, network, gpus, precision, speculative):
         b = batches(dep.max_batch(input_tokens + output_tokens))
         if b.size:
             out += _aggregated(dep, b, input_tokens, output_tokens)
@@ -209,8 +222,10 @@ def search(
     ttft_slo_s: float,
     tpot_slo_s: float,
     networks: tuple[str, ...] = NETWORKS,
+    speculative: tuple[int, float] = (0, DEFAULT_ACCEPTANCE),
 ) -> dict[str, Any]:
-    """The best configuration on each network, the overall best and the spine verdict."""
+    """The best configuration on each network, the overall best and the spine verdict;
+    `speculative`: draft tokens per step and their acceptance (`Deployment`)."""
     ttft_slo_s = SLO.check("ttft_slo", ttft_slo_s)
     tpot_slo_s = SLO.check("tpot_slo", tpot_slo_s)
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_SEARCH_GPUS:
@@ -219,7 +234,14 @@ def search(
     evaluated = 0
     for arch in networks:
         cs = candidates(
-            model, system, Network(architecture=arch), gpus, precision, input_tokens, output_tokens
+            model,
+            system,
+            Network(architecture=arch),
+            gpus,
+            precision,
+            input_tokens,
+            output_tokens,
+            speculative,
         )
         evaluated += len(cs)
         by_net[arch] = best(cs, ttft_slo_s, tpot_slo_s)
@@ -233,7 +255,9 @@ def search(
         if c is None:
             return None
         net = Network(architecture=arch)
-        dep = Deployment(model, system, net, gpus, c.tp, c.pp, c.ep, precision, c.two_batch_overlap)
+        dep = Deployment(
+            model, system, net, gpus, c.tp, c.pp, c.ep, precision, c.two_batch_overlap, *speculative
+        )
         own = c.to_dict() | {"tokens_per_s": c.tokens_per_s_per_gpu * gpus}
         return infer(dep, c.batch, input_tokens, output_tokens).to_dict() | own
 

@@ -11,7 +11,9 @@ are admitted whole (no chunked context: NVIDIA's MLPerf v4.1 harness sets none),
 engine always takes the next one. Their prompts ride in that step together with one decode token
 of every running sequence. A request's first token comes at the end of the step that carried its
 prompt (TTFT = that time − arrival); each later step gives one more token (TPOT = (finish − first
-token) / (output − 1)). When nothing runs, the engine idles until the next arrival.
+token) / (output − 1)), or with speculative decoding `Deployment.tokens_per_step` on average
+(each running sequence then counts its token and its drafts against the budget). When nothing
+runs, the engine idles until the next arrival.
 
 The events are the engine steps themselves, so a plain loop over steps is the discrete-event
 simulation (a process library would add nothing: there is one server and no other resource);
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from railplan.errors import RailplanError
-from railplan.inference.dispatch import Run, StepFn, least_busy
+from railplan.inference.dispatch import Run, Speculation, StepFn, least_busy
 from railplan.inference.engine import Deployment, StepLoad, step_time_s
 from railplan.records import Record
 from railplan.specs.arrays import IntArray
@@ -122,6 +124,7 @@ def simulate(
     seed: int = 0,
     lengths: Lengths | None = None,
     replicas: int = 1,
+    spec: Speculation = Speculation(),
 ) -> Run:
     """Every request's TTFT and TPOT on one engine whose step time is `step_s(load)`, and
     whether the queue kept up with the arrivals. Every request has `input_tokens` prompt and
@@ -141,7 +144,7 @@ def simulate(
     arrivals = np.cumsum(rng.exponential(1.0 / rate_per_s, requests))
     prompt, output = _lengths(rng, requests, input_tokens, output_tokens, lengths)
     return least_busy(
-        step_s, rate_per_s, arrivals, prompt, output, replicas, max_batch, max_num_tokens
+        step_s, rate_per_s, arrivals, prompt, output, replicas, max_batch, max_num_tokens, spec
     )
 
 
@@ -195,6 +198,7 @@ def serve(
         seed=seed,
         lengths=lengths,
         replicas=replicas,
+        spec=Speculation(dep.verified_tokens, dep.tokens_per_step),
     )
     return result(dep, arrival_rate, requests, output_tokens, run, groups // replicas)
 

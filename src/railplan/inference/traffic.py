@@ -82,25 +82,35 @@ def _build(dep: Deployment, parts: list[tuple[int, Edges, float]]) -> InferenceT
 
 
 def decode_step_traffic(dep: Deployment, batch: int) -> InferenceTraffic:
-    """Pair bytes of one decode step with `batch` sequences on every tp × pp group."""
+    """Pair bytes of one decode step with `batch` sequences on every tp × pp group. With
+    speculative decoding each sequence puts its token and its drafts through the layers
+    (`Deployment.verified_tokens`), and the last stage drafts D tokens with the prediction
+    module, one MoE layer per draft (`engine.draft_s`): D/pp layers more per group on average."""
     if batch < 1:
         raise RailplanError("batch", f"must be a positive integer; got {batch}")
     m, ids = dep.model, _ids(dep)
     k = int(np.max(dep.links.hb_domain))
     layers = m.layers / dep.pp
+    drafts = dep.speculative_tokens / dep.pp  # draft layers per group, on average
     act = batch * m.hidden * ACT_BYTES
     tp_groups = ids.reshape(-1, dep.tp)
     # two all-reduces per layer, each reduce-scatter + all-gather of the activations
-    parts = [(0, collective_edges(tp_groups, k), 2.0 * 2.0 * layers * act)]
+    tp_bytes = 2.0 * 2.0 * act * (layers * dep.verified_tokens + drafts)
+    parts = [(0, collective_edges(tp_groups, k), tp_bytes)]
     if dep.ep > 1:
         ep_groups = ids.transpose(0, 1, 3, 2).reshape(-1, dep.ep)
-        pairs = ep_pair_bytes(dep, float(batch))
-        pair = float(pairs["dispatch"] + pairs["combine"])
-        parts.append((1, all_to_all_edges(ep_groups), (m.moe_layers / dep.pp) * pair))
+
+        def pair(tokens: float) -> float:
+            pairs = ep_pair_bytes(dep, tokens)
+            return float(pairs["dispatch"] + pairs["combine"])
+
+        ep_bytes = (m.moe_layers / dep.pp) * pair(float(batch * dep.verified_tokens))
+        ep_bytes += drafts * pair(float(batch))
+        parts.append((1, all_to_all_edges(ep_groups), ep_bytes))
     if dep.pp > 1:
         chains = ids.transpose(0, 2, 3, 1).reshape(-1, dep.pp)
         src, dst = chains[:, :-1].ravel(), chains[:, 1:].ravel()
-        parts.append((2, Edges(src, dst, np.ones(src.size)), act))
+        parts.append((2, Edges(src, dst, np.ones(src.size)), act * dep.verified_tokens))
     return _build(dep, parts)
 
 

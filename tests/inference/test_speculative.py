@@ -1,0 +1,165 @@
+"""Speculative decoding with the model's multi-token prediction module: tokens per step, the
+step's verify and draft work, the step loop's token accounting, errors."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from railplan.errors import RailplanError
+from railplan.inference.dispatch import Speculation, least_busy
+from railplan.inference.engine import (
+    Deployment,
+    StepLoad,
+    draft_s,
+    stage_parts,
+    step_time_s,
+)
+from railplan.inference.estimate import infer
+from railplan.inference.search import candidates
+from railplan.inference.traffic import decode_step_traffic
+from railplan.specs import Network
+from railplan.specs.catalog import load_model, load_system
+
+
+@cache
+def dep(d: int = 0, acceptance: float = 0.85, tbo: bool = False) -> Deployment:
+    return Deployment(
+        load_model("deepseek-v3"),
+        load_system("hgx-h800"),
+        Network(),
+        32,
+        1,
+        1,
+        32,
+        "fp8",
+        tbo,
+        d,
+        acceptance,
+    )
+
+
+def test_tokens_per_step_by_hand() -> None:
+    assert dep(0).tokens_per_step == 1.0
+    assert dep(1).tokens_per_step == pytest.approx(1.85)  # DeepSeek-V3 §5.4.3: "1.8 times"
+    assert dep(3).tokens_per_step == pytest.approx(1 + 0.85 + 0.85**2 + 0.85**3)
+    assert dep(2, 1.0).tokens_per_step == 3.0
+    assert dep(2, 0.0).tokens_per_step == 1.0
+    assert dep(3).verified_tokens == 4
+
+
+def test_step_verifies_every_draft_and_drafts_on_the_side() -> None:
+    # the layers carry 1 + D tokens per running sequence, reading each KV cache once; then D
+    # passes of the prediction module over one token per sequence
+    load = StepLoad(decode=64, context_tokens=64 * 2048)
+    total, parts = step_time_s(dep(2), load)
+    verify = stage_parts(dep(0), StepLoad(decode=64 * 3, context_tokens=64 * 2048))
+    assert parts["gemm"] == pytest.approx(float(verify.parts["gemm"]))
+    assert parts["ep_comm"] == pytest.approx(float(verify.parts["ep_comm"]))
+    assert parts["draft"] == pytest.approx(2 * float(draft_s(dep(1), load)))
+    assert total == pytest.approx(sum(parts.values()))
+    # the KV cache is read once; only the attention FLOPs grow with the queries
+    assert parts["attention"] <= 3 * float(stage_parts(dep(0), load).parts["attention"])
+
+
+def test_small_batches_gain_and_large_ones_do_not() -> None:
+    # a memory-bound step costs little more with two tokens per sequence: TPOT drops; a
+    # compute-bound one costs twice as much and gains 1.85 tokens: tokens/s fall
+    small = [infer(dep(d, tbo=True), 8, 1024, 256) for d in (0, 1)]
+    assert small[1].tpot_s < 0.75 * small[0].tpot_s
+    big = [infer(dep(d, tbo=True), 1020, 1024, 256) for d in (0, 1)]
+    assert big[1].tokens_per_s_per_gpu < big[0].tokens_per_s_per_gpu
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 64), st.sampled_from([1.0, 1.5, 1.85, 2.572]), st.integers(2, 300))
+def test_step_loop_conserves_tokens(requests: int, gain: float, output: int) -> None:
+    # every request gets exactly its output tokens, and finishes after its first token in
+    # ceil((output − 1) / gain) steps of a constant-time engine
+    step = 0.01
+    arrivals = np.arange(requests) * 1e-3
+    spec = Speculation(verified=3, gain=gain)
+    run = least_busy(
+        lambda load: step,
+        1000.0,
+        arrivals,
+        np.full(requests, 100),
+        np.full(requests, output),
+        1,
+        requests,
+        10**6,
+        spec,
+    )
+    steps = np.ceil((output - 1) / gain - 1e-9)
+    assert run.tpot_s == pytest.approx(steps * step / (output - 1))
+
+
+def test_traffic_carries_the_verified_and_drafted_tokens() -> None:
+    plain = decode_step_traffic(dep(0), 64).summary()["total_bytes"]
+    spec = decode_step_traffic(dep(1), 64).summary()["total_bytes"]
+    m = load_model("deepseek-v3")
+    # ep only (tp 1): 2 tokens through each MoE layer, plus one draft layer on the last stage
+    assert spec / plain == pytest.approx((2 * m.moe_layers + 1) / m.moe_layers)
+
+
+def test_search_and_errors(cli) -> None:  # type: ignore[no-untyped-def]
+    m, sy = load_model("deepseek-v3"), load_system("hgx-h800")
+    plain = candidates(m, sy, Network(), 32, "fp8", 1024, 256)
+    spec = candidates(m, sy, Network(), 32, "fp8", 1024, 256, (1, 0.85))
+    assert len(plain) == len(spec)
+    assert any(a.tpot_s > b.tpot_s for a, b in zip(plain, spec, strict=True))
+    with pytest.raises(RailplanError) as e:
+        Deployment(
+            load_model("llama-2-70b"),
+            load_system("dgx-h100"),
+            Network(),
+            8,
+            2,
+            speculative_tokens=1,
+        )
+    assert e.value.field == "speculative_tokens"
+    for args, field in (
+        (["infer", "--speculative-tokens", "1"], "speculative_tokens"),
+        (
+            [
+                "infer",
+                "--model",
+                "deepseek-v3",
+                "--system",
+                "hgx-h800",
+                "--gpus",
+                "32",
+                "--ep",
+                "32",
+                "--speculative-tokens",
+                "17",
+            ],
+            "speculative_tokens",
+        ),
+        (
+            [
+                "infer",
+                "--model",
+                "deepseek-v3",
+                "--system",
+                "hgx-h800",
+                "--gpus",
+                "32",
+                "--ep",
+                "32",
+                "--speculative-tokens",
+                "1",
+                "--acceptance",
+                "1.5",
+            ],
+            "acceptance",
+        ),
+    ):
+        r = cli(*args)
+        assert r.exit_code == 2, r.output
+        assert str(r.exception).startswith(field + ":")
+        assert "\n" not in str(r.exception)
