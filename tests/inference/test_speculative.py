@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from railplan.errors import RailplanError
-from railplan.inference.dispatch import Speculation, least_busy
+from railplan.inference.dispatch import Speculation, _Replica, _Requests, admit, least_busy
 from railplan.inference.engine import (
     Deployment,
     StepLoad,
@@ -78,15 +78,28 @@ def test_small_batches_gain_and_large_ones_do_not() -> None:
 @settings(max_examples=25, deadline=None)
 @given(st.integers(1, 64), st.sampled_from([1.0, 1.5, 1.85, 2.572]), st.integers(2, 300))
 def test_step_loop_conserves_tokens(requests: int, gain: float, output: int) -> None:
-    # every request gets exactly its output tokens, and finishes after its first token in
-    # ceil((output − 1) / gain) steps of a constant-time engine
+    # every request gets exactly its output tokens, finishes after its first token in
+    # ceil((output − 1) / gain) steps of a constant-time engine, and the batch fills up to
+    # its sequence limit (the drafts count against the token budget, not the batch)
     step = 0.01
-    arrivals = np.arange(requests) * 1e-3
-    spec = Speculation(verified=3, gain=gain)
+    spec = Speculation(verified=4, gain=gain)
+    reqs = _Requests(np.zeros(requests), np.full(requests, 100), np.full(requests, output))
+    rep = _Replica(requests)
+    for i in range(requests):
+        rep.take(i, 100)
+    most = 0
+    while not rep.idle():
+        rep.step(lambda load: step, requests, 10**6, reqs, spec)
+        most = max(most, rep.run_id.size)
+    assert sum(rep.tokens) == pytest.approx(requests * output)
+    assert most == (requests if output > 1 else 0)
+    steps = np.ceil((output - 1) / gain - 1e-9)
+    tpot = (reqs.finish - reqs.first) / (output - 1)
+    assert tpot == pytest.approx(steps * step / (output - 1))
     run = least_busy(
         lambda load: step,
         1000.0,
-        arrivals,
+        np.arange(requests) * 1e-3,
         np.full(requests, 100),
         np.full(requests, output),
         1,
@@ -94,8 +107,27 @@ def test_step_loop_conserves_tokens(requests: int, gain: float, output: int) -> 
         10**6,
         spec,
     )
-    steps = np.ceil((output - 1) / gain - 1e-9)
     assert run.tpot_s == pytest.approx(steps * step / (output - 1))
+
+
+def test_drafts_count_against_the_budget_not_the_batch() -> None:
+    csum = np.arange(101, dtype=np.float64) * 100.0  # 100 waiting prompts of 100 tokens
+    # 16 running with 4 tokens each: the batch of 64 has room for 48, the budget of 2,048
+    # tokens for (2,048 − 64) / 100 = 19 prompts
+    assert admit(csum, 100, 0, 16, 64, 2048, 16 * 4) == 19
+    assert admit(csum, 100, 0, 16, 64, 10**6, 16 * 4) == 48
+    assert admit(csum, 100, 0, 16, 64, 10**6) == 48
+
+
+def test_the_drafter_takes_memory() -> None:
+    # the MTP module's layer (attention, shared expert, router, 256/32 experts) and its 2h → h
+    # projection in fp8, and its own KV layer: 62 layers' KV per token instead of 61
+    m = load_model("deepseek-v3")
+    module = m.layer_params() - m.mlp_params_dense() + m.experts * m.expert_params() / 32
+    extra = dep(1).weight_bytes_per_gpu - dep(0).weight_bytes_per_gpu
+    assert extra == pytest.approx(1.0 * (module + 2 * m.hidden**2))
+    assert dep(1).kv_bytes_per_token / dep(0).kv_bytes_per_token == pytest.approx(62 / 61)
+    assert dep(1).max_batch(2048) < dep(0).max_batch(2048)
 
 
 def test_traffic_carries_the_verified_and_drafted_tokens() -> None:
@@ -110,8 +142,15 @@ def test_search_and_errors(cli) -> None:  # type: ignore[no-untyped-def]
     m, sy = load_model("deepseek-v3"), load_system("hgx-h800")
     plain = candidates(m, sy, Network(), 32, "fp8", 1024, 256)
     spec = candidates(m, sy, Network(), 32, "fp8", 1024, 256, (1, 0.85))
-    assert len(plain) == len(spec)
-    assert any(a.tpot_s > b.tpot_s for a, b in zip(plain, spec, strict=True))
+
+    def key(c: object) -> tuple[object, ...]:
+        return tuple(
+            getattr(c, f) for f in ("mode", "tp", "pp", "ep", "two_batch_overlap", "batch")
+        )
+
+    by = {key(c): c for c in spec}
+    both = [(c, by[key(c)]) for c in plain if key(c) in by]
+    assert both and any(a.tpot_s > b.tpot_s for a, b in both)
     with pytest.raises(RailplanError) as e:
         Deployment(
             load_model("llama-2-70b"),

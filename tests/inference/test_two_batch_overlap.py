@@ -168,3 +168,19 @@ def test_infer_and_the_search_carry_the_choice() -> None:
     by = {(c.ep, c.two_batch_overlap) for c in cs}
     assert (32, True) in by and (32, False) in by
     assert not any(c.two_batch_overlap for c in cs if c.ep == 1)
+
+
+@pytest.mark.parametrize("share", [0.1, 0.25, 0.5, 1.0])
+def test_a_share_of_a_prompt_runs_that_share_of_its_kernel(share: float) -> None:
+    # a step carrying a fraction of a prompt (steady state, pp micro-batches, a two-batch
+    # overlap's half) runs the whole prompt's causal kernel on that fraction of the steps
+    d = dep(False)
+    whole = float(stage_parts(d, StepLoad(prefill_tokens=8192, prefill_seqs=1)).parts["attention"])
+    part = stage_parts(d, StepLoad(prefill_tokens=8192 * share, prefill_seqs=share))
+    assert float(part.parts["attention"]) == pytest.approx(share * whole)
+
+
+def test_the_overlap_keeps_a_single_prompts_attention_whole() -> None:
+    load = StepLoad(prefill_tokens=32768, prefill_seqs=1)
+    plain = step_time_s(dep(False), load)[1]["attention"]
+    assert step_time_s(dep(True), load)[1]["attention"] == pytest.approx(plain, rel=1e-6)

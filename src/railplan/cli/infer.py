@@ -33,12 +33,32 @@ SpeculativeOpt = Annotated[
     ),
 ]
 AcceptanceOpt = Annotated[
-    float,
+    float | None,
     typer.Option(
-        help="chance a draft token is accepted, given the ones before it (DeepSeek-V3's MTP: "
-        "0.85-0.90)"
+        help="chance a draft token is accepted, given the ones before it (default 0.85, "
+        "DeepSeek-V3's MTP: 0.85-0.90); needs --speculative-tokens"
     ),
 ]
+
+
+def _speculation(speculative_tokens: int, acceptance: float | None) -> tuple[int, float]:
+    """(draft tokens, acceptance); --acceptance alone is a one-line error, not ignored."""
+    from railplan.inference.engine import DEFAULT_ACCEPTANCE
+
+    if acceptance is not None and speculative_tokens == 0:
+        raise RailplanError(
+            "acceptance", "applies to draft tokens: give --speculative-tokens (1-16) too"
+        )
+    return speculative_tokens, DEFAULT_ACCEPTANCE if acceptance is None else acceptance
+
+
+def _drafts(speculative_tokens: int) -> str:
+    """ ", D draft tokens" for a title (nothing without drafts)."""
+    if not speculative_tokens:
+        return ""
+    return f", {speculative_tokens} draft token{'s' if speculative_tokens > 1 else ''}"
+
+
 InputOpt = Annotated[int, typer.Option(help="prompt tokens per request (1-1e7)")]
 OutputOpt = Annotated[int, typer.Option(help="output tokens per request (1-1e7)")]
 
@@ -78,7 +98,7 @@ def infer(
         ),
     ] = False,
     speculative_tokens: SpeculativeOpt = 0,
-    acceptance: AcceptanceOpt = 0.85,  # engine.DEFAULT_ACCEPTANCE
+    acceptance: AcceptanceOpt = None,
     hardware: HardwareOptions = HardwareOptions(),
     arrival_rate: Annotated[
         str | None,
@@ -116,6 +136,7 @@ def infer(
     from railplan.specs.catalog import load_model
 
     choice("dispatch", dispatch, ("split", "least-busy"))
+    speculation = _speculation(speculative_tokens, acceptance)
     rates = _floats("arrival_rate", arrival_rate) if arrival_rate is not None else []
     _check_figures(plot, heatmap, rates)
     sy = hardware.system(system)
@@ -130,8 +151,7 @@ def infer(
         ep,
         precision,
         two_batch_overlap,
-        speculative_tokens,
-        acceptance,
+        *speculation,
     )
     r = run(dep, batch, input_tokens, output_tokens)
     out: dict[str, Any] = r.to_dict()
@@ -152,7 +172,7 @@ def infer(
     _print_inference(
         f"{r.model} on {gpus} GPUs of {r.system} ({r.network}), tp {tp} pp {pp} ep {ep}"
         f"{', two-batch overlap' if two_batch_overlap else ''}"
-        f"{f', {speculative_tokens} draft tokens' if speculative_tokens else ''}, "
+        f"{_drafts(speculative_tokens)}, "
         f"{precision}, {input_tokens} in / {output_tokens} out",
         r,
         out.get("decode_step_traffic"),
@@ -209,13 +229,14 @@ def _print_inference(
         ("TPOT", f"{r.tpot_s * 1e3:.1f} ms"),
     ]
     if r.speculative_tokens:
-        rows.append(
+        rows += [
             (
                 f"tokens per step ({r.speculative_tokens} draft"
                 f"{'s' if r.speculative_tokens > 1 else ''} at {r.acceptance:g})",
                 f"{r.tokens_per_step:.2f}",
-            )
-        )
+            ),
+            ("step (TPOT × tokens per step)", f"{r.tpot_s * r.tokens_per_step * 1e3:.1f} ms"),
+        ]
     rows += [
         ("output tokens/s per GPU", f"{r.tokens_per_s_per_gpu:,.0f}"),
         ("output tokens/s, all GPUs", f"{r.tokens_per_s:,.0f}"),
@@ -273,7 +294,7 @@ def infer_search(
     ttft_slo: Annotated[float, typer.Option(help="TTFT limit, s (MLPerf server: 6)")] = 6.0,
     tpot_slo: Annotated[float, typer.Option(help="TPOT limit, s (MLPerf server: 0.175)")] = 0.175,
     speculative_tokens: SpeculativeOpt = 0,
-    acceptance: AcceptanceOpt = 0.85,  # engine.DEFAULT_ACCEPTANCE
+    acceptance: AcceptanceOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The configuration (tp/pp/ep/batch, aggregated or disaggregated prefill/decode) with
@@ -283,6 +304,7 @@ def infer_search(
     from railplan.inference.search import search, with_hb_domain
     from railplan.specs.catalog import load_model, load_system
 
+    speculation = _speculation(speculative_tokens, acceptance)
     m, base = load_model(model), load_system(system)
     ks = _int_list("hb_domains", hb_domains) if hb_domains else [base.hb_domain]
     results = [
@@ -295,7 +317,7 @@ def infer_search(
             output_tokens,
             ttft_slo,
             tpot_slo,
-            speculative=(speculative_tokens, acceptance),
+            speculative=speculation,
         )
         for k in ks
     ]
@@ -309,7 +331,8 @@ def infer_search(
         print_json(out)
         return
     title = (
-        f"{m.name} on {gpus} GPUs of {base.name}, {precision}, {input_tokens} in / "
+        f"{m.name} on {gpus} GPUs of {base.name}, {precision}{_drafts(speculative_tokens)}, "
+        f"{input_tokens} in / "
         f"{output_tokens} out, TTFT ≤ {ttft_slo:g} s, TPOT ≤ {tpot_slo * 1e3:g} ms"
     )
     Console(width=max(Console().width, 120)).print(_configurations_table(title, results))

@@ -76,13 +76,21 @@ class Run:
 
 
 def admit(
-    csum: FloatArray, arrived: int, nxt: int, running: int, max_batch: int, max_num_tokens: int
+    csum: FloatArray,
+    arrived: int,
+    nxt: int,
+    running: int,
+    max_batch: int,
+    max_num_tokens: int,
+    running_tokens: int | None = None,
 ) -> int:
     """One past the last request a step admits, first come first served: whole prompts in what
-    the `running` sequences' decode tokens leave of the budget, while the batch has room; an
-    empty engine takes one prompt however long (`csum[k]`: prompt tokens of the first k)."""
+    the `running` sequences' decode tokens (`running_tokens`, default one each) leave of the
+    budget, while the batch has room; an empty engine takes one prompt however long
+    (`csum[k]`: prompt tokens of the first k)."""
+    decode_tokens = running if running_tokens is None else running_tokens
     last = min(arrived, nxt + max_batch - running)
-    fit = int(np.searchsorted(csum, csum[nxt] + max_num_tokens - running, side="right")) - 1
+    fit = int(np.searchsorted(csum, csum[nxt] + max_num_tokens - decode_tokens, side="right")) - 1
     end = max(nxt, min(last, fit))
     if end == nxt and running == 0 and arrived > nxt:
         end = nxt + 1
@@ -133,8 +141,8 @@ class _Replica:
     ) -> None:
         """One engine step at `self.t`, as serving.simulate takes it."""
         csum = self.csum[: self.n + 1]
-        running_tokens = self.run_id.size * spec.verified
-        end = admit(csum, self.n, self.nxt, running_tokens, batch, budget)
+        running = self.run_id.size
+        end = admit(csum, self.n, self.nxt, running, batch, budget, running * spec.verified)
         new = self.ids[self.nxt : end]
         load = StepLoad(
             decode=float(self.run_id.size),

@@ -203,9 +203,17 @@ class Deployment:
             ),
         }
 
+    @property
+    def draft_layers(self) -> int:
+        """Layers of the multi-token prediction modules the last stage loads to draft with
+        (none without speculative decoding)."""
+        return self.model.mtp_layers if self.speculative_tokens else 0
+
     @cached_property
     def weight_bytes_per_gpu(self) -> float:
-        """Weights one GPU holds: its stage's layers split by tp, experts also by ep."""
+        """Weights one GPU holds: its stage's layers split by tp, experts also by ep; with
+        speculative decoding also the prediction modules (a layer of the model's MoE kind and
+        its 2h → h projection each; embedding and head shared), as on the last stage."""
         m = self.model
         wb = WEIGHT_BYTES[self.precision]
         layers = math.ceil(m.layers / self.pp)
@@ -213,7 +221,14 @@ class Deployment:
         dense = (layers - moe) * m.layer_params() + moe * (m.layer_params() - m.mlp_params_dense())
         experts = moe * m.experts * m.expert_params() / self.ep
         embed = m.embedding_params() / (2 if not m.tied_embeddings and self.pp > 1 else 1)
-        return wb * (dense + experts + embed) / self.tp
+        if m.moe_layers:
+            module = (
+                m.layer_params() - m.mlp_params_dense() + m.experts * m.expert_params() / self.ep
+            )
+        else:
+            module = m.layer_params()
+        drafter = self.draft_layers * (module + 2 * m.hidden * m.hidden)
+        return wb * (dense + experts + embed + drafter) / self.tp
 
     @property
     def dispatch_value_bytes(self) -> float:
@@ -222,11 +237,20 @@ class Deployment:
         return FP8_DISPATCH_BYTES if self.precision in ("fp8", "fp4") else ACT_BYTES
 
     @cached_property
-    def kv_bytes_per_token(self) -> float:
-        """KV-cache bytes per token on one GPU of the instance."""
-        return kvcache.model_kv_bytes_per_token(
-            self.model, KV_BYTES[self.precision], self.tp, self.pp
+    def layer_kv_bytes_per_token(self) -> float:
+        """KV-cache bytes per token of one layer on one GPU of the instance."""
+        layers = math.ceil(self.model.layers / self.pp)
+        return (
+            kvcache.model_kv_bytes_per_token(self.model, KV_BYTES[self.precision], self.tp, self.pp)
+            / layers
         )
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes per token on one GPU of the instance: its stage's layers, and with
+        speculative decoding the prediction modules' own layers (as on the last stage)."""
+        layers = math.ceil(self.model.layers / self.pp) + self.draft_layers
+        return self.layer_kv_bytes_per_token * layers
 
     @property
     def memory_bytes(self) -> float:
@@ -313,17 +337,6 @@ def ep_normal_all_to_all_s(dep: Deployment, tokens: Num) -> dict[str, FloatArray
     }
 
 
-BREAKDOWN_KEYS: tuple[str, ...] = (
-    "gemm",
-    "attention",
-    "elementwise",
-    "tp_comm",
-    "ep_comm",
-    "pp_comm",
-    "logits",
-)
-
-
 def decode_head_flops(m: Model) -> float:
     """FLOPs of one head of a decode step's attention per cached token: Q·K and P·V over the
     head width, 4·head_dim; MLA attends on the cached latent itself (the up-projections
@@ -389,7 +402,12 @@ def stage_parts(dep: Deployment, load: StepLoad, queries: float | None = None) -
     # the kernel's measured speed for the prompt length), then the decode kernel: every running
     # sequence's KV cache read from HBM (its FLOPs at the MAMF rate, a bound it never reaches)
     heads = math.ceil(m.heads / t)
-    prefill_len = np.asarray(load.prefill_tokens / np.maximum(load.prefill_seqs, 1.0))
+    # the prompts' length (a step carrying a share of a prompt, or half of one in a two-batch
+    # overlap's micro-batch, still runs the whole prompt's causal kernel on that share)
+    seqs = np.asarray(load.prefill_seqs, dtype=np.float64)
+    prefill_len = np.asarray(
+        np.where(seqs > 0, load.prefill_tokens / np.where(seqs > 0, seqs, 1.0), 0.0)
+    )
     # Q·K over the query-key head width, P·V over the value width (MLA: 192 and 128)
     head_flops = 2.0 * (m.qk_head_dim + m.v_head_dim_)
     unmasked_flops = head_flops * load.prefill_tokens * prefill_len * heads
@@ -404,7 +422,7 @@ def stage_parts(dep: Deployment, load: StepLoad, queries: float | None = None) -
     pre_s = np.where(share > 0, share * prefill, 0.0)
     bf16 = gpu.peak_tflops * 1e12 * gpu.matmul_efficiency * gpu.sustained_tensor_fraction
     dec_flops = decode_head_flops(m) * load.context_tokens * heads * q
-    kv_layer = dep.kv_bytes_per_token / layers
+    kv_layer = dep.layer_kv_bytes_per_token
     decoding = np.asarray(np.asarray(load.decode) > 0, dtype=np.float64)
     dec_s = np.maximum(
         memory_time_s(gpu, load.context_tokens * kv_layer, decoding),

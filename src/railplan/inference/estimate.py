@@ -6,7 +6,7 @@ B tokens over KV caches of I + (O + 1)/2 tokens on average, and B/O sequences fi
 new ones are admitted and their prompts (B·I/O tokens) are fused into the step. TPOT is that
 step's time; tokens/s per GPU = B / TPOT / (tp·pp) (each ep rank runs its own B). With
 speculative decoding a sequence gains E = `Deployment.tokens_per_step` tokens per step on
-average: B·E/O sequences finish per step and TPOT is the step's time / E.
+average: B·E/(E + O − 1) sequences finish per step and TPOT is the step's time / E.
 TTFT without queueing: a new request waits on average half a step for the step boundary, then
 its prompt rides in the next step. Queueing under Poisson load is `railplan.inference.serving`.
 """
@@ -61,8 +61,10 @@ def steady_load(
     batch: Num, input_tokens: int, output_tokens: int, tokens_per_step: float = 1.0
 ) -> StepLoad:
     """The load of one step of the offline steady state (module docstring); `batch` may be an
-    array of batch sizes; `tokens_per_step`: what a running sequence gains per step."""
-    new = batch * tokens_per_step / output_tokens
+    array of batch sizes; `tokens_per_step` E: what a running sequence gains per step. A
+    sequence lives 1 + (O − 1)/E steps (its prompt's, which yields the first token, then its
+    decode steps), so B·E/(E + O − 1) finish and as many start per step (B/O without drafts)."""
+    new = batch * tokens_per_step / (tokens_per_step + output_tokens - 1)
     return StepLoad(
         decode=batch,
         context_tokens=batch * (input_tokens + (output_tokens + 1) / 2.0),
@@ -80,7 +82,7 @@ def steady_times(
     e = dep.tokens_per_step
     step, parts = step_times(dep, steady_load(batch, input_tokens, output_tokens, e))
     others = np.asarray(batch, dtype=np.float64) - 1.0
-    newcomers = others * e / output_tokens
+    newcomers = others * e / (e + output_tokens - 1)
     join = replace(
         steady_load(others, input_tokens, output_tokens, e),
         prefill_tokens=input_tokens * (1.0 + newcomers),
