@@ -16,6 +16,7 @@ from railplan.inference.engine import (
     StepLoad,
     logits_s,
     stage_parts,
+    stage_time_s,
     step_time_s,
 )
 from railplan.inference.estimate import infer
@@ -78,7 +79,7 @@ def test_step_by_hand(load: StepLoad) -> None:
 @given(
     st.integers(1, 512),
     st.integers(0, 8192),
-    st.sampled_from([0.0, 0.05, 0.5, 1.0, 4.0]),
+    st.sampled_from([0.0, 1.0, 2.0, 4.0]),  # whole prompts (shares are mixtures, below)
     st.sampled_from([100.0, 200.0, 400.0, 800.0]),
 )
 def test_overlap_never_beats_its_bounds(batch: int, ctx: int, prompts: float, nic: float) -> None:
@@ -184,3 +185,15 @@ def test_the_overlap_keeps_a_single_prompts_attention_whole() -> None:
     load = StepLoad(prefill_tokens=32768, prefill_seqs=1)
     plain = step_time_s(dep(False), load)[1]["attention"]
     assert step_time_s(dep(True), load)[1]["attention"] == pytest.approx(plain, rel=1e-6)
+
+
+@pytest.mark.parametrize("tbo", [False, True])
+@pytest.mark.parametrize("share", [0.05, 0.5, 0.9])
+def test_a_share_of_a_prompt_is_a_mixture_of_steps(tbo: bool, share: float) -> None:
+    # n of the steps carry the whole prompt, 1 − n none: every component is that mixture
+    d = dep(tbo)
+    mixed = stage_time_s(d, StepLoad(64, 64 * 2048, share * 2048, share))
+    whole = stage_time_s(d, StepLoad(64, 64 * 2048, 2048, 1.0))
+    none = stage_time_s(d, StepLoad(64, 64 * 2048))
+    for k, v in mixed.items():
+        assert float(v) == pytest.approx(share * float(whole[k]) + (1 - share) * float(none[k]))

@@ -467,6 +467,35 @@ def stage_parts(dep: Deployment, load: StepLoad, queries: float | None = None) -
 def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
     """Time of one pipeline stage for `load` (loads with at least one token), by component.
 
+    A load carrying a share n < 1 of a prompt (the steady state's average step, a pipeline
+    stage's micro-batch) stands for n of the steps carrying one whole prompt and 1 − n carrying
+    none: every component is that mixture, since a step with a prompt is not a step with n of
+    one (its GEMMs may be compute-bound where the others stream weights). The step itself is
+    `overlapped_stage_time_s`."""
+    n = np.asarray(load.prefill_seqs, dtype=np.float64)
+    part = (n > 0) & (n < 1)
+    if not bool(np.any(part)):
+        return overlapped_stage_time_s(dep, load)
+    whole = np.where(part, n, 1.0)
+    with_prompt = StepLoad(
+        load.decode, load.context_tokens, load.prefill_tokens / whole, np.where(part, 1.0, n)
+    )
+    decode = np.asarray(load.decode, dtype=np.float64)
+    running = decode > 0
+    # the steps without a prompt, timed at one sequence where none runs (they are empty: 0)
+    without = StepLoad(np.where(running, decode, 1.0), load.context_tokens)
+    a = overlapped_stage_time_s(dep, with_prompt)
+    b = overlapped_stage_time_s(dep, without)
+    return {
+        k: np.asarray(np.where(part, n * v + (1.0 - n) * np.where(running, b[k], 0.0), v))
+        for k, v in a.items()
+    }
+
+
+def overlapped_stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
+    """One pipeline stage's step for `load`, by component (`stage_parts`), or with
+    `two_batch_overlap` as two micro-batches.
+
     With `two_batch_overlap` the step runs as two micro-batches of half the load each, which
     alternate layer by layer (DeepSeek-V3/R1 inference system overview, "dual-batch overlap":
     "the communication cost of one microbatch is hidden behind the computation of the
