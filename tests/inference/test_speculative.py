@@ -161,42 +161,13 @@ def test_search_and_errors(cli) -> None:  # type: ignore[no-untyped-def]
             speculative_tokens=1,
         )
     assert e.value.field == "speculative_tokens"
+    served = ["infer", "--model", "deepseek-v3", "--system", "hgx-h800", "--gpus", "32"]
+    served += ["--ep", "32"]
     for args, field in (
         (["infer", "--speculative-tokens", "1"], "speculative_tokens"),
-        (
-            [
-                "infer",
-                "--model",
-                "deepseek-v3",
-                "--system",
-                "hgx-h800",
-                "--gpus",
-                "32",
-                "--ep",
-                "32",
-                "--speculative-tokens",
-                "17",
-            ],
-            "speculative_tokens",
-        ),
-        (
-            [
-                "infer",
-                "--model",
-                "deepseek-v3",
-                "--system",
-                "hgx-h800",
-                "--gpus",
-                "32",
-                "--ep",
-                "32",
-                "--speculative-tokens",
-                "1",
-                "--acceptance",
-                "1.5",
-            ],
-            "acceptance",
-        ),
+        ([*served, "--speculative-tokens", "17"], "speculative_tokens"),
+        ([*served, "--speculative-tokens", "1", "--acceptance", "1.5"], "acceptance"),
+        ([*served, "--acceptance", "0.9"], "acceptance"),
     ):
         r = cli(*args)
         assert r.exit_code == 2, r.output

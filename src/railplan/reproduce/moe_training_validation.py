@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from railplan.perf.estimate import Estimate, estimate
+from railplan.perf.estimate import estimate
+from railplan.reproduce.modern_validation import ModernRow
 from railplan.reproduce.validation import read_rows
 from railplan.specs import Network, Strategy, load_system
 from railplan.specs.catalog import load_model
@@ -26,15 +27,10 @@ DATA = "moe_training_runs.csv"
 
 
 @dataclass(frozen=True)
-class MoeRun:
-    id: str
-    measured_s: float
-    estimate: Estimate
-    command: str
+class MoeRun(ModernRow):
+    """A row, predicted (`ModernRow`: its error), and the command that predicts it."""
 
-    @property
-    def error_pct(self) -> float:
-        return 100.0 * (self.estimate.iteration_s - self.measured_s) / self.measured_s
+    command: str
 
 
 def strategy(r: dict[str, str]) -> Strategy:
@@ -89,5 +85,6 @@ def rows() -> list[MoeRun]:
             Network(),
             gpus=int(r["gpus"]),
         )
-        out.append(MoeRun(r["id"], float(r["measured_s"]), e, command(r)))
+        source = r["id"].split("-")[0]
+        out.append(MoeRun(r["id"], source, float(r["measured_s"]), e, command(r)))
     return out
