@@ -3,6 +3,7 @@ step's verify and draft work, the step loop's token accounting, errors."""
 
 from __future__ import annotations
 
+import itertools
 from functools import cache
 
 import numpy as np
@@ -19,7 +20,7 @@ from railplan.inference.engine import (
     stage_parts,
     step_time_s,
 )
-from railplan.inference.estimate import infer
+from railplan.inference.estimate import infer, steady_load
 from railplan.inference.search import candidates
 from railplan.inference.traffic import decode_step_traffic
 from railplan.specs import Network
@@ -173,3 +174,34 @@ def test_search_and_errors(cli) -> None:  # type: ignore[no-untyped-def]
         assert r.exit_code == 2, r.output
         assert str(r.exception).startswith(field + ":")
         assert "\n" not in str(r.exception)
+
+
+@pytest.mark.parametrize("e", [1.0, 1.85, 3.0])
+@pytest.mark.parametrize("output", [1, 4, 256])
+def test_steady_state_admits_what_finishes(e: float, output: int) -> None:
+    # a sequence lives 1 + (O − 1)/E steps: B of them, B / that many start per step
+    new = steady_load(64.0, 1024, output, e).prefill_seqs
+    assert new * (1 + (output - 1) / e) == pytest.approx(64.0)
+
+
+def test_tpot_never_rises_with_acceptance() -> None:
+    for batch, d in ((32, 1), (128, 2), (256, 1)):
+        tpots = [infer(dep(d, a, tbo=True), batch, 1024, 256).tpot_s for a in np.linspace(0, 1, 21)]
+        assert all(b <= a * (1 + 1e-12) for a, b in itertools.pairwise(tpots))
+
+
+def test_the_batch_fills_while_drafts_run() -> None:
+    # requests arrive over time, so prompts are admitted while sequences run: the batch limit
+    # counts sequences (64), not sequences × (1 + D) tokens
+    spec = Speculation(verified=4, gain=1.0)
+    n = 200
+    reqs = _Requests(np.arange(n) * 0.002, np.full(n, 10), np.full(n, 500))
+    rep = _Replica(n)
+    for i in range(n):
+        rep.take(i, 10)
+    most = 0
+    while rep.run_id.size or rep.nxt == 0:
+        rep.t = max(rep.t, float(reqs.arrivals[min(rep.nxt, n - 1)]))
+        rep.step(lambda load: 0.01, 64, 10**6, reqs, spec)
+        most = max(most, rep.run_id.size)
+    assert most == 64

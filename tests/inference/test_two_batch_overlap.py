@@ -19,7 +19,7 @@ from railplan.inference.engine import (
     stage_time_s,
     step_time_s,
 )
-from railplan.inference.estimate import infer
+from railplan.inference.estimate import first_token_s, infer
 from railplan.inference.search import candidates
 from railplan.specs import Network
 from railplan.specs.catalog import load_model, load_system
@@ -197,3 +197,24 @@ def test_a_share_of_a_prompt_is_a_mixture_of_steps(tbo: bool, share: float) -> N
     none = stage_time_s(d, StepLoad(64, 64 * 2048))
     for k, v in mixed.items():
         assert float(v) == pytest.approx(share * float(whole[k]) + (1 - share) * float(none[k]))
+
+
+def test_array_loads_are_their_scalar_loads() -> None:
+    # shares below, at and above one prompt in one array, as the search evaluates them
+    shares = np.array([0.0, 0.3, 1.0, 1.7, 2.5])
+    load = StepLoad(np.full(5, 48.0), np.full(5, 48 * 2048.0), shares * 2048, shares)
+    for tbo in (False, True):
+        arr = stage_time_s(dep(tbo), load)
+        for i, n in enumerate(shares):
+            one = stage_time_s(dep(tbo), StepLoad(48.0, 48 * 2048.0, n * 2048, n))
+            for k, v in one.items():
+                assert float(arr[k][i]) == pytest.approx(float(v), rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.parametrize("pp", [2, 4, 8])
+def test_a_lone_prompt_crosses_every_stage(pp: int) -> None:
+    # pipelining does not shorten one prompt: it still runs through all its layers
+    m, sy = load_model("llama-3-405b"), load_system("gb200-nvl72")
+    alone = first_token_s(Deployment(m, sy, Network(), 8, 1, 1), 2048)
+    piped = first_token_s(Deployment(m, sy, Network(), 8, 1, pp), 2048)
+    assert alone <= piped < 1.1 * alone

@@ -467,28 +467,32 @@ def stage_parts(dep: Deployment, load: StepLoad, queries: float | None = None) -
 def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
     """Time of one pipeline stage for `load` (loads with at least one token), by component.
 
-    A load carrying a share n < 1 of a prompt (the steady state's average step, a pipeline
-    stage's micro-batch) stands for n of the steps carrying one whole prompt and 1 − n carrying
-    none: every component is that mixture, since a step with a prompt is not a step with n of
-    one (its GEMMs may be compute-bound where the others stream weights). The step itself is
+    Prompts come whole: a load carrying n = k + f prompts (k whole, 0 < f < 1; the steady
+    state's average step, a pipeline stage's micro-batch) stands for f of the steps carrying
+    k + 1 prompts and 1 − f carrying k, each prompt of the load's mean length: every component
+    is that mixture, since a step is not a step with a fraction of a prompt (its GEMMs may be
+    compute-bound where the others stream weights). The step itself is
     `overlapped_stage_time_s`."""
     n = np.asarray(load.prefill_seqs, dtype=np.float64)
-    part = (n > 0) & (n < 1)
+    k = np.floor(n)
+    f = n - k
+    part = f > 0
     if not bool(np.any(part)):
         return overlapped_stage_time_s(dep, load)
-    whole = np.where(part, n, 1.0)
-    with_prompt = StepLoad(
-        load.decode, load.context_tokens, load.prefill_tokens / whole, np.where(part, 1.0, n)
-    )
+    length = np.asarray(load.prefill_tokens, dtype=np.float64) / np.where(n > 0, n, 1.0)
+    more = StepLoad(load.decode, load.context_tokens, (k + 1.0) * length, k + 1.0)
     decode = np.asarray(load.decode, dtype=np.float64)
-    running = decode > 0
-    # the steps without a prompt, timed at one sequence where none runs (they are empty: 0)
-    without = StepLoad(np.where(running, decode, 1.0), load.context_tokens)
-    a = overlapped_stage_time_s(dep, with_prompt)
-    b = overlapped_stage_time_s(dep, without)
+    empty = (k == 0) & (decode <= 0)  # the steps with k prompts have nothing to run
+    # (timed at one running sequence there, to keep 0/0 out of the GEMMs, and counted 0)
+    fewer = StepLoad(np.where(empty, 1.0, decode), load.context_tokens, k * length, k)
+    a = overlapped_stage_time_s(dep, more)
+    b = overlapped_stage_time_s(dep, fewer)
+    whole = overlapped_stage_time_s(dep, load) if bool(np.any(~part)) else a
     return {
-        k: np.asarray(np.where(part, n * v + (1.0 - n) * np.where(running, b[k], 0.0), v))
-        for k, v in a.items()
+        key: np.asarray(
+            np.where(part, f * v + (1.0 - f) * np.where(empty, 0.0, b[key]), whole[key])
+        )
+        for key, v in a.items()
     }
 
 
@@ -573,6 +577,15 @@ def step_times(dep: Deployment, load: StepLoad) -> tuple[FloatArray, dict[str, F
     if dep.speculative_tokens:
         parts["draft"] = p * draft_s(dep, share)
     return np.asarray(sum(parts.values())), parts
+
+
+def pipeline_fill_s(dep: Deployment, step_s: Num, prompts: Num) -> FloatArray:
+    """What the last of a step's micro-batches waits beyond the step (`step_times`: a pipeline
+    period) when `prompts` prompts start an empty pipeline alone, as a lone request or a
+    prefill chunk does: they fill m = min(prompts, pp) micro-batches of one stage time each,
+    step / m, and the last still crosses pp − 1 stages (0 without pipelining)."""
+    m = np.minimum(np.maximum(np.asarray(prompts, dtype=np.float64), 1.0), dep.pp)
+    return np.asarray((dep.pp - 1) * np.asarray(step_s, dtype=np.float64) / m)
 
 
 def step_time_s(dep: Deployment, load: StepLoad) -> tuple[float, dict[str, float]]:

@@ -19,7 +19,14 @@ import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.inference import kvcache
-from railplan.inference.engine import Deployment, Num, StepLoad, step_time_s, step_times
+from railplan.inference.engine import (
+    Deployment,
+    Num,
+    StepLoad,
+    pipeline_fill_s,
+    step_time_s,
+    step_times,
+)
 from railplan.records import Record
 from railplan.specs.arrays import FloatArray
 
@@ -155,6 +162,7 @@ def static_batch_tokens_per_s_per_gpu(
     prefill = step_time_s(
         dep, StepLoad(prefill_tokens=batch * input_tokens, prefill_seqs=float(batch))
     )[0]
+    prefill += float(pipeline_fill_s(dep, prefill, batch))  # an empty pipeline to fill
     ctx = input_tokens + output_tokens / 2.0
     decode = step_time_s(dep, StepLoad(decode=batch, context_tokens=batch * ctx))[0]
     total = prefill + (output_tokens - 1) / dep.tokens_per_step * decode
@@ -162,6 +170,9 @@ def static_batch_tokens_per_s_per_gpu(
 
 
 def first_token_s(dep: Deployment, input_tokens: int) -> float:
-    """Time to first token of one request alone: its prefill step."""
+    """Time to first token of one request alone: its prompt through every pipeline stage
+    (the step with its prompt on one of pp micro-batches, and the pp − 1 stages more it
+    crosses in an empty pipeline)."""
     check_tokens(input_tokens, 1)
-    return step_time_s(dep, StepLoad(prefill_tokens=input_tokens, prefill_seqs=1.0))[0]
+    step = step_time_s(dep, StepLoad(prefill_tokens=input_tokens, prefill_seqs=1.0))[0]
+    return step + float(pipeline_fill_s(dep, step, 1))

@@ -12,7 +12,8 @@ quarter-octave steps (1, 2, 3, … 8, 10, 11, 13, …) up to the largest that fi
   NIC — and on rail-only, when the instances do not start at the same local rank (tp·pp·ep not
   a multiple of K), through one more HB hop to the peer's rail (forwarding).
 TTFT here is the steady-state estimate without queueing (half a step of waiting plus the step
-carrying the prompt, plus the KV transfer); `serving.serve` gives the loaded values.
+carrying the prompt, plus the KV transfer; a disaggregated chunk also fills the prefill
+pipeline, `engine.pipeline_fill_s`); `serving.serve` gives the loaded values.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from railplan.inference.engine import (
     DEFAULT_ACCEPTANCE,
     Deployment,
     StepLoad,
+    pipeline_fill_s,
     step_time_s,
     step_times,
 )
@@ -156,7 +158,7 @@ def _disaggregated(
             int(bi),
             int(pi) * per,
             (groups - int(pi)) * per,
-            1.5 * t_pre + xfer,
+            1.5 * t_pre + float(pipeline_fill_s(dep, t_pre, chunk)) + xfer,
             float(t),
             float(x),
             xfer,
