@@ -23,7 +23,11 @@ step of the running ones). Per layer on one GPU:
   its normal kernels as a batch of their own (`ep_normal_all_to_all_s`: deduplicated and
   rail-aligned, as in training).
 Pipeline parallelism splits the batch into pp micro-batches in flight; a token then advances
-once every pp stage times (plus the sends between stages).
+once every pp stage times (plus the sends between stages). Prompts come whole: a step with a
+share of one is a mixture of steps with and without it (`stage_time_s`). Two options of the
+deployment change the step: DeepSeek's two-batch overlap of the expert all-to-alls
+(`overlapped_stage_time_s`) and speculative decoding with the model's own prediction module
+(`step_times`, `draft_s`).
 """
 
 from __future__ import annotations
