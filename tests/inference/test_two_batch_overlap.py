@@ -218,3 +218,14 @@ def test_a_lone_prompt_crosses_every_stage(pp: int) -> None:
     alone = first_token_s(Deployment(m, sy, Network(), 8, 1, 1), 2048)
     piped = first_token_s(Deployment(m, sy, Network(), 8, 1, pp), 2048)
     assert alone <= piped < 1.1 * alone
+
+
+def test_the_simulation_fills_an_empty_pipeline() -> None:
+    # a request reaching an idle engine waits for its prompt to cross every stage, as alone
+    from railplan.inference.serving import step_fn
+
+    m, sy = load_model("llama-3-405b"), load_system("gb200-nvl72")
+    for pp in (1, 4):
+        d = Deployment(m, sy, Network(), 8, 1, pp)
+        step = step_fn(d)(StepLoad(prefill_tokens=2048, prefill_seqs=1))
+        assert step == pytest.approx(first_token_s(d, 2048))

@@ -13,7 +13,8 @@ of every running sequence. A request's first token comes at the end of the step 
 prompt (TTFT = that time − arrival); each later step gives one more token (TPOT = (finish − first
 token) / (output − 1)), or with speculative decoding `Deployment.tokens_per_step` on average
 (each running sequence then counts its token and its drafts against the budget). When nothing
-runs, the engine idles until the next arrival.
+runs, the engine idles until the next arrival; the step that then starts it also waits for
+its prompts to cross every pipeline stage (`serving.step_fn`).
 
 The events are the engine steps themselves, so a plain loop over steps is the discrete-event
 simulation (a process library would add nothing: there is one server and no other resource);
@@ -30,7 +31,7 @@ import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.inference.dispatch import Run, Speculation, StepFn, least_busy
-from railplan.inference.engine import Deployment, StepLoad, step_time_s
+from railplan.inference.engine import Deployment, StepLoad, pipeline_fill_s, step_time_s
 from railplan.records import Record
 from railplan.specs.arrays import IntArray
 
@@ -225,7 +226,9 @@ def batch_limit(dep: Deployment, tokens_per_sequence: int, batch: int | None) ->
 
 
 def step_fn(dep: Deployment) -> StepFn:
-    """The engine model's step time for a step load, cached."""
+    """The engine model's step time for a step load, cached: a pipeline period, and when no
+    sequence runs (the pipeline is empty) the fill the step's prompts wait for too
+    (`engine.pipeline_fill_s`; 0 without pipelining)."""
     cache: dict[tuple[int, int, int, int], float] = {}
 
     def step(load: StepLoad) -> float:
@@ -238,7 +241,10 @@ def step_fn(dep: Deployment) -> StepFn:
             int(load.context_tokens) // 256,
         )
         if key not in cache:
-            cache[key] = step_time_s(dep, load)[0]
+            t = step_time_s(dep, load)[0]
+            if load.decode <= 0:
+                t += float(pipeline_fill_s(dep, t, load.prefill_seqs))
+            cache[key] = t
         return cache[key]
 
     return step
