@@ -35,9 +35,7 @@ def dep(tbo: bool, network: str = "rail-optimized", nic_gbps: float = 400.0) -> 
 
 
 def halves(load: StepLoad) -> StepLoad:
-    return StepLoad(
-        load.decode / 2, load.context_tokens / 2, load.prefill_tokens / 2, load.prefill_seqs / 2
-    )
+    return load.scaled(0.5)
 
 
 def moe_layers() -> float:

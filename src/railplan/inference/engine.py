@@ -208,6 +208,21 @@ class Deployment:
         }
 
     @property
+    def stage_layers(self) -> int:
+        """Layers of the fullest pipeline stage."""
+        return math.ceil(self.model.layers / self.pp)
+
+    @property
+    def stage_moe_layers(self) -> float:
+        """MoE layers of the fullest stage (the model's share of them)."""
+        return self.model.moe_layers * self.stage_layers / self.model.layers
+
+    @cached_property
+    def token_model(self) -> Model:
+        """The model with one-token sequences: GEMM shapes per token (b = tokens, s = 1)."""
+        return self.model.model_copy(update={"seq": 1})
+
+    @property
     def draft_layers(self) -> int:
         """Layers of the multi-token prediction modules the last stage loads to draft with
         (none without speculative decoding)."""
@@ -220,8 +235,7 @@ class Deployment:
         its 2h → h projection each; embedding and head shared), as on the last stage."""
         m = self.model
         wb = WEIGHT_BYTES[self.precision]
-        layers = math.ceil(m.layers / self.pp)
-        moe = m.moe_layers * layers / m.layers
+        layers, moe = self.stage_layers, self.stage_moe_layers
         dense = (layers - moe) * m.layer_params() + moe * (m.layer_params() - m.mlp_params_dense())
         experts = moe * m.experts * m.expert_params() / self.ep
         embed = m.embedding_params() / (2 if not m.tied_embeddings and self.pp > 1 else 1)
@@ -243,18 +257,16 @@ class Deployment:
     @cached_property
     def layer_kv_bytes_per_token(self) -> float:
         """KV-cache bytes per token of one layer on one GPU of the instance."""
-        layers = math.ceil(self.model.layers / self.pp)
         return (
             kvcache.model_kv_bytes_per_token(self.model, KV_BYTES[self.precision], self.tp, self.pp)
-            / layers
+            / self.stage_layers
         )
 
     @property
     def kv_bytes_per_token(self) -> float:
         """KV-cache bytes per token on one GPU of the instance: its stage's layers, and with
         speculative decoding the prediction modules' own layers (as on the last stage)."""
-        layers = math.ceil(self.model.layers / self.pp) + self.draft_layers
-        return self.layer_kv_bytes_per_token * layers
+        return self.layer_kv_bytes_per_token * (self.stage_layers + self.draft_layers)
 
     @property
     def memory_bytes(self) -> float:
@@ -297,6 +309,15 @@ class StepLoad:
     @property
     def tokens(self) -> Num:
         return self.decode + self.prefill_tokens
+
+    def scaled(self, by: float) -> StepLoad:
+        """This load's share `by` (every field times it): a micro-batch's."""
+        return StepLoad(
+            self.decode * by,
+            self.context_tokens * by,
+            self.prefill_tokens * by,
+            self.prefill_seqs * by,
+        )
 
 
 def ep_pair_bytes(dep: Deployment, tokens: Num) -> dict[str, FloatArray]:
@@ -368,8 +389,7 @@ class StageParts:
 def logits_s(dep: Deployment, load: StepLoad, queries: float = 1.0) -> FloatArray:
     """The vocabulary GEMM of the last stage: one row per prompt (its first token) and
     `queries` per running sequence (its next token and the drafts to verify)."""
-    one = dep.model.model_copy(update={"seq": 1})
-    g = logit_gemm(one, load.decode * queries + load.prefill_seqs, dep.tp)
+    g = logit_gemm(dep.token_model, load.decode * queries + load.prefill_seqs, dep.tp)
     return gemm_s(dep.system.gpu, g, dep.peak_tflops, WEIGHT_BYTES[dep.precision])
 
 
@@ -383,9 +403,8 @@ def stage_parts(dep: Deployment, load: StepLoad, queries: float | None = None) -
     decode = np.asarray(load.decode, dtype=np.float64) * q  # the running sequences' tokens
     tokens = decode + np.asarray(load.prefill_tokens, dtype=np.float64)
     zero = np.zeros_like(tokens)
-    layers = math.ceil(m.layers / dep.pp)
-    moe_layers = m.moe_layers * layers / m.layers
-    one = m.model_copy(update={"seq": 1})  # shapes per token: b = tokens, s = 1
+    layers, moe_layers = dep.stage_layers, dep.stage_moe_layers
+    one = dep.token_model  # shapes per token: b = tokens, s = 1
     # the attention block's linear layers (QKV and output; MLA's down- and up-projections)
     projections = [g for g in attention_gemms(one, tokens, t) if not g.attention]
     dense_mlp = sum((gemm_s(gpu, g, peak, wb) for g in mlp_gemms(one, tokens, t)), zero)
@@ -519,18 +538,10 @@ def overlapped_stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatA
     `ep_comm`."""
     if not dep.two_batch_overlap:
         return stage_parts(dep, load).parts
-    half = StepLoad(
-        load.decode / 2.0,
-        load.context_tokens / 2.0,
-        load.prefill_tokens / 2.0,
-        load.prefill_seqs / 2.0,
-    )
-    st = stage_parts(dep, half)
+    st = stage_parts(dep, load.scaled(0.5))
     tokens = np.asarray(load.tokens, dtype=np.float64)
     parts = {k: 2.0 * v for k, v in st.parts.items()}
     parts["logits"] = np.where(tokens > 0, logits_s(dep, load, dep.verified_tokens), 0.0)
-    m = dep.model
-    moe_layers = m.moe_layers * math.ceil(m.layers / dep.pp) / m.layers
     normal = 2.0 * (st.normal["dispatch"] + st.normal["combine"])
     comm = 2.0 * (st.low_latency["dispatch"] + st.low_latency["combine"]) + normal
     compute = 2.0 * st.moe_layer_s
@@ -538,7 +549,7 @@ def overlapped_stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatA
     held = DEEPEP_NORMAL_SMS / dep.system.gpu.sm_count * normal
     layer = np.maximum(compute + held, comm)
     last = st.low_latency["combine"] + st.normal["combine"]
-    parts["ep_comm"] = np.where(tokens > 0, moe_layers * (layer - compute) + last, 0.0)
+    parts["ep_comm"] = np.where(tokens > 0, dep.stage_moe_layers * (layer - compute) + last, 0.0)
     return parts
 
 
@@ -555,12 +566,10 @@ def draft_s(dep: Deployment, load: StepLoad) -> FloatArray:
     # timed at one sequence where none runs (and masked below), to keep 0/0 out of the GEMMs
     running = StepLoad(decode=np.where(decode > 0, decode, 1.0), context_tokens=load.context_tokens)
     st = stage_parts(dep, running, queries=1.0).parts
-    layers = math.ceil(dep.model.layers / dep.pp)
-    layer = (sum(st.values()) - st["logits"] - st["pp_comm"]) / layers
-    one = dep.model.model_copy(update={"seq": 1})
+    layer = (sum(st.values()) - st["logits"] - st["pp_comm"]) / dep.stage_layers
     proj = gemm_s(
         dep.system.gpu,
-        mtp_projection_gemm(one, running.decode, dep.tp),
+        mtp_projection_gemm(dep.token_model, running.decode, dep.tp),
         dep.peak_tflops,
         WEIGHT_BYTES[dep.precision],
     )
@@ -574,9 +583,7 @@ def step_times(dep: Deployment, load: StepLoad) -> tuple[FloatArray, dict[str, F
     then every step verifies each running sequence's drafts with its token and drafts the next
     ones on the last stage (`draft`, `draft_s`)."""
     p = float(dep.pp)
-    share = StepLoad(
-        load.decode / p, load.context_tokens / p, load.prefill_tokens / p, load.prefill_seqs / p
-    )
+    share = load.scaled(1.0 / p)
     parts = {k: p * v for k, v in stage_time_s(dep, share).items()}
     if dep.speculative_tokens:
         parts["draft"] = p * draft_s(dep, share)
@@ -590,6 +597,16 @@ def pipeline_fill_s(dep: Deployment, step_s: Num, prompts: Num) -> FloatArray:
     step / m, and the last still crosses pp − 1 stages (0 without pipelining)."""
     m = np.minimum(np.maximum(np.asarray(prompts, dtype=np.float64), 1.0), dep.pp)
     return np.asarray((dep.pp - 1) * np.asarray(step_s, dtype=np.float64) / m)
+
+
+def cold_step_s(dep: Deployment, load: StepLoad) -> float:
+    """Time of a step (`step_time_s`); one with no running sequence starts an empty pipeline
+    (a lone request, a static batch's prefill, the step that starts an idle engine) and lasts
+    until its last prompt has crossed every stage (`pipeline_fill_s` more)."""
+    step = step_time_s(dep, load)[0]
+    if np.any(np.asarray(load.decode) > 0):
+        return step
+    return step + float(pipeline_fill_s(dep, step, load.prefill_seqs))
 
 
 def step_time_s(dep: Deployment, load: StepLoad) -> tuple[float, dict[str, float]]:

@@ -23,7 +23,7 @@ from railplan.inference.engine import (
     Deployment,
     Num,
     StepLoad,
-    pipeline_fill_s,
+    cold_step_s,
     step_time_s,
     step_times,
 )
@@ -159,10 +159,9 @@ def static_batch_tokens_per_s_per_gpu(
     decoding) over a context growing from I + 1 to I + O − 1 (the step time is linear in the
     context, so the mean context gives the sum)."""
     check_tokens(input_tokens, output_tokens)
-    prefill = step_time_s(
+    prefill = cold_step_s(
         dep, StepLoad(prefill_tokens=batch * input_tokens, prefill_seqs=float(batch))
-    )[0]
-    prefill += float(pipeline_fill_s(dep, prefill, batch))  # an empty pipeline to fill
+    )
     ctx = input_tokens + output_tokens / 2.0
     decode = step_time_s(dep, StepLoad(decode=batch, context_tokens=batch * ctx))[0]
     total = prefill + (output_tokens - 1) / dep.tokens_per_step * decode
@@ -174,5 +173,4 @@ def first_token_s(dep: Deployment, input_tokens: int) -> float:
     (the step with its prompt on one of pp micro-batches, and the pp − 1 stages more it
     crosses in an empty pipeline)."""
     check_tokens(input_tokens, 1)
-    step = step_time_s(dep, StepLoad(prefill_tokens=input_tokens, prefill_seqs=1.0))[0]
-    return step + float(pipeline_fill_s(dep, step, 1))
+    return cold_step_s(dep, StepLoad(prefill_tokens=input_tokens, prefill_seqs=1.0))

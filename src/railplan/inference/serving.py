@@ -31,7 +31,7 @@ import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.inference.dispatch import Run, Speculation, StepFn, least_busy
-from railplan.inference.engine import Deployment, StepLoad, pipeline_fill_s, step_time_s
+from railplan.inference.engine import Deployment, StepLoad, cold_step_s
 from railplan.records import Record
 from railplan.specs.arrays import IntArray
 
@@ -228,7 +228,7 @@ def batch_limit(dep: Deployment, tokens_per_sequence: int, batch: int | None) ->
 def step_fn(dep: Deployment) -> StepFn:
     """The engine model's step time for a step load, cached: a pipeline period, and when no
     sequence runs (the pipeline is empty) the fill the step's prompts wait for too
-    (`engine.pipeline_fill_s`; 0 without pipelining)."""
+    (`engine.cold_step_s`; 0 without pipelining)."""
     cache: dict[tuple[int, int, int, int], float] = {}
 
     def step(load: StepLoad) -> float:
@@ -241,10 +241,7 @@ def step_fn(dep: Deployment) -> StepFn:
             int(load.context_tokens) // 256,
         )
         if key not in cache:
-            t = step_time_s(dep, load)[0]
-            if load.decode <= 0:
-                t += float(pipeline_fill_s(dep, t, load.prefill_seqs))
-            cache[key] = t
+            cache[key] = cold_step_s(dep, load)
         return cache[key]
 
     return step
