@@ -61,6 +61,14 @@ def _drafts(speculative_tokens: int) -> str:
 
 InputOpt = Annotated[int, typer.Option(help="prompt tokens per request (1-1e7)")]
 OutputOpt = Annotated[int, typer.Option(help="output tokens per request (1-1e7)")]
+CustomAllReduceOpt = Annotated[
+    bool,
+    typer.Option(
+        help="tensor-parallel all-reduces inside an HB domain may take the serving framework's "
+        "own kernel (TensorRT-LLM / vLLM / SGLang custom all-reduce, where the system has its "
+        "measurement); --no-custom-all-reduce: NCCL only"
+    ),
+]
 
 
 def _floats(field: str, text: str) -> list[float]:
@@ -99,6 +107,7 @@ def infer(
     ] = False,
     speculative_tokens: SpeculativeOpt = 0,
     acceptance: AcceptanceOpt = None,
+    custom_all_reduce: CustomAllReduceOpt = True,
     hardware: HardwareOptions = HardwareOptions(),
     arrival_rate: Annotated[
         str | None,
@@ -152,6 +161,7 @@ def infer(
         precision,
         two_batch_overlap,
         *speculation,
+        custom_all_reduce,
     )
     r = run(dep, batch, input_tokens, output_tokens)
     out: dict[str, Any] = r.to_dict()
@@ -295,6 +305,7 @@ def infer_search(
     tpot_slo: Annotated[float, typer.Option(help="TPOT limit, s (MLPerf server: 0.175)")] = 0.175,
     speculative_tokens: SpeculativeOpt = 0,
     acceptance: AcceptanceOpt = None,
+    custom_all_reduce: CustomAllReduceOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """The configuration (tp/pp/ep/batch, aggregated or disaggregated prefill/decode) with
@@ -318,6 +329,7 @@ def infer_search(
             ttft_slo,
             tpot_slo,
             speculative=speculation,
+            custom_all_reduce=custom_all_reduce,
         )
         for k in ks
     ]

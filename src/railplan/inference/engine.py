@@ -114,6 +114,8 @@ class Deployment:
     all-to-alls (`stage_time_s`). `speculative_tokens` D > 0 drafts D tokens per running
     sequence and step with the model's multi-token prediction module and verifies them in the
     next step (`step_times`), each accepted with probability `acceptance` given the ones before.
+    `custom_all_reduce` lets the tensor-parallel all-reduces inside an HB domain take the
+    serving framework's own kernel where the system has its measurement (`tp_all_reduce_s`).
     """
 
     model: Model
@@ -127,6 +129,7 @@ class Deployment:
     two_batch_overlap: bool = False
     speculative_tokens: int = 0
     acceptance: float = DEFAULT_ACCEPTANCE
+    custom_all_reduce: bool = True
 
     def __post_init__(self) -> None:
         for field in ("gpus", "tp", "pp", "ep"):
@@ -457,7 +460,7 @@ def stage_parts(dep: Deployment, load: StepLoad, queries: float | None = None) -
     )
     act = tokens * m.hidden * ACT_BYTES
     lk, shapes = dep.links, dep.shapes
-    tp_layer = 2.0 * group_collective_s(lk, shapes["tp"], act)
+    tp_layer = 2.0 * tp_all_reduce_s(dep, act)
     out = {
         "gemm": gemm,
         "attention": layers * (pre_s + dec_s),
@@ -485,6 +488,22 @@ def stage_parts(dep: Deployment, load: StepLoad, queries: float | None = None) -
     parts = {k: np.where(tokens > 0, v, 0.0) for k, v in out.items()}
     moe_layer_s = per_layer + experts + pre_s + dec_s + ew_s + tp_layer
     return StageParts(parts, np.asarray(moe_layer_s), ll, normal)
+
+
+def tp_all_reduce_s(dep: Deployment, size_bytes: FloatArray) -> FloatArray:
+    """One tensor-parallel all-reduce of `size_bytes` per GPU: NCCL's (`group_collective_s`:
+    the faster of its Simple and low-latency rings inside a domain), or, with
+    `custom_all_reduce` and a group inside one HB domain, the serving framework's own kernel
+    when it is faster (`System.custom_all_reduce`, measured: TensorRT-LLM's one-shot / two-shot
+    kernel, which vLLM and SGLang run too, for 2-8 ranks and messages up to 8 MiB; TensorRT-LLM's
+    AUTO strategy and vLLM fall back to NCCL outside them)."""
+    shape = dep.shapes["tp"]
+    nccl = group_collective_s(dep.links, shape, size_bytes)
+    curve = dep.system.custom_all_reduce
+    if not dep.custom_all_reduce or curve is None:
+        return nccl
+    own = np.where(shape.inside, curve.time_s(shape.x, size_bytes), np.inf)
+    return np.asarray(np.minimum(nccl, own))
 
 
 def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:

@@ -48,6 +48,7 @@ class InferenceResult(Record):
     two_batch_overlap: bool
     speculative_tokens: int
     acceptance: float
+    custom_all_reduce: bool  # the framework's all-reduce kernel was allowed and measured
     tokens_per_step: float
     batch: int
     input_tokens: int
@@ -134,6 +135,7 @@ def infer(
         two_batch_overlap=dep.two_batch_overlap,
         speculative_tokens=dep.speculative_tokens,
         acceptance=dep.acceptance,
+        custom_all_reduce=dep.custom_all_reduce and dep.system.custom_all_reduce is not None,
         tokens_per_step=dep.tokens_per_step,
         batch=batch,
         input_tokens=input_tokens,

@@ -174,12 +174,26 @@ def deployments(
     gpus: int,
     precision: str,
     speculative: tuple[int, float] = (0, DEFAULT_ACCEPTANCE),
+    custom_all_reduce: bool = True,
 ) -> list[Deployment]:
     """Every tp × pp (× ep for MoE, with and without the two-batch overlap) that divides the
-    GPUs; `speculative`: draft tokens per step and their acceptance, for all of them."""
+    GPUs; `speculative`: draft tokens per step and their acceptance, and `custom_all_reduce`
+    (`Deployment`), for all of them."""
     eps = [e for e in _divisors(model.experts) if e <= gpus] if model.experts > 1 else [1]
     return [
-        Deployment(model, system, network, gpus, tp, pp, ep, precision, tbo, *speculative)
+        Deployment(
+            model,
+            system,
+            network,
+            gpus,
+            tp,
+            pp,
+            ep,
+            precision,
+            tbo,
+            *speculative,
+            custom_all_reduce,
+        )
         for ep in eps
         for tp in _divisors(gpus // ep)
         for pp in _divisors(gpus // (ep * tp))
@@ -197,11 +211,12 @@ def candidates(
     input_tokens: int,
     output_tokens: int,
     speculative: tuple[int, float] = (0, DEFAULT_ACCEPTANCE),
+    custom_all_reduce: bool = True,
 ) -> list[Choice]:
     """Every configuration evaluated (see the module docstring)."""
     check_tokens(input_tokens, output_tokens)
     out: list[Choice] = []
-    for dep in deployments(model, system, network, gpus, precision, speculative):
+    for dep in deployments(model, system, network, gpus, precision, speculative, custom_all_reduce):
         b = batches(dep.max_batch(input_tokens + output_tokens))
         if b.size:
             out += _aggregated(dep, b, input_tokens, output_tokens)
@@ -225,9 +240,11 @@ def search(
     tpot_slo_s: float,
     networks: tuple[str, ...] = NETWORKS,
     speculative: tuple[int, float] = (0, DEFAULT_ACCEPTANCE),
+    custom_all_reduce: bool = True,
 ) -> dict[str, Any]:
     """The best configuration on each network, the overall best and the spine verdict;
-    `speculative`: draft tokens per step and their acceptance (`Deployment`)."""
+    `speculative`: draft tokens per step and their acceptance, `custom_all_reduce`: the serving
+    framework's all-reduce kernel where measured (`Deployment`)."""
     ttft_slo_s = SLO.check("ttft_slo", ttft_slo_s)
     tpot_slo_s = SLO.check("tpot_slo", tpot_slo_s)
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_SEARCH_GPUS:
@@ -244,6 +261,7 @@ def search(
             input_tokens,
             output_tokens,
             speculative,
+            custom_all_reduce,
         )
         evaluated += len(cs)
         by_net[arch] = best(cs, ttft_slo_s, tpot_slo_s)
@@ -258,7 +276,17 @@ def search(
             return None
         net = Network(architecture=arch)
         dep = Deployment(
-            model, system, net, gpus, c.tp, c.pp, c.ep, precision, c.two_batch_overlap, *speculative
+            model,
+            system,
+            net,
+            gpus,
+            c.tp,
+            c.pp,
+            c.ep,
+            precision,
+            c.two_batch_overlap,
+            *speculative,
+            custom_all_reduce,
         )
         own = c.to_dict() | {"tokens_per_s": c.tokens_per_s_per_gpu * gpus}
         return infer(dep, c.batch, input_tokens, output_tokens).to_dict() | own

@@ -185,3 +185,33 @@ def small_all_reduce_s(x: Num, y: Num) -> FloatArray:
         NCCL_TREE_LL_NET_US
     )
     return np.where(x * y > 1, (NCCL_TREE_LL_BASE_US + 2.0 * hops) * 1e-6, 0.0)
+
+
+# NCCL's tuning model for a ring all-reduce inside one node over NVLink (src/graph/tuning.cc at
+# 5067397, ncclTunerConstantsDefaults): base latency and latency per NVLink step of the LL and
+# LL128 protocols (µs; the Simple protocol's 3.4 µs step is `System.hb_latency_us`), and their
+# bus-bandwidth factors: LL moves 4 bytes of data per 8-byte line (`busBw * .5`, capped by
+# `llMaxBws`), LL128 120 of every 128 bytes (`busBw * 0.92`).
+NCCL_RING_LL_BASE_US, NCCL_RING_LL_NVLINK_US, NCCL_LL_BW_FACTOR = 6.6, 0.6, 0.5
+NCCL_RING_LL128_BASE_US, NCCL_RING_LL128_NVLINK_US, NCCL_LL128_BW_FACTOR = 14.0, 1.9, 0.92
+
+
+def nccl_low_latency_ring_all_reduce_s(
+    n: Num, size_bytes: Num, bw: Num, ll_max_bw: float
+) -> FloatArray:
+    """Ring all-reduce of `size_bytes` over n GPUs of one NVLink domain with the faster of
+    NCCL's low-latency protocols, as its tuning model times them: base + 2(n−1) steps +
+    2(n−1)/n·D over the protocol's bus bandwidth (LL: min(½·bw, `ll_max_bw`); LL128: 0.92·bw);
+    0 for one rank. NCCL picks the protocol its model predicts fastest, so the Simple ring
+    (`ring_all_reduce_s`) competes with this one for every message (`comm_time.
+    group_collective_s`)."""
+    n, d, b = _f(n), _f(size_bytes), _f(bw)
+    steps = 2.0 * (n - 1.0)
+    data = steps / np.maximum(n, 1.0) * d
+    ll = (NCCL_RING_LL_BASE_US + steps * NCCL_RING_LL_NVLINK_US) * 1e-6 + data / np.minimum(
+        NCCL_LL_BW_FACTOR * b, ll_max_bw
+    )
+    ll128 = (NCCL_RING_LL128_BASE_US + steps * NCCL_RING_LL128_NVLINK_US) * 1e-6 + data / (
+        NCCL_LL128_BW_FACTOR * b
+    )
+    return np.asarray(np.where(n > 1, np.minimum(ll, ll128), 0.0))

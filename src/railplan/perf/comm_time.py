@@ -55,6 +55,7 @@ class Links:
     comm_sm_fraction: float
     nvls_bw: float = 0.0  # NVLink SHARP bandwidth, 0 = off (System.nvls)
     sharp: bool = False  # SHARP on the rail switches (Network.sharp)
+    ll_max_bw: float = 0.0  # NCCL's LL bus-bandwidth cap; 0 = no LL/LL128 (GPU.nccl_ll_max_…)
 
 
 def links(system: System, network: Network, gpus: FloatArray) -> Links:
@@ -73,6 +74,7 @@ def links(system: System, network: Network, gpus: FloatArray) -> Links:
         if system.nvls
         else 0.0,
         sharp=network.sharp,
+        ll_max_bw=system.gpu.nccl_ll_max_bus_bytes_per_s or 0.0,
     )
 
 
@@ -81,7 +83,9 @@ def group_collective_s(
 ) -> FloatArray:
     """All-reduce (or all-gather / reduce-scatter when `gather_only`) of the slowest group of a
     kind, laid out as `shape` (railplan.perf.layout): hierarchical over x members per domain and y
-    domains (SYSTEM.md formula 2), a plain HB ring when the group lies inside one domain."""
+    domains (SYSTEM.md formula 2), a plain HB ring when the group lies inside one domain. An
+    all-reduce inside one domain takes NCCL's faster protocol: the Simple ring or the LL / LL128
+    ring (`collectives.nccl_low_latency_ring_all_reduce_s`), which wins for small messages."""
     phases = 1.0 if gather_only else 2.0
     t = phases * coll.hierarchical_all_gather_s(
         shape.x, shape.y, size, lk.hb_bw, lk.nic_bw, lk.hb_lat_s, lk.nic_lat_s
@@ -98,6 +102,9 @@ def group_collective_s(
             lk.nvls_bw,
             lk.sharp,
         )
+    if not gather_only and lk.ll_max_bw > 0:
+        low = coll.nccl_low_latency_ring_all_reduce_s(shape.x, size, lk.hb_bw, lk.ll_max_bw)
+        t = np.where(shape.inside, np.minimum(t, low), t)
     if lk.rail_only:
         # Forwarding: the NIC-phase bytes take one more HB hop to reach the right rail.
         hop = phases * (shape.y - 1) / shape.y * size / shape.x / lk.hb_bw

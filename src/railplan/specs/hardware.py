@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Annotated, Literal
 
 import numpy as np
@@ -79,6 +80,59 @@ class AttentionCurve(Spec):
         return at(fwd, fwd_noncausal), at(bwd, bwd_noncausal)
 
 
+class CustomAllReduceCurve(Spec):
+    """A serving framework's all-reduce kernel inside one NVLink domain, measured: latency
+    (µs) by ranks and message size (the one-shot / two-shot kernels TensorRT-LLM, vLLM and
+    SGLang run for tensor parallelism in place of NCCL, with peer memory over NVLink). Between
+    the measured sizes the latency is interpolated linearly in bytes, beyond the largest it
+    grows with the last interval's slope, below the smallest it stays at the smallest's;
+    between measured rank counts it is interpolated linearly in ranks. Outside the measured
+    rank counts, above `max_bytes` or across HB domains the kernel does not apply."""
+
+    ranks: list[Annotated[int, Range(2, 72, "ranks")]] = Field(min_length=1)
+    sizes_bytes: list[Annotated[int, Range(1, 1 << 40, "bytes")]] = Field(min_length=2)
+    latency_us: list[list[Microseconds]] = Field(
+        description="one list per entry of `ranks`, one latency per entry of `sizes_bytes`"
+    )
+    max_bytes: Annotated[int, Range(1, 1 << 40, "bytes")] = Field(
+        description="the largest message the framework sends through the kernel"
+    )
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _aligned(self) -> CustomAllReduceCurve:
+        if len(self.latency_us) != len(self.ranks) or any(
+            len(row) != len(self.sizes_bytes) for row in self.latency_us
+        ):
+            raise ValueError("latency_us needs one list per rank count, one value per size")
+        for name, xs in (("ranks", self.ranks), ("sizes_bytes", self.sizes_bytes)):
+            if any(b <= a for a, b in pairwise(xs)):
+                raise ValueError(f"{name} must increase")
+        return self
+
+    def time_s(self, ranks: npt.ArrayLike, size_bytes: npt.ArrayLike) -> npt.NDArray[np.float64]:
+        """Seconds per all-reduce of `size_bytes` over `ranks` GPUs of one domain; inf where
+        the kernel does not apply (rank count outside the measured ones, message above
+        `max_bytes`); 0 for one rank."""
+        n = np.asarray(ranks, dtype=np.float64)
+        d = np.asarray(size_bytes, dtype=np.float64)
+        sizes = np.asarray(self.sizes_bytes, dtype=np.float64)
+        per_rank = []
+        for row in self.latency_us:
+            lat = np.asarray(row, dtype=np.float64)
+            slope = (lat[-1] - lat[-2]) / (sizes[-1] - sizes[-2])
+            inside = np.interp(d, sizes, lat)
+            per_rank.append(np.where(d > sizes[-1], lat[-1] + slope * (d - sizes[-1]), inside))
+        points = [float(r) for r in self.ranks]
+        t = np.where(n == points[0], per_rank[0], np.inf)
+        for lo, hi, a, b in zip(points, points[1:], per_rank, per_rank[1:], strict=False):
+            w = (n - lo) / (hi - lo)  # linear in ranks between two measured counts
+            t = np.where((n > lo) & (n <= hi), (1.0 - w) * a + w * b, t)
+        ok = (n >= points[0]) & (n <= points[-1]) & (d <= self.max_bytes)
+        t = t * 1e-6
+        return np.asarray(np.where(n <= 1, 0.0, np.where(ok, t, np.inf)))
+
+
 class GPU(Spec):
     """One accelerator. Every performance number has a source in the catalog entry."""
 
@@ -121,6 +175,12 @@ class GPU(Spec):
     )
     kernel_overhead_us: Microseconds = Field(
         default=4.0, description="launch/tail overhead added to each kernel"
+    )
+    nccl_ll_max_bus_bytes_per_s: Annotated[float, Range(1e9, 1e14, "bytes/s")] | None = Field(
+        default=None,
+        description="NCCL's cap on the LL protocol's bus bandwidth inside one node (tuning.cc "
+        "llMaxBws, one-node column, by compute capability); None: NCCL's tuning model does not "
+        "apply (e.g. RCCL) and all-reduces are timed as Simple-protocol rings only",
     )
     source: str = ""
     sustained_tensor_fraction: Efficiency = Field(
@@ -195,6 +255,11 @@ class System(Spec):
         "channel, ~16 channels of 108 SMs on 8x A100; Calculon uses 0.15)",
     )
     source: str = ""
+    custom_all_reduce: CustomAllReduceCurve | None = Field(
+        default=None,
+        description="serving frameworks' measured all-reduce kernel inside the HB domain "
+        "(railplan infer); None: no measurement, NCCL's all-reduce is used",
+    )
     nvls: bool = Field(
         default=False,
         description="all-reduces inside the HB domain use NVLink SHARP (NVSwitch 3 and later; "

@@ -1,0 +1,102 @@
+"""Serving's tensor-parallel all-reduce: the framework's measured kernel inside an HB domain
+(TensorRT-LLM / vLLM / SGLang custom all-reduce), else NCCL."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from railplan.inference.engine import Deployment, StepLoad, stage_parts, tp_all_reduce_s
+from railplan.inference.estimate import infer
+from railplan.perf.comm_time import group_collective_s
+from railplan.specs import Network
+from railplan.specs.catalog import load_model, load_system
+
+
+@cache
+def dep(
+    custom: bool, system: str = "dgx-h100", tp: int = 8, network: str = "rail-optimized"
+) -> Deployment:
+    return Deployment(
+        load_model("llama-3-405b"),
+        load_system(system),
+        Network(architecture=network),
+        tp,
+        tp,
+        1,
+        1,
+        "fp8",
+        custom_all_reduce=custom,
+    )
+
+
+def test_one_token_all_reduce_takes_the_measured_kernel() -> None:
+    # one decode token of a 16,384-wide model: 32 KiB in bf16, measured at 7.8 µs over 8 H100
+    d = dep(True)
+    size = np.asarray([16384 * 2.0])
+    assert float(tp_all_reduce_s(d, size)[0]) == pytest.approx(7.8e-6)
+    nccl = float(group_collective_s(d.links, d.shapes["tp"], size)[0])
+    assert float(tp_all_reduce_s(dep(False), size)[0]) == pytest.approx(nccl)
+    assert nccl > 7.8e-6
+
+
+def test_large_messages_stay_on_nccl() -> None:
+    d = dep(True)
+    size = np.asarray([8 * 2.0**20])  # 8 MiB: the kernel's extrapolated time loses to NCCL
+    nccl = float(group_collective_s(d.links, d.shapes["tp"], size)[0])
+    assert float(tp_all_reduce_s(d, size)[0]) == pytest.approx(nccl)
+
+
+def test_no_measurement_or_too_many_ranks_means_nccl() -> None:
+    size = np.asarray([32768.0])
+    for d in (
+        dep(True, "dgx-b200"),  # no measured kernel on NVLink 5
+        dep(True, "dgx-h100", 16, "ideal"),  # 16 ranks: the kernels run 2-8
+    ):
+        nccl = float(group_collective_s(d.links, d.shapes["tp"], size)[0])
+        assert float(tp_all_reduce_s(d, size)[0]) == pytest.approx(nccl)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 512), st.integers(16, 8192))
+def test_the_kernel_never_slows_a_step(batch: int, context: int) -> None:
+    load = StepLoad(np.asarray([float(batch)]), np.asarray([float(batch * context)]))
+    on = stage_parts(dep(True), load).parts
+    off = stage_parts(dep(False), load).parts
+    assert float(on["tp_comm"][0]) <= float(off["tp_comm"][0]) + 1e-15
+    for key in on:
+        if key != "tp_comm":
+            assert float(on[key][0]) == pytest.approx(float(off[key][0]))
+
+
+def test_tpot_at_batch_one() -> None:
+    on, off = infer(dep(True), 1, 1024, 256), infer(dep(False), 1, 1024, 256)
+    assert on.custom_all_reduce and not off.custom_all_reduce
+    assert on.tpot_s < off.tpot_s
+    # 126 layers × 2 all-reduces of one token's 32 KiB, each 7.8 µs measured (the steady state's
+    # average step also carries 1/256 of a prompt, whose all-reduces are larger)
+    assert on.breakdown_s["tp_comm"] == pytest.approx(252 * 7.8e-6, rel=0.15)
+    assert not infer(dep(True, "dgx-b200"), 1, 1024, 256).custom_all_reduce
+
+
+def test_cli_flag(cli: Any) -> None:
+    args = ("infer", "--model", "llama-3-405b", "--gpus", "8", "--tp", "8", "--batch", "1")
+    on, off = cli.json(*args), cli.json(*args, "--no-custom-all-reduce")
+    assert on["custom_all_reduce"] is True and off["custom_all_reduce"] is False
+    assert on["breakdown_s"]["tp_comm"] < off["breakdown_s"]["tp_comm"]
+    search = (
+        "infer-search",
+        "--model",
+        "llama-2-70b",
+        "--system",
+        "dgx-h100",
+        "--gpus",
+        "8",
+        "--no-custom-all-reduce",
+    )
+    assert cli.json(*search)["best"]["custom_all_reduce"] is False

@@ -1,0 +1,120 @@
+"""Small all-reduces: NCCL's LL / LL128 rings inside a domain (tuning.cc) and the serving
+frameworks' measured custom all-reduce kernel (System.custom_all_reduce)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from railplan.perf import collectives as c
+from railplan.perf.comm_time import group_collective_s, links
+from railplan.perf.layout import Shape
+from railplan.specs import Network
+from railplan.specs.catalog import load_system
+from railplan.specs.hardware import CustomAllReduceCurve
+
+H100 = load_system("dgx-h100")
+CURVE = H100.custom_all_reduce
+assert CURVE is not None
+
+
+def test_ll_ring_by_hand() -> None:
+    # 8 ranks, 32 KiB, bus bandwidth 369 GB/s, LL cap 141 GB/s: LL = 6.6 + 14·0.6 µs plus
+    # 14/8·32768 B at min(184.5, 141) GB/s; LL128 = 14 + 14·1.9 µs plus the bytes at 0.92·369
+    ll = 15.0e-6 + 14 / 8 * 32768 / 141e9
+    ll128 = 40.6e-6 + 14 / 8 * 32768 / (0.92 * 369e9)
+    got = float(c.nccl_low_latency_ring_all_reduce_s(8, 32768, 369e9, 141e9))
+    assert got == pytest.approx(min(ll, ll128))
+    assert got == pytest.approx(ll)
+    # 64 MiB: LL128's bandwidth wins over LL's capped one
+    big = 64 * 2**20
+    ll128_big = 40.6e-6 + 14 / 8 * big / (0.92 * 369e9)
+    assert float(c.nccl_low_latency_ring_all_reduce_s(8, big, 369e9, 141e9)) == pytest.approx(
+        ll128_big
+    )
+    assert float(c.nccl_low_latency_ring_all_reduce_s(1, big, 369e9, 141e9)) == 0.0
+
+
+def _inside(n: int) -> Shape:
+    one = np.ones(1)
+    return Shape(x=one * n, y=one, domains=one, cross_rail=np.zeros(1, dtype=bool))
+
+
+def test_group_all_reduce_takes_the_faster_protocol() -> None:
+    lk = links(H100, Network(architecture="rail-optimized"), np.asarray([8.0]))
+    simple = c.ring_all_reduce_s(8, 32768, lk.hb_bw, lk.hb_lat_s)  # 47.6 µs + bytes
+    got = float(group_collective_s(lk, _inside(8), np.asarray([32768.0]))[0])
+    assert got < float(simple)
+    assert got == pytest.approx(
+        float(c.nccl_low_latency_ring_all_reduce_s(8, 32768, lk.hb_bw, lk.ll_max_bw))
+    )
+    # a large message keeps the Simple ring, as before
+    big = 256e6
+    assert float(group_collective_s(lk, _inside(8), np.asarray([big]))[0]) == pytest.approx(
+        float(c.ring_all_reduce_s(8, big, lk.hb_bw, lk.hb_lat_s))
+    )
+    # all-gathers and reduce-scatters keep their Simple rings
+    gather = float(group_collective_s(lk, _inside(8), np.asarray([32768.0]), gather_only=True)[0])
+    assert gather == pytest.approx(float(c.ring_all_gather_s(8, 32768, lk.hb_bw, lk.hb_lat_s)))
+
+
+def test_no_nccl_constants_no_low_latency_protocols() -> None:
+    mi = load_system("mi300x")
+    assert mi.gpu.nccl_ll_max_bus_bytes_per_s is None
+    lk = links(mi, Network(architecture="rail-optimized"), np.asarray([8.0]))
+    got = float(group_collective_s(lk, _inside(8), np.asarray([32768.0]))[0])
+    assert got == pytest.approx(float(c.ring_all_reduce_s(8, 32768, lk.hb_bw, lk.hb_lat_s)))
+
+
+sizes = st.floats(1.0, 1e10)
+
+
+@given(st.integers(2, 72), sizes, sizes, st.floats(1e9, 1e13), st.floats(1.0, 4.0))
+def test_low_latency_ring_monotone_and_never_above_simple_with_its_base(
+    n: int, d1: float, d2: float, bw: float, factor: float
+) -> None:
+    lo, hi = sorted((d1, d2))
+    t = c.nccl_low_latency_ring_all_reduce_s
+    assert float(t(n, lo, bw, 141e9)) <= float(t(n, hi, bw, 141e9))
+    assert float(t(n, hi, bw * factor, 141e9)) <= float(t(n, hi, bw, 141e9))
+    # at least its own latency: base + 2(n − 1) steps of the cheaper protocol
+    assert float(t(n, lo, bw, 141e9)) >= (6.6 + 2 * (n - 1) * 0.6) * 1e-6 - 1e-15
+
+
+def test_custom_curve_reproduces_its_measurements() -> None:
+    for n, row in zip(CURVE.ranks, CURVE.latency_us, strict=True):
+        got = CURVE.time_s(np.full(len(row), n), np.asarray(CURVE.sizes_bytes))
+        assert got * 1e6 == pytest.approx(row)
+
+
+def test_custom_curve_between_and_beyond() -> None:
+    # 6 ranks: halfway between the 4- and 8-rank measurements (vLLM runs 2, 4, 6, 8)
+    assert float(CURVE.time_s(6, 32768)) * 1e6 == pytest.approx((4.8 + 7.8) / 2)
+    # between two sizes: linear in bytes
+    mid = (262144 + 524288) / 2
+    assert float(CURVE.time_s(8, mid)) * 1e6 == pytest.approx((16.7 + 22.1) / 2)
+    # beyond 1 MiB: the last interval's slope; below 512 B: the 512 B latency
+    slope = (33.8 - 22.1) / (1048576 - 524288)
+    assert float(CURVE.time_s(8, 2 * 1048576)) * 1e6 == pytest.approx(33.8 + slope * 1048576)
+    assert float(CURVE.time_s(8, 64)) * 1e6 == pytest.approx(5.9)
+    # not applicable: 16 ranks (the kernels run 2-8), messages above 8 MiB; one rank: nothing
+    assert np.isinf(CURVE.time_s(16, 4096))
+    assert np.isinf(CURVE.time_s(8, 8 * 2**20 + 1))
+    assert float(CURVE.time_s(1, 4096)) == 0.0
+
+
+@given(st.sampled_from([2, 3, 4, 5, 6, 7, 8]), st.floats(1.0, 8 * 2**20), st.floats(1.0, 8 * 2**20))
+def test_custom_curve_monotone_in_bytes(n: int, d1: float, d2: float) -> None:
+    lo, hi = sorted((d1, d2))
+    assert float(CURVE.time_s(n, lo)) <= float(CURVE.time_s(n, hi)) + 1e-15
+
+
+def test_custom_curve_rejects_misaligned_tables() -> None:
+    good = CURVE.model_dump()
+    with pytest.raises(ValidationError, match="one list per rank count"):
+        CustomAllReduceCurve(**(good | {"latency_us": good["latency_us"][:2]}))
+    with pytest.raises(ValidationError, match="sizes_bytes must increase"):
+        CustomAllReduceCurve(**(good | {"sizes_bytes": list(reversed(good["sizes_bytes"]))}))
