@@ -45,7 +45,12 @@ def test_in_network_never_slower_at_large_sizes_faster_at_small() -> None:
             if big is None or small is None:
                 continue
             assert big <= ring_big
-            assert small < 0.5 * ring_small
+            # NCCL's model: one 25 µs NVLS latency against the Simple ring's 3.4 µs per step
+            assert small < (0.6 if a == "nvls" and gpus == 8 else 0.5) * ring_small
+    # inside one domain NCCL's LL ring beats NVLS for small messages (as NCCL's tuner picks)
+    g = _group("rail-only", 8)
+    ll, nvls = (alg.time_s(g, "all-reduce", a, 1024)[0] for a in ("ring-ll", "nvls"))
+    assert ll is not None and nvls is not None and ll < nvls
 
 
 def test_a100_has_no_nvls() -> None:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from railplan.errors import RailplanError
 from railplan.explore.search import SearchSpace, candidate_rows
+from railplan.perf.collectives import NCCL_SIMPLE_BASE_US
 from railplan.perf.comm_time import links
 from railplan.perf.iteration import data_parallel, iteration
 from railplan.perf.layout import megatron_shapes
@@ -98,9 +99,10 @@ def test_zero1_step_communication_by_hand() -> None:
     g = float(comm.dp_gradient_bytes(MODEL, s, True, most)) / n
     w = float(comm.dp_weight_gather_bytes(MODEL, s, True, most)) / n
     hb, nic = lk.hb_bw, lk.nic_bw
-    rs = 3 / 4 * g / hb + 3 * lk.hb_lat_s
-    ar = 2 * (3 / 4 * (g / 4) / nic + 3 * lk.nic_lat_s)
-    ag = 3 / 4 * w / hb + 3 * lk.hb_lat_s
+    base = NCCL_SIMPLE_BASE_US * 1e-6  # NCCL's base latency, once per collective
+    rs = base + 3 / 4 * g / hb + 3 * lk.hb_lat_s
+    ar = base + 2 * (3 / 4 * (g / 4) / nic + 3 * lk.nic_lat_s)
+    ag = base + 3 / 4 * w / hb + 3 * lk.hb_lat_s
     assert float(d.end_s) == pytest.approx(n * (rs + ar + ag))
     assert float(d.end_gather_s) == pytest.approx(n * ag)
 
@@ -116,9 +118,11 @@ def test_zero3_every_micro_batch_reduces_across_replicas() -> None:
     layers = 32.0  # FSDP: one collective per transformer block
     g = float(comm.dp_gradient_bytes(MODEL, s, True, most)) / layers
     w = float(comm.dp_weight_gather_bytes(MODEL, s, True, most)) / layers
-    gather = layers * (7 / 8 * w / lk.hb_bw + 7 * lk.hb_lat_s)
+    base = NCCL_SIMPLE_BASE_US * 1e-6  # NCCL's base latency, once per collective
+    gather = layers * (base + 7 / 8 * w / lk.hb_bw + 7 * lk.hb_lat_s)
     reduce = layers * (
-        7 / 8 * g / lk.hb_bw
+        2 * base
+        + 7 / 8 * g / lk.hb_bw
         + 7 * lk.hb_lat_s
         + 2 * (7 / 8 * (g / 8) / lk.nic_bw + 7 * lk.nic_lat_s)
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -45,20 +45,26 @@ def _inside(n: int) -> Shape:
 
 def test_group_all_reduce_takes_the_faster_protocol() -> None:
     lk = links(H100, Network(architecture="rail-optimized"), np.asarray([8.0]))
-    simple = c.ring_all_reduce_s(8, 32768, lk.hb_bw, lk.hb_lat_s)  # 47.6 µs + bytes
+    base = c.NCCL_SIMPLE_BASE_US * 1e-6
+    # the Simple ring: 8.4 µs + 14 steps of 3.4 µs + bytes
+    simple = base + float(c.ring_all_reduce_s(8, 32768, lk.hb_bw, lk.hb_lat_s))
     got = float(group_collective_s(lk, _inside(8), np.asarray([32768.0]))[0])
-    assert got < float(simple)
+    assert got < simple
     assert got == pytest.approx(
         float(c.nccl_low_latency_ring_all_reduce_s(8, 32768, lk.hb_bw, lk.ll_max_bw))
     )
-    # a large message keeps the Simple ring, as before
+    # a large message keeps the Simple ring
     big = 256e6
     assert float(group_collective_s(lk, _inside(8), np.asarray([big]))[0]) == pytest.approx(
-        float(c.ring_all_reduce_s(8, big, lk.hb_bw, lk.hb_lat_s))
+        base + float(c.ring_all_reduce_s(8, big, lk.hb_bw, lk.hb_lat_s))
     )
     # all-gathers and reduce-scatters keep their Simple rings
     gather = float(group_collective_s(lk, _inside(8), np.asarray([32768.0]), gather_only=True)[0])
-    assert gather == pytest.approx(float(c.ring_all_gather_s(8, 32768, lk.hb_bw, lk.hb_lat_s)))
+    assert gather == pytest.approx(
+        base + float(c.ring_all_gather_s(8, 32768, lk.hb_bw, lk.hb_lat_s))
+    )
+    # a group of one rank pays nothing
+    assert float(group_collective_s(lk, _inside(1), np.asarray([32768.0]))[0]) == 0.0
 
 
 def test_no_nccl_constants_no_low_latency_protocols() -> None:
@@ -66,7 +72,9 @@ def test_no_nccl_constants_no_low_latency_protocols() -> None:
     assert mi.gpu.nccl_ll_max_bus_bytes_per_s is None
     lk = links(mi, Network(architecture="rail-optimized"), np.asarray([8.0]))
     got = float(group_collective_s(lk, _inside(8), np.asarray([32768.0]))[0])
-    assert got == pytest.approx(float(c.ring_all_reduce_s(8, 32768, lk.hb_bw, lk.hb_lat_s)))
+    assert got == pytest.approx(
+        c.NCCL_SIMPLE_BASE_US * 1e-6 + float(c.ring_all_reduce_s(8, 32768, lk.hb_bw, lk.hb_lat_s))
+    )
 
 
 sizes = st.floats(1.0, 1e10)
@@ -85,31 +93,52 @@ def test_low_latency_ring_monotone_and_never_above_simple_with_its_base(
 
 
 def test_custom_curve_reproduces_its_measurements() -> None:
+    # the measured latencies, each at least the one of the next smaller size (the 4- and
+    # 8-rank rows dip between their two smallest sizes: 4.8 → 3.7 and 5.9 → 5.7 µs)
     for n, row in zip(CURVE.ranks, CURVE.latency_us, strict=True):
         got = CURVE.time_s(np.full(len(row), n), np.asarray(CURVE.sizes_bytes))
-        assert got * 1e6 == pytest.approx(row)
+        assert got * 1e6 == pytest.approx(np.maximum.accumulate(row))
+    assert CURVE.latency_us[1][:2] == [4.8, 3.7]
+    assert float(CURVE.time_s(4, 16384)) * 1e6 == pytest.approx(4.8)
+
+
+def test_custom_curve_sizes_are_bytes() -> None:
+    # SGLang's table counts fp32 elements (sgl-kernel/tests/test_trt_reduce.py): 512 of them
+    # are 2 KiB, 1,048,576 are 4 MiB
+    assert CURVE.sizes_bytes[0] == 512 * 4 and CURVE.sizes_bytes[-1] == 4 * 2**20
 
 
 def test_custom_curve_between_and_beyond() -> None:
     # 6 ranks: halfway between the 4- and 8-rank measurements (vLLM runs 2, 4, 6, 8)
-    assert float(CURVE.time_s(6, 32768)) * 1e6 == pytest.approx((4.8 + 7.8) / 2)
+    assert float(CURVE.time_s(6, 131072)) * 1e6 == pytest.approx((4.8 + 7.8) / 2)
     # between two sizes: linear in bytes
-    mid = (262144 + 524288) / 2
+    mid = (1048576 + 2097152) / 2
     assert float(CURVE.time_s(8, mid)) * 1e6 == pytest.approx((16.7 + 22.1) / 2)
-    # beyond 1 MiB: the last interval's slope; below 512 B: the 512 B latency
-    slope = (33.8 - 22.1) / (1048576 - 524288)
-    assert float(CURVE.time_s(8, 2 * 1048576)) * 1e6 == pytest.approx(33.8 + slope * 1048576)
+    # beyond 4 MiB: the last interval's slope; below 2 KiB: the 2 KiB latency
+    slope = (33.8 - 22.1) / (4194304 - 2097152)
+    assert float(CURVE.time_s(8, 2 * 4194304)) * 1e6 == pytest.approx(33.8 + slope * 4194304)
     assert float(CURVE.time_s(8, 64)) * 1e6 == pytest.approx(5.9)
-    # not applicable: 16 ranks (the kernels run 2-8), messages above 8 MiB; one rank: nothing
-    assert np.isinf(CURVE.time_s(16, 4096))
+    # not applicable: 3, 5, 7 or 16 ranks (the frameworks run 2, 4, 6, 8), above 8 MiB
+    for n in (3, 5, 7, 16):
+        assert np.isinf(CURVE.time_s(n, 4096))
     assert np.isinf(CURVE.time_s(8, 8 * 2**20 + 1))
     assert float(CURVE.time_s(1, 4096)) == 0.0
 
 
-@given(st.sampled_from([2, 3, 4, 5, 6, 7, 8]), st.floats(1.0, 8 * 2**20), st.floats(1.0, 8 * 2**20))
+@example(4, 2048.0, 16384.0)
+@example(8, 2048.0, 16384.0)
+@example(4, 1.0, 10000.0)
+@given(st.sampled_from([2, 4, 6, 8]), st.floats(1.0, 8 * 2**20), st.floats(1.0, 8 * 2**20))
 def test_custom_curve_monotone_in_bytes(n: int, d1: float, d2: float) -> None:
     lo, hi = sorted((d1, d2))
     assert float(CURVE.time_s(n, lo)) <= float(CURVE.time_s(n, hi)) + 1e-15
+
+
+def test_custom_curve_only_on_the_measured_links() -> None:
+    assert H100.custom_all_reduce_curve is CURVE
+    slower = H100.model_copy(update={"hb_tbps": 0.2})
+    assert slower.custom_all_reduce is CURVE and slower.custom_all_reduce_curve is None
+    assert load_system("hgx-h800").custom_all_reduce_curve is None  # H800: half the NVLink
 
 
 def test_custom_curve_rejects_misaligned_tables() -> None:
@@ -118,3 +147,34 @@ def test_custom_curve_rejects_misaligned_tables() -> None:
         CustomAllReduceCurve(**(good | {"latency_us": good["latency_us"][:2]}))
     with pytest.raises(ValidationError, match="sizes_bytes must increase"):
         CustomAllReduceCurve(**(good | {"sizes_bytes": list(reversed(good["sizes_bytes"]))}))
+
+
+def _shape(x: int, y: int) -> Shape:
+    one = np.ones(1)
+    return Shape(x=one * x, y=one * y, domains=one * y, cross_rail=np.zeros(1, dtype=bool))
+
+
+@given(
+    st.integers(1, 72),
+    st.integers(1, 64),
+    st.floats(1.0, 1e10),
+    st.floats(1.0, 1e10),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from(["dgx-h100", "dgx-a100", "gb200-nvl72", "mi300x"]),
+)
+def test_group_all_reduce_is_nccls_fastest_and_monotone(
+    x: int, y: int, d1: float, d2: float, nvls: bool, sharp: bool, system: str
+) -> None:
+    sy = load_system(system).model_copy(update={"nvls": nvls})
+    lk = links(sy, Network(architecture="rail-optimized", sharp=sharp), np.asarray([8.0]))
+    shape, lo, hi = _shape(x, y), *sorted((d1, d2))
+    t_lo = float(group_collective_s(lk, shape, np.asarray([lo]))[0])
+    t_hi = float(group_collective_s(lk, shape, np.asarray([hi]))[0])
+    assert 0.0 <= t_lo <= t_hi * (1 + 1e-12)  # a bigger message is never faster
+    ring = c.NCCL_SIMPLE_BASE_US * 1e-6 + float(
+        c.hierarchical_all_reduce_s(x, y, hi, lk.hb_bw, lk.nic_bw, lk.hb_lat_s, lk.nic_lat_s)
+    )
+    assert t_hi <= ring * (1 + 1e-12) or x * y == 1  # never slower than the Simple ring
+    faster = lk.__class__(**(lk.__dict__ | {"hb_bw": 2 * lk.hb_bw, "nic_bw": 2 * lk.nic_bw}))
+    assert float(group_collective_s(faster, shape, np.asarray([hi]))[0]) <= t_hi * (1 + 1e-12)

@@ -88,7 +88,8 @@ def collective(
     algorithm: Annotated[
         str,
         typer.Option(
-            help="ring | tree | hierarchical | nvls | sharp | flow | optimal | all, or several "
+            help="ring | ring-ll | tree | hierarchical | nvls | sharp | custom | flow | optimal | "
+            "all, or several "
             "comma-separated; all = the closed forms; flow = the hierarchical schedule (or "
             "all-to-all) simulated flow by flow on the built graph; optimal = the LP schedule "
             "(TE-CCL) on the built graph, at most 64 GPUs, seconds to a minute per size"

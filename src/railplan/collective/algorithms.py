@@ -22,9 +22,10 @@ from railplan.perf.comm_time import Links, links
 from railplan.records import Record
 from railplan.specs import Network, System
 from railplan.specs.base import BYTES
+from railplan.specs.hardware import CustomAllReduceCurve
 
 OPS: tuple[str, ...] = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")
-ALGORITHMS: tuple[str, ...] = ("ring", "tree", "hierarchical", "nvls", "sharp")
+ALGORITHMS: tuple[str, ...] = ("ring", "ring-ll", "tree", "hierarchical", "nvls", "sharp", "custom")
 #: GPUs whose HB domain is built of NVLink-SHARP switches (NVSwitch 3 and later: H100 whitepaper,
 #: GB200 NVL72 datasheet); A100's NVSwitch 2 and AMD Infinity Fabric have no in-switch reduction
 NVLS_GPUS: frozenset[str] = frozenset({"h100-sxm", "gh200", "b200", "gb200"})
@@ -39,6 +40,7 @@ class Group:
     y: int  # HB domains
     links: Links  # the bandwidths and latencies the iteration model uses
     nvls_bw: float  # 0: the HB domain has no NVLink SHARP
+    custom: CustomAllReduceCurve | None = None  # serving frameworks' kernel, where measured
 
     @property
     def flat_bw(self) -> float:
@@ -90,6 +92,7 @@ def group(system: System, network: Network, gpus: int, nvls: bool = True) -> Gro
         y=gpus // x,
         links=links(system, network, np.asarray(float(gpus))),
         nvls_bw=coll.nvls_bytes_per_s(system.hb_tbps, system.hb_bytes_per_s) if has_nvls else 0.0,
+        custom=system.custom_all_reduce_curve,
     )
 
 
@@ -116,20 +119,40 @@ def time_s(g: Group, op: str, algorithm: str, size_bytes: float) -> tuple[float 
             )
             return float(t), "rail phase then HB phase (forwarding, NCCL PXN)"
         return None, f"{algorithm} does not apply to all-to-all"
+    base = coll.NCCL_SIMPLE_BASE_US * 1e-6  # once per ring or tree collective (Simple)
     if algorithm == "ring":
         t = coll.ring_all_gather_s(n, d, g.flat_bw, g.flat_lat_s)
-        return float(t * (2.0 if op == "all-reduce" else 1.0)), "flat ring, one per rail"
+        return base + float(t * (2.0 if op == "all-reduce" else 1.0)), "flat ring, one per rail"
     if algorithm == "hierarchical":
         if y == 1:
             return None, "the group lies in one HB domain: hierarchical is the ring"
         hier = coll.hierarchical_all_gather_s(
             x, y, d, lk.hb_bw, lk.nic_bw, lk.hb_lat_s, lk.nic_lat_s
         ) * (2.0 if op == "all-reduce" else 1.0)
-        return float(hier), "rail phase plus HB phase (paper formula 2)"
+        return base + float(hier), "rail phase plus HB phase (paper formula 2)"
     if op != "all-reduce":
         return None, f"{algorithm} is an all-reduce algorithm"
     if algorithm == "tree":
-        return float(coll.tree_all_reduce_s(n, d, g.flat_bw, g.flat_lat_s)), "double binary tree"
+        tree = float(coll.tree_all_reduce_s(n, d, g.flat_bw, g.flat_lat_s))
+        return base + tree, "double binary tree"
+    if algorithm in ("ring-ll", "custom") and y > 1:
+        return None, f"{algorithm} is modelled inside one HB domain only"
+    if algorithm == "ring-ll":
+        if lk.ll_max_bw <= 0:
+            return None, "no NCCL tuning constants for this GPU (RCCL): Simple rings only"
+        sec = float(coll.nccl_low_latency_ring_all_reduce_s(n, d, lk.hb_bw, lk.ll_max_bw))
+        return sec, "NCCL's LL / LL128 ring, the faster (its tuning model)"
+    if algorithm == "custom":
+        if g.custom is None:
+            return None, "no measurement of a serving framework's all-reduce kernel on these links"
+        sec = float(g.custom.time_s(n, d))
+        if not np.isfinite(sec):
+            return None, (
+                "the measured kernel runs "
+                f"{', '.join(map(str, g.custom.supported_ranks))} ranks and "
+                f"at most {g.custom.max_bytes:,} bytes"
+            )
+        return sec, "serving frameworks' one-shot / two-shot kernel (measured)"
     args = (x, y, d, lk.hb_bw, lk.nic_bw, lk.hb_lat_s, lk.nic_lat_s)
     if algorithm == "nvls":
         if g.nvls_bw <= 0:

@@ -14,7 +14,8 @@ over equal-cost switch paths), so link sharing and path collisions count:
 Links carry the bandwidths the closed forms and the lower bound use (collective/bound.py): HB
 links the system's achievable HB bandwidth, NIC and fabric links their line rate scaled to the
 achievable NIC bandwidth. Each step of a ring also pays one latency (the system's HB or NIC
-latency, as the closed forms charge it): the simulator itself moves bytes only.
+latency, as the closed forms charge it), and a ring collective NCCL's base latency once: the
+simulator itself moves bytes only.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 from railplan.collective.algorithms import Built, Group, Result, checked
 from railplan.errors import RailplanError
+from railplan.perf import collectives as coll
 from railplan.units import bytes_per_s_to_gbps, gbps_to_bytes_per_s
 
 if TYPE_CHECKING:
@@ -76,6 +78,8 @@ def flow(g: Group, op: str, size_bytes: float, built: Built) -> Result:
         s.repeat * (lk.hb_lat_s if s.name.startswith("HB") or g.y == 1 else lk.nic_lat_s)
         for s in sim.steps
     )
+    if op != "all-to-all":  # a ring collective: NCCL's base latency, once
+        latency_s += coll.NCCL_SIMPLE_BASE_US * 1e-6
     return Result.timed("flow", op, g, size_bytes, sim.time_s + latency_s, note)
 
 

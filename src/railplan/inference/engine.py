@@ -495,15 +495,25 @@ def tp_all_reduce_s(dep: Deployment, size_bytes: FloatArray) -> FloatArray:
     the faster of its Simple and low-latency rings inside a domain), or, with
     `custom_all_reduce` and a group inside one HB domain, the serving framework's own kernel
     when it is faster (`System.custom_all_reduce`, measured: TensorRT-LLM's one-shot / two-shot
-    kernel, which vLLM and SGLang run too, for 2-8 ranks and messages up to 8 MiB; TensorRT-LLM's
-    AUTO strategy and vLLM fall back to NCCL outside them)."""
+    kernel, which vLLM and SGLang run too, for 2, 4, 6 or 8 ranks and messages up to 8 MiB;
+    TensorRT-LLM's AUTO strategy and vLLM fall back to NCCL outside them)."""
     shape = dep.shapes["tp"]
     nccl = group_collective_s(dep.links, shape, size_bytes)
-    curve = dep.system.custom_all_reduce
-    if not dep.custom_all_reduce or curve is None:
+    curve = dep.system.custom_all_reduce_curve
+    if not framework_all_reduce(dep) or curve is None:
         return nccl
-    own = np.where(shape.inside, curve.time_s(shape.x, size_bytes), np.inf)
-    return np.asarray(np.minimum(nccl, own))
+    return np.asarray(np.minimum(nccl, curve.time_s(shape.x, size_bytes)))
+
+
+def framework_all_reduce(dep: Deployment) -> bool:
+    """Whether the tensor-parallel all-reduces may take the serving framework's own kernel:
+    allowed (`custom_all_reduce`), measured on this system's links, and run by the frameworks
+    for this group (tp in `supported_ranks`, all of it inside one HB domain)."""
+    curve = dep.system.custom_all_reduce_curve
+    inside = bool(np.all(dep.shapes["tp"].inside))
+    return (
+        dep.custom_all_reduce and curve is not None and dep.tp in curve.supported_ranks and inside
+    )
 
 
 def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:

@@ -24,6 +24,7 @@ from railplan.inference.engine import (
     Num,
     StepLoad,
     cold_step_s,
+    framework_all_reduce,
     step_time_s,
     step_times,
 )
@@ -48,7 +49,9 @@ class InferenceResult(Record):
     two_batch_overlap: bool
     speculative_tokens: int
     acceptance: float
-    custom_all_reduce: bool  # the framework's all-reduce kernel was allowed and measured
+    custom_all_reduce: (
+        bool  # the framework's all-reduce kernel applies (engine.framework_all_reduce)
+    )
     tokens_per_step: float
     batch: int
     input_tokens: int
@@ -135,7 +138,7 @@ def infer(
         two_batch_overlap=dep.two_batch_overlap,
         speculative_tokens=dep.speculative_tokens,
         acceptance=dep.acceptance,
-        custom_all_reduce=dep.custom_all_reduce and dep.system.custom_all_reduce is not None,
+        custom_all_reduce=framework_all_reduce(dep),
         tokens_per_step=dep.tokens_per_step,
         batch=batch,
         input_tokens=input_tokens,

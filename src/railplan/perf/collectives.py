@@ -135,12 +135,19 @@ def nvls_bytes_per_s(hb_tbps: float, hb_bytes_per_s: float) -> float:
     return min(hb_tbps * 1e12 / 8 * NVLS_LINK_EFFICIENCY, hb_bytes_per_s)
 
 
-def nvls_all_reduce_s(n: Num, size_bytes: Num, bw: Num, latency_s: Num) -> FloatArray:
+#: NCCL's tuning model for NVLink SHARP inside a node: one latency of 25 µs, not per step
+#: (src/graph/tuning.cc: `latencies[coll][NVLS][p] = intraLat`, hwLatencies NVLINK NVLS Simple 25,
+#: base 0), against the ring's 3.4 µs per step.
+NCCL_NVLS_LATENCY_US = 25.0
+
+
+def nvls_all_reduce_s(n: Num, size_bytes: Num, bw: Num) -> FloatArray:
     """NVLink SHARP all-reduce inside one NVSwitch domain: each GPU link carries (n+1)/n·D per
     direction (multimem load-reduce of the inputs, multicast store of its slice;
-    NVIDIA/nccl-tests#212), O(1) steps."""
+    NVIDIA/nccl-tests#212), at NCCL's NVLS latency; 0 for one rank."""
     n = _f(n)
-    return in_network_all_reduce_s(n, (n + 1) / n * _f(size_bytes), bw, latency_s)
+    data = (n + 1) / np.maximum(n, 1.0) * _f(size_bytes) / _f(bw)
+    return np.asarray(np.where(n > 1, data + NCCL_NVLS_LATENCY_US * 1e-6, 0.0))
 
 
 def in_network_hierarchical_all_reduce_s(
@@ -159,7 +166,7 @@ def in_network_hierarchical_all_reduce_s(
     `sharp` (else a ring); the two phases pipelined (NCCL's NVLS-tree and CollNet stream chunks)."""
     x, y, d = _f(x), _f(y), _f(size_bytes)
     if nvls_bw > 0:
-        intra = nvls_all_reduce_s(x, d, nvls_bw, hb_lat_s)
+        intra = nvls_all_reduce_s(x, d, nvls_bw)
     else:
         intra = ring_all_reduce_s(x, d, hb_bw, hb_lat_s)
     if sharp:
@@ -185,6 +192,13 @@ def small_all_reduce_s(x: Num, y: Num) -> FloatArray:
         NCCL_TREE_LL_NET_US
     )
     return np.where(x * y > 1, (NCCL_TREE_LL_BASE_US + 2.0 * hops) * 1e-6, 0.0)
+
+
+#: NCCL's base latency of a ring or tree collective with the Simple protocol, once per
+#: collective beside its per-step latencies (src/graph/tuning.cc, `baseLatencies` Tree / Ring
+#: Simple 8.4 µs); added by `comm_time.group_collective_s` and `railplan collective` so the
+#: Simple ring competes with the LL rings on NCCL's terms. NVLS and CollNet have none.
+NCCL_SIMPLE_BASE_US = 8.4
 
 
 # NCCL's tuning model for a ring all-reduce inside one node over NVLink (src/graph/tuning.cc at

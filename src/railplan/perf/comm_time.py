@@ -83,15 +83,21 @@ def group_collective_s(
 ) -> FloatArray:
     """All-reduce (or all-gather / reduce-scatter when `gather_only`) of the slowest group of a
     kind, laid out as `shape` (railplan.perf.layout): hierarchical over x members per domain and y
-    domains (SYSTEM.md formula 2), a plain HB ring when the group lies inside one domain. An
-    all-reduce inside one domain takes NCCL's faster protocol: the Simple ring or the LL / LL128
-    ring (`collectives.nccl_low_latency_ring_all_reduce_s`), which wins for small messages."""
+    domains (SYSTEM.md formula 2), a plain HB ring when the group lies inside one domain, plus
+    NCCL's Simple-protocol base latency (`collectives.NCCL_SIMPLE_BASE_US`). An all-reduce
+    takes what NCCL's tuner would: the fastest of that ring, the in-network algorithm
+    when NVLS or SHARP is on, and, inside one domain, the LL / LL128 rings
+    (`collectives.nccl_low_latency_ring_all_reduce_s`), which win for small messages."""
     phases = 1.0 if gather_only else 2.0
-    t = phases * coll.hierarchical_all_gather_s(
+    base = np.where(shape.x * shape.y > 1, coll.NCCL_SIMPLE_BASE_US * 1e-6, 0.0)
+    t = base + phases * coll.hierarchical_all_gather_s(
         shape.x, shape.y, size, lk.hb_bw, lk.nic_bw, lk.hb_lat_s, lk.nic_lat_s
     )
     if not gather_only and (lk.nvls_bw > 0 or lk.sharp):
-        t = coll.in_network_hierarchical_all_reduce_s(
+        # NCCL's tuner takes the in-network algorithm only where its model predicts it faster;
+        # NVLS needs two members in a domain, SHARP two domains (else nothing aggregates)
+        applies = ((lk.nvls_bw > 0) & (shape.x > 1)) | (lk.sharp & (shape.y > 1))
+        innet = coll.in_network_hierarchical_all_reduce_s(
             shape.x,
             shape.y,
             size,
@@ -102,6 +108,7 @@ def group_collective_s(
             lk.nvls_bw,
             lk.sharp,
         )
+        t = np.where(applies, np.minimum(t, innet), t)
     if not gather_only and lk.ll_max_bw > 0:
         low = coll.nccl_low_latency_ring_all_reduce_s(shape.x, size, lk.hb_bw, lk.ll_max_bw)
         t = np.where(shape.inside, np.minimum(t, low), t)
@@ -248,11 +255,11 @@ def tp_comm_times(
         s, model.moe_layers / model.layers, recomputed_share(model, s), model.shared_experts
     )
     on, mlp = (s.tp > 1).astype(float), ops["mlp"]
+    # sequence parallelism: a reduce-scatter and an all-gather (two collectives); without it
+    # one all-reduce of the same bytes (NCCL's algorithm and protocol: `group_collective_s`)
     gather = group_collective_s(lk, shape, act, gather_only=True)
-    one_op = 2.0 * gather  # all-reduce = reduce-scatter + all-gather, with or without SP
-    if lk.nvls_bw > 0 or lk.sharp:  # in-network aggregation serves the all-reduce (no SP)
-        sp = s.sequence_parallel.astype(bool)
-        one_op = np.asarray(np.where(sp, one_op, group_collective_s(lk, shape, act)))
+    sp = s.sequence_parallel.astype(bool)
+    one_op = np.asarray(np.where(sp, 2.0 * gather, group_collective_s(lk, shape, act)))
 
     hide = s.overlap_tp.astype(bool)
     u = lk.comm_sm_fraction

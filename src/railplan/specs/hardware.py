@@ -83,19 +83,29 @@ class AttentionCurve(Spec):
 class CustomAllReduceCurve(Spec):
     """A serving framework's all-reduce kernel inside one NVLink domain, measured: latency
     (µs) by ranks and message size (the one-shot / two-shot kernels TensorRT-LLM, vLLM and
-    SGLang run for tensor parallelism in place of NCCL, with peer memory over NVLink). Between
-    the measured sizes the latency is interpolated linearly in bytes, beyond the largest it
-    grows with the last interval's slope, below the smallest it stays at the smallest's;
-    between measured rank counts it is interpolated linearly in ranks. Outside the measured
-    rank counts, above `max_bytes` or across HB domains the kernel does not apply."""
+    SGLang run for tensor parallelism in place of NCCL, with peer memory over NVLink). A
+    bigger message is never faster: each latency is taken as at least the one of the next
+    smaller size (the measurements dip by up to 1.1 µs between their two smallest sizes).
+    Between the measured sizes the latency is interpolated linearly in bytes, beyond the
+    largest it grows with the last interval's slope, below the smallest it stays at the
+    smallest's; between measured rank counts it is interpolated linearly in ranks. The kernel
+    applies to the rank counts the frameworks run it for (`supported_ranks`), messages up to
+    `max_bytes`, groups inside one HB domain, and only on links of the measured rate
+    (`hb_tbps`; `System.custom_all_reduce_curve`)."""
 
     ranks: list[Annotated[int, Range(2, 72, "ranks")]] = Field(min_length=1)
     sizes_bytes: list[Annotated[int, Range(1, 1 << 40, "bytes")]] = Field(min_length=2)
     latency_us: list[list[Microseconds]] = Field(
         description="one list per entry of `ranks`, one latency per entry of `sizes_bytes`"
     )
+    supported_ranks: list[Annotated[int, Range(2, 72, "ranks")]] = Field(
+        min_length=1, description="the rank counts the frameworks run the kernel for"
+    )
     max_bytes: Annotated[int, Range(1, 1 << 40, "bytes")] = Field(
         description="the largest message the framework sends through the kernel"
+    )
+    hb_tbps: Annotated[float, Range(0.01, 1000.0, "Tbps")] = Field(
+        description="HB bandwidth per GPU per direction of the system measured"
     )
     source: str = ""
 
@@ -119,7 +129,7 @@ class CustomAllReduceCurve(Spec):
         sizes = np.asarray(self.sizes_bytes, dtype=np.float64)
         per_rank = []
         for row in self.latency_us:
-            lat = np.asarray(row, dtype=np.float64)
+            lat = np.maximum.accumulate(np.asarray(row, dtype=np.float64))
             slope = (lat[-1] - lat[-2]) / (sizes[-1] - sizes[-2])
             inside = np.interp(d, sizes, lat)
             per_rank.append(np.where(d > sizes[-1], lat[-1] + slope * (d - sizes[-1]), inside))
@@ -128,7 +138,8 @@ class CustomAllReduceCurve(Spec):
         for lo, hi, a, b in zip(points, points[1:], per_rank, per_rank[1:], strict=False):
             w = (n - lo) / (hi - lo)  # linear in ranks between two measured counts
             t = np.where((n > lo) & (n <= hi), (1.0 - w) * a + w * b, t)
-        ok = (n >= points[0]) & (n <= points[-1]) & (d <= self.max_bytes)
+        ok = np.isin(n, self.supported_ranks) & (n >= points[0]) & (n <= points[-1])
+        ok = ok & (d <= self.max_bytes)
         t = t * 1e-6
         return np.asarray(np.where(n <= 1, 0.0, np.where(ok, t, np.inf)))
 
@@ -265,6 +276,15 @@ class System(Spec):
         description="all-reduces inside the HB domain use NVLink SHARP (NVSwitch 3 and later; "
         "docs/collectives.md)",
     )
+
+    @property
+    def custom_all_reduce_curve(self) -> CustomAllReduceCurve | None:
+        """`custom_all_reduce` where this system's HB links run at the measured rate, else None
+        (an `hb_tbps` override or sweep leaves the kernel's measurement behind)."""
+        curve = self.custom_all_reduce
+        if curve is None or not np.isclose(curve.hb_tbps, self.hb_tbps):
+            return None
+        return curve
 
     @property
     def nic_bytes_per_s(self) -> float:
