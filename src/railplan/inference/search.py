@@ -141,10 +141,16 @@ def _disaggregated(
     tpot = step / dep.tokens_per_step
     chunk = max(1, MAX_PREFILL_TOKENS // input_tokens)
     t_pre = step_time_s(dep, StepLoad(prefill_tokens=chunk * input_tokens, prefill_seqs=chunk))[0]
-    # requests/s per instance
-    pre_rate, dec_rate = dep.ep * chunk / t_pre, dep.ep * b / (tpot * output_tokens)
-    p = np.clip(np.round(groups * dec_rate / (pre_rate + dec_rate)), 1, groups - 1)
-    requests_per_s = np.minimum(p * pre_rate, (groups - p) * dec_rate)
+    # requests/s per instance: the prefill yields a request's first token, so a decode slot
+    # holds it for the other O − 1 (none when O = 1: the decode side then needs one instance)
+    pre_rate = dep.ep * chunk / t_pre
+    decoded = output_tokens - 1
+    dec_rate = dep.ep * b / (tpot * max(decoded, 1))
+    share = dec_rate / (pre_rate + dec_rate) if decoded else np.ones_like(dec_rate)
+    p = np.clip(np.round(groups * share), 1, groups - 1)
+    requests_per_s = p * pre_rate
+    if decoded:
+        requests_per_s = np.minimum(requests_per_s, (groups - p) * dec_rate)
     xfer = kv_transfer_s(dep, chunk, input_tokens)
     per = dep.instance_gpus
     tokens = requests_per_s * output_tokens / dep.gpus
