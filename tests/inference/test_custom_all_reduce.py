@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from functools import cache
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -108,14 +109,20 @@ def test_cli_flag(cli: Any) -> None:
     on, off = cli.json(*args), cli.json(*args, "--no-custom-all-reduce")
     assert on["custom_all_reduce"] is True and off["custom_all_reduce"] is False
     assert on["breakdown_s"]["tp_comm"] < off["breakdown_s"]["tp_comm"]
-    search = (
-        "infer-search",
-        "--model",
-        "llama-2-70b",
-        "--system",
-        "dgx-h100",
-        "--gpus",
-        "8",
-        "--no-custom-all-reduce",
-    )
-    assert cli.json(*search)["best"]["custom_all_reduce"] is False
+    search = ("infer-search", "--model", "llama-2-70b", "--system", "dgx-h100", "--gpus", "8")
+    assert cli.json(*search, "--no-custom-all-reduce")["best"]["custom_all_reduce"] is False
+
+
+def test_faster_links_never_slow_the_step() -> None:
+    # below the measured 3.6 Tbps the kernel's measurement does not hold (NCCL only); at or
+    # above it the measured latencies stand as an upper bound
+    base = load_system("dgx-h100")
+    tpots = []
+    for tbps in (3.5, 3.6, 3.61, 7.2):
+        sy = base.model_copy(update={"hb_tbps": tbps})
+        d = Deployment(
+            load_model("llama-3-405b"), sy, Network(), 8, 8, 1, 1, "fp8", custom_all_reduce=True
+        )
+        tpots.append(infer(d, 1, 1024, 256).tpot_s)
+    assert all(b <= a * (1 + 1e-12) for a, b in pairwise(tpots))
+    assert tpots[1] < tpots[0]

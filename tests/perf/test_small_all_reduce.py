@@ -26,16 +26,14 @@ def test_ll_ring_by_hand() -> None:
     # 14/8·32768 B at min(184.5, 141) GB/s; LL128 = 14 + 14·1.9 µs plus the bytes at 0.92·369
     ll = 15.0e-6 + 14 / 8 * 32768 / 141e9
     ll128 = 40.6e-6 + 14 / 8 * 32768 / (0.92 * 369e9)
-    got = float(c.nccl_low_latency_ring_all_reduce_s(8, 32768, 369e9, 141e9))
+    got = float(c.nccl_low_latency_ring_s(8, 32768, 369e9, 141e9))
     assert got == pytest.approx(min(ll, ll128))
     assert got == pytest.approx(ll)
     # 64 MiB: LL128's bandwidth wins over LL's capped one
     big = 64 * 2**20
     ll128_big = 40.6e-6 + 14 / 8 * big / (0.92 * 369e9)
-    assert float(c.nccl_low_latency_ring_all_reduce_s(8, big, 369e9, 141e9)) == pytest.approx(
-        ll128_big
-    )
-    assert float(c.nccl_low_latency_ring_all_reduce_s(1, big, 369e9, 141e9)) == 0.0
+    assert float(c.nccl_low_latency_ring_s(8, big, 369e9, 141e9)) == pytest.approx(ll128_big)
+    assert float(c.nccl_low_latency_ring_s(1, big, 369e9, 141e9)) == 0.0
 
 
 def _inside(n: int) -> Shape:
@@ -50,18 +48,21 @@ def test_group_all_reduce_takes_the_faster_protocol() -> None:
     simple = base + float(c.ring_all_reduce_s(8, 32768, lk.hb_bw, lk.hb_lat_s))
     got = float(group_collective_s(lk, _inside(8), np.asarray([32768.0]))[0])
     assert got < simple
-    assert got == pytest.approx(
-        float(c.nccl_low_latency_ring_all_reduce_s(8, 32768, lk.hb_bw, lk.ll_max_bw))
-    )
+    assert got == pytest.approx(float(c.nccl_low_latency_ring_s(8, 32768, lk.hb_bw, lk.ll_max_bw)))
     # a large message keeps the Simple ring
     big = 256e6
     assert float(group_collective_s(lk, _inside(8), np.asarray([big]))[0]) == pytest.approx(
         base + float(c.ring_all_reduce_s(8, big, lk.hb_bw, lk.hb_lat_s))
     )
-    # all-gathers and reduce-scatters keep their Simple rings
+    # all-gathers and reduce-scatters take NCCL's LL ring too, over n − 1 steps
     gather = float(group_collective_s(lk, _inside(8), np.asarray([32768.0]), gather_only=True)[0])
     assert gather == pytest.approx(
-        base + float(c.ring_all_gather_s(8, 32768, lk.hb_bw, lk.hb_lat_s))
+        float(c.nccl_low_latency_ring_s(8, 32768, lk.hb_bw, lk.ll_max_bw, 1.0))
+    )
+    assert gather == pytest.approx(6.6e-6 + 7 * 0.6e-6 + 7 / 8 * 32768 / 141e9)
+    big_gather = float(group_collective_s(lk, _inside(8), np.asarray([big]), gather_only=True)[0])
+    assert big_gather == pytest.approx(
+        base + float(c.ring_all_gather_s(8, big, lk.hb_bw, lk.hb_lat_s))
     )
     # a group of one rank pays nothing
     assert float(group_collective_s(lk, _inside(1), np.asarray([32768.0]))[0]) == 0.0
@@ -85,7 +86,7 @@ def test_low_latency_ring_monotone_and_never_above_simple_with_its_base(
     n: int, d1: float, d2: float, bw: float, factor: float
 ) -> None:
     lo, hi = sorted((d1, d2))
-    t = c.nccl_low_latency_ring_all_reduce_s
+    t = c.nccl_low_latency_ring_s
     assert float(t(n, lo, bw, 141e9)) <= float(t(n, hi, bw, 141e9))
     assert float(t(n, hi, bw * factor, 141e9)) <= float(t(n, hi, bw, 141e9))
     # at least its own latency: base + 2(n − 1) steps of the cheaper protocol
@@ -138,6 +139,8 @@ def test_custom_curve_only_on_the_measured_links() -> None:
     assert H100.custom_all_reduce_curve is CURVE
     slower = H100.model_copy(update={"hb_tbps": 0.2})
     assert slower.custom_all_reduce is CURVE and slower.custom_all_reduce_curve is None
+    # on faster links the measured latencies are an upper bound: kept
+    assert H100.model_copy(update={"hb_tbps": 7.2}).custom_all_reduce_curve is CURVE
     assert load_system("hgx-h800").custom_all_reduce_curve is None  # H800: half the NVLink
 
 

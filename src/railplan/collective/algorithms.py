@@ -123,6 +123,14 @@ def time_s(g: Group, op: str, algorithm: str, size_bytes: float) -> tuple[float 
     if algorithm == "ring":
         t = coll.ring_all_gather_s(n, d, g.flat_bw, g.flat_lat_s)
         return base + float(t * (2.0 if op == "all-reduce" else 1.0)), "flat ring, one per rail"
+    if algorithm == "ring-ll":
+        if y > 1:
+            return None, "ring-ll is modelled inside one HB domain only"
+        if lk.ll_max_bw <= 0:
+            return None, "no NCCL tuning constants for this GPU (RCCL): Simple rings only"
+        phases = 2.0 if op == "all-reduce" else 1.0
+        sec = float(coll.nccl_low_latency_ring_s(n, d, lk.hb_bw, lk.ll_max_bw, phases))
+        return sec, "NCCL's LL / LL128 ring, the faster (its tuning model)"
     if algorithm == "hierarchical":
         if y == 1:
             return None, "the group lies in one HB domain: hierarchical is the ring"
@@ -135,14 +143,9 @@ def time_s(g: Group, op: str, algorithm: str, size_bytes: float) -> tuple[float 
     if algorithm == "tree":
         tree = float(coll.tree_all_reduce_s(n, d, g.flat_bw, g.flat_lat_s))
         return base + tree, "double binary tree"
-    if algorithm in ("ring-ll", "custom") and y > 1:
-        return None, f"{algorithm} is modelled inside one HB domain only"
-    if algorithm == "ring-ll":
-        if lk.ll_max_bw <= 0:
-            return None, "no NCCL tuning constants for this GPU (RCCL): Simple rings only"
-        sec = float(coll.nccl_low_latency_ring_all_reduce_s(n, d, lk.hb_bw, lk.ll_max_bw))
-        return sec, "NCCL's LL / LL128 ring, the faster (its tuning model)"
     if algorithm == "custom":
+        if y > 1:
+            return None, "custom is modelled inside one HB domain only"
         if g.custom is None:
             return None, "no measurement of a serving framework's all-reduce kernel on these links"
         sec = float(g.custom.time_s(n, d))

@@ -210,17 +210,17 @@ NCCL_RING_LL_BASE_US, NCCL_RING_LL_NVLINK_US, NCCL_LL_BW_FACTOR = 6.6, 0.6, 0.5
 NCCL_RING_LL128_BASE_US, NCCL_RING_LL128_NVLINK_US, NCCL_LL128_BW_FACTOR = 14.0, 1.9, 0.92
 
 
-def nccl_low_latency_ring_all_reduce_s(
-    n: Num, size_bytes: Num, bw: Num, ll_max_bw: float
+def nccl_low_latency_ring_s(
+    n: Num, size_bytes: Num, bw: Num, ll_max_bw: float, phases: float = 2.0
 ) -> FloatArray:
-    """Ring all-reduce of `size_bytes` over n GPUs of one NVLink domain with the faster of
-    NCCL's low-latency protocols, as its tuning model times them: base + 2(n−1) steps +
-    2(n−1)/n·D over the protocol's bus bandwidth (LL: min(½·bw, `ll_max_bw`); LL128: 0.92·bw);
-    0 for one rank. NCCL picks the protocol its model predicts fastest, so the Simple ring
-    (`ring_all_reduce_s`) competes with this one for every message (`comm_time.
-    group_collective_s`)."""
+    """Ring all-reduce (`phases` 2) or all-gather / reduce-scatter (`phases` 1) of `size_bytes`
+    over n GPUs of one NVLink domain with the faster of NCCL's low-latency protocols, as its
+    tuning model times them: base + phases·(n−1) steps + phases·(n−1)/n·D over the protocol's
+    bus bandwidth (LL: min(½·bw, `ll_max_bw`); LL128: 0.92·bw); 0 for one rank. NCCL picks
+    the protocol its model predicts fastest, so the Simple ring competes with this one for
+    every message (`comm_time.group_collective_s`)."""
     n, d, b = _f(n), _f(size_bytes), _f(bw)
-    steps = 2.0 * (n - 1.0)
+    steps = phases * (n - 1.0)
     data = steps / np.maximum(n, 1.0) * d
     ll = (NCCL_RING_LL_BASE_US + steps * NCCL_RING_LL_NVLINK_US) * 1e-6 + data / np.minimum(
         NCCL_LL_BW_FACTOR * b, ll_max_bw

@@ -87,7 +87,8 @@ def group_collective_s(
     NCCL's Simple-protocol base latency (`collectives.NCCL_SIMPLE_BASE_US`). An all-reduce
     takes what NCCL's tuner would: the fastest of that ring, the in-network algorithm
     when NVLS or SHARP is on, and, inside one domain, the LL / LL128 rings
-    (`collectives.nccl_low_latency_ring_all_reduce_s`), which win for small messages."""
+    (`collectives.nccl_low_latency_ring_s`), which win for small messages; all-gathers and
+    reduce-scatters inside one domain take the faster of their Simple and LL / LL128 rings."""
     phases = 1.0 if gather_only else 2.0
     base = np.where(shape.x * shape.y > 1, coll.NCCL_SIMPLE_BASE_US * 1e-6, 0.0)
     t = base + phases * coll.hierarchical_all_gather_s(
@@ -109,8 +110,8 @@ def group_collective_s(
             lk.sharp,
         )
         t = np.where(applies, np.minimum(t, innet), t)
-    if not gather_only and lk.ll_max_bw > 0:
-        low = coll.nccl_low_latency_ring_all_reduce_s(shape.x, size, lk.hb_bw, lk.ll_max_bw)
+    if lk.ll_max_bw > 0:
+        low = coll.nccl_low_latency_ring_s(shape.x, size, lk.hb_bw, lk.ll_max_bw, phases)
         t = np.where(shape.inside, np.minimum(t, low), t)
     if lk.rail_only:
         # Forwarding: the NIC-phase bytes take one more HB hop to reach the right rail.

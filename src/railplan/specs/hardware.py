@@ -90,8 +90,8 @@ class CustomAllReduceCurve(Spec):
     largest it grows with the last interval's slope, below the smallest it stays at the
     smallest's; between measured rank counts it is interpolated linearly in ranks. The kernel
     applies to the rank counts the frameworks run it for (`supported_ranks`), messages up to
-    `max_bytes`, groups inside one HB domain, and only on links of the measured rate
-    (`hb_tbps`; `System.custom_all_reduce_curve`)."""
+    `max_bytes`, groups inside one HB domain, and only on links at least as fast as the
+    measured ones (`hb_tbps`; `System.custom_all_reduce_curve`)."""
 
     ranks: list[Annotated[int, Range(2, 72, "ranks")]] = Field(min_length=1)
     sizes_bytes: list[Annotated[int, Range(1, 1 << 40, "bytes")]] = Field(min_length=2)
@@ -279,10 +279,11 @@ class System(Spec):
 
     @property
     def custom_all_reduce_curve(self) -> CustomAllReduceCurve | None:
-        """`custom_all_reduce` where this system's HB links run at the measured rate, else None
-        (an `hb_tbps` override or sweep leaves the kernel's measurement behind)."""
+        """`custom_all_reduce` where this system's HB links are at least as fast as the
+        measured ones (on faster links its latencies are an upper bound), else None: on slower
+        links (an `hb_tbps` override or sweep) the measurement does not hold."""
         curve = self.custom_all_reduce
-        if curve is None or not np.isclose(curve.hb_tbps, self.hb_tbps):
+        if curve is None or self.hb_tbps < curve.hb_tbps * (1.0 - 1e-9):
             return None
         return curve
 
