@@ -49,9 +49,8 @@ class InferenceResult(Record):
     two_batch_overlap: bool
     speculative_tokens: int
     acceptance: float
-    custom_all_reduce: (
-        bool  # the framework's all-reduce kernel applies (engine.framework_all_reduce)
-    )
+    # the serving framework's all-reduce kernel applies (engine.framework_all_reduce)
+    custom_all_reduce: bool
     tokens_per_step: float
     batch: int
     input_tokens: int

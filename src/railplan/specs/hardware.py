@@ -122,8 +122,8 @@ class CustomAllReduceCurve(Spec):
 
     def time_s(self, ranks: npt.ArrayLike, size_bytes: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """Seconds per all-reduce of `size_bytes` over `ranks` GPUs of one domain; inf where
-        the kernel does not apply (rank count outside the measured ones, message above
-        `max_bytes`); 0 for one rank."""
+        the kernel does not apply (a rank count not in `supported_ranks` or outside the
+        measured ones, a message above `max_bytes`); 0 for one rank."""
         n = np.asarray(ranks, dtype=np.float64)
         d = np.asarray(size_bytes, dtype=np.float64)
         sizes = np.asarray(self.sizes_bytes, dtype=np.float64)
