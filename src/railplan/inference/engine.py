@@ -53,6 +53,7 @@ from railplan.perf.layer_time import ELEMENTWISE_KERNELS_PER_LAYER
 from railplan.perf.layout import Shape, worst_shape
 from railplan.specs import GPU, Model, Network, System
 from railplan.specs.arrays import FloatArray
+from railplan.specs.hardware import CustomAllReduceCurve
 from railplan.workload.comm import FP8_DISPATCH_BYTES
 from railplan.workload.gemms import (
     Gemm,
@@ -209,6 +210,18 @@ class Deployment:
                 self.pp, self.tp * self.ep, inst, self.tp * self.ep, self.replicas, k
             ),
         }
+
+    @cached_property
+    def framework_all_reduce(self) -> CustomAllReduceCurve | None:
+        """The serving framework's measured all-reduce kernel (`System.custom_all_reduce`:
+        TensorRT-LLM's one-shot / two-shot kernel, which vLLM and SGLang run too) where the
+        tensor-parallel all-reduces may take it: allowed (`custom_all_reduce`), measured on
+        this system's links, and run by the frameworks for this group (tp in
+        `supported_ranks`, all of it inside one HB domain); else None."""
+        curve = self.system.custom_all_reduce_curve
+        if not self.custom_all_reduce or curve is None or self.tp not in curve.supported_ranks:
+            return None
+        return curve if bool(np.all(self.shapes["tp"].inside)) else None
 
     @property
     def stage_layers(self) -> int:
@@ -492,28 +505,15 @@ def stage_parts(dep: Deployment, load: StepLoad, queries: float | None = None) -
 
 def tp_all_reduce_s(dep: Deployment, size_bytes: FloatArray) -> FloatArray:
     """One tensor-parallel all-reduce of `size_bytes` per GPU: NCCL's (`group_collective_s`:
-    the faster of its Simple and low-latency rings inside a domain), or, with
-    `custom_all_reduce` and a group inside one HB domain, the serving framework's own kernel
-    when it is faster (`System.custom_all_reduce`, measured: TensorRT-LLM's one-shot / two-shot
-    kernel, which vLLM and SGLang run too, for 2, 4, 6 or 8 ranks and messages up to 8 MiB;
-    TensorRT-LLM's AUTO strategy and vLLM fall back to NCCL outside them)."""
+    the faster of its Simple and low-latency rings inside a domain), or the serving
+    framework's own kernel where it applies and is faster (`Deployment.framework_all_reduce`;
+    TensorRT-LLM's AUTO strategy and vLLM fall back to NCCL above its size limit)."""
     shape = dep.shapes["tp"]
     nccl = group_collective_s(dep.links, shape, size_bytes)
-    curve = dep.system.custom_all_reduce_curve
-    if not framework_all_reduce(dep) or curve is None:  # (curve: checked there, narrowed here)
+    curve = dep.framework_all_reduce
+    if curve is None:
         return nccl
     return np.asarray(np.minimum(nccl, curve.time_s(shape.x, size_bytes)))
-
-
-def framework_all_reduce(dep: Deployment) -> bool:
-    """Whether the tensor-parallel all-reduces may take the serving framework's own kernel:
-    allowed (`custom_all_reduce`), measured on this system's links, and run by the frameworks
-    for this group (tp in `supported_ranks`, all of it inside one HB domain)."""
-    curve = dep.system.custom_all_reduce_curve
-    inside = bool(np.all(dep.shapes["tp"].inside))
-    return (
-        dep.custom_all_reduce and curve is not None and dep.tp in curve.supported_ranks and inside
-    )
 
 
 def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:

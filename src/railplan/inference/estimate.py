@@ -24,7 +24,6 @@ from railplan.inference.engine import (
     Num,
     StepLoad,
     cold_step_s,
-    framework_all_reduce,
     step_time_s,
     step_times,
 )
@@ -49,7 +48,7 @@ class InferenceResult(Record):
     two_batch_overlap: bool
     speculative_tokens: int
     acceptance: float
-    # the serving framework's all-reduce kernel applies (engine.framework_all_reduce)
+    # the serving framework's all-reduce kernel applies (Deployment.framework_all_reduce)
     custom_all_reduce: bool
     tokens_per_step: float
     batch: int
@@ -137,7 +136,7 @@ def infer(
         two_batch_overlap=dep.two_batch_overlap,
         speculative_tokens=dep.speculative_tokens,
         acceptance=dep.acceptance,
-        custom_all_reduce=framework_all_reduce(dep),
+        custom_all_reduce=dep.framework_all_reduce is not None,
         tokens_per_step=dep.tokens_per_step,
         batch=batch,
         input_tokens=input_tokens,
