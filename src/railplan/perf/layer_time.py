@@ -183,10 +183,11 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
 
 def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:
     """Extra compute of one MoE layer over a dense one: router + experts − dense MLP, with the
-    activation-function traffic of the expert slots (experts in the strategy's precision,
-    the router in BF16); and the forward of the two parts selective recompute can rerun
-    alone: the routed experts' activation over their slots (`activation_forward`) and the
-    shared experts' GEMMs with their activation (`shared_forward`)."""
+    activation-function traffic of the expert slots and the token permutation around the
+    all-to-alls (experts in the strategy's precision, the router in BF16); and the forward of
+    the two parts selective recompute can rerun alone: the routed experts' activation over
+    their slots (`activation_forward`) and the shared experts' GEMMs with their activation
+    (`shared_forward`)."""
     gpu = system.gpu
     fwd_eff = gpu.elementwise_forward_efficiency
     b, t, ep = s.micro_batch.astype(float), s.tp.astype(float), s.ep.astype(float)
@@ -218,6 +219,15 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
     )
     ew_f = memory_time_s(gpu, extra["forward"], 0.0, fwd_eff)
     ew_b = memory_time_s(gpu, extra["backward"], 0.0, gpu.elementwise_backward_efficiency)
+    # Token permutation around the all-to-alls (elementwise.moe_permutation_bytes): row gathers
+    # and scatters in both passes, without the column reductions that slow the layer-norm
+    # backward the backward efficiency was measured on: at the forward efficiency.
+    token_slots = routed_slots / t / s.cp
+    perm = elementwise.moe_permutation_bytes(
+        model, s, token_slots, token_slots * s.etp.astype(float)
+    )
+    perm_f = memory_time_s(gpu, perm["forward"], perm["kernels"], fwd_eff)
+    perm_b = memory_time_s(gpu, perm["backward"], perm["kernels"], fwd_eff)
 
     def activation_forward_s(elements: FloatArray) -> FloatArray:
         act = elementwise.activation_function_bytes(model, elements / t / s.cp)
@@ -225,8 +235,8 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
 
     shared_fprop = sum(expert_fprop[len(routed) :], np.zeros(()))
     return {
-        "forward": ef + rf - df + ew_f,
-        "backward": eb + rb - db + ew_b,
+        "forward": ef + rf - df + ew_f + perm_f,
+        "backward": eb + rb - db + ew_b + perm_b,
         "wgrad": ew + gemm_time_s(gpu, router.backward()[1]) - dw,
         "activation_forward": activation_forward_s(routed_slots * model.expert_ffn_),
         "shared_forward": np.asarray(
@@ -275,6 +285,7 @@ SHAPE_FIELDS = (
     "recompute",
     "ep",
     "expert_tp",
+    "ep_dispatch",
     "cp",
     "attention",
     "precision",
