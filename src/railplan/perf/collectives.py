@@ -229,3 +229,163 @@ def nccl_low_latency_ring_s(
         NCCL_LL128_BW_FACTOR * b
     )
     return np.asarray(np.where(n > 1, np.minimum(ll, ll128), 0.0))
+
+
+# NCCL's tuning model across nodes (src/graph/tuning.cc at 5067397, ncclTunerConstantsDefaults and
+# ncclTopoTuneModel), per protocol (LL, LL128, Simple): the tree's base latency, its latency per
+# NVLink hop inside a node and per network hop; the ring's latency per network step (a ring with
+# one GPU per node takes the tree's, `ppn == 1`); the tree all-reduce's bus-bandwidth factors
+# (0.92 for every protocol, then LL ÷ 3.8, LL128 × 120/128; its algorithm bandwidth is half the
+# bus bandwidth) and `treeCorrectionFactor`, by log2(bytes / 64), for 64 B to 256 MB.
+NCCL_TREE_BASE_US = (6.8, 14.0, 8.4)
+NCCL_TREE_NVLINK_US = (0.6, 1.25, 4.0)
+NCCL_TREE_NET_US = (5.0, 8.5, 14.0)
+NCCL_RING_NET_US = (2.7, 4.0, 14.0)
+NCCL_TREE_BW_FACTOR = 0.92
+NCCL_TREE_LL_BW_DIVISOR = 3.8
+NCCL_TREE_LL128_BW_FACTOR = 120.0 / 128.0
+NCCL_TREE_CORRECTION = np.array(
+    [
+        [1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0],  # noqa: E501
+        [1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0],  # noqa: E501
+        [.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9],  # noqa: E501
+    ]
+)  # fmt: skip
+#: NCCL's cap on the LL protocol's bus bandwidth across nodes, by host CPU (tuning.cc `llMaxBws`,
+#: row 1 for AMD hosts, row 0 for any other; column N2 for two nodes, N4 for more), GB/s.
+NCCL_NET_LL_MAX_GBPS = {"amd": (22.5, 19.0), "intel": (39.0, 20.4), "arm": (39.0, 20.4)}
+#: NCCL's network post overhead (`getNetOverhead`: 1 µs on Intel x86 hosts, 2 µs on AMD, 1 µs
+#: otherwise), the least a ring step pays inside a node when the ring crosses nodes (× 3 for
+#: Simple, which railplan's hierarchical ring does not apply; docs/collectives.md).
+NCCL_NET_OVERHEAD_US = {"amd": 2.0, "intel": 1.0, "arm": 1.0}
+
+
+def _tree_correction(size_bytes: FloatArray) -> FloatArray:
+    """`treeCorrectionFactor` rows (LL, LL128, Simple) at each size: 1 outside 64 B .. 256 MB."""
+    log_size = np.floor(np.log2(np.maximum(size_bytes, 1.0) / 64.0))
+    index = np.clip(log_size, 0, 22).astype(np.int64)
+    inside = (size_bytes >= 64.0) & (log_size < 23)
+    return np.asarray(np.where(inside, NCCL_TREE_CORRECTION[:, index], 1.0))
+
+
+def nccl_net_ll_cap_bytes_per_s(y: Num, host_cpu: str) -> FloatArray:
+    """NCCL's LL bus-bandwidth cap for a group over y > 1 nodes (`NCCL_NET_LL_MAX_GBPS`)."""
+    ll_two, ll_more = NCCL_NET_LL_MAX_GBPS[host_cpu]
+    return np.asarray(np.where(_f(y) <= 2, ll_two, ll_more) * 1e9)
+
+
+def nccl_multinode_ring_s(
+    x: Num, y: Num, size_bytes: Num, simple_data_s: Num, host_cpu: str, phases: float = 2.0
+) -> FloatArray:
+    """NCCL's LL and LL128 rings, the faster, over x GPUs per HB domain × y > 1 domains, as its
+    tuning model times them: `simple_data_s`, the Simple ring's data time (railplan's
+    hierarchical schedule, SYSTEM.md formula 2), scaled by the protocol's bandwidth factor (LL:
+    ½, and at most NCCL's cap across nodes; LL128: 0.92); railplan's step count, phases·(x − 1)
+    inside the domains, each at least NCCL's network post overhead, and phases·(y − 1) across
+    (NCCL's flat ring counts n − y inside), each at NCCL's network latency for the protocol
+    (the tree's with one GPU per domain, `ppn == 1`)."""
+    x, y, d, simple = _f(x), _f(y), _f(size_bytes), _f(simple_data_s)
+    n = x * y
+    overhead = NCCL_NET_OVERHEAD_US[host_cpu]
+    bus_bytes = phases * (n - 1) / np.maximum(n, 1.0) * d  # what a rank's bus carries
+    intra, inter = phases * (x - 1), phases * (y - 1)
+
+    def lat_s(p: int, base_us: float, nvlink_us: float) -> FloatArray:
+        net_us = np.where(x <= 1, NCCL_TREE_NET_US[p], NCCL_RING_NET_US[p])
+        return np.asarray((base_us + intra * max(nvlink_us, overhead) + inter * net_us) * 1e-6)
+
+    cap = nccl_net_ll_cap_bytes_per_s(y, host_cpu)
+    ll = lat_s(0, NCCL_RING_LL_BASE_US, NCCL_RING_LL_NVLINK_US) + np.maximum(
+        simple / NCCL_LL_BW_FACTOR, bus_bytes / cap
+    )
+    ll128 = lat_s(1, NCCL_RING_LL128_BASE_US, NCCL_RING_LL128_NVLINK_US) + (
+        simple / NCCL_LL128_BW_FACTOR
+    )
+    return np.asarray(np.where(y > 1, np.minimum(ll, ll128), np.inf))
+
+
+def nccl_tree_all_reduce_s(
+    x: Num, y: Num, size_bytes: Num, simple_data_s: Num, host_cpu: str
+) -> FloatArray:
+    """NCCL's tree all-reduce over x GPUs per HB domain × y > 1 domains (a chain inside each
+    domain, a double binary tree across them), the fastest of its three protocols as its tuning
+    model times them: latency base + 2·((x − 1)·NVLink hop + ⌊log2 y⌋·network hop); 2·D at the
+    tree's bus bandwidth, 0.92 of the ring's (the one `simple_data_s` implies: the tree's data
+    time scales with the ring's) and then LL ÷ 3.8 (at most NCCL's cap across nodes) or LL128
+    × 120/128, divided by `treeCorrectionFactor`. That factor steps up at some powers of two,
+    where NCCL's model has a message just below the step slower than one just above it; a
+    message can always be sent as the larger one, so the time is the least over the sizes from
+    D up (the model's at D and at every step above it)."""
+    x, y, d, simple = _f(x), _f(y), _f(size_bytes), _f(simple_data_s)
+    n = x * y
+    # data seconds per byte of the all-reduced vector at the Simple tree's bus bandwidth (the
+    # ring's data time scales with D): 2·D / (0.92 · ring bus bandwidth)
+    ring_bus = 2.0 * (n - 1) / np.maximum(n, 1.0)
+    per_byte = 2.0 * simple / (np.maximum(ring_bus * d, 1e-300) * NCCL_TREE_BW_FACTOR)
+    inv_cap = 2.0 / nccl_net_ll_cap_bytes_per_s(y, host_cpu)  # LL seconds per byte at the cap
+    hops = np.floor(np.log2(np.maximum(y, 1.0)))
+    lat = [
+        (
+            NCCL_TREE_BASE_US[p]
+            + 2.0 * ((x - 1) * NCCL_TREE_NVLINK_US[p] + hops * NCCL_TREE_NET_US[p])
+        )
+        * 1e-6
+        for p in range(3)
+    ]
+    ll_per_byte = np.maximum(per_byte * NCCL_TREE_LL_BW_DIVISOR, inv_cap)
+    ll128_per_byte = per_byte / NCCL_TREE_LL128_BW_FACTOR
+
+    def at(size: FloatArray | float, corr: FloatArray) -> FloatArray:
+        return np.asarray(
+            np.minimum(
+                np.minimum(
+                    lat[0] + ll_per_byte * (size / corr[0]),
+                    lat[1] + ll128_per_byte * (size / corr[1]),
+                ),
+                lat[2] + per_byte * (size / corr[2]),
+            )
+        )
+
+    best = at(d, _tree_correction(d))
+    # the next size above D where a factor rises (the model's time grows from one such size to
+    # the next, each at least twice the one before: the first one above D is the least)
+    k = np.searchsorted(_TREE_STEP_SIZES, d, side="right")
+    above = k < _TREE_STEP_SIZES.size
+    k = np.minimum(k, _TREE_STEP_SIZES.size - 1)
+    step = _TREE_STEP_SIZES[k]
+    best = np.where(above, np.minimum(best, at(step, _TREE_STEP_CORRECTION[:, k])), best)
+    return np.asarray(np.where(y > 1, best, np.inf))
+
+
+#: Sizes (64 B · 2^k) at which some protocol's `treeCorrectionFactor` rises over the one below.
+_TREE_STEPS_BYTES = (
+    *(
+        64.0 * 2.0**k
+        for k in range(1, NCCL_TREE_CORRECTION.shape[1])
+        if bool(np.any(NCCL_TREE_CORRECTION[:, k] > NCCL_TREE_CORRECTION[:, k - 1]))
+    ),
+    64.0 * 2.0**23,  # above 256 MB every factor is 1
+)
+_TREE_STEP_SIZES = np.asarray(_TREE_STEPS_BYTES)
+_TREE_STEP_CORRECTION = _tree_correction(_TREE_STEP_SIZES)
+
+
+def nccl_multinode_s(
+    x: Num,
+    y: Num,
+    size_bytes: Num,
+    simple_data_s: Num,
+    host_cpu: str,
+    phases: float = 2.0,
+) -> FloatArray:
+    """Across y > 1 HB domains, the fastest of NCCL's LL / LL128 rings
+    (`nccl_multinode_ring_s`) and, for an all-reduce (`phases` 2), its tree with each protocol
+    (`nccl_tree_all_reduce_s`); NCCL's per-channel caps are left out (railplan has no channel
+    count), and so is its PAT algorithm (all-gather / reduce-scatter with one GPU per node, at
+    0.75 of the ring's bandwidth)."""
+    ring = nccl_multinode_ring_s(x, y, size_bytes, simple_data_s, host_cpu, phases)
+    if phases != 2.0:
+        return ring
+    return np.asarray(
+        np.minimum(ring, nccl_tree_all_reduce_s(x, y, size_bytes, simple_data_s, host_cpu))
+    )

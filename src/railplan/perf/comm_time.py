@@ -56,6 +56,7 @@ class Links:
     nvls_bw: float = 0.0  # NVLink SHARP bandwidth, 0 = off (System.nvls)
     sharp: bool = False  # SHARP on the rail switches (Network.sharp)
     ll_max_bw: float = 0.0  # NCCL's LL bus-bandwidth cap; 0 = no LL/LL128 (GPU.nccl_ll_max_…)
+    host_cpu: str = "intel"  # System.host_cpu: NCCL's LL cap and post overhead across domains
 
 
 def links(system: System, network: Network, gpus: FloatArray) -> Links:
@@ -75,6 +76,7 @@ def links(system: System, network: Network, gpus: FloatArray) -> Links:
         else 0.0,
         sharp=network.sharp,
         ll_max_bw=system.gpu.nccl_ll_max_bus_bytes_per_s or 0.0,
+        host_cpu=system.host_cpu,
     )
 
 
@@ -86,9 +88,10 @@ def group_collective_s(
     domains (SYSTEM.md formula 2), a plain HB ring when the group lies inside one domain, plus
     NCCL's Simple-protocol base latency (`collectives.NCCL_SIMPLE_BASE_US`). An all-reduce
     takes what NCCL's tuner would: the fastest of that ring, the in-network algorithm
-    when NVLS or SHARP is on, and, inside one domain, the LL / LL128 rings
-    (`collectives.nccl_low_latency_ring_s`), which win for small messages; all-gathers and
-    reduce-scatters inside one domain take the faster of their Simple and LL / LL128 rings."""
+    when NVLS or SHARP is on, inside one domain the LL / LL128 rings
+    (`collectives.nccl_low_latency_ring_s`), which win for small messages, and across domains
+    the LL / LL128 rings and NCCL's tree with each protocol (`collectives.nccl_multinode_s`);
+    all-gathers and reduce-scatters take the faster of their Simple and LL / LL128 rings."""
     phases = 1.0 if gather_only else 2.0
     base = np.where(shape.x * shape.y > 1, coll.NCCL_SIMPLE_BASE_US * 1e-6, 0.0)
     t = base + phases * coll.hierarchical_all_gather_s(
@@ -113,6 +116,13 @@ def group_collective_s(
     if lk.ll_max_bw > 0:
         low = coll.nccl_low_latency_ring_s(shape.x, size, lk.hb_bw, lk.ll_max_bw, phases)
         t = np.where(shape.inside, np.minimum(t, low), t)
+        across = ~shape.inside & (shape.y > 1)
+        if bool(np.any(across)):
+            simple = phases * coll.hierarchical_all_gather_s(
+                shape.x, shape.y, size, lk.hb_bw, lk.nic_bw, 0.0, 0.0
+            )
+            multi = coll.nccl_multinode_s(shape.x, shape.y, size, simple, lk.host_cpu, phases)
+            t = np.where(across, np.minimum(t, multi), t)
     if lk.rail_only:
         # Forwarding: the NIC-phase bytes take one more HB hop to reach the right rail.
         hop = phases * (shape.y - 1) / shape.y * size / shape.x / lk.hb_bw

@@ -271,6 +271,12 @@ class System(Spec):
         description="serving frameworks' measured all-reduce kernel inside the HB domain "
         "(railplan infer); None: no measurement, NCCL's all-reduce is used",
     )
+    host_cpu: Literal["intel", "amd", "arm"] = Field(
+        default="intel",
+        description="the servers' CPU vendor: NCCL's tuning model caps the LL protocol's bus "
+        "bandwidth across nodes and sets its network post overhead by it (tuning.cc llMaxBws, "
+        "getNetOverhead); 'intel' when unstated",
+    )
     nvls: bool = Field(
         default=False,
         description="all-reduces inside the HB domain use NVLink SHARP (NVSwitch 3 and later; "
