@@ -96,7 +96,7 @@ def test_tpot_at_batch_one() -> None:
 def test_three_ranks_and_slower_links_keep_nccl(cli: Any) -> None:
     # the frameworks run their kernel on 2, 4, 6 or 8 ranks; an --hb-tbps override leaves the
     # H100 measurement behind
-    three = ("infer", "--model", "llama-3-8b", "--gpus", "3", "--tp", "3", "--batch", "1")
+    three = ("infer", "--model", "gpt-1.7b", "--gpus", "3", "--tp", "3", "--batch", "1")
     assert cli.json(*three)["custom_all_reduce"] is False
     slow = ("infer", "--model", "llama-3-70b", "--tp", "8", "--batch", "16", "--hb-tbps", "0.2")
     on, off = cli.json(*slow), cli.json(*slow, "--no-custom-all-reduce")
@@ -126,3 +126,18 @@ def test_faster_links_never_slow_the_step() -> None:
         tpots.append(infer(d, 1, 1024, 256).tpot_s)
     assert all(b <= a * (1 + 1e-12) for a, b in pairwise(tpots))
     assert tpots[1] < tpots[0]
+
+
+def test_tp_must_split_the_heads(cli: Any) -> None:
+    """Serving frameworks split the attention heads evenly and replicate KV heads: tp 12 for
+    Llama 3.1 405B (128 heads) is a one-line error, and the search never tries it."""
+    out = cli("infer", "--model", "llama-3-405b", "--gpus", "12", "--tp", "12", "--batch", "1")
+    assert out.exit_code == 2
+    assert "tp: must divide the model's 128 attention heads" in str(out.exception)
+    # tp 16 over 8 KV heads replicates them: allowed
+    ok = cli.json("infer", "--model", "llama-3-405b", "--gpus", "16", "--tp", "16", "--batch", "1")
+    assert ok["fits"] is True
+    from railplan.inference.search import deployments
+
+    deps = deployments(load_model("llama-3-405b"), load_system("gb200-nvl72"), Network(), 72, "fp8")
+    assert {d.tp for d in deps} == {1, 2, 4, 8}

@@ -1,6 +1,7 @@
-"""All-reduces and gathers across HB domains as NCCL's tuning model times them (tuning.cc at
-NVIDIA/nccl 5067397): its LL / LL128 rings and its tree with each protocol, by hand and as
-properties (monotone in size, never slower than the Simple ring)."""
+"""All-reduces and gathers across HB domains with NCCL's tuning constants (tuning.cc at
+NVIDIA/nccl 5067397): LL / LL128 rings on railplan's hierarchical schedule and NCCL's tree with
+each protocol, by hand and as properties (monotone in size, never slower than the Simple ring,
+uneven layouts by the domains they span, sizes that are not finite)."""
 
 from __future__ import annotations
 
@@ -122,7 +123,25 @@ def test_collective_cli_tree_and_ll_ring_across_domains(cli) -> None:  # type: i
     assert out.exit_code == 0, out.output
     rows = {r["algorithm"]: r for r in json.loads(out.output)["sizes"][0]["algorithms"]}
     assert "NCCL's tree" in rows["tree"]["note"]
-    assert "across HB domains" in rows["ring-ll"]["note"]
+    assert "railplan's hierarchical schedule" in rows["ring-ll"]["note"]
     # the by-hand latencies above (25.2 and 26.0 µs) plus a few bytes' worth
     assert 25.2e-6 < rows["tree"]["time_s"] < 30e-6
     assert 26.0e-6 < rows["ring-ll"]["time_s"] < 30e-6
+
+
+def test_uneven_layout_counts_the_domains_spanned() -> None:
+    # tp 12 on 8-GPU domains: 4 members in the fewest-filled domain, 2 domains spanned, y = 3
+    # effective. NCCL's node terms take the 2 domains: the two-node LL cap, one network step
+    # each way on the ring, and the tree's 12/2 − 1 = 5 NVLink hops per node.
+    ring = float(c.nccl_multinode_ring_s(4, 3, D, SIMPLE, "intel", 2.0, 2))
+    assert ring == pytest.approx((6.6 + 6 * 1.0 + 2 * 2.7) * 1e-6 + SIMPLE / 0.5)
+    bus = 2 * 11 / 12 * D / SIMPLE * 0.92
+    tree = float(c.nccl_tree_all_reduce_s(4, 3, D, SIMPLE, "intel", 2))
+    assert tree == pytest.approx((6.8 + 2 * (5 * 0.6 + 1 * 5.0)) * 1e-6 + 2 * D / (bus / 3.8) / 0.7)
+
+
+def test_sizes_that_are_not_finite() -> None:
+    got = c.nccl_tree_all_reduce_s(8, 2, np.asarray([np.inf, np.nan, 0.0]), np.ones(3), "amd")
+    assert got[0] == np.inf
+    assert np.isnan(got[1])
+    assert got[2] == pytest.approx((6.8 + 2 * (7 * 0.6 + 5.0)) * 1e-6)

@@ -64,48 +64,78 @@ def test_layer_bytes_without_dropout() -> None:
 
 
 def test_moe_permutation_bytes_by_hand() -> None:
-    """DeepSeek-V3 (h 7168, top 8, 256 experts), 1,000 slots each side: the alltoall dispatcher
-    with 4 local experts (ep 64) moves (6 + 2/8 + 8)·h forward and (8 + 2/8 + 8)·h backward per
-    slot in 4 kernels; with one local expert (ep 256) no regrouping; DeepEP's flex dispatcher
-    only the expert side's 8·h and 10·h in 2 kernels."""
+    """DeepSeek-V3 (h 7168, top 8, 256 experts), 1,000 own slots and 3,000 received: the
+    alltoall dispatcher with 4 local experts (ep 64) moves (4 + 4/8)·h per own slot and 8·h per
+    received one forward, (6 + 4/8)·h and 8·h backward, in 7 and 4 kernels; with one local
+    expert (ep 256) no regrouping; DeepEP's flex dispatcher only the received slots,
+    (4 + 4·R)·h and (6 + 4·R)·h, R the received tokens per slot."""
     model = load_model("deepseek-v3")
-    h, slots = 7168.0, np.asarray(1000.0)
+    h, own, received = 7168.0, np.asarray(1000.0), np.asarray(3000.0)
 
-    def got(**kw: object) -> tuple[float, float, float]:
+    def got(**kw: object) -> tuple[float, ...]:
         s = from_strategies(Strategy(global_batch=256, dp=256, **kw))  # type: ignore[arg-type]
-        b = elementwise.moe_permutation_bytes(model, s, slots, slots)
-        return float(b["forward"]), float(b["backward"]), float(b["kernels"])
+        b = elementwise.moe_permutation_bytes(model, s, own, received)
+        return tuple(
+            float(b[k]) for k in ("forward", "backward", "forward_kernels", "backward_kernels")
+        )
 
-    assert got(ep=64) == pytest.approx((14.25 * h * 1000, 16.25 * h * 1000, 4.0))
-    assert got(ep=256) == pytest.approx((6.25 * h * 1000, 8.25 * h * 1000, 2.0))
+    assert got(ep=64) == pytest.approx(
+        (h * (4.5 * 1000 + 8 * 3000), h * (6.5 * 1000 + 8 * 3000), 7, 4)
+    )
+    assert got(ep=256) == pytest.approx((h * 4.5 * 1000, h * 6.5 * 1000, 5, 2))
+    r = float(np.asarray(routing.touched_ranks(model, 64))) / 8
+    assert 0.5 < r <= 1.0  # node-limited routing: a token's 8 experts on fewer than 8 GPUs
     deepep = got(ep=64, ep_dispatch="deepep")
-    assert deepep == pytest.approx((8.0 * h * 1000, 10.0 * h * 1000, 2.0))
+    assert deepep == pytest.approx((h * (4 + 4 * r) * 3000, h * (6 + 4 * r) * 3000, 5, 2))
 
 
-def test_moe_permutation_is_in_the_layer_time() -> None:
-    """The two dispatchers differ in the MoE layer's kernels only by their permutations: the
-    difference of the layer's forward and backward between alltoall and deepep is exactly the
-    difference of their permutation kernels' times at the forward element-wise bandwidth
-    (DeepSeek-V3 on H800, ep 64, tp 2 so the token side holds s/2 tokens)."""
-    from railplan.perf.compute import memory_time_s
+def _permutation_times(model: object, **kw: object) -> tuple[float, float]:
+    """The MoE layer's forward and backward delta over a dense layer (`moe_mlp_delta`)."""
     from railplan.perf.layer_time import moe_mlp_delta
 
-    model, system = load_model("deepseek-v3"), load_system("hgx-h800")
-    gpu = system.gpu
-    times = {}
-    for dispatch in ("alltoall", "deepep"):
-        s = from_strategies(
-            Strategy(global_batch=128, tp=2, dp=128, ep=64, ep_dispatch=dispatch)  # type: ignore[arg-type]
-        )
-        delta = moe_mlp_delta(model, system, s)
-        slots = np.asarray(
-            model.seq * model.top_k * float(np.asarray(routing.slot_factor(model, s.ep))) / 2
-        )
-        b = elementwise.moe_permutation_bytes(model, s, slots, slots * 2.0)
-        eff = gpu.elementwise_forward_efficiency
-        perm = [float(memory_time_s(gpu, b[k], b["kernels"], eff)) for k in ("forward", "backward")]
-        times[dispatch] = (float(delta["forward"]), float(delta["backward"]), *perm)
-    a, d = times["alltoall"], times["deepep"]
-    assert a[0] - d[0] == pytest.approx(a[2] - d[2], rel=1e-9)
-    assert a[1] - d[1] == pytest.approx(a[3] - d[3], rel=1e-9)
-    assert a[2] != pytest.approx(d[2])
+    system = load_system("hgx-h800")
+    s = from_strategies(Strategy(global_batch=128, **kw))  # type: ignore[arg-type]
+    delta = moe_mlp_delta(model, system, s)  # type: ignore[arg-type]
+    return float(delta["forward"]), float(delta["backward"])
+
+
+def test_moe_permutation_is_in_the_layer_time_with_its_slot_counts() -> None:
+    """The dispatchers differ in the MoE layer's kernels only by their permutations, on the
+    slots their sides hold: own tokens b·s·k/(tp·cp), received slots × etp. Checked for
+    tp 2 with whole experts (etp 1) and with experts split (etp 2), and context parallelism 2."""
+    from railplan.perf.compute import memory_time_s
+
+    model = load_model("deepseek-v3")
+    gpu = load_system("hgx-h800").gpu
+    eff = gpu.elementwise_forward_efficiency
+    for kw in ({"tp": 2, "expert_tp": 1}, {"tp": 2, "expert_tp": 2}, {"tp": 1, "cp": 2}):
+        tp, cp = int(kw.get("tp", 1)), int(kw.get("cp", 1))
+        etp = int(kw.get("expert_tp", tp))
+        own = model.seq * model.top_k / tp / cp
+        sf = float(np.asarray(routing.slot_factor(model, np.asarray(64))))
+        received = own * sf * etp
+        times = {}
+        for dispatch in ("alltoall", "deepep"):
+            args = {**kw, "ep": 64, "ep_dispatch": dispatch, "dp": 128 // (tp * cp)}
+            s = from_strategies(Strategy(global_batch=128, **args))  # type: ignore[arg-type]
+            b = elementwise.moe_permutation_bytes(model, s, np.asarray(own), np.asarray(received))
+            perm = [
+                float(memory_time_s(gpu, b[p], b[f"{p}_kernels"], eff))
+                for p in ("forward", "backward")
+            ]
+            times[dispatch] = (*_permutation_times(model, **args), *perm)
+        a, d = times["alltoall"], times["deepep"]
+        assert a[0] - d[0] == pytest.approx(a[2] - d[2], rel=1e-9), kw
+        assert a[1] - d[1] == pytest.approx(a[3] - d[3], rel=1e-9), kw
+
+
+def test_routing_skew_does_not_grow_the_senders_permutation() -> None:
+    """Skewed (Zipf) dropless routing concentrates slots on the busiest expert rank, not on the
+    GPUs that send them: each GPU permutes exactly k slots per own token; only the expert side
+    grows with `slot_factor`."""
+    model = load_model("deepseek-v3")
+    skewed = model.model_copy(update={"routing_zipf": 1.0})
+    assert routing.token_slot_factor(skewed) == 1.0
+    assert float(np.asarray(routing.slot_factor(skewed, np.asarray(64)))) > 2.0
+    dropped = model.model_copy(update={"drop_tokens": True, "capacity_factor": 1.25})
+    assert routing.token_slot_factor(dropped) == 1.25

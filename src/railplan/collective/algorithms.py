@@ -141,7 +141,8 @@ def time_s(g: Group, op: str, algorithm: str, size_bytes: float) -> tuple[float 
                     x, y, d, _simple_data_s(g, d, phases), lk.host_cpu, phases
                 )
             )
-            return sec, "NCCL's LL / LL128 ring across HB domains, the faster (its tuning model)"
+            note = "LL / LL128 ring across HB domains, the faster: railplan's hierarchical"
+            return sec, note + " schedule with NCCL's protocol latencies and bandwidth factors"
         sec = float(coll.nccl_low_latency_ring_s(n, d, lk.hb_bw, lk.ll_max_bw, phases))
         return sec, "NCCL's LL / LL128 ring, the faster (its tuning model)"
     if algorithm == "hierarchical":

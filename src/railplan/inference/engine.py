@@ -105,6 +105,14 @@ def _positive(field: str, value: int) -> int:
     return value
 
 
+def tp_splits_heads(model: Model, tp: int) -> bool:
+    """Whether serving frameworks run `tp`: it splits the attention heads evenly (vLLM
+    `total_num_heads % tp_size == 0`; TensorRT-LLM and SGLang alike) and either splits the KV
+    heads evenly or replicates them (tp a multiple of the KV heads)."""
+    kv = model.kv_heads_
+    return model.heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)
+
+
 @dataclass(frozen=True)
 class Deployment:
     """A model served on `gpus` GPUs of `system` as replicas of tp × pp × ep GPUs.
@@ -142,6 +150,13 @@ class Deployment:
             )
         if self.pp > self.model.layers:
             raise RailplanError("pp", f"must be at most the {self.model.layers} layers")
+        if not tp_splits_heads(self.model, self.tp):
+            raise RailplanError(
+                "tp",
+                f"must divide the model's {self.model.heads} attention heads, and divide its "
+                f"{self.model.kv_heads_} KV heads or be a multiple of them (vLLM, TensorRT-LLM "
+                f"and SGLang split heads evenly and replicate KV heads); got {self.tp}",
+            )
         if self.ep > 1 and (self.model.experts == 1 or self.model.experts % self.ep):
             raise RailplanError(
                 "ep", f"must divide the model's {self.model.experts} experts (1 for dense models)"

@@ -32,6 +32,7 @@ from railplan.inference.engine import (
     pipeline_fill_s,
     step_time_s,
     step_times,
+    tp_splits_heads,
 )
 from railplan.inference.estimate import (
     DEFAULT_MAX_BATCH,
@@ -202,6 +203,7 @@ def deployments(
         )
         for ep in eps
         for tp in _divisors(gpus // ep)
+        if tp_splits_heads(model, tp)
         for pp in _divisors(gpus // (ep * tp))
         if pp <= model.layers
         for tbo in ((False, True) if ep > 1 else (False,))

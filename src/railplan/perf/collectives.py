@@ -256,45 +256,58 @@ NCCL_TREE_CORRECTION = np.array(
 NCCL_NET_LL_MAX_GBPS = {"amd": (22.5, 19.0), "intel": (39.0, 20.4), "arm": (39.0, 20.4)}
 #: NCCL's network post overhead (`getNetOverhead`: 1 µs on Intel x86 hosts, 2 µs on AMD, 1 µs
 #: otherwise), the least a ring step pays inside a node when the ring crosses nodes (× 3 for
-#: Simple, which railplan's hierarchical ring does not apply; docs/collectives.md).
+#: Simple, which railplan's Simple hierarchical ring does not apply: docs/model.md).
 NCCL_NET_OVERHEAD_US = {"amd": 2.0, "intel": 1.0, "arm": 1.0}
 
 
 def _tree_correction(size_bytes: FloatArray) -> FloatArray:
-    """`treeCorrectionFactor` rows (LL, LL128, Simple) at each size: 1 outside 64 B .. 256 MB."""
-    log_size = np.floor(np.log2(np.maximum(size_bytes, 1.0) / 64.0))
+    """`treeCorrectionFactor` rows (LL, LL128, Simple) at each size (`log2i(nBytes >> 6)` < 23):
+    1 below 64 B and from 512 MiB, and for sizes that are not finite."""
+    safe = np.where(np.isfinite(size_bytes), size_bytes, 0.0)
+    log_size = np.floor(np.log2(np.maximum(safe, 1.0) / 64.0))
     index = np.clip(log_size, 0, 22).astype(np.int64)
-    inside = (size_bytes >= 64.0) & (log_size < 23)
+    inside = (safe >= 64.0) & (log_size < 23)
     return np.asarray(np.where(inside, NCCL_TREE_CORRECTION[:, index], 1.0))
 
 
-def nccl_net_ll_cap_bytes_per_s(y: Num, host_cpu: str) -> FloatArray:
-    """NCCL's LL bus-bandwidth cap for a group over y > 1 nodes (`NCCL_NET_LL_MAX_GBPS`)."""
+def nccl_net_ll_cap_bytes_per_s(nodes: Num, host_cpu: str) -> FloatArray:
+    """NCCL's LL bus-bandwidth cap for a group over more than one node (`NCCL_NET_LL_MAX_GBPS`:
+    its two-node column for two, its N4 column for more)."""
     ll_two, ll_more = NCCL_NET_LL_MAX_GBPS[host_cpu]
-    return np.asarray(np.where(_f(y) <= 2, ll_two, ll_more) * 1e9)
+    return np.asarray(np.where(_f(nodes) <= 2, ll_two, ll_more) * 1e9)
 
 
 def nccl_multinode_ring_s(
-    x: Num, y: Num, size_bytes: Num, simple_data_s: Num, host_cpu: str, phases: float = 2.0
+    x: Num,
+    y: Num,
+    size_bytes: Num,
+    simple_data_s: Num,
+    host_cpu: str,
+    phases: float = 2.0,
+    nodes: Num | None = None,
 ) -> FloatArray:
-    """NCCL's LL and LL128 rings, the faster, over x GPUs per HB domain × y > 1 domains, as its
-    tuning model times them: `simple_data_s`, the Simple ring's data time (railplan's
-    hierarchical schedule, SYSTEM.md formula 2), scaled by the protocol's bandwidth factor (LL:
-    ½, and at most NCCL's cap across nodes; LL128: 0.92); railplan's step count, phases·(x − 1)
-    inside the domains, each at least NCCL's network post overhead, and phases·(y − 1) across
-    (NCCL's flat ring counts n − y inside), each at NCCL's network latency for the protocol
-    (the tree's with one GPU per domain, `ppn == 1`)."""
+    """LL and LL128 rings, the faster, over x GPUs per HB domain × y > 1 domains (`nodes` HB
+    domains spanned, y where every domain holds x), on railplan's hierarchical schedule with
+    NCCL's protocol constants: `simple_data_s`, the Simple ring's data time (SYSTEM.md formula
+    2), scaled by the protocol's bandwidth factor (LL: ½, and at most NCCL's cap across nodes;
+    LL128: 0.92); phases·(x − 1) steps inside the domains, each at least NCCL's network post
+    overhead, and phases·(nodes − 1) across, each at NCCL's network latency for the protocol
+    (the tree's with one GPU per domain, `ppn == 1`). NCCL's own flat ring counts n − nodes
+    steps inside per phase and is slower for small messages (16 KiB over two 8-GPU servers:
+    ≈ 41 µs against this 27 µs); railplan keeps one step count for every protocol, the one its
+    Simple ring has."""
     x, y, d, simple = _f(x), _f(y), _f(size_bytes), _f(simple_data_s)
+    nodes_ = y if nodes is None else _f(nodes)
     n = x * y
     overhead = NCCL_NET_OVERHEAD_US[host_cpu]
     bus_bytes = phases * (n - 1) / np.maximum(n, 1.0) * d  # what a rank's bus carries
-    intra, inter = phases * (x - 1), phases * (y - 1)
+    intra, inter = phases * (x - 1), phases * (nodes_ - 1)
 
     def lat_s(p: int, base_us: float, nvlink_us: float) -> FloatArray:
         net_us = np.where(x <= 1, NCCL_TREE_NET_US[p], NCCL_RING_NET_US[p])
         return np.asarray((base_us + intra * max(nvlink_us, overhead) + inter * net_us) * 1e-6)
 
-    cap = nccl_net_ll_cap_bytes_per_s(y, host_cpu)
+    cap = nccl_net_ll_cap_bytes_per_s(nodes_, host_cpu)
     ll = lat_s(0, NCCL_RING_LL_BASE_US, NCCL_RING_LL_NVLINK_US) + np.maximum(
         simple / NCCL_LL_BW_FACTOR, bus_bytes / cap
     )
@@ -305,29 +318,36 @@ def nccl_multinode_ring_s(
 
 
 def nccl_tree_all_reduce_s(
-    x: Num, y: Num, size_bytes: Num, simple_data_s: Num, host_cpu: str
+    x: Num, y: Num, size_bytes: Num, simple_data_s: Num, host_cpu: str, nodes: Num | None = None
 ) -> FloatArray:
-    """NCCL's tree all-reduce over x GPUs per HB domain × y > 1 domains (a chain inside each
-    domain, a double binary tree across them), the fastest of its three protocols as its tuning
-    model times them: latency base + 2·((x − 1)·NVLink hop + ⌊log2 y⌋·network hop); 2·D at the
+    """NCCL's tree all-reduce over x GPUs per HB domain × y > 1 domains (`nodes` HB domains
+    spanned, y where every domain holds x; a chain inside each domain, a double binary tree
+    across them), the fastest of its three protocols as its tuning model times them: latency
+    base + 2·((n/nodes − 1)·NVLink hop + ⌊log2 nodes⌋·network hop); 2·D at the
     tree's bus bandwidth, 0.92 of the ring's (the one `simple_data_s` implies: the tree's data
     time scales with the ring's) and then LL ÷ 3.8 (at most NCCL's cap across nodes) or LL128
     × 120/128, divided by `treeCorrectionFactor`. That factor steps up at some powers of two,
     where NCCL's model has a message just below the step slower than one just above it; a
     message can always be sent as the larger one, so the time is the least over the sizes from
     D up (the model's at D and at every step above it)."""
-    x, y, d, simple = _f(x), _f(y), _f(size_bytes), _f(simple_data_s)
+    x, y, size, simple = _f(x), _f(y), _f(size_bytes), _f(simple_data_s)
+    nodes_ = y if nodes is None else _f(nodes)
+    finite = np.isfinite(size)
+    d = np.where(finite, size, 0.0)
     n = x * y
     # data seconds per byte of the all-reduced vector at the Simple tree's bus bandwidth (the
     # ring's data time scales with D): 2·D / (0.92 · ring bus bandwidth)
     ring_bus = 2.0 * (n - 1) / np.maximum(n, 1.0)
-    per_byte = 2.0 * simple / (np.maximum(ring_bus * d, 1e-300) * NCCL_TREE_BW_FACTOR)
-    inv_cap = 2.0 / nccl_net_ll_cap_bytes_per_s(y, host_cpu)  # LL seconds per byte at the cap
-    hops = np.floor(np.log2(np.maximum(y, 1.0)))
+    per_byte = np.where(
+        finite, 2.0 * simple / (np.maximum(ring_bus * d, 1e-300) * NCCL_TREE_BW_FACTOR), 0.0
+    )
+    inv_cap = 2.0 / nccl_net_ll_cap_bytes_per_s(nodes_, host_cpu)  # LL s per byte at the cap
+    hops = np.floor(np.log2(np.maximum(nodes_, 1.0)))
+    per_node = n / np.maximum(nodes_, 1.0)
     lat = [
         (
             NCCL_TREE_BASE_US[p]
-            + 2.0 * ((x - 1) * NCCL_TREE_NVLINK_US[p] + hops * NCCL_TREE_NET_US[p])
+            + 2.0 * ((per_node - 1) * NCCL_TREE_NVLINK_US[p] + hops * NCCL_TREE_NET_US[p])
         )
         * 1e-6
         for p in range(3)
@@ -354,6 +374,7 @@ def nccl_tree_all_reduce_s(
     k = np.minimum(k, _TREE_STEP_SIZES.size - 1)
     step = _TREE_STEP_SIZES[k]
     best = np.where(above, np.minimum(best, at(step, _TREE_STEP_CORRECTION[:, k])), best)
+    best = np.where(finite, best, size)  # an infinite message takes forever, NaN stays NaN
     return np.asarray(np.where(y > 1, best, np.inf))
 
 
@@ -364,7 +385,7 @@ _TREE_STEPS_BYTES = (
         for k in range(1, NCCL_TREE_CORRECTION.shape[1])
         if bool(np.any(NCCL_TREE_CORRECTION[:, k] > NCCL_TREE_CORRECTION[:, k - 1]))
     ),
-    64.0 * 2.0**23,  # above 256 MB every factor is 1
+    64.0 * 2.0**23,  # from 512 MiB every factor is 1
 )
 _TREE_STEP_SIZES = np.asarray(_TREE_STEPS_BYTES)
 _TREE_STEP_CORRECTION = _tree_correction(_TREE_STEP_SIZES)
@@ -377,15 +398,18 @@ def nccl_multinode_s(
     simple_data_s: Num,
     host_cpu: str,
     phases: float = 2.0,
+    nodes: Num | None = None,
 ) -> FloatArray:
-    """Across y > 1 HB domains, the fastest of NCCL's LL / LL128 rings
-    (`nccl_multinode_ring_s`) and, for an all-reduce (`phases` 2), its tree with each protocol
-    (`nccl_tree_all_reduce_s`); NCCL's per-channel caps are left out (railplan has no channel
-    count), and so is its PAT algorithm (all-gather / reduce-scatter with one GPU per node, at
-    0.75 of the ring's bandwidth)."""
-    ring = nccl_multinode_ring_s(x, y, size_bytes, simple_data_s, host_cpu, phases)
+    """Across y > 1 HB domains (`nodes` spanned), the fastest of the LL / LL128 rings
+    (`nccl_multinode_ring_s`) and, for an all-reduce (`phases` 2), NCCL's tree with each
+    protocol (`nccl_tree_all_reduce_s`). Left out of NCCL's model: its per-channel caps
+    (railplan has no channel count), its PAT algorithm (all-gather / reduce-scatter with one GPU
+    per node, at 0.75 of the ring's bandwidth), the 0.85 of a plain (unbalanced) tree pattern,
+    and its Simple-ring refinements across nodes (3 × the post overhead per step inside a node,
+    ×1.4 latency for large all-reduces), which railplan's Simple hierarchical ring does not
+    apply."""
+    ring = nccl_multinode_ring_s(x, y, size_bytes, simple_data_s, host_cpu, phases, nodes)
     if phases != 2.0:
         return ring
-    return np.asarray(
-        np.minimum(ring, nccl_tree_all_reduce_s(x, y, size_bytes, simple_data_s, host_cpu))
-    )
+    tree = nccl_tree_all_reduce_s(x, y, size_bytes, simple_data_s, host_cpu, nodes)
+    return np.asarray(np.minimum(ring, tree))

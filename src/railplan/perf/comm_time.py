@@ -31,6 +31,7 @@ from railplan.specs.arrays import (
     recomputed_share,
     recomputes,
 )
+from railplan.specs.hardware import HostCpu
 from railplan.workload import comm
 from railplan.workload.routing import remote_domains, slot_factor, touched_ranks
 
@@ -56,7 +57,7 @@ class Links:
     nvls_bw: float = 0.0  # NVLink SHARP bandwidth, 0 = off (System.nvls)
     sharp: bool = False  # SHARP on the rail switches (Network.sharp)
     ll_max_bw: float = 0.0  # NCCL's LL bus-bandwidth cap; 0 = no LL/LL128 (GPU.nccl_ll_max_…)
-    host_cpu: str = "intel"  # System.host_cpu: NCCL's LL cap and post overhead across domains
+    host_cpu: HostCpu = "intel"  # System.host_cpu: NCCL's LL cap, post overhead across domains
 
 
 def links(system: System, network: Network, gpus: FloatArray) -> Links:
@@ -121,7 +122,9 @@ def group_collective_s(
             simple = phases * coll.hierarchical_all_gather_s(
                 shape.x, shape.y, size, lk.hb_bw, lk.nic_bw, 0.0, 0.0
             )
-            multi = coll.nccl_multinode_s(shape.x, shape.y, size, simple, lk.host_cpu, phases)
+            multi = coll.nccl_multinode_s(
+                shape.x, shape.y, size, simple, lk.host_cpu, phases, shape.domains
+            )
             t = np.where(across, np.minimum(t, multi), t)
     if lk.rail_only:
         # Forwarding: the NIC-phase bytes take one more HB hop to reach the right rail.

@@ -221,13 +221,15 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
     ew_b = memory_time_s(gpu, extra["backward"], 0.0, gpu.elementwise_backward_efficiency)
     # Token permutation around the all-to-alls (elementwise.moe_permutation_bytes): row gathers
     # and scatters in both passes, without the column reductions that slow the layer-norm
-    # backward the backward efficiency was measured on: at the forward efficiency.
-    token_slots = routed_slots / t / s.cp
+    # backward the backward efficiency was measured on: at the forward efficiency. A GPU
+    # permutes its own tokens' k slots each (the capacity's with token dropping), its experts
+    # the slots they receive (the busiest rank's with skewed routing), etp/tp of the tp group's.
+    own = b * model.seq * model.top_k * routing.token_slot_factor(model) / t / s.cp
     perm = elementwise.moe_permutation_bytes(
-        model, s, token_slots, token_slots * s.etp.astype(float)
+        model, s, own, routed_slots * s.etp.astype(float) / t / s.cp
     )
-    perm_f = memory_time_s(gpu, perm["forward"], perm["kernels"], fwd_eff)
-    perm_b = memory_time_s(gpu, perm["backward"], perm["kernels"], fwd_eff)
+    perm_f = memory_time_s(gpu, perm["forward"], perm["forward_kernels"], fwd_eff)
+    perm_b = memory_time_s(gpu, perm["backward"], perm["backward_kernels"], fwd_eff)
 
     def activation_forward_s(elements: FloatArray) -> FloatArray:
         act = elementwise.activation_function_bytes(model, elements / t / s.cp)

@@ -24,6 +24,7 @@ NICS_PER_GPU = Range(0.125, 16.0, hint="1/8 = one NIC per 8 GPUs, 1 = one NIC pe
 TFLOPS = Annotated[float, Range(1.0, 100_000.0, "TFLOP/s")]
 #: the kernel names of `Strategy.attention` that have a fused kernel, by generation
 AttentionKernel = Literal["flash", "flash2", "flash1"]
+HostCpu = Literal["intel", "amd", "arm"]  # the servers' CPU vendor (System.host_cpu)
 ATTENTION_GENERATIONS: dict[int, AttentionKernel] = {3: "flash", 2: "flash2", 1: "flash1"}
 
 
@@ -271,7 +272,7 @@ class System(Spec):
         description="serving frameworks' measured all-reduce kernel inside the HB domain "
         "(railplan infer); None: no measurement, NCCL's all-reduce is used",
     )
-    host_cpu: Literal["intel", "amd", "arm"] = Field(
+    host_cpu: HostCpu = Field(
         default="intel",
         description="the servers' CPU vendor: NCCL's tuning model caps the LL protocol's bus "
         "bandwidth across nodes and sets its network post overhead by it (tuning.cc llMaxBws, "

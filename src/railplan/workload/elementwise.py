@@ -29,22 +29,26 @@ xentropy the bf16 logits (2).
 MoE token permutation around the expert all-to-alls, per hidden element of one routed slot
 (bf16; k = top_k), as Megatron-Core's token dispatchers run it with `moe_permute_fusion`
 (core_v0.12.0 `transformer/moe/token_dispatcher.py`, `moe_utils.permute` / `unpermute` /
-`sort_chunks_by_idxs` on Transformer Engine's fused row-gather kernels; NeMo's DeepSeek-V3
-performance recipe sets the fusion):
-- alltoall dispatcher, on the token side: `permute` gathers each token once per route (read 2,
-  write 2) before the dispatch; `unpermute` after the combine reads the slots and writes the
-  probability-weighted sum per token (read 2, write 2/k). Backward: the unpermute's gradient
-  reads the token gradient per slot and the saved slot (for the probabilities' gradient) and
-  writes the slot gradient (6); the permute's sums the slots back per token (read 2, write 2/k);
+`sort_chunks_by_idxs` on Transformer Engine's fused kernels, one program per token row;
+NeMo's DeepSeek-V3 performance recipe sets the fusion):
+- alltoall dispatcher, on the token side (a GPU's own b·s/(tp·cp) tokens, k slots each, the
+  capacity's with token dropping): `permute` reads each token once and writes its k slots
+  (2/k + 2) before the dispatch; `unpermute` after the combine reads the slots and writes the
+  probability-weighted sum per token (2 + 2/k). Backward: the unpermute's gradient reads each
+  token's gradient once, the saved slot (for the probabilities' gradient) and writes the slot
+  gradient (2/k + 4); the permute's sums the slots back per token (2 + 2/k): forward
+  4 + 4/k, backward 6 + 4/k;
 - alltoall dispatcher, on the expert side, with more than one local expert: `sort_chunks_by_idxs`
   regroups the received slots by local expert and back (read 2, write 2, each way, both passes;
   token drop with padding does the same copy as `transpose().contiguous()`);
-- flex dispatcher (DeepEP): DeepEP's kernels place the tokens, and only the expert side permutes
-  the received tokens into slots and unpermutes them (forward 4 + 4, backward 4 + 6), a received
-  token counted as one slot (an upper bound: a token is received once per rank however many of
-  its experts the rank holds).
+- flex dispatcher (DeepEP): DeepEP's kernels place the tokens; the expert side permutes the
+  tokens it received into slots and unpermutes them, R = received tokens per slot
+  (`routing.touched_ranks` / k): forward 4 + 4·R, backward 6 + 4·R.
+Kernels: the permute's row-id map (3) and one per permute, regroup and unpermute, each way.
 The unfused PyTorch path (`index_select`, `scatter_add_` into a zeroed tensor, the probability
-product as its own kernel) moves more; it is not modelled.
+product as its own kernel) moves more, and DeepSpeed-MoE's einsum dispatch (`moe-1.3b`, Fig 5)
+is a different computation altogether; neither is modelled: MoE layers are timed with
+Megatron-Core's fused dispatch.
 A fused (flash) attention kernel keeps the scores on chip: no softmax or attention-dropout
 bytes through HBM. A model trained without dropout (`Model.dropout` false: Llama 3.1,
 Nemotron-4, MPT) writes and reads no masks: the bias-dropout-adds become residual adds
@@ -58,6 +62,7 @@ import numpy as np
 
 from railplan.specs import CROSS_ENTROPY_CODES, Model
 from railplan.specs.arrays import EP_DEEPEP, UNFUSED, FloatArray, StrategyArrays
+from railplan.workload.routing import touched_ranks
 
 LAYER_NORM_FORWARD = 4.0  # bytes per s·b·h element of one layer norm's forward: read 2, write 2
 REPLICATED_FORWARD = 22.0  # bytes per s·b·h element (2 LN + 2 bias-dropout-add)
@@ -161,13 +166,16 @@ def moe_permutation_bytes(
     h = float(model.hidden)
     deepep = s.ep_dispatch == EP_DEEPEP
     sorted_locally = (model.experts / s.ep.astype(float)) > 1.0
-    token_fwd = np.where(deepep, 0.0, (6.0 + 2.0 / k) * token_slots)
-    token_bwd = np.where(deepep, 0.0, (8.0 + 2.0 / k) * token_slots)
-    expert_fwd = np.where(deepep, 8.0, np.where(sorted_locally, 8.0, 0.0)) * expert_slots
-    expert_bwd = np.where(deepep, 10.0, np.where(sorted_locally, 8.0, 0.0)) * expert_slots
-    kernels = np.where(deepep, 2.0, np.where(sorted_locally, 4.0, 2.0))
+    received = touched_ranks(model, s.ep) / k  # DeepEP: received tokens per slot
+    token_fwd = np.where(deepep, 0.0, (4.0 + 4.0 / k) * token_slots)
+    token_bwd = np.where(deepep, 0.0, (6.0 + 4.0 / k) * token_slots)
+    regroup = np.where(sorted_locally, 8.0, 0.0)
+    expert_fwd = np.where(deepep, 4.0 + 4.0 * received, regroup) * expert_slots
+    expert_bwd = np.where(deepep, 6.0 + 4.0 * received, regroup) * expert_slots
+    regroup_kernels = np.where(sorted_locally & ~deepep, 2.0, 0.0)
     return {
         "forward": np.asarray(h * (token_fwd + expert_fwd)),
         "backward": np.asarray(h * (token_bwd + expert_bwd)),
-        "kernels": np.asarray(kernels),
+        "forward_kernels": np.asarray(5.0 + regroup_kernels),  # row-id map 3, permute, unpermute
+        "backward_kernels": np.asarray(2.0 + regroup_kernels),
     }

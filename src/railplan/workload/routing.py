@@ -49,6 +49,13 @@ def slot_factor(model: Model, ep: IntArray | int) -> FloatArray:
     return np.asarray(out)
 
 
+def token_slot_factor(model: Model) -> float:
+    """Token slots a GPU makes of its own tokens, over b·s·top_k: the capacity factor when
+    tokens are dropped and padded to the capacity, else 1 (each token has exactly top_k;
+    routing skew concentrates them on some ranks, `slot_factor`, not on their senders)."""
+    return float(model.capacity_factor) if model.drop_tokens and model.experts > 1 else 1.0
+
+
 def dropped_fraction(model: Model) -> float:
     """Share of routed tokens over capacity (dropped) with capacity-based routing, per expert."""
     if not model.drop_tokens or model.experts == 1:
