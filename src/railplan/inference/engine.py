@@ -151,11 +151,16 @@ class Deployment:
         if self.pp > self.model.layers:
             raise RailplanError("pp", f"must be at most the {self.model.layers} layers")
         if not tp_splits_heads(self.model, self.tp):
+            kv = (
+                ""
+                if self.model.mla
+                else (f", and divide its {self.model.kv_heads_} KV heads or be a multiple of them")
+            )
             raise RailplanError(
                 "tp",
-                f"must divide the model's {self.model.heads} attention heads, and divide its "
-                f"{self.model.kv_heads_} KV heads or be a multiple of them (vLLM, TensorRT-LLM "
-                f"and SGLang split heads evenly and replicate KV heads); got {self.tp}",
+                f"must divide the model's {self.model.heads} attention heads{kv} (vLLM, "
+                "TensorRT-LLM and SGLang split heads evenly and replicate KV heads); "
+                f"got {self.tp}",
             )
         if self.ep > 1 and (self.model.experts == 1 or self.model.experts % self.ep):
             raise RailplanError(

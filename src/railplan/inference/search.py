@@ -2,7 +2,8 @@
 that meets a TTFT and a TPOT limit, on each network, and whether serving needs a spine.
 
 Candidates, for every tp × pp (× ep for MoE, each with and without the two-batch overlap of
-the expert all-to-alls) that divides the GPUs, and batches in
+the expert all-to-alls) that divides the GPUs, tp splitting the attention heads as serving
+frameworks do (`engine.tp_splits_heads`), and batches in
 quarter-octave steps (1, 2, 3, … 8, 10, 11, 13, …) up to the largest that fits:
 - aggregated: every group runs prefill and decode in the same steps (`estimate.infer`);
 - disaggregated: P instances only prefill (prompts in chunks of MAX_PREFILL_TOKENS) and D
@@ -184,8 +185,9 @@ def deployments(
     custom_all_reduce: bool = True,
 ) -> list[Deployment]:
     """Every tp × pp (× ep for MoE, with and without the two-batch overlap) that divides the
-    GPUs; `speculative`: draft tokens per step and their acceptance, and `custom_all_reduce`
-    (`Deployment`), for all of them."""
+    GPUs, tp splitting the heads as serving frameworks do (`tp_splits_heads`); `speculative`:
+    draft tokens per step and their acceptance, and `custom_all_reduce` (`Deployment`), for all
+    of them."""
     eps = [e for e in _divisors(model.experts) if e <= gpus] if model.experts > 1 else [1]
     return [
         Deployment(

@@ -236,7 +236,7 @@ def nccl_low_latency_ring_s(
 # NVLink hop inside a node and per network hop; the ring's latency per network step (a ring with
 # one GPU per node takes the tree's, `ppn == 1`); the tree all-reduce's bus-bandwidth factors
 # (0.92 for every protocol, then LL ÷ 3.8, LL128 × 120/128; its algorithm bandwidth is half the
-# bus bandwidth) and `treeCorrectionFactor`, by log2(bytes / 64), for 64 B to 256 MB.
+# bus bandwidth) and `treeCorrectionFactor`, by log2(bytes / 64), for 64 B up to 512 MiB.
 NCCL_TREE_BASE_US = (6.8, 14.0, 8.4)
 NCCL_TREE_NVLINK_US = (0.6, 1.25, 4.0)
 NCCL_TREE_NET_US = (5.0, 8.5, 14.0)
