@@ -101,14 +101,6 @@ def busbw_factor(op: str, n: int) -> float:
     return 2.0 * (n - 1) / n if op == "all-reduce" else (n - 1) / n
 
 
-def _simple_data_s(g: Group, size_bytes: float, phases: float) -> float:
-    """The data time of the Simple hierarchical ring (SYSTEM.md formula 2, no latency), which
-    NCCL's other protocols scale (`collectives.nccl_multinode_s`)."""
-    lk = g.links
-    hier = coll.hierarchical_all_gather_s(g.x, g.y, size_bytes, lk.hb_bw, lk.nic_bw, 0.0, 0.0)
-    return float(phases * hier)
-
-
 def time_s(g: Group, op: str, algorithm: str, size_bytes: float) -> tuple[float | None, str]:
     """(seconds, note); seconds is None when the algorithm does not apply (the note says why)."""
     d, n, x, y, lk = size_bytes, g.gpus, g.x, g.y, g.links
@@ -136,11 +128,8 @@ def time_s(g: Group, op: str, algorithm: str, size_bytes: float) -> tuple[float 
             return None, "no NCCL tuning constants for this GPU (RCCL): Simple rings only"
         phases = 2.0 if op == "all-reduce" else 1.0
         if y > 1:
-            sec = float(
-                coll.nccl_multinode_ring_s(
-                    x, y, d, _simple_data_s(g, d, phases), lk.host_cpu, phases
-                )
-            )
+            simple = coll.hierarchical_data_s(x, y, d, lk.hb_bw, lk.nic_bw, phases)
+            sec = float(coll.nccl_multinode_ring_s(x, y, d, simple, lk.host_cpu, phases))
             note = "LL / LL128 ring across HB domains, the faster: railplan's hierarchical"
             return sec, note + " schedule with NCCL's protocol latencies and bandwidth factors"
         sec = float(coll.nccl_low_latency_ring_s(n, d, lk.hb_bw, lk.ll_max_bw, phases))
@@ -156,9 +145,8 @@ def time_s(g: Group, op: str, algorithm: str, size_bytes: float) -> tuple[float 
         return None, f"{algorithm} is an all-reduce algorithm"
     if algorithm == "tree":
         if y > 1 and lk.ll_max_bw > 0:
-            sec = float(
-                coll.nccl_tree_all_reduce_s(x, y, d, _simple_data_s(g, d, 2.0), lk.host_cpu)
-            )
+            simple = coll.hierarchical_data_s(x, y, d, lk.hb_bw, lk.nic_bw)
+            sec = float(coll.nccl_tree_all_reduce_s(x, y, d, simple, lk.host_cpu))
             note = "NCCL's tree: a chain in each HB domain, a double binary tree across"
             return sec, note + " (its tuning model, the fastest protocol)"
         tree = float(coll.tree_all_reduce_s(n, d, g.flat_bw, g.flat_lat_s))

@@ -151,11 +151,8 @@ class Deployment:
         if self.pp > self.model.layers:
             raise RailplanError("pp", f"must be at most the {self.model.layers} layers")
         if not tp_splits_heads(self.model, self.tp):
-            kv = (
-                ""
-                if self.model.mla
-                else (f", and divide its {self.model.kv_heads_} KV heads or be a multiple of them")
-            )
+            kv_heads = f", and divide its {self.model.kv_heads_} KV heads or be a multiple of them"
+            kv = "" if self.model.mla else kv_heads
             raise RailplanError(
                 "tp",
                 f"must divide the model's {self.model.heads} attention heads{kv} (vLLM, "

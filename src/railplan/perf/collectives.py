@@ -64,6 +64,15 @@ def hierarchical_all_gather_s(
 hierarchical_reduce_scatter_s = hierarchical_all_gather_s  # the reverse schedule, same cost
 
 
+def hierarchical_data_s(
+    x: Num, y: Num, size_bytes: Num, hb_bw: Num, nic_bw: Num, phases: float = 2.0
+) -> FloatArray:
+    """The Simple hierarchical ring's data time alone (no latency): an all-reduce (`phases` 2)
+    or an all-gather / reduce-scatter (1); what NCCL's other protocols scale
+    (`nccl_multinode_s`)."""
+    return np.asarray(phases * hierarchical_all_gather_s(x, y, size_bytes, hb_bw, nic_bw, 0.0, 0.0))
+
+
 def hierarchical_all_reduce_s(
     x: Num, y: Num, size_bytes: Num, hb_bw: Num, nic_bw: Num, hb_lat_s: Num, nic_lat_s: Num
 ) -> FloatArray:

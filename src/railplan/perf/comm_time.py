@@ -119,9 +119,7 @@ def group_collective_s(
         t = np.where(shape.inside, np.minimum(t, low), t)
         across = ~shape.inside & (shape.y > 1)
         if bool(np.any(across)):
-            simple = phases * coll.hierarchical_all_gather_s(
-                shape.x, shape.y, size, lk.hb_bw, lk.nic_bw, 0.0, 0.0
-            )
+            simple = coll.hierarchical_data_s(shape.x, shape.y, size, lk.hb_bw, lk.nic_bw, phases)
             multi = coll.nccl_multinode_s(
                 shape.x, shape.y, size, simple, lk.host_cpu, phases, shape.domains
             )
