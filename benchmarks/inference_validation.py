@@ -4,14 +4,21 @@ TensorRT-LLM rows are held out (reported, no goal). Then, without the model, wha
 Server and Offline runs of the same systems say about a server step (Little's law; see
 railplan.inference.validation.server_offline_rows). Last, DeepEP's published low-latency
 dispatch and combine latencies (H800, DeepSeek-V3's shape) against the decode step's MoE
-all-to-all, held out (railplan.inference.validation.deepep_rows).
+all-to-all, held out (railplan.inference.validation.deepep_rows). Last, TensorRT-LLM's published
+offline throughput (trtllm-bench, v1.0 page: Llama 3.1 8B, Llama 3.3 70B, Llama 3.1 405B on H100,
+H200, B200 and GB200) against the steady state of `infer`, held out
+(railplan.inference.validation.trtllm_rows).
 
 Run: python benchmarks/inference_validation.py
 """
 
 from __future__ import annotations
 
-from railplan.inference.validation import deepep_rows, rows, server_offline_rows
+from typing import Any
+
+from railplan.inference.validation import deepep_rows, rows, server_offline_rows, trtllm_rows
+
+HOPPER = ("dgx-h100", "dgx-h200")
 
 
 def main() -> None:
@@ -50,6 +57,31 @@ def main() -> None:
             f"predicted {1e6 * r['predicted_s']:6.1f} us error {r['error_pct']:+6.1f} %  held out"
         )
     print(f"mean |error| {sum(errors) / len(errors):.1f} %, max {max(errors):.1f} %  held out")
+    print()
+    print("TensorRT-LLM 1.0 offline throughput (trtllm-bench, PyTorch backend; output tokens/s of")
+    print(
+        "one instance; batch: trtllm-bench's own max batch, or what the KV cache holds if fewer):"
+    )
+    found = trtllm_rows()
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in found:
+        groups.setdefault((str(r["model"]), str(r["system"])), []).append(r)
+        print(
+            f"{r['id']:32s} tp {r['tp']} {r['precision']} batch {r['batch']:5d} "
+            f"measured {r['measured']:8.0f} predicted {r['predicted']:8.0f} "
+            f"error {r['error_pct']:+6.1f} %  held out"
+        )
+    for (model, system), rs in groups.items():
+        e = [float(abs(r["error_pct"])) for r in rs]
+        signed = sum(float(r["error_pct"]) for r in rs) / len(rs)
+        print(
+            f"{model} on {system} (tp {rs[0]['tp']}, {rs[0]['precision']}): mean |error| "
+            f"{sum(e) / len(e):5.1f} %, max {max(e):5.1f} %, mean error {signed:+5.1f} %  held out"
+        )
+    for name, keep in (("Hopper (fp8)", True), ("Blackwell (fp4)", False)):
+        e = [abs(float(r["error_pct"])) for r in found if (r["system"] in HOPPER) == keep]
+        mean = sum(e) / len(e)
+        print(f"{name}: {len(e)} rows, mean |error| {mean:.1f} %, max {max(e):.1f} %  held out")
 
 
 if __name__ == "__main__":

@@ -49,3 +49,65 @@ def test_server_rows_run_at_the_scheduled_rate() -> None:
         assert completed < float(r["arrival_per_s"]) < 1.01 * completed
         assert int(r["queries"]) % 24_576 == 0  # whole passes over the 24,576-sample set
         assert r["dispatch"] == "least-busy"
+
+
+def _dep(model: str, system: str, tp: int):  # type: ignore[no-untyped-def]
+    from railplan.inference.engine import Deployment
+    from railplan.specs import Network
+    from railplan.specs.catalog import load_model, load_system
+
+    return Deployment(load_model(model), load_system(system), Network(), tp, tp, 1, 1, "fp8")
+
+
+@pytest.mark.parametrize(
+    ("lengths", "expected"),
+    [
+        # Llama 3.1 8B, FP8 weights (W ≈ 8.03e9 B) and FP8 KV: 2 · 32 layers · 8 heads · 128 =
+        # 65,536 B per token; room 0.95 · (80 GiB − W) = 0.95 · 77.87e9 B.
+        # 128 + 2048: 0.95 · 77.87e9 / (65,536 · 2,176) = 518.7 requests → 128 · ⌈518.7/128⌉ =
+        # 640; tokens 518.7 · (1 + 128/2048) = 551 → at least 2,048
+        ((128, 2048), (640, 2048)),
+        # 128 + 128: 4,409 requests, capped at 4,096 (a multiple of 256); tokens 4,096 · 2 =
+        # 8,192 → 1,024 · 8
+        ((128, 128), (4096, 8192)),
+        # 20,000 + 2,000: 51.3 requests → at least 64; tokens 51.3 · 11 = 564 → 2,048
+        ((20000, 2000), (64, 2048)),
+    ],
+)
+def test_trtllm_bench_settings_by_hand(lengths: tuple[int, int], expected: tuple[int, int]) -> None:
+    from railplan.inference.validation import trtllm_bench_settings
+
+    dep = _dep("llama-3.1-8b", "dgx-h100", 1)
+    assert dep.weight_bytes_per_gpu == pytest.approx(8.03e9, rel=0.01)
+    assert trtllm_bench_settings(dep, *lengths) == expected
+
+
+def test_trtllm_bench_settings_middle_rounding_and_token_steps() -> None:
+    # Llama 3.1 405B on 8 H100 (tp 8: one KV head each; FP8 weights ≈ 405.9e9 B in all, so
+    # ≈ 50.7e9 per GPU): KV per token 2 · 126 · 8 · 128 = 258,048 B over the 8 GPUs; room
+    # 0.95 · 8 · (85.90e9 − 50.7e9) ≈ 267.5e9 B. 128 + 2048: 267.5e9 / (258,048 · 2,176) =
+    # 476 requests → 128 · 4 = 512; 2,048 + 128: the same 476 requests, tokens 476 · 17 = 8,095
+    # → 512 · 16 = 8,192
+    from railplan.inference.validation import trtllm_bench_settings
+
+    dep = _dep("llama-3.1-405b", "dgx-h100", 8)
+    assert dep.weight_bytes_per_gpu * 8 == pytest.approx(405.9e9, rel=0.01)
+    assert trtllm_bench_settings(dep, 128, 2048) == (512, 2048)
+    assert trtllm_bench_settings(dep, 2048, 128) == (512, 8192)
+
+
+def test_trtllm_rows_run_what_the_engine_holds() -> None:
+    from railplan.inference.validation import TRTLLM, trtllm_rows
+    from railplan.reproduce.validation import read_rows
+
+    data = read_rows(TRTLLM)
+    found = trtllm_rows()
+    assert len(found) == len(data) == 100
+    assert len({r["id"] for r in found}) == 100
+    for r in found:
+        dep = _dep(r["model"], r["system"], r["tp"]) if r["precision"] == "fp8" else None
+        assert 1 <= r["batch"] <= r["bench_batch"]
+        if dep is not None:
+            assert r["batch"] <= dep.max_batch(r["input_tokens"] + r["output_tokens"])
+        assert np.isfinite(r["predicted"]) and r["predicted"] > 0
+        assert r["error_pct"] == pytest.approx(100 * (r["predicted"] / r["measured"] - 1))

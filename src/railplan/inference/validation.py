@@ -12,12 +12,14 @@ a lone prefill.
 
 from __future__ import annotations
 
+import math
 from functools import cache
 from typing import Any
 
 import numpy as np
 
-from railplan.inference.engine import Deployment, ep_all_to_all_s
+from railplan.inference import kvcache
+from railplan.inference.engine import KV_BYTES, Deployment, ep_all_to_all_s
 from railplan.inference.estimate import first_token_s, infer, static_batch_tokens_per_s_per_gpu
 from railplan.inference.serving import MAX_NUM_TOKENS, Lengths, serve
 from railplan.reproduce.validation import read_rows
@@ -171,4 +173,95 @@ def deepep_rows() -> list[dict[str, Any]]:
                     "error_pct": _pct(predicted, measured),
                 }
             )
+    return out
+
+
+TRTLLM = "trtllm_perf_overview.csv"
+#: trtllm-bench's caps (tensorrt_llm/bench/build/tuning.py, finetune_setting): at most 4,096
+#: sequences per engine over the pipeline stages, at most 32,768 tokens per step, at least 64
+#: sequences and 2,048 tokens; the KV share it plans with (calc_engine_setting's default 0.95)
+TRTLLM_BENCH_MAX_REQUESTS = 4096
+TRTLLM_BENCH_MAX_TOKENS = 32768
+TRTLLM_BENCH_KV_FRACTION = 0.95
+
+
+def _round_up(x: float, unit: int) -> int:
+    return unit * math.ceil(x / unit)
+
+
+def trtllm_bench_settings(
+    dep: Deployment, input_tokens: int, output_tokens: int
+) -> tuple[int, int]:
+    """(max batch, max tokens per step) that `trtllm-bench throughput` picks when neither is
+    given (tensorrt_llm/bench/build/tuning.py, calc_engine_setting and finetune_setting): the
+    requests of input + output tokens whose KV cache fits in 0.95 of what the weights leave on
+    the instance's GPUs (every tp rank holding at least one KV head), at most 4,096, per pipeline
+    stage; rounded up to 32 below 256 (at least 64), to 128 below 1,024, else to 256. Tokens:
+    that batch × (1 + input/output), at most 32,768, rounded up to 256 below 4,096 (at least
+    2,048), to 512 below 8,192, else to 1,024. Memory and weights are railplan's (the catalog's
+    memory, `Deployment.weight_bytes_per_gpu`), the KV bytes per token those of every layer."""
+    gpus = dep.tp * dep.pp
+    kv_per_token = kvcache.model_kv_bytes_per_token(dep.model, KV_BYTES[dep.precision], 1, 1)
+    kv_per_token *= max(dep.tp, dep.model.kv_heads_) / dep.model.kv_heads_
+    room = (dep.memory_bytes - dep.weight_bytes_per_gpu) * gpus * TRTLLM_BENCH_KV_FRACTION
+    requests = room / (kv_per_token * (input_tokens + output_tokens))
+    raw_batch = min(requests, TRTLLM_BENCH_MAX_REQUESTS) / dep.pp
+    raw_tokens = min(raw_batch * (1.0 + input_tokens / output_tokens), TRTLLM_BENCH_MAX_TOKENS)
+    if raw_batch < 256:
+        batch = max(64, _round_up(raw_batch, 32))
+    elif raw_batch < 1024:
+        batch = _round_up(raw_batch, 128)
+    else:
+        batch = _round_up(raw_batch, 256)
+    if raw_tokens < 4096:
+        tokens = max(2048, _round_up(raw_tokens, 256))
+    elif raw_tokens < 8192:
+        tokens = _round_up(raw_tokens, 512)
+    else:
+        tokens = _round_up(raw_tokens, 1024)
+    return batch, tokens
+
+
+def trtllm_rows() -> list[dict[str, Any]]:
+    """TensorRT-LLM's published offline throughput (data/validation/trtllm_perf_overview.csv)
+    against `infer`'s steady state, held out. The batch is what the engine can run: the smaller
+    of trtllm-bench's max batch (`trtllm_bench_settings`) and the sequences railplan's KV cache
+    holds at TensorRT-LLM's default share (0.90, `kvcache.KV_FREE_FRACTION`: trtllm-bench's
+    `--kv_cache_free_gpu_mem_fraction` default), each reserving its whole length (the default
+    GUARANTEED_NO_EVICT scheduler). The prediction is the instance's output tokens/s (tp · pp
+    GPUs); the run's ramp-up and drain (its `requests` are finite) are not modelled."""
+    out: list[dict[str, Any]] = []
+    for r in read_rows(TRTLLM):
+        tp = int(r["tp"])
+        dep = Deployment(
+            load_model(r["model"]),
+            load_system(r["system"]),
+            Network(),
+            tp,
+            tp,
+            1,
+            1,
+            r["precision"],
+        )
+        i, o = int(r["input_tokens"]), int(r["output_tokens"])
+        bench_batch, _ = trtllm_bench_settings(dep, i, o)
+        batch = max(1, min(bench_batch, dep.max_batch(i + o)))
+        res = infer(dep, batch, i, o)
+        measured = float(r["tokens_per_s"])
+        out.append(
+            {
+                "id": r["id"],
+                "model": r["model"],
+                "system": r["system"],
+                "tp": tp,
+                "precision": r["precision"],
+                "input_tokens": i,
+                "output_tokens": o,
+                "batch": batch,
+                "bench_batch": bench_batch,
+                "measured": measured,
+                "predicted": res.tokens_per_s_per_gpu * tp,
+                "error_pct": _pct(res.tokens_per_s_per_gpu * tp, measured),
+            }
+        )
     return out
