@@ -63,15 +63,16 @@ def _dep(model: str, system: str, tp: int):  # type: ignore[no-untyped-def]
     ("lengths", "expected"),
     [
         # Llama 3.1 8B, FP8 weights (W ≈ 8.03e9 B) and FP8 KV: 2 · 32 layers · 8 heads · 128 =
-        # 65,536 B per token; room 0.95 · (80 GiB − W) = 0.95 · 77.87e9 B.
-        # 128 + 2048: 0.95 · 77.87e9 / (65,536 · 2,176) = 518.7 requests → 128 · ⌈518.7/128⌉ =
-        # 640; tokens 518.7 · (1 + 128/2048) = 551 → at least 2,048
-        ((128, 2048), (640, 2048)),
-        # 128 + 128: 4,409 requests, capped at 4,096 (a multiple of 256); tokens 4,096 · 2 =
+        # 65,536 B per token; room 0.90 · (80 GiB − W) = 0.90 · 77.87e9 B.
+        # 128 + 2048: 0.90 · 77.87e9 / (65,536 · 2,176) = 491.4 requests → 128 · ⌈491.4/128⌉ =
+        # 512; tokens 491.4 · (1 + 128/2048) = 522 → at least 2,048 (≥ 128 + 512)
+        ((128, 2048), (512, 2048)),
+        # 128 + 128: 4,177 requests, capped at 4,096 (a multiple of 256); tokens 4,096 · 2 =
         # 8,192 → 1,024 · 8
         ((128, 128), (4096, 8192)),
-        # 20,000 + 2,000: 51.3 requests → at least 64; tokens 51.3 · 11 = 564 → 2,048
-        ((20000, 2000), (64, 2048)),
+        # 20,000 + 2,000: 48.6 requests → at least 64; tokens 48.6 · 11 = 535 → 2,048, raised
+        # to one whole prompt beside the batch (no chunked prefill): 20,000 + 64
+        ((20000, 2000), (64, 20064)),
     ],
 )
 def test_trtllm_bench_settings_by_hand(lengths: tuple[int, int], expected: tuple[int, int]) -> None:
@@ -82,18 +83,34 @@ def test_trtllm_bench_settings_by_hand(lengths: tuple[int, int], expected: tuple
     assert trtllm_bench_settings(dep, *lengths) == expected
 
 
-def test_trtllm_bench_settings_middle_rounding_and_token_steps() -> None:
-    # Llama 3.1 405B on 8 H100 (tp 8: one KV head each; FP8 weights ≈ 405.9e9 B in all, so
-    # ≈ 50.7e9 per GPU): KV per token 2 · 126 · 8 · 128 = 258,048 B over the 8 GPUs; room
-    # 0.95 · 8 · (85.90e9 − 50.7e9) ≈ 267.5e9 B. 128 + 2048: 267.5e9 / (258,048 · 2,176) =
-    # 476 requests → 128 · 4 = 512; 2,048 + 128: the same 476 requests, tokens 476 · 17 = 8,095
-    # → 512 · 16 = 8,192
+def test_trtllm_bench_settings_rounding_steps_and_kv_heads() -> None:
     from railplan.inference.validation import trtllm_bench_settings
 
+    # Llama 3.1 405B on 8 H100 (tp 8: one KV head each; FP8 weights ≈ 405.9e9 B in all,
+    # 50.7e9 per GPU): KV per token 2 · 126 · 8 · 128 = 258,048 B over the 8 GPUs; room
+    # 0.90 · 8 · (85.90e9 − 50.7e9) = 253.2e9 B. 128 + 2048: 253.2e9 / (258,048 · 2,176) =
+    # 450.9 requests → 128 · 4 = 512. 2,048 + 128: the same 450.9, tokens 450.9 · 17 = 7,665
+    # → 512 · 15 = 7,680
     dep = _dep("llama-3.1-405b", "dgx-h100", 8)
     assert dep.weight_bytes_per_gpu * 8 == pytest.approx(405.9e9, rel=0.01)
     assert trtllm_bench_settings(dep, 128, 2048) == (512, 2048)
-    assert trtllm_bench_settings(dep, 2048, 128) == (512, 8192)
+    assert trtllm_bench_settings(dep, 2048, 128) == (512, 7680)
+    # on H200 (140 GiB = 150.3e9 B): 0.90 · 8 · 99.6e9 / 561.5e6 = 1,277 requests → 256 · 5;
+    # tokens 1,357 → 2,048 (≥ 128 + 1,280)
+    assert trtllm_bench_settings(_dep("llama-3.1-405b", "dgx-h200", 8), 128, 2048) == (1280, 2048)
+    # Llama 3.1 8B on tp 16: each rank keeps one of the 8 KV heads, so the instance stores 16
+    # heads' worth per token (2 · 32 · 16 · 128 = 131,072 B); room 0.90 · 16 · (85.90e9 −
+    # 0.50e9) = 1,229.7e9 B; 20,000 + 2,000: 426.5 requests → 512 (853 → 896 without the
+    # replicated heads); tokens 426.5 · 11 = 4,691 → 5,120, raised to 20,000 + 512
+    assert trtllm_bench_settings(_dep("llama-3.1-8b", "dgx-h100", 16), 20000, 2000) == (
+        512,
+        20512,
+    )
+    # with chunked prefill the budget stays the heuristic's
+    assert trtllm_bench_settings(dep, 2048, 128, chunked_prefill=True) == (512, 7680)
+    assert trtllm_bench_settings(
+        _dep("llama-3.1-8b", "dgx-h100", 1), 20000, 2000, chunked_prefill=True
+    ) == (64, 2048)
 
 
 def test_trtllm_rows_run_what_the_engine_holds() -> None:
@@ -101,13 +118,17 @@ def test_trtllm_rows_run_what_the_engine_holds() -> None:
     from railplan.reproduce.validation import read_rows
 
     data = read_rows(TRTLLM)
-    found = trtllm_rows()
-    assert len(found) == len(data) == 100
-    assert len({r["id"] for r in found}) == 100
-    for r in found:
-        dep = _dep(r["model"], r["system"], r["tp"]) if r["precision"] == "fp8" else None
-        assert 1 <= r["batch"] <= r["bench_batch"]
-        if dep is not None:
-            assert r["batch"] <= dep.max_batch(r["input_tokens"] + r["output_tokens"])
+    assert len(data) == len({r["id"] for r in data}) == 100
+    ids = ("trtllm10-h100-8b-128-2048", "trtllm10-h100-8b-128-128", "trtllm10-h100-8b-2048-128")
+    found = {r["id"]: r for r in trtllm_rows(ids)}
+    assert set(found) == set(ids)
+    # 128 + 2048: trtllm-bench would take 512, the KV cache holds 491 (0.90 · 77.87e9 B over
+    # 136 MiB reserved per sequence, 2,176 tokens in 136 pages of 16): the engine runs 491
+    assert (found[ids[0]]["bench_batch"], found[ids[0]]["batch"]) == (512, 491)
+    # 128 + 128: the KV cache holds 4,177 but trtllm-bench caps the batch at 4,096
+    assert (found[ids[1]]["bench_batch"], found[ids[1]]["batch"]) == (4096, 4096)
+    for r in found.values():
+        assert r["measured"] == next(float(d["tokens_per_s"]) for d in data if d["id"] == r["id"])
         assert np.isfinite(r["predicted"]) and r["predicted"] > 0
-        assert r["error_pct"] == pytest.approx(100 * (r["predicted"] / r["measured"] - 1))
+        # the finite run fills and drains: never above what the engine sustains by much
+        assert r["predicted"] < 1.1 * r["steady"]

@@ -261,7 +261,8 @@ def _print_inference(
         names = ("total_bytes", "hb_bytes", "nic_bytes", "cross_rail_bytes")
         Console().print(
             quantity_table(
-                f"one decode step, batch {r.batch} per tp·pp group",
+                f"one decode step, batch {r.batch} per tp·pp group (bytes each GPU pair must "
+                "exchange, before any forwarding: the same on every network)",
                 [(n.replace("_", " "), f"{step_traffic[n] / 1e6:,.1f} MB") for n in names],
             )
         )
@@ -273,7 +274,7 @@ def _sweep_table(sweep: list[ServingResult]) -> Table:
     """Mean and p99 latencies per arrival rate."""
     stable = {True: "yes", False: "no (queue grows)", None: "? (more --requests)"}
     return table(
-        "Poisson arrivals, continuous batching (one replica simulated)",
+        "Poisson arrivals, continuous batching",
         ("req/s", "tokens/s/GPU", "TTFT mean", "TTFT p99", "TPOT mean", "TPOT p99", "stable"),
         [
             (
@@ -352,7 +353,8 @@ def infer_search(
         Console().print(f"K = {r['hb_domain']}: {r['verdict']}")
     if best:
         Console().print(
-            f"best: K = {best['hb_domain']}, {best['best']['mode']} tp {best['best']['tp']} "
+            f"best: K = {best['hb_domain']}, {best['best']['network']}, "
+            f"{best['best']['mode']} tp {best['best']['tp']} "
             f"pp {best['best']['pp']} ep {best['best']['ep']}"
             f"{', two-batch overlap' if best['best']['two_batch_overlap'] else ''}, "
             f"{best['best']['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU"

@@ -61,18 +61,29 @@ class Run:
     waiting_at_end: int
     prompts_per_step: int
     settled: bool
+    in_flight_middle: int = 0  # requests arrived and not finished at the middle arrival
+    in_flight_end: int = 0  # … and at the last arrival
+
+    @property
+    def rising(self) -> bool:
+        """Whether the requests in flight still grew between the middle and the last arrival by
+        more than their Poisson noise (10 %, or three standard deviations): the engine had not
+        settled at its load (a batch still filling, or a queue near capacity)."""
+        mid = float(self.in_flight_middle)
+        return bool(self.in_flight_end - mid > max(0.1 * mid, 3.0 * max(mid, 1.0) ** 0.5))
 
     @property
     def stable(self) -> bool | None:
         """False when the queue grew: more than two steps' worth of prompts (or 5 % of the
         requests) still waited when the arrivals stopped; None when the run was too short to
-        tell (not `settled`); else whether ≥ 90 % of the offered tokens/s came out."""
+        tell (not `settled`, or the requests in flight still `rising`); else True: what is in
+        flight stayed level, so the engine served what arrived."""
         limit = max(2 * self.prompts_per_step, self.ttft_s.size // 20)
         if self.waiting_at_end > limit:
             return False
-        if not self.settled:
+        if not self.settled or self.rising:
             return None
-        return self.tokens_per_s >= 0.9 * self.offered_tokens_per_s
+        return True
 
 
 def admit(
@@ -137,9 +148,16 @@ class _Replica:
         return self.run_id.size == 0 and self.nxt == self.n
 
     def step(
-        self, step_s: StepFn, batch: int, budget: int, reqs: _Requests, spec: Speculation
+        self,
+        step_s: StepFn,
+        batch: int,
+        budget: int,
+        reqs: _Requests,
+        spec: Speculation,
+        first_s: StepFn | None = None,
     ) -> None:
-        """One engine step at `self.t`, as serving.simulate takes it."""
+        """One engine step at `self.t`, as serving.simulate takes it; `first_s`: the time from
+        a step's start until its prompts' first tokens (default: the step's end)."""
         csum = self.csum[: self.n + 1]
         running = self.run_id.size
         end = admit(csum, self.n, self.nxt, running, batch, budget, running * spec.verified)
@@ -151,6 +169,7 @@ class _Replica:
             prefill_seqs=float(new.size),
         )
         self.nxt = end
+        start = self.t
         self.t += step_s(load)
         if new.size and new[-1] == reqs.count - 1:
             reqs.last_admitted = self.t  # the step that took the last prompt
@@ -159,12 +178,14 @@ class _Replica:
         self.tokens.append(float(gained.sum()) + new.size)
         self.run_left -= gained
         self.run_ctx += gained
-        reqs.first[new] = self.t
+        first = self.t if first_s is None or not new.size else max(self.t, start + first_s(load))
+        reqs.first[new] = first
         ids = np.concatenate([self.run_id, new])
         left = np.concatenate([self.run_left, reqs.output[new] - 1.0])
         ctx = np.concatenate([self.run_ctx, reqs.prompt[new] + 1.0])
         over = left <= LEFT_TOLERANCE  # fractional gains sum with rounding errors
         reqs.finish[ids[over]] = self.t
+        reqs.finish[new[over[running:]]] = first  # a one-token request ends with its first
         self.finished.append((self.finished[-1] if self.finished else 0) + int(over.sum()))
         self.run_id, self.run_left, self.run_ctx = ids[~over], left[~over], ctx[~over]
 
@@ -201,11 +222,12 @@ def least_busy(
     max_batch: int,
     max_num_tokens: int,
     spec: Speculation = Speculation(),
+    first_s: StepFn | None = None,
 ) -> Run:
     """`serving.simulate`'s run for `replicas` engines sharing one stream at `rate_per_s` (the
     arrival times and each request's prompt and output tokens, as `simulate` drew them), each
     arrival dispatched to the replica with the fewest requests in flight. Throughput is that
-    of all replicas."""
+    of all replicas; `first_s` as `_Replica.step` takes it."""
     requests = int(arrivals.size)
     reqs = _Requests(arrivals, prompt, output)
     # room for an even share each (a replica given more grows): not requests × replicas
@@ -221,7 +243,7 @@ def least_busy(
                 rep.t = max(rep.t, float(arrivals[nxt]))
                 heapq.heappush(heap, (rep.t, i))
             continue
-        rep.step(step_s, max_batch, max_num_tokens, reqs, spec)
+        rep.step(step_s, max_batch, max_num_tokens, reqs, spec, first_s)
         heapq.heappush(heap, (rep.t, i))
         if waiting_at_end < 0 and t >= arrivals[-1]:  # arrived, not admitted, as arrivals stop
             waiting_at_end = sum(r.n - r.nxt for r in reps)
@@ -245,4 +267,20 @@ def _run(reqs: _Requests, reps: list[_Replica], rate: float, waiting: int, budge
     lifetime = float(np.median(reqs.finish[:half] - arrivals[:half]))
     settled = bool(arrivals[n // 2] >= lifetime)
     per_step = max(1, int(budget // reqs.prompt.mean()))  # prompts an empty step may carry
-    return Run(ttft, tpot, tokens, rate * float(reqs.output.mean()), waiting, per_step, settled)
+
+    def in_flight(at: float) -> int:
+        return int(np.searchsorted(arrivals, at, side="right")) - int(
+            np.count_nonzero(reqs.finish <= at)
+        )
+
+    return Run(
+        ttft,
+        tpot,
+        tokens,
+        rate * float(reqs.output.mean()),
+        waiting,
+        per_step,
+        settled,
+        in_flight(float(arrivals[n // 2])),
+        in_flight(float(arrivals[-1])),
+    )

@@ -636,6 +636,31 @@ def step_times(dep: Deployment, load: StepLoad) -> tuple[FloatArray, dict[str, F
     return np.asarray(sum(parts.values())), parts
 
 
+def prompt_traversal_s(dep: Deployment, load: StepLoad) -> FloatArray:
+    """Time from the start of a step carrying `load` until its prompts' first tokens come out
+    of the last stage: the micro-batch that carries a prompt takes it whole (serving engines
+    do not split a prompt over pipeline micro-batches: vLLM and TensorRT-LLM schedule whole
+    requests per micro-batch), with its 1/pp share of the running sequences and of the step's
+    other prompts, and crosses all pp stages at that micro-batch's stage time. Without
+    pipelining it is the step itself (`step_times`)."""
+    if dep.pp == 1:
+        return step_times(dep, load)[0]
+    p = float(dep.pp)
+    seqs = np.asarray(load.prefill_seqs, dtype=np.float64)
+    mean_prompt = np.where(seqs > 0, load.prefill_tokens / np.where(seqs > 0, seqs, 1.0), 0.0)
+    carried = np.maximum(seqs / p, np.minimum(seqs, 1.0))  # at least the whole prompt
+    micro = StepLoad(
+        decode=load.decode / p,
+        context_tokens=load.context_tokens / p,
+        prefill_tokens=mean_prompt * carried,
+        prefill_seqs=carried,
+    )
+    total = p * np.asarray(sum(stage_time_s(dep, micro).values()))
+    if dep.speculative_tokens:
+        total = total + draft_s(dep, micro)
+    return np.asarray(total)
+
+
 def pipeline_fill_s(dep: Deployment, step_s: Num, prompts: Num) -> FloatArray:
     """What the last of a step's micro-batches waits beyond the step (`step_times`: a pipeline
     period) when `prompts` prompts start an empty pipeline alone, as a lone request or a

@@ -24,6 +24,7 @@ from railplan.inference.engine import (
     Num,
     StepLoad,
     cold_step_s,
+    prompt_traversal_s,
     step_time_s,
     step_times,
 )
@@ -87,7 +88,9 @@ def steady_times(
 ) -> tuple[FloatArray, FloatArray, dict[str, FloatArray]]:
     """(TTFT without queueing, TPOT, the step by component) of the steady state, over `batch`
     (scalar or array): a new request waits half a step, then rides in a step with the
-    batch − 1 others and the average number of newcomers."""
+    batch − 1 others and the average number of newcomers, its prompt whole in one pipeline
+    micro-batch that crosses every stage (`engine.prompt_traversal_s`; the step itself
+    without pipelining)."""
     e = dep.tokens_per_step
     step, parts = step_times(dep, steady_load(batch, input_tokens, output_tokens, e))
     others = np.asarray(batch, dtype=np.float64) - 1.0
@@ -97,7 +100,7 @@ def steady_times(
         prefill_tokens=input_tokens * (1.0 + newcomers),
         prefill_seqs=1.0 + newcomers,
     )
-    return 0.5 * step + step_times(dep, join)[0], step / e, parts
+    return 0.5 * step + prompt_traversal_s(dep, join), step / e, parts
 
 
 def check_tokens(input_tokens: int, output_tokens: int) -> None:

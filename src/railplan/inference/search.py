@@ -276,12 +276,15 @@ def search(
         evaluated += len(cs)
         by_net[arch] = best(cs, ttft_slo_s, tpot_slo_s)
     found = [(k, c) for k, c in by_net.items() if c is not None]
-    top = max(found, key=lambda kc: kc[1].tokens_per_s_per_gpu) if found else None
+    # the best on a network one can build; `ideal` (one HB domain) only when nothing else fits
+    buildable = [(k, c) for k, c in found if k != "ideal"] or found
+    top = max(buildable, key=lambda kc: kc[1].tokens_per_s_per_gpu) if buildable else None
 
     def full(arch: str, c: Choice | None) -> dict[str, Any] | None:
         """The choice with the keys of `railplan infer` for its tp/pp/ep/batch; the choice's own
-        TTFT, TPOT and tokens/s win (they include the disaggregated split), `breakdown_s` is
-        the aggregated step's."""
+        TTFT, TPOT and tokens/s win (they include the disaggregated split); `breakdown_s` is
+        the step of the choice's batch: for a disaggregated choice the decode instances' step
+        (no prompts), whose time the TPOT is."""
         if c is None:
             return None
         net = Network(architecture=arch)
@@ -299,7 +302,12 @@ def search(
             custom_all_reduce,
         )
         own = c.to_dict() | {"tokens_per_s": c.tokens_per_s_per_gpu * gpus}
-        return infer(dep, c.batch, input_tokens, output_tokens).to_dict() | own
+        res = infer(dep, c.batch, input_tokens, output_tokens).to_dict()
+        if c.mode == "disaggregated":
+            steady = steady_load(float(c.batch), input_tokens, output_tokens, dep.tokens_per_step)
+            decode = replace(steady, prefill_tokens=0.0, prefill_seqs=0.0)
+            res["breakdown_s"] = step_time_s(dep, decode)[1]
+        return res | own
 
     return {
         "system": system.name,

@@ -31,7 +31,7 @@ import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.inference.dispatch import Run, Speculation, StepFn, least_busy
-from railplan.inference.engine import Deployment, StepLoad, cold_step_s
+from railplan.inference.engine import Deployment, StepLoad, cold_step_s, prompt_traversal_s
 from railplan.records import Record
 from railplan.specs.arrays import IntArray
 
@@ -126,6 +126,7 @@ def simulate(
     lengths: Lengths | None = None,
     replicas: int = 1,
     spec: Speculation = Speculation(),
+    first_s: StepFn | None = None,
 ) -> Run:
     """Every request's TTFT and TPOT on one engine whose step time is `step_s(load)`, and
     whether the queue kept up with the arrivals. Every request has `input_tokens` prompt and
@@ -134,18 +135,27 @@ def simulate(
     the stream, each arrival dispatched to the least busy (`dispatch.least_busy`)."""
     if replicas < 1:
         raise RailplanError("replicas", f"must be a positive integer; got {replicas!r}")
+    _check_simulation(rate_per_s, -(-requests // replicas), max_batch, max_num_tokens)
     if requests > MAX_SIMULATED_REQUESTS:
         raise RailplanError(
             "requests",
             f"{replicas:,} replicas × {-(-requests // replicas):,} requests each is "
             f"{requests:,} simulated requests; at most {MAX_SIMULATED_REQUESTS:,} (use fewer)",
         )
-    _check_simulation(rate_per_s, -(-requests // replicas), max_batch, max_num_tokens)
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1.0 / rate_per_s, requests))
     prompt, output = _lengths(rng, requests, input_tokens, output_tokens, lengths)
     return least_busy(
-        step_s, rate_per_s, arrivals, prompt, output, replicas, max_batch, max_num_tokens, spec
+        step_s,
+        rate_per_s,
+        arrivals,
+        prompt,
+        output,
+        replicas,
+        max_batch,
+        max_num_tokens,
+        spec,
+        first_s,
     )
 
 
@@ -200,6 +210,7 @@ def serve(
         lengths=lengths,
         replicas=replicas,
         spec=Speculation(dep.verified_tokens, dep.tokens_per_step),
+        first_s=first_token_fn(dep),
     )
     return result(dep, arrival_rate, requests, output_tokens, run, groups // replicas)
 
@@ -247,13 +258,36 @@ def step_fn(dep: Deployment) -> StepFn:
     return step
 
 
+def first_token_fn(dep: Deployment) -> StepFn | None:
+    """With pipelining, the time from a step's start until its prompts' first tokens
+    (`engine.prompt_traversal_s`: each prompt crosses every stage whole in one micro-batch),
+    cached as `step_fn` caches; None without pipelining (the step's end)."""
+    if dep.pp == 1:
+        return None
+    cache: dict[tuple[int, int, int, int], float] = {}
+
+    def first(load: StepLoad) -> float:
+        key = (
+            int(load.decode),
+            int(load.prefill_seqs),
+            int(load.prefill_tokens) // 16,
+            int(load.context_tokens) // 256,
+        )
+        if key not in cache:
+            cache[key] = float(prompt_traversal_s(dep, load))
+        return cache[key]
+
+    return first
+
+
 def result(
     dep: Deployment, arrival_rate: float, requests: int, output_tokens: int, run: Run, scale: int
 ) -> ServingResult:
     """A run's ServingResult; `scale`: the replicas the run's tokens/s stands for."""
     ttft, tpot = run.ttft_s, run.tpot_s
-    # stable (or too short to tell): the offered load; overloaded: what the full engine made
-    served = run.tokens_per_s * scale if run.stable is False else arrival_rate * output_tokens
+    # stable: the offered load; a queue that grew, or a run that had not settled: what the
+    # engine made between the middle and the last arrival (never the offered load unserved)
+    served = arrival_rate * output_tokens if run.stable else run.tokens_per_s * scale
     return ServingResult(
         arrival_rate=arrival_rate,
         requests=requests,

@@ -13,15 +13,17 @@ a lone prefill.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from functools import cache
 from typing import Any
 
 import numpy as np
 
 from railplan.inference import kvcache
+from railplan.inference.dispatch import Speculation
 from railplan.inference.engine import KV_BYTES, Deployment, ep_all_to_all_s
 from railplan.inference.estimate import first_token_s, infer, static_batch_tokens_per_s_per_gpu
-from railplan.inference.serving import MAX_NUM_TOKENS, Lengths, serve
+from railplan.inference.serving import MAX_NUM_TOKENS, Lengths, serve, simulate, step_fn
 from railplan.reproduce.validation import read_rows
 from railplan.specs import Network
 from railplan.specs.catalog import load_model, load_system
@@ -178,11 +180,12 @@ def deepep_rows() -> list[dict[str, Any]]:
 
 TRTLLM = "trtllm_perf_overview.csv"
 #: trtllm-bench's caps (tensorrt_llm/bench/build/tuning.py, finetune_setting): at most 4,096
-#: sequences per engine over the pipeline stages, at most 32,768 tokens per step, at least 64
-#: sequences and 2,048 tokens; the KV share it plans with (calc_engine_setting's default 0.95)
+#: sequences in all, then divided over the pipeline stages; at most 32,768 tokens per step; at
+#: least 64 sequences and 2,048 tokens
 TRTLLM_BENCH_MAX_REQUESTS = 4096
 TRTLLM_BENCH_MAX_TOKENS = 32768
-TRTLLM_BENCH_KV_FRACTION = 0.95
+#: every request of a row arrives at once: a rate no engine step can tell from infinite
+TRTLLM_BENCH_RATE_PER_S = 1e8
 
 
 def _round_up(x: float, unit: int) -> int:
@@ -190,20 +193,27 @@ def _round_up(x: float, unit: int) -> int:
 
 
 def trtllm_bench_settings(
-    dep: Deployment, input_tokens: int, output_tokens: int
+    dep: Deployment,
+    input_tokens: int,
+    output_tokens: int,
+    kv_fraction: float = kvcache.KV_FREE_FRACTION,
+    chunked_prefill: bool = False,
 ) -> tuple[int, int]:
-    """(max batch, max tokens per step) that `trtllm-bench throughput` picks when neither is
-    given (tensorrt_llm/bench/build/tuning.py, calc_engine_setting and finetune_setting): the
-    requests of input + output tokens whose KV cache fits in 0.95 of what the weights leave on
-    the instance's GPUs (every tp rank holding at least one KV head), at most 4,096, per pipeline
-    stage; rounded up to 32 below 256 (at least 64), to 128 below 1,024, else to 256. Tokens:
-    that batch × (1 + input/output), at most 32,768, rounded up to 256 below 4,096 (at least
-    2,048), to 512 below 8,192, else to 1,024. Memory and weights are railplan's (the catalog's
-    memory, `Deployment.weight_bytes_per_gpu`), the KV bytes per token those of every layer."""
+    """(max batch, max tokens per step) that `trtllm-bench throughput` (PyTorch backend) runs
+    when neither is given: its heuristic (tensorrt_llm/bench/build/tuning.py,
+    calc_engine_setting and finetune_setting) takes the requests of input + output tokens whose
+    KV cache fits in `kv_fraction` (its `--kv_cache_free_gpu_mem_fraction`, 0.90 by default) of
+    what the weights leave on the instance's GPUs (every tp rank holding at least one KV head),
+    at most 4,096, divided by the pipeline stages; rounded up to 32 below 256 (at least 64), to
+    128 below 1,024, else to 256. Tokens: that batch × (1 + input/output), at most 32,768,
+    rounded up to 256 below 4,096 (at least 2,048), to 512 below 8,192, else to 1,024; without
+    chunked prefill (the default) at least one prompt plus the batch
+    (tensorrt_llm/bench/benchmark/utils/general.py, get_settings). Memory and weights are
+    railplan's (the catalog's memory, `Deployment.weight_bytes_per_gpu`)."""
     gpus = dep.tp * dep.pp
     kv_per_token = kvcache.model_kv_bytes_per_token(dep.model, KV_BYTES[dep.precision], 1, 1)
     kv_per_token *= max(dep.tp, dep.model.kv_heads_) / dep.model.kv_heads_
-    room = (dep.memory_bytes - dep.weight_bytes_per_gpu) * gpus * TRTLLM_BENCH_KV_FRACTION
+    room = (dep.memory_bytes - dep.weight_bytes_per_gpu) * gpus * kv_fraction
     requests = room / (kv_per_token * (input_tokens + output_tokens))
     raw_batch = min(requests, TRTLLM_BENCH_MAX_REQUESTS) / dep.pp
     raw_tokens = min(raw_batch * (1.0 + input_tokens / output_tokens), TRTLLM_BENCH_MAX_TOKENS)
@@ -219,19 +229,26 @@ def trtllm_bench_settings(
         tokens = _round_up(raw_tokens, 512)
     else:
         tokens = _round_up(raw_tokens, 1024)
+    if not chunked_prefill:
+        tokens = max(tokens, input_tokens + batch)
     return batch, tokens
 
 
-def trtllm_rows() -> list[dict[str, Any]]:
-    """TensorRT-LLM's published offline throughput (data/validation/trtllm_perf_overview.csv)
-    against `infer`'s steady state, held out. The batch is what the engine can run: the smaller
-    of trtllm-bench's max batch (`trtllm_bench_settings`) and the sequences railplan's KV cache
-    holds at TensorRT-LLM's default share (0.90, `kvcache.KV_FREE_FRACTION`: trtllm-bench's
-    `--kv_cache_free_gpu_mem_fraction` default), each reserving its whole length (the default
-    GUARANTEED_NO_EVICT scheduler). The prediction is the instance's output tokens/s (tp · pp
-    GPUs); the run's ramp-up and drain (its `requests` are finite) are not modelled."""
+def trtllm_rows(ids: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """TensorRT-LLM's published offline throughput (data/validation/trtllm_perf_overview.csv),
+    held out, against the run as `trtllm-bench throughput` makes it: the row's `requests`, all
+    queued at once, each of the row's lengths, simulated step by step (`serving.simulate`:
+    whole prompts, first come first served, within the token budget) on an engine of the batch
+    it can run, the smaller of trtllm-bench's max batch (`trtllm_bench_settings`) and the
+    sequences railplan's KV cache holds at TensorRT-LLM's default share (0.90,
+    `kvcache.KV_FREE_FRACTION`), each reserving its whole length (the default
+    GUARANTEED_NO_EVICT scheduler). Predicted: the instance's output tokens over the time to the
+    last completion, as the page reports them (tp · pp GPUs); `steady`: `infer`'s steady state
+    at the same batch, without the run's fill and drain. `ids`: only those rows."""
     out: list[dict[str, Any]] = []
     for r in read_rows(TRTLLM):
+        if ids is not None and r["id"] not in ids:
+            continue
         tp = int(r["tp"])
         dep = Deployment(
             load_model(r["model"]),
@@ -243,11 +260,23 @@ def trtllm_rows() -> list[dict[str, Any]]:
             1,
             r["precision"],
         )
-        i, o = int(r["input_tokens"]), int(r["output_tokens"])
-        bench_batch, _ = trtllm_bench_settings(dep, i, o)
+        i, o, n = int(r["input_tokens"]), int(r["output_tokens"]), int(r["requests"])
+        bench_batch, budget = trtllm_bench_settings(dep, i, o)
         batch = max(1, min(bench_batch, dep.max_batch(i + o)))
-        res = infer(dep, batch, i, o)
+        run = simulate(
+            step_fn(dep),
+            TRTLLM_BENCH_RATE_PER_S,
+            n,
+            i,
+            o,
+            batch,
+            max_num_tokens=budget,
+            spec=Speculation(dep.verified_tokens, dep.tokens_per_step),
+        )
+        last_s = float(np.max(run.ttft_s + run.tpot_s * (o - 1)))
+        predicted = n * o / last_s
         measured = float(r["tokens_per_s"])
+        steady = infer(dep, batch, i, o).tokens_per_s_per_gpu * tp
         out.append(
             {
                 "id": r["id"],
@@ -257,11 +286,15 @@ def trtllm_rows() -> list[dict[str, Any]]:
                 "precision": r["precision"],
                 "input_tokens": i,
                 "output_tokens": o,
+                "requests": n,
                 "batch": batch,
                 "bench_batch": bench_batch,
+                "max_num_tokens": budget,
                 "measured": measured,
-                "predicted": res.tokens_per_s_per_gpu * tp,
-                "error_pct": _pct(res.tokens_per_s_per_gpu * tp, measured),
+                "predicted": predicted,
+                "error_pct": _pct(predicted, measured),
+                "steady": steady,
+                "steady_error_pct": _pct(steady, measured),
             }
         )
     return out
