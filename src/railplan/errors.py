@@ -26,7 +26,15 @@ class RailplanError(ValueError):
 def unknown_name(field: str, name: str, known: Iterable[str]) -> RailplanError:
     """Error for a name not in a catalog, listing the close matches (or all names if few)."""
     names = sorted(known)
-    close = difflib.get_close_matches(name, names, n=5, cutoff=0.4)
+
+    def plain(text: str) -> str:  # 'GPT-3' and 'gpt3' alike: case and separators dropped
+        return "".join(c for c in text.lower() if c.isalnum())
+
+    # names that start with what was typed, separators ignored ('gpt3' → gpt-3-175b), first
+    typed = plain(name)
+    close = [n for n in names if typed and plain(n).startswith(typed)][:5]
+    close += difflib.get_close_matches(name, names, n=5, cutoff=0.4)
+    close = list(dict.fromkeys(close))[:5]
     if close:
         hint = "did you mean " + ", ".join(close) + "?"
     else:

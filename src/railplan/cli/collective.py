@@ -159,3 +159,10 @@ def collective(
     ]
     columns = ("bytes", "algorithm", "time (us)", "algbw GB/s", "busbw GB/s", "bound (us)")
     Console().print(table(f"{op} on {gpus} GPUs of {sysm.name}, {network}", columns, cells))
+    skipped: dict[str, str] = {}  # the algorithms that do not apply, once each, with why
+    for row in rows:
+        for r in row["algorithms"]:
+            if r["time_s"] is None:
+                skipped.setdefault(r["algorithm"], str(r.get("note", "does not apply")))
+    for name, why in skipped.items():
+        Console().print(f"{name}: not applicable: {why}")

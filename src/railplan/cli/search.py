@@ -270,6 +270,7 @@ def _print_search(r: SearchResult) -> None:
     """The fastest candidates, the time/memory Pareto set and what was evaluated."""
     job = r.job
     m, sy, gpus = job.model, job.system, job.gpus
+    pp_rule = "stages differing by at most one layer" if r.space.uneven_pp else "and divides them"
     console = Console()
     console.print(
         _candidates_table(
@@ -282,8 +283,10 @@ def _print_search(r: SearchResult) -> None:
     console.print(
         f"{r.configurations_evaluated:,} valid configurations evaluated, {r.feasible:,} fit, "
         f"in {r.elapsed_s:.3f} s ({r.configurations_per_s:,.0f} per second). Valid means "
-        f"tp divides the {m.heads} heads, pp the {m.layers} layers, dp = gpus/(tp·pp) the "
-        f"batch of {job.global_batch:,}, and the micro-batch the per-replica batch."
+        f"tp divides the {m.heads} heads and the KV heads, cp splits each sequence into "
+        f"2·cp chunks, pp is at most the {m.layers} layers ({pp_rule}), "
+        f"dp = gpus/(tp·cp·pp) divides the batch of {job.global_batch:,}, and the "
+        f"micro-batch the per-replica batch."
     )
     if gpus % sy.hb_domain:
         console.print(

@@ -67,14 +67,17 @@ def comma_list(
     empty: str = "give at least one integer",
 ) -> list[T]:
     """'0,1,2' → [kind('0'), kind('1'), kind('2')], or a one-line error naming the field: `bad`
-    (with `{text!r}` for the text given) when a value does not parse, `empty` when none is given."""
+    (with `{text!r}` for the text given) when a value does not parse or an item between commas
+    is empty ('10,,20', '10,'), `empty` when none is given."""
+    items = [x.strip() for x in text.split(",")]
+    if not any(items):
+        raise RailplanError(field_name, empty)
     try:
-        values = [kind(x) for x in text.split(",") if x.strip()]
+        if not all(items):
+            raise ValueError
+        return [kind(x) for x in items]
     except ValueError:
         raise RailplanError(field_name, bad.format(text=text)) from None
-    if not values:
-        raise RailplanError(field_name, empty)
-    return values
 
 
 def int_list(field_name: str, text: str) -> list[int]:

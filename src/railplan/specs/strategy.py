@@ -194,7 +194,7 @@ class Strategy(Spec):
     global_batch: PositiveInt
     recompute: Recompute = "none"
     sequence_parallel: bool = False
-    zero: int = Field(default=0, ge=0, le=3)
+    zero: Literal[0, 1, 2, 3] = 0
     overlap_dp: bool = True
     grad_reduce_bytes: Literal[2, 4] = 4
     overlap_tp: bool = Field(
