@@ -220,7 +220,10 @@ def topology(
     arch: Annotated[
         str,
         typer.Option(
-            help="rail-optimized, rail-only, oversubscribed, multi-plane, ideal or ocs-reconfigured"
+            "--arch",
+            "--network",
+            help="rail-optimized, rail-only, oversubscribed, multi-plane, ideal or "
+            "ocs-reconfigured (--network, as the other commands call it, is the same option)",
         ),
     ],
     gpus: ClusterGpusOpt,
