@@ -27,12 +27,23 @@ def unknown_name(field: str, name: str, known: Iterable[str]) -> RailplanError:
     """Error for a name not in a catalog, listing the close matches (or all names if few)."""
     names = sorted(known)
 
-    def plain(text: str) -> str:  # 'GPT-3' and 'gpt3' alike: case and separators dropped
-        return "".join(c for c in text.lower() if c.isalnum())
+    typed = "".join(c for c in name.lower() if c.isalnum())
 
-    # names that start with what was typed, separators ignored ('gpt3' → gpt-3-175b), first
-    typed = plain(name)
-    close = [n for n in names if typed and plain(n).startswith(typed)][:5]
+    def starts_with_typed(known_name: str) -> bool:
+        """Whether `known_name` begins with what was typed, case and separators ignored, up to
+        a separator or its end ('gpt3' → gpt-3-175b, gpt-3.6b; not gpt-39b)."""
+        matched = 0
+        for c in known_name.lower():
+            if matched == len(typed):
+                return not c.isalnum()
+            if c.isalnum():
+                if c != typed[matched]:
+                    return False
+                matched += 1
+        return matched == len(typed)
+
+    # names that start with what was typed come first, then difflib's close matches
+    close = [n for n in names if typed and starts_with_typed(n)][:5]
     close += difflib.get_close_matches(name, names, n=5, cutoff=0.4)
     close = list(dict.fromkeys(close))[:5]
     if close:

@@ -76,3 +76,23 @@ def test_search_best_is_on_a_buildable_network_with_its_own_step() -> None:
     assert best["mode"] == "disaggregated"
     # the breakdown is the decode instances' step, whose time the TPOT is
     assert sum(best["breakdown_s"].values()) == pytest.approx(best["tpot_s"], rel=1e-6)
+
+
+def test_pipelined_tpot_is_never_negative() -> None:
+    # a prompt whose micro-batch leaves the pipeline after its step's end is that much behind
+    # for its later tokens too (two-token requests at 5 requests/s on 8 stages)
+    s = serve(_dep(1, 8), 5.0, 1024, 2, requests=300)
+    assert s.tpot_mean_s > 0 and s.tpot_p99_s > 0
+
+
+@pytest.mark.parametrize(("rate", "stable"), [(90.0, True), (104.0, False)])
+def test_a_slowly_growing_queue_is_not_stable(rate: float, stable: bool) -> None:
+    # a constant 10 ms step, 10 sequences of 10 tokens, one 1,000-token prompt per step: 100
+    # requests/s at most. At 104/s the queue grows by ≈ 4 a second, ≈ 770 by the end of 20,000
+    # requests, under 5 % of them: the growth of the mean wait between the second and the last
+    # quarter of the arrivals says so; at 90/s it stays level
+    from railplan.inference.serving import simulate
+
+    run = simulate(lambda load: 0.01, rate, 20_000, 1000, 10, 10, max_num_tokens=2000, seed=3)
+    assert run.waiting_at_end < 1000
+    assert run.stable is stable

@@ -159,10 +159,13 @@ def collective(
     ]
     columns = ("bytes", "algorithm", "time (us)", "algbw GB/s", "busbw GB/s", "bound (us)")
     Console().print(table(f"{op} on {gpus} GPUs of {sysm.name}, {network}", columns, cells))
-    skipped: dict[str, str] = {}  # the algorithms that do not apply, once each, with why
+    # the algorithms that do not apply, once each with why (at which sizes, where others do)
+    skipped: dict[str, tuple[str, list[float]]] = {}
     for row in rows:
         for r in row["algorithms"]:
             if r["time_s"] is None:
-                skipped.setdefault(r["algorithm"], str(r.get("note", "does not apply")))
-    for name, why in skipped.items():
-        Console().print(f"{name}: not applicable: {why}")
+                why = str(r.get("note", "does not apply"))
+                skipped.setdefault(r["algorithm"], (why, []))[1].append(row["bytes"])
+    for name, (why, at) in skipped.items():
+        where = "" if len(at) == len(rows) else " at " + ", ".join(f"{b:.0f}" for b in at) + " B"
+        Console().print(f"{name}: not applicable{where}: {why}")

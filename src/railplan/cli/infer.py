@@ -335,7 +335,9 @@ def infer_search(
         for k in ks
     ]
     found = [r for r in results if r["best"]]
-    best = max(found, key=lambda r: r["best"]["tokens_per_s_per_gpu"]) if found else None
+    # a buildable network's best over every K; `ideal` only where no K has one
+    buildable = [r for r in found if r["best"]["network"] != "ideal"] or found
+    best = max(buildable, key=lambda r: r["best"]["tokens_per_s_per_gpu"]) if buildable else None
     out = {
         "best": best["best"] | {"hb_domain": best["hb_domain"]} if best else None,
         "by_hb_domain": results,

@@ -138,7 +138,10 @@ def parse_vary(items: Iterable[str]) -> dict[str, list[Any]]:
             raise RailplanError(
                 "vary", f"{name} given twice; list all its values in one --vary {name}=v1,v2,..."
             )
-        out[name] = [_parse_value(name, v.strip()) for v in values.split(",") if v.strip()]
+        parts = [v.strip() for v in values.split(",")]
+        if not all(parts):
+            raise RailplanError("vary", f"{item!r}: an empty value between commas")
+        out[name] = [_parse_value(name, v) for v in parts]
     return out
 
 

@@ -61,25 +61,39 @@ class Run:
     waiting_at_end: int
     prompts_per_step: int
     settled: bool
-    in_flight_middle: int = 0  # requests arrived and not finished at the middle arrival
-    in_flight_end: int = 0  # … and at the last arrival
+    # mean requests in flight (arrived, not finished) and waiting (arrived, no first token yet)
+    # over the second quarter of the arrivals (`early`) and the last quarter (`late`)
+    in_flight_early: float = 0.0
+    in_flight_late: float = 0.0
+    waiting_early: float = 0.0
+    waiting_late: float = 0.0
 
     @property
     def rising(self) -> bool:
-        """Whether the requests in flight still grew between the middle and the last arrival by
-        more than their Poisson noise (10 %, or three standard deviations): the engine had not
-        settled at its load (a batch still filling, or a queue near capacity)."""
-        mid = float(self.in_flight_middle)
-        return bool(self.in_flight_end - mid > max(0.1 * mid, 3.0 * max(mid, 1.0) ** 0.5))
+        """Whether the requests in flight grew from the second to the last quarter of the
+        arrivals (their mean over each, by more than 20 % or 3): the engine had not settled at
+        its load (a batch still filling, or a load near capacity)."""
+        early = self.in_flight_early
+        return bool(self.in_flight_late - early > max(0.2 * early, 3.0))
+
+    @property
+    def queue_grew(self) -> bool:
+        """More than two steps' worth of prompts (or 5 % of the requests) still waited when the
+        arrivals stopped, or the mean wait for a first token grew from the second to the last
+        quarter of the arrivals by more than two steps' worth of prompts (and 25 %)."""
+        limit = max(2 * self.prompts_per_step, self.ttft_s.size // 20)
+        growth = self.waiting_late - self.waiting_early
+        return bool(
+            self.waiting_at_end > limit
+            or growth > max(2 * self.prompts_per_step, 0.25 * self.waiting_early)
+        )
 
     @property
     def stable(self) -> bool | None:
-        """False when the queue grew: more than two steps' worth of prompts (or 5 % of the
-        requests) still waited when the arrivals stopped; None when the run was too short to
-        tell (not `settled`, or the requests in flight still `rising`); else True: what is in
-        flight stayed level, so the engine served what arrived."""
-        limit = max(2 * self.prompts_per_step, self.ttft_s.size // 20)
-        if self.waiting_at_end > limit:
+        """False when the queue grew (`queue_grew`); None when the run was too short to tell
+        (not `settled`, or the requests in flight still `rising`); else True: what is in
+        flight stayed level and nothing queued up, so the engine served what arrived."""
+        if self.queue_grew:
             return False
         if not self.settled or self.rising:
             return None
@@ -180,12 +194,14 @@ class _Replica:
         self.run_ctx += gained
         first = self.t if first_s is None or not new.size else max(self.t, start + first_s(load))
         reqs.first[new] = first
+        # a prompt whose micro-batch comes out of the pipeline after the step's end is that much
+        # behind for the rest of its tokens too
+        reqs.lag[new] = first - self.t
         ids = np.concatenate([self.run_id, new])
         left = np.concatenate([self.run_left, reqs.output[new] - 1.0])
         ctx = np.concatenate([self.run_ctx, reqs.prompt[new] + 1.0])
         over = left <= LEFT_TOLERANCE  # fractional gains sum with rounding errors
-        reqs.finish[ids[over]] = self.t
-        reqs.finish[new[over[running:]]] = first  # a one-token request ends with its first
+        reqs.finish[ids[over]] = self.t + reqs.lag[ids[over]]
         self.finished.append((self.finished[-1] if self.finished else 0) + int(over.sum()))
         self.run_id, self.run_left, self.run_ctx = ids[~over], left[~over], ctx[~over]
 
@@ -198,6 +214,7 @@ class _Requests:
         self.count = arrivals.size
         self.first = np.full(self.count, np.nan)
         self.finish = np.full(self.count, np.nan)
+        self.lag = np.zeros(self.count)  # first token after its step's end by this much
         self.last_admitted = 0.0
 
 
@@ -268,11 +285,15 @@ def _run(reqs: _Requests, reps: list[_Replica], rate: float, waiting: int, budge
     settled = bool(arrivals[n // 2] >= lifetime)
     per_step = max(1, int(budget // reqs.prompt.mean()))  # prompts an empty step may carry
 
-    def in_flight(at: float) -> int:
-        return int(np.searchsorted(arrivals, at, side="right")) - int(
-            np.count_nonzero(reqs.finish <= at)
-        )
+    quarters = (arrivals[n // 4], arrivals[n // 2], arrivals[3 * n // 4], arrivals[-1])
 
+    def mean_count(lo: float, hi: float, done: FloatArray) -> float:
+        """Mean over [lo, hi] of the requests arrived and not yet `done` (sorted times)."""
+        at = np.linspace(lo, hi, 64) if hi > lo else np.asarray([hi])
+        arrived = np.searchsorted(arrivals, at, side="right")
+        return float(np.mean(arrived - np.searchsorted(done, at, side="right")))
+
+    finish, first = np.sort(reqs.finish), np.sort(reqs.first)
     return Run(
         ttft,
         tpot,
@@ -281,6 +302,8 @@ def _run(reqs: _Requests, reps: list[_Replica], rate: float, waiting: int, budge
         waiting,
         per_step,
         settled,
-        in_flight(float(arrivals[n // 2])),
-        in_flight(float(arrivals[-1])),
+        mean_count(quarters[0], quarters[1], finish),
+        mean_count(quarters[2], quarters[3], finish),
+        mean_count(quarters[0], quarters[1], first),
+        mean_count(quarters[2], quarters[3], first),
     )

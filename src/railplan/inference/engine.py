@@ -655,10 +655,8 @@ def prompt_traversal_s(dep: Deployment, load: StepLoad) -> FloatArray:
         prefill_tokens=mean_prompt * carried,
         prefill_seqs=carried,
     )
-    total = p * np.asarray(sum(stage_time_s(dep, micro).values()))
-    if dep.speculative_tokens:
-        total = total + draft_s(dep, micro)
-    return np.asarray(total)
+    # (a first token needs no drafting: the drafts of the step are not waited for)
+    return np.asarray(p * np.asarray(sum(stage_time_s(dep, micro).values())))
 
 
 def pipeline_fill_s(dep: Deployment, step_s: Num, prompts: Num) -> FloatArray:

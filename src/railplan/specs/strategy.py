@@ -296,6 +296,14 @@ class Strategy(Spec):
         "gradient sent back to the experts in FP8, the combines in BF16 (DeepSeek-V3 §3.3.2)",
     )
 
+    @field_validator("zero", mode="before")
+    @classmethod
+    def _zero_from_text(cls, v: Any) -> Any:
+        """A stage written as text in a file ("1") is the number."""
+        if isinstance(v, str) and v.strip().isdigit():
+            return int(v)
+        return v
+
     @field_validator("recompute_modules")
     @classmethod
     def _canonical_modules(cls, v: tuple[str, ...]) -> tuple[str, ...]:
