@@ -236,15 +236,12 @@ def batch_limit(dep: Deployment, tokens_per_sequence: int, batch: int | None) ->
     return most if batch is None else min(batch, most)
 
 
-def step_fn(dep: Deployment) -> StepFn:
-    """The engine model's step time for a step load, cached: a pipeline period, and when no
-    sequence runs (the pipeline is empty) the fill the step's prompts wait for too
-    (`engine.cold_step_s`; 0 without pipelining)."""
+def _cached(time_s: StepFn) -> StepFn:
+    """`time_s` of a step load, computed once per running batch, prompt count, 16 prompt tokens
+    and 256 context tokens (the step time changes by < 0.5 % within them)."""
     cache: dict[tuple[int, int, int, int], float] = {}
 
-    def step(load: StepLoad) -> float:
-        # one engine-model call per batch, prompt count, 16 prompt tokens and 256 context
-        # tokens (the step time changes by < 0.5 % within them)
+    def cached(load: StepLoad) -> float:
         key = (
             int(load.decode),
             int(load.prefill_seqs),
@@ -252,32 +249,26 @@ def step_fn(dep: Deployment) -> StepFn:
             int(load.context_tokens) // 256,
         )
         if key not in cache:
-            cache[key] = cold_step_s(dep, load)
+            cache[key] = time_s(load)
         return cache[key]
 
-    return step
+    return cached
+
+
+def step_fn(dep: Deployment) -> StepFn:
+    """The engine model's step time for a step load, cached: a pipeline period, and when no
+    sequence runs (the pipeline is empty) the fill the step's prompts wait for too
+    (`engine.cold_step_s`; 0 without pipelining)."""
+    return _cached(lambda load: cold_step_s(dep, load))
 
 
 def first_token_fn(dep: Deployment) -> StepFn | None:
     """With pipelining, the time from a step's start until its prompts' first tokens
     (`engine.prompt_traversal_s`: each prompt crosses every stage whole in one micro-batch),
-    cached as `step_fn` caches; None without pipelining (the step's end)."""
+    cached as `step_fn` is; None without pipelining (the step's end)."""
     if dep.pp == 1:
         return None
-    cache: dict[tuple[int, int, int, int], float] = {}
-
-    def first(load: StepLoad) -> float:
-        key = (
-            int(load.decode),
-            int(load.prefill_seqs),
-            int(load.prefill_tokens) // 16,
-            int(load.context_tokens) // 256,
-        )
-        if key not in cache:
-            cache[key] = float(prompt_traversal_s(dep, load))
-        return cache[key]
-
-    return first
+    return _cached(lambda load: float(prompt_traversal_s(dep, load)))
 
 
 def result(

@@ -192,6 +192,18 @@ def _round_up(x: float, unit: int) -> int:
     return unit * math.ceil(x / unit)
 
 
+def _stepped(
+    x: float, floor: int, small: tuple[int, int], middle: tuple[int, int], unit: int
+) -> int:
+    """`x` rounded up to small[1] below small[0] (at least `floor`), to middle[1] below
+    middle[0], else to `unit`: trtllm-bench's finetune_setting rounding."""
+    if x < small[0]:
+        return max(floor, _round_up(x, small[1]))
+    if x < middle[0]:
+        return _round_up(x, middle[1])
+    return _round_up(x, unit)
+
+
 def trtllm_bench_settings(
     dep: Deployment,
     input_tokens: int,
@@ -217,18 +229,8 @@ def trtllm_bench_settings(
     requests = room / (kv_per_token * (input_tokens + output_tokens))
     raw_batch = min(requests, TRTLLM_BENCH_MAX_REQUESTS) / dep.pp
     raw_tokens = min(raw_batch * (1.0 + input_tokens / output_tokens), TRTLLM_BENCH_MAX_TOKENS)
-    if raw_batch < 256:
-        batch = max(64, _round_up(raw_batch, 32))
-    elif raw_batch < 1024:
-        batch = _round_up(raw_batch, 128)
-    else:
-        batch = _round_up(raw_batch, 256)
-    if raw_tokens < 4096:
-        tokens = max(2048, _round_up(raw_tokens, 256))
-    elif raw_tokens < 8192:
-        tokens = _round_up(raw_tokens, 512)
-    else:
-        tokens = _round_up(raw_tokens, 1024)
+    batch = _stepped(raw_batch, 64, (256, 32), (1024, 128), 256)
+    tokens = _stepped(raw_tokens, 2048, (4096, 256), (8192, 512), 1024)
     if not chunked_prefill:
         tokens = max(tokens, input_tokens + batch)
     return batch, tokens
