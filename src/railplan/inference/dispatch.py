@@ -78,24 +78,30 @@ class Run:
 
     @property
     def queue_grew(self) -> bool:
-        """More than two steps' worth of prompts (or 5 % of the requests) still waited when the
-        arrivals stopped, or the mean wait for a first token grew from the second to the last
-        quarter of the arrivals by more than two steps' worth of prompts (and 25 %)."""
-        limit = max(2 * self.prompts_per_step, self.ttft_s.size // 20)
-        growth = self.waiting_late - self.waiting_early
-        return bool(
-            self.waiting_at_end > limit
-            or growth > max(2 * self.prompts_per_step, 0.25 * self.waiting_early)
-        )
+        """More requests still waited when the arrivals stopped than two steps' worth of
+        prompts, 5 % of the requests and four times the early mean wait plus 10 (one sample of a
+        queue that fluctuates), or the mean number waiting for a first token grew from the
+        second to the last quarter of the arrivals by more than the largest of: two steps' worth
+        of prompts, 50 %, three times the square root of the early mean (its noise), and 3."""
+        early = self.waiting_early
+        limit = max(2 * self.prompts_per_step, self.ttft_s.size // 20, 4.0 * early + 10.0)
+        growth = self.waiting_late - early
+        noise = max(2.0 * self.prompts_per_step, 0.5 * early, 3.0 * max(early, 0.0) ** 0.5, 3.0)
+        return bool(self.waiting_at_end > limit or growth > noise)
 
     @property
     def stable(self) -> bool | None:
         """False when the queue grew (`queue_grew`); None when the run was too short to tell
-        (not `settled`, or the requests in flight still `rising`); else True: what is in
+        (not `settled`, the requests in flight still `rising`, or under 90 % of the offered
+        tokens/s came out between the middle and the last arrival); else True: what is in
         flight stayed level and nothing queued up, so the engine served what arrived."""
         if self.queue_grew:
             return False
         if not self.settled or self.rising:
+            return None
+        # a short run can look level while the engine falls behind: what came out between the
+        # middle and the last arrival must be most of what arrived
+        if self.tokens_per_s < 0.9 * self.offered_tokens_per_s:
             return None
         return True
 
@@ -264,10 +270,12 @@ def least_busy(
         heapq.heappush(heap, (rep.t, i))
         if waiting_at_end < 0 and t >= arrivals[-1]:  # arrived, not admitted, as arrivals stop
             waiting_at_end = sum(r.n - r.nxt for r in reps)
-    return _run(reqs, reps, rate_per_s, max(waiting_at_end, 0), max_num_tokens)
+    return _run(reqs, reps, rate_per_s, max(waiting_at_end, 0), max_num_tokens, max_batch)
 
 
-def _run(reqs: _Requests, reps: list[_Replica], rate: float, waiting: int, budget: int) -> Run:
+def _run(
+    reqs: _Requests, reps: list[_Replica], rate: float, waiting: int, budget: int, batch: int
+) -> Run:
     """The simulation's Run over all replicas: tokens/s are counted from the middle arrival
     until the last one (or, when a queue built up, until the last prompt was admitted), while
     the engines hold their steady (or full) batch."""
@@ -283,9 +291,17 @@ def _run(reqs: _Requests, reps: list[_Replica], rate: float, waiting: int, budge
     half = max(n // 2, 1)
     lifetime = float(np.median(reqs.finish[:half] - arrivals[:half]))
     settled = bool(arrivals[n // 2] >= lifetime)
-    per_step = max(1, int(budget // reqs.prompt.mean()))  # prompts an empty step may carry
+    # prompts an empty step may carry: what the token budget and the batch allow
+    per_step = max(1, min(batch, int(budget // reqs.prompt.mean())))
 
-    quarters = (arrivals[n // 4], arrivals[n // 2], arrivals[3 * n // 4], arrivals[-1])
+    # the early window opens a request's lifetime after the start at the soonest (the batch
+    # fills up before it), in the second quarter of the arrivals
+    quarters = (
+        min(max(arrivals[n // 4], lifetime), arrivals[n // 2]),
+        arrivals[n // 2],
+        arrivals[3 * n // 4],
+        arrivals[-1],
+    )
 
     def mean_count(lo: float, hi: float, done: FloatArray) -> float:
         """Mean over [lo, hi] of the requests arrived and not yet `done` (sorted times)."""
