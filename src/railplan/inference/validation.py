@@ -23,7 +23,14 @@ from railplan.inference import kvcache
 from railplan.inference.dispatch import Speculation
 from railplan.inference.engine import KV_BYTES, Deployment, ep_all_to_all_s
 from railplan.inference.estimate import first_token_s, infer, static_batch_tokens_per_s_per_gpu
-from railplan.inference.serving import MAX_NUM_TOKENS, Lengths, serve, simulate, step_fn
+from railplan.inference.serving import (
+    MAX_NUM_TOKENS,
+    Lengths,
+    first_token_fn,
+    serve,
+    simulate,
+    step_fn,
+)
 from railplan.reproduce.validation import read_rows
 from railplan.specs import Network
 from railplan.specs.catalog import load_model, load_system
@@ -274,6 +281,7 @@ def trtllm_rows(ids: Collection[str] | None = None) -> list[dict[str, Any]]:
             batch,
             max_num_tokens=budget,
             spec=Speculation(dep.verified_tokens, dep.tokens_per_step),
+            first_s=first_token_fn(dep),
         )
         last_s = float(np.max(run.ttft_s + run.tpot_s * (o - 1)))
         predicted = n * o / last_s
