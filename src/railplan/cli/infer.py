@@ -313,7 +313,7 @@ def infer_search(
     the most output tokens/s per GPU within the TTFT/TPOT limits, on each network; does
     serving need a spine?"""
     from railplan.cli.network import _int_list
-    from railplan.inference.search import search, with_hb_domain
+    from railplan.inference.search import prefer_buildable, search, with_hb_domain
     from railplan.specs.catalog import load_model, load_system
 
     speculation = _speculation(speculative_tokens, acceptance)
@@ -335,8 +335,7 @@ def infer_search(
         for k in ks
     ]
     found = [r for r in results if r["best"]]
-    # a buildable network's best over every K; `ideal` only where no K has one
-    buildable = [r for r in found if r["best"]["network"] != "ideal"] or found
+    buildable = prefer_buildable(found, lambda r: str(r["best"]["network"]))
     best = max(buildable, key=lambda r: r["best"]["tokens_per_s_per_gpu"]) if buildable else None
     out = {
         "best": best["best"] | {"hb_domain": best["hb_domain"]} if best else None,

@@ -72,9 +72,9 @@ def comma_list(
     items = [x.strip() for x in text.split(",")]
     if not any(items):
         raise RailplanError(field_name, empty)
+    if not all(items):
+        raise RailplanError(field_name, bad.format(text=text))
     try:
-        if not all(items):
-            raise ValueError
         return [kind(x) for x in items]
     except ValueError:
         raise RailplanError(field_name, bad.format(text=text)) from None

@@ -20,8 +20,9 @@ pipeline, `engine.pipeline_fill_s`); `serving.serve` gives the loaded values.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from railplan.errors import RailplanError
 from railplan.inference.engine import (
     DEFAULT_ACCEPTANCE,
     Deployment,
+    Num,
     StepLoad,
     pipeline_fill_s,
     step_time_s,
@@ -108,6 +110,23 @@ def kv_transfer_s(dep: Deployment, prompts: float, input_tokens: int) -> float:
     return t
 
 
+T = TypeVar("T")
+
+
+def prefer_buildable(items: list[T], network: Callable[[T], str]) -> list[T]:
+    """The items on a network one can build; all of them where none is (`ideal`, one HB domain
+    for every GPU, is a bound, not a design)."""
+    return [i for i in items if network(i) != "ideal"] or items
+
+
+def decode_load(
+    batch: Num, input_tokens: int, output_tokens: int, tokens_per_step: float
+) -> StepLoad:
+    """A disaggregated decode instance's step: the steady state's running sequences, no prompts."""
+    steady = steady_load(batch, input_tokens, output_tokens, tokens_per_step)
+    return replace(steady, prefill_tokens=0.0, prefill_seqs=0.0)
+
+
 def _aggregated(
     dep: Deployment, b: IntArray, input_tokens: int, output_tokens: int
 ) -> list[Choice]:
@@ -138,8 +157,8 @@ def _disaggregated(
     groups = dep.replicas  # instances of tp·pp·ep GPUs; each of the ep ranks runs a batch
     if groups < 2:
         return []
-    steady = steady_load(b.astype(np.float64), input_tokens, output_tokens, dep.tokens_per_step)
-    step = step_times(dep, replace(steady, prefill_tokens=0.0, prefill_seqs=0.0))[0]
+    decode = decode_load(b.astype(np.float64), input_tokens, output_tokens, dep.tokens_per_step)
+    step = step_times(dep, decode)[0]
     tpot = step / dep.tokens_per_step
     chunk = max(1, MAX_PREFILL_TOKENS // input_tokens)
     t_pre = step_time_s(dep, StepLoad(prefill_tokens=chunk * input_tokens, prefill_seqs=chunk))[0]
@@ -276,8 +295,7 @@ def search(
         evaluated += len(cs)
         by_net[arch] = best(cs, ttft_slo_s, tpot_slo_s)
     found = [(k, c) for k, c in by_net.items() if c is not None]
-    # the best on a network one can build; `ideal` (one HB domain) only when nothing else fits
-    buildable = [(k, c) for k, c in found if k != "ideal"] or found
+    buildable = prefer_buildable(found, lambda kc: kc[0])
     top = max(buildable, key=lambda kc: kc[1].tokens_per_s_per_gpu) if buildable else None
 
     def full(arch: str, c: Choice | None) -> dict[str, Any] | None:
@@ -304,8 +322,7 @@ def search(
         own = c.to_dict() | {"tokens_per_s": c.tokens_per_s_per_gpu * gpus}
         res = infer(dep, c.batch, input_tokens, output_tokens).to_dict()
         if c.mode == "disaggregated":
-            steady = steady_load(float(c.batch), input_tokens, output_tokens, dep.tokens_per_step)
-            decode = replace(steady, prefill_tokens=0.0, prefill_seqs=0.0)
+            decode = decode_load(float(c.batch), input_tokens, output_tokens, dep.tokens_per_step)
             res["breakdown_s"] = step_time_s(dep, decode)[1]
         return res | own
 

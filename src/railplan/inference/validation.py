@@ -21,7 +21,7 @@ import numpy as np
 
 from railplan.inference import kvcache
 from railplan.inference.dispatch import Speculation
-from railplan.inference.engine import KV_BYTES, Deployment, ep_all_to_all_s
+from railplan.inference.engine import Deployment, ep_all_to_all_s
 from railplan.inference.estimate import first_token_s, infer, static_batch_tokens_per_s_per_gpu
 from railplan.inference.serving import (
     MAX_NUM_TOKENS,
@@ -222,7 +222,8 @@ def trtllm_bench_settings(
     when neither is given: its heuristic (tensorrt_llm/bench/build/tuning.py,
     calc_engine_setting and finetune_setting) takes the requests of input + output tokens whose
     KV cache fits in `kv_fraction` (its `--kv_cache_free_gpu_mem_fraction`, 0.90 by default) of
-    what the weights leave on the instance's GPUs (every tp rank holding at least one KV head),
+    what the weights leave on the instance's GPUs (`Deployment.kv_bytes_per_token` on each: every
+    tp rank holding at least one KV head),
     at most 4,096, divided by the pipeline stages; rounded up to 32 below 256 (at least 64), to
     128 below 1,024, else to 256. Tokens: that batch × (1 + input/output), at most 32,768,
     rounded up to 256 below 4,096 (at least 2,048), to 512 below 8,192, else to 1,024; without
@@ -230,8 +231,7 @@ def trtllm_bench_settings(
     (tensorrt_llm/bench/benchmark/utils/general.py, get_settings). Memory and weights are
     railplan's (the catalog's memory, `Deployment.weight_bytes_per_gpu`)."""
     gpus = dep.tp * dep.pp
-    kv_per_token = kvcache.model_kv_bytes_per_token(dep.model, KV_BYTES[dep.precision], 1, 1)
-    kv_per_token *= max(dep.tp, dep.model.kv_heads_) / dep.model.kv_heads_
+    kv_per_token = dep.kv_bytes_per_token * gpus  # the instance's (replicated KV heads too)
     room = (dep.memory_bytes - dep.weight_bytes_per_gpu) * gpus * kv_fraction
     requests = room / (kv_per_token * (input_tokens + output_tokens))
     raw_batch = min(requests, TRTLLM_BENCH_MAX_REQUESTS) / dep.pp
