@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from railplan.inference.dispatch import (
+    Speculation,
     _dispatch_until,
     _Replica,
     _Requests,
@@ -89,3 +90,24 @@ def test_a_replica_grows_past_its_even_share() -> None:
     arrivals = np.array([0.0, 0.001, 0.002, 0.003])
     run = least_busy(_step, 1.0, arrivals, np.full(4, 100), np.full(4, 3), 2, 64, 512)
     assert np.isfinite(run.ttft_s).all() and np.isfinite(run.tpot_s).all()
+
+
+def test_a_pipelined_prompt_is_in_flight_until_its_last_token_comes_out() -> None:
+    # first tokens come 40 ms after a step's start, so a 10-20 ms step's new prompts lag its end
+    # by 20-30 ms for all their tokens: the dispatcher counts them in flight until then, not
+    # until their last step's end (checked against every request's own finish time)
+    def first(load: StepLoad) -> float:
+        return 0.04
+
+    arrivals = np.arange(40) * 0.004
+    reqs = _Requests(arrivals, np.full(40, 50, dtype=np.int64), np.full(40, 3, dtype=np.int64))
+    rep = _Replica(40)
+    for gid in range(40):
+        rep.take(gid, 50)
+    while not rep.idle():
+        rep.step(_step, 8, 512, reqs, Speculation(), first)
+    assert rep.max_lag > 0.01
+    ids = rep.ids[: rep.n]
+    for at in np.linspace(0.0, rep.t + 0.03, 400):
+        unfinished = int(np.count_nonzero(~(reqs.finish[ids] <= at)))
+        assert rep.in_flight(float(at)) == unfinished

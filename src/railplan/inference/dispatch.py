@@ -149,7 +149,11 @@ class _Replica:
         self.run_left = np.zeros(0, dtype=np.float64)  # output tokens still to come
         self.run_ctx = np.zeros(0, dtype=np.float64)
         self.ends: list[float] = []  # step ends
-        self.finished: list[int] = []  # requests finished by each step end
+        self.finished: list[int] = []  # requests whose last step ended by each step end
+        # the finish times of each step's requests that finish after its end (a pipelined
+        # prompt's lag, `_Requests.lag`), and the largest such lag so far
+        self.late: list[FloatArray] = []
+        self.max_lag = 0.0
         self.tokens: list[float] = []  # tokens each step produced
 
     def take(self, gid: int, prompt: int) -> None:
@@ -161,8 +165,15 @@ class _Replica:
         self.n += 1
 
     def in_flight(self, at: float) -> int:
+        """Requests dispatched here and not finished at `at`: a request finishes when its last
+        token comes out, a pipelined prompt's lag after its last step's end."""
         k = bisect_right(self.ends, at)
-        return self.n - (self.finished[k - 1] if k else 0)
+        count = self.n - (self.finished[k - 1] if k else 0)
+        j = k - 1
+        while j >= 0 and self.ends[j] > at - self.max_lag:  # steps whose finishers may lag past
+            count += int(np.count_nonzero(self.late[j] > at))
+            j -= 1
+        return count
 
     def idle(self) -> bool:
         return self.run_id.size == 0 and self.nxt == self.n
@@ -207,8 +218,13 @@ class _Replica:
         left = np.concatenate([self.run_left, reqs.output[new] - 1.0])
         ctx = np.concatenate([self.run_ctx, reqs.prompt[new] + 1.0])
         over = left <= LEFT_TOLERANCE  # fractional gains sum with rounding errors
-        reqs.finish[ids[over]] = self.t + reqs.lag[ids[over]]
+        done = self.t + reqs.lag[ids[over]]
+        reqs.finish[ids[over]] = done
         self.finished.append((self.finished[-1] if self.finished else 0) + int(over.sum()))
+        late = done[done > self.t]
+        self.late.append(late)
+        if late.size:
+            self.max_lag = max(self.max_lag, float(late.max()) - self.t)
         self.run_id, self.run_left, self.run_ctx = ids[~over], left[~over], ctx[~over]
 
 
