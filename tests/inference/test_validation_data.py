@@ -62,8 +62,9 @@ def _dep(model: str, system: str, tp: int):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(
     ("lengths", "expected"),
     [
-        # Llama 3.1 8B, FP8 weights (W ≈ 8.03e9 B) and FP8 KV: 2 · 32 layers · 8 heads · 128 =
-        # 65,536 B per token; room 0.90 · (80 GiB − W) = 0.90 · 77.87e9 B.
+        # Llama 3.1 8B, FP8 weights as trtllm-bench estimates them (every parameter at 1 B:
+        # W ≈ 8.03e9 B) and FP8 KV: 2 · 32 layers · 8 heads · 128 = 65,536 B per token; room
+        # 0.90 · (80 GiB − W) = 0.90 · 77.87e9 B.
         # 128 + 2048: 0.90 · 77.87e9 / (65,536 · 2,176) = 491.4 requests → 128 · ⌈491.4/128⌉ =
         # 512; tokens 491.4 · (1 + 128/2048) = 522 → at least 2,048 (≥ 128 + 512)
         ((128, 2048), (512, 2048)),
@@ -79,7 +80,9 @@ def test_trtllm_bench_settings_by_hand(lengths: tuple[int, int], expected: tuple
     from railplan.inference.validation import trtllm_bench_settings
 
     dep = _dep("llama-3.1-8b", "dgx-h100", 1)
-    assert dep.weight_bytes_per_gpu == pytest.approx(8.03e9, rel=0.01)
+    assert dep.model.params() == pytest.approx(8.03e9, rel=0.01)
+    # what the engine holds is more: embedding and LM head (2 · 128,256 · 4,096) stay bf16
+    assert dep.weight_bytes_per_gpu == pytest.approx(8.03e9 + 1.05e9, rel=0.01)
     assert trtllm_bench_settings(dep, *lengths) == expected
 
 
@@ -92,7 +95,7 @@ def test_trtllm_bench_settings_rounding_steps_and_kv_heads() -> None:
     # 450.9 requests → 128 · 4 = 512. 2,048 + 128: the same 450.9, tokens 450.9 · 17 = 7,665
     # → 512 · 15 = 7,680
     dep = _dep("llama-3.1-405b", "dgx-h100", 8)
-    assert dep.weight_bytes_per_gpu * 8 == pytest.approx(405.9e9, rel=0.01)
+    assert dep.model.params() == pytest.approx(405.9e9, rel=0.01)
     assert trtllm_bench_settings(dep, 128, 2048) == (512, 2048)
     assert trtllm_bench_settings(dep, 2048, 128) == (512, 7680)
     # on H200 (140 GiB = 150.3e9 B): 0.90 · 8 · 99.6e9 / 561.5e6 = 1,277 requests → 256 · 5;
@@ -122,9 +125,10 @@ def test_trtllm_rows_run_what_the_engine_holds() -> None:
     ids = ("trtllm10-h100-8b-128-2048", "trtllm10-h100-8b-128-128", "trtllm10-h100-8b-2048-128")
     found = {r["id"]: r for r in trtllm_rows(ids)}
     assert set(found) == set(ids)
-    # 128 + 2048: trtllm-bench would take 512, the KV cache holds 491 (0.90 · 77.87e9 B over
-    # 136 MiB reserved per sequence, 2,176 tokens in 136 pages of 16): the engine runs 491
-    assert (found[ids[0]]["bench_batch"], found[ids[0]]["batch"]) == (512, 491)
+    # 128 + 2048: trtllm-bench would take 512, the KV cache holds 484 (0.90 · (85.90e9 −
+    # 9.08e9) B, the engine's weights with its bf16 embedding and LM head, over 136 MiB
+    # reserved per sequence, 2,176 tokens in 136 pages of 16): the engine runs 484
+    assert (found[ids[0]]["bench_batch"], found[ids[0]]["batch"]) == (512, 484)
     # 128 + 128: the KV cache holds 4,177 but trtllm-bench caps the batch at 4,096
     assert (found[ids[1]]["bench_batch"], found[ids[1]]["batch"]) == (4096, 4096)
     for r in found.values():

@@ -265,7 +265,8 @@ class Deployment:
     def weight_bytes_per_gpu(self) -> float:
         """Weights one GPU holds: its stage's layers split by tp, experts also by ep; with
         speculative decoding also the prediction modules (a layer of the model's MoE kind and
-        its 2h → h projection each; embedding and head shared), as on the last stage."""
+        its 2h → h projection each; embedding and head shared), as on the last stage. The
+        embedding and LM head in bf16 at every precision."""
         m = self.model
         wb = WEIGHT_BYTES[self.precision]
         layers, moe = self.stage_layers, self.stage_moe_layers
@@ -279,7 +280,8 @@ class Deployment:
         else:
             module = m.layer_params()
         drafter = self.draft_layers * (module + 2 * m.hidden * m.hidden)
-        return wb * (dense + experts + embed + drafter) / self.tp
+        # the embedding and LM head stay bf16 in quantized checkpoints (`logits_s`)
+        return (wb * (dense + experts + drafter) + WEIGHT_BYTES["bf16"] * embed) / self.tp
 
     @property
     def dispatch_value_bytes(self) -> float:
@@ -421,9 +423,12 @@ class StageParts:
 
 def logits_s(dep: Deployment, load: StepLoad, queries: float = 1.0) -> FloatArray:
     """The vocabulary GEMM of the last stage: one row per prompt (its first token) and
-    `queries` per running sequence (its next token and the drafts to verify)."""
+    `queries` per running sequence (its next token and the drafts to verify). In bf16 whatever
+    the deployment's precision: quantized checkpoints leave the LM head unquantized (ModelOpt's
+    FP8 and NVFP4 recipes disable `*lm_head*`), as the training model's FP8 keeps it in bf16."""
     g = logit_gemm(dep.token_model, load.decode * queries + load.prefill_seqs, dep.tp)
-    return gemm_s(dep.system.gpu, g, dep.peak_tflops, WEIGHT_BYTES[dep.precision])
+    gpu = dep.system.gpu
+    return gemm_s(gpu, g, gpu.peak_tflops, WEIGHT_BYTES["bf16"])
 
 
 def stage_parts(dep: Deployment, load: StepLoad, queries: float | None = None) -> StageParts:

@@ -191,6 +191,9 @@ TRTLLM = "trtllm_perf_overview.csv"
 #: least 64 sequences and 2,048 tokens
 TRTLLM_BENCH_MAX_REQUESTS = 4096
 TRTLLM_BENCH_MAX_TOKENS = 32768
+#: trtllm-bench's engine-size estimate per parameter (tuning.py `BYTES_PER_ELEM`: no
+#: quantization 2, FP8 1, NVFP4 0.5; every parameter counted at it)
+TRTLLM_BENCH_BYTES_PER_ELEM: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
 #: every request of a row arrives at once: a rate no engine step can tell from infinite
 TRTLLM_BENCH_RATE_PER_S = 1e8
 
@@ -228,11 +231,15 @@ def trtllm_bench_settings(
     128 below 1,024, else to 256. Tokens: that batch × (1 + input/output), at most 32,768,
     rounded up to 256 below 4,096 (at least 2,048), to 512 below 8,192, else to 1,024; without
     chunked prefill (the default) at least one prompt plus the batch
-    (tensorrt_llm/bench/benchmark/utils/general.py, get_settings). Memory and weights are
-    railplan's (the catalog's memory, `Deployment.weight_bytes_per_gpu`)."""
+    (tensorrt_llm/bench/benchmark/utils/general.py, get_settings). Memory is the catalog's;
+    the weights are trtllm-bench's own estimate, every parameter at the checkpoint's bytes per
+    element (`TRTLLM_BENCH_BYTES_PER_ELEM`: its `BYTES_PER_ELEM`, the bf16 LM head included),
+    not what the engine then holds (`Deployment.weight_bytes_per_gpu`, which `trtllm_rows`
+    caps the batch with)."""
     gpus = dep.tp * dep.pp
     kv_per_token = dep.kv_bytes_per_token * gpus  # the instance's (replicated KV heads too)
-    room = (dep.memory_bytes - dep.weight_bytes_per_gpu) * gpus * kv_fraction
+    engine_bytes = dep.model.params() * TRTLLM_BENCH_BYTES_PER_ELEM[dep.precision]
+    room = (dep.memory_bytes * gpus - engine_bytes) * kv_fraction
     requests = room / (kv_per_token * (input_tokens + output_tokens))
     raw_batch = min(requests, TRTLLM_BENCH_MAX_REQUESTS) / dep.pp
     raw_tokens = min(raw_batch * (1.0 + input_tokens / output_tokens), TRTLLM_BENCH_MAX_TOKENS)
