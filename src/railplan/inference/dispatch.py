@@ -21,7 +21,7 @@ nothing to do waits for the next arrival.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
+from bisect import bisect_right, insort
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -149,11 +149,9 @@ class _Replica:
         self.run_left = np.zeros(0, dtype=np.float64)  # output tokens still to come
         self.run_ctx = np.zeros(0, dtype=np.float64)
         self.ends: list[float] = []  # step ends
-        self.finished: list[int] = []  # requests whose last step ended by each step end
-        # the finish times of each step's requests that finish after its end (a pipelined
-        # prompt's lag, `_Requests.lag`), and the largest such lag so far
-        self.late: list[FloatArray] = []
-        self.max_lag = 0.0
+        # finish times of the requests finished here, sorted: a request finishes when its last
+        # token comes out, a pipelined prompt's lag (`_Requests.lag`) after its last step's end
+        self.done: list[float] = []
         self.tokens: list[float] = []  # tokens each step produced
 
     def take(self, gid: int, prompt: int) -> None:
@@ -165,15 +163,8 @@ class _Replica:
         self.n += 1
 
     def in_flight(self, at: float) -> int:
-        """Requests dispatched here and not finished at `at`: a request finishes when its last
-        token comes out, a pipelined prompt's lag after its last step's end."""
-        k = bisect_right(self.ends, at)
-        count = self.n - (self.finished[k - 1] if k else 0)
-        j = k - 1
-        while j >= 0 and self.ends[j] > at - self.max_lag:  # steps whose finishers may lag past
-            count += int(np.count_nonzero(self.late[j] > at))
-            j -= 1
-        return count
+        """Requests dispatched here and not finished at `at` (`done`)."""
+        return self.n - bisect_right(self.done, at)
 
     def idle(self) -> bool:
         return self.run_id.size == 0 and self.nxt == self.n
@@ -220,11 +211,8 @@ class _Replica:
         over = left <= LEFT_TOLERANCE  # fractional gains sum with rounding errors
         done = self.t + reqs.lag[ids[over]]
         reqs.finish[ids[over]] = done
-        self.finished.append((self.finished[-1] if self.finished else 0) + int(over.sum()))
-        late = done[done > self.t]
-        self.late.append(late)
-        if late.size:
-            self.max_lag = max(self.max_lag, float(late.max()) - self.t)
+        for f in done.tolist():  # later than every earlier finish but those still lagging
+            insort(self.done, f)
         self.run_id, self.run_left, self.run_ctx = ids[~over], left[~over], ctx[~over]
 
 

@@ -32,7 +32,7 @@ from railplan.inference.serving import (
     step_fn,
 )
 from railplan.reproduce.validation import read_rows
-from railplan.specs import Network
+from railplan.specs import Model, Network
 from railplan.specs.catalog import load_model, load_system
 
 DATA = "inference_mlperf.csv"
@@ -191,9 +191,23 @@ TRTLLM = "trtllm_perf_overview.csv"
 #: least 64 sequences and 2,048 tokens
 TRTLLM_BENCH_MAX_REQUESTS = 4096
 TRTLLM_BENCH_MAX_TOKENS = 32768
-#: trtllm-bench's engine-size estimate per parameter (tuning.py `BYTES_PER_ELEM`: no
-#: quantization 2, FP8 1, NVFP4 0.5; every parameter counted at it)
+#: trtllm-bench's engine-size estimate per stored element (tuning.py `BYTES_PER_ELEM`: no
+#: quantization 2, FP8 1, NVFP4 0.5), applied to the checkpoint's element count
 TRTLLM_BENCH_BYTES_PER_ELEM: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
+#: elements a quantized checkpoint stores per weight of its linear layers: FP8 one; NVFP4 two
+#: 4-bit values per uint8 element plus one FP8 scale per 16 (ModelOpt's NVFP4 export); the
+#: embedding, LM head and norms stay bf16, one element each
+TRTLLM_STORED_PER_WEIGHT: dict[str, float] = {"bf16": 1.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16.0}
+
+
+def trtllm_bench_param_count(model: Model, precision: str) -> float:
+    """The parameter count trtllm-bench reads (tensorrt_llm/bench/build/dataclasses.py,
+    `ModelConfig.get_param_count`: the sum of the checkpoint's safetensors element counts), for
+    a checkpoint quantized to `precision` with its embedding and LM head left in bf16."""
+    kept = model.embedding_params()
+    return (model.params() - kept) * TRTLLM_STORED_PER_WEIGHT[precision] + kept
+
+
 #: every request of a row arrives at once: a rate no engine step can tell from infinite
 TRTLLM_BENCH_RATE_PER_S = 1e8
 
@@ -232,13 +246,14 @@ def trtllm_bench_settings(
     rounded up to 256 below 4,096 (at least 2,048), to 512 below 8,192, else to 1,024; without
     chunked prefill (the default) at least one prompt plus the batch
     (tensorrt_llm/bench/benchmark/utils/general.py, get_settings). Memory is the catalog's;
-    the weights are trtllm-bench's own estimate, every parameter at the checkpoint's bytes per
-    element (`TRTLLM_BENCH_BYTES_PER_ELEM`: its `BYTES_PER_ELEM`, the bf16 LM head included),
-    not what the engine then holds (`Deployment.weight_bytes_per_gpu`, which `trtllm_rows`
-    caps the batch with)."""
+    the weights are trtllm-bench's own estimate, the checkpoint's element count
+    (`trtllm_bench_param_count`) at its `BYTES_PER_ELEM` for the quantization
+    (`TRTLLM_BENCH_BYTES_PER_ELEM`), not what the engine then holds
+    (`Deployment.weight_bytes_per_gpu`, which `trtllm_rows` caps the batch with)."""
     gpus = dep.tp * dep.pp
     kv_per_token = dep.kv_bytes_per_token * gpus  # the instance's (replicated KV heads too)
-    engine_bytes = dep.model.params() * TRTLLM_BENCH_BYTES_PER_ELEM[dep.precision]
+    count = trtllm_bench_param_count(dep.model, dep.precision)
+    engine_bytes = count * TRTLLM_BENCH_BYTES_PER_ELEM[dep.precision]
     room = (dep.memory_bytes * gpus - engine_bytes) * kv_fraction
     requests = room / (kv_per_token * (input_tokens + output_tokens))
     raw_batch = min(requests, TRTLLM_BENCH_MAX_REQUESTS) / dep.pp
