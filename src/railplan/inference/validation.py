@@ -196,7 +196,8 @@ TRTLLM_BENCH_MAX_TOKENS = 32768
 TRTLLM_BENCH_BYTES_PER_ELEM: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
 #: elements a quantized checkpoint stores per weight of its linear layers: FP8 one; NVFP4 two
 #: 4-bit values per uint8 element plus one FP8 scale per 16 (ModelOpt's NVFP4 export); the
-#: embedding, LM head and norms stay bf16, one element each
+#: embedding and LM head stay bf16, one element each (the norms and biases, ≈ 1e-4 of the
+#: weights, are counted with the linear layers)
 TRTLLM_STORED_PER_WEIGHT: dict[str, float] = {"bf16": 1.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16.0}
 
 
