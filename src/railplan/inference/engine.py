@@ -345,6 +345,13 @@ class StepLoad:
     def tokens(self) -> Num:
         return self.decode + self.prefill_tokens
 
+    @property
+    def prompt_tokens(self) -> FloatArray:
+        """Tokens per admitted prompt (their mean; 0 where the step admits none)."""
+        seqs = np.asarray(self.prefill_seqs, dtype=np.float64)
+        per = self.prefill_tokens / np.where(seqs > 0, seqs, 1.0)
+        return np.asarray(np.where(seqs > 0, per, 0.0))
+
     def scaled(self, by: float) -> StepLoad:
         """This load's share `by` (every field times it): a micro-batch's."""
         return StepLoad(
@@ -465,10 +472,7 @@ def stage_parts(dep: Deployment, load: StepLoad, queries: float | None = None) -
     heads = math.ceil(m.heads / t)
     # the prompts' length (a step carrying a share of a prompt, or half of one in a two-batch
     # overlap's micro-batch, still runs the whole prompt's causal kernel on that share)
-    seqs = np.asarray(load.prefill_seqs, dtype=np.float64)
-    prefill_len = np.asarray(
-        np.where(seqs > 0, load.prefill_tokens / np.where(seqs > 0, seqs, 1.0), 0.0)
-    )
+    prefill_len = load.prompt_tokens
     # Q·K over the query-key head width, P·V over the value width (MLA: 192 and 128)
     head_flops = 2.0 * (m.qk_head_dim + m.v_head_dim_)
     unmasked_flops = head_flops * load.prefill_tokens * prefill_len * heads
@@ -652,12 +656,11 @@ def prompt_traversal_s(dep: Deployment, load: StepLoad) -> FloatArray:
         return step_times(dep, load)[0]
     p = float(dep.pp)
     seqs = np.asarray(load.prefill_seqs, dtype=np.float64)
-    mean_prompt = np.where(seqs > 0, load.prefill_tokens / np.where(seqs > 0, seqs, 1.0), 0.0)
     carried = np.maximum(seqs / p, np.minimum(seqs, 1.0))  # at least the whole prompt
     micro = StepLoad(
         decode=load.decode / p,
         context_tokens=load.context_tokens / p,
-        prefill_tokens=mean_prompt * carried,
+        prefill_tokens=load.prompt_tokens * carried,
         prefill_seqs=carried,
     )
     # (a first token needs no drafting: the drafts of the step are not waited for)

@@ -209,7 +209,7 @@ def serve(
         seed=seed,
         lengths=lengths,
         replicas=replicas,
-        spec=Speculation(dep.verified_tokens, dep.tokens_per_step),
+        spec=speculation(dep),
         first_s=first_token_fn(dep),
     )
     return result(dep, arrival_rate, requests, output_tokens, run, groups // replicas)
@@ -260,6 +260,11 @@ def step_fn(dep: Deployment) -> StepFn:
     sequence runs (the pipeline is empty) the fill the step's prompts wait for too
     (`engine.cold_step_s`; 0 without pipelining)."""
     return _cached(lambda load: cold_step_s(dep, load))
+
+
+def speculation(dep: Deployment) -> Speculation:
+    """The step loop's view of `dep`'s speculative decoding (plain decoding without drafts)."""
+    return Speculation(dep.verified_tokens, dep.tokens_per_step)
 
 
 def first_token_fn(dep: Deployment) -> StepFn | None:

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from railplan.inference import kvcache
-from railplan.inference.dispatch import Speculation
 from railplan.inference.engine import Deployment, ep_all_to_all_s
 from railplan.inference.estimate import first_token_s, infer, static_batch_tokens_per_s_per_gpu
 from railplan.inference.serving import (
@@ -29,6 +28,7 @@ from railplan.inference.serving import (
     first_token_fn,
     serve,
     simulate,
+    speculation,
     step_fn,
 )
 from railplan.reproduce.validation import read_rows
@@ -303,7 +303,7 @@ def trtllm_rows(ids: Collection[str] | None = None) -> list[dict[str, Any]]:
             o,
             batch,
             max_num_tokens=budget,
-            spec=Speculation(dep.verified_tokens, dep.tokens_per_step),
+            spec=speculation(dep),
             first_s=first_token_fn(dep),
         )
         last_s = float(np.max(run.ttft_s + run.tpot_s * (o - 1)))
