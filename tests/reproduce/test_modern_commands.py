@@ -8,15 +8,25 @@ from pathlib import Path
 
 import pytest
 
-from railplan.reproduce.modern_validation import modern_commands, modern_rows
+from railplan.reproduce.modern_validation import HELDOUT_FILE, modern_commands, modern_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_model_files_match_the_csv() -> None:
-    for c in modern_commands():
+    for c in modern_commands() + modern_commands(HELDOUT_FILE):
         path = ROOT / c["model_file"]
         assert path.read_text() == c["model_yaml"], f"regenerate {c['model_file']}"
+
+
+def test_heldout_commands_reproduce_the_predictions(cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    predicted = {r.id: r.estimate.iteration_s for r in modern_rows(file=HELDOUT_FILE)}
+    commands = modern_commands(HELDOUT_FILE)
+    assert len(commands) == len(predicted) == 34
+    for c in commands[::4] + [c for c in commands if "405b" in c["id"]]:
+        out = cli.json(*shlex.split(c["command"])[1:])
+        assert out["iteration_s"] == pytest.approx(predicted[c["id"]], rel=1e-12), c["id"]
 
 
 def test_commands_reproduce_the_predictions(cli, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -35,8 +45,10 @@ def test_validate_commands_cli(cli) -> None:
     r = cli("validate", "--commands")
     assert r.exit_code == 0
     assert r.stdout.count("railplan estimate --model examples/modern/") == 32
+    assert r.stdout.count("railplan estimate --model examples/heldout/") == 34
     rows = cli.json("validate", "--commands")
-    assert {row["id"] for row in rows} == {c["id"] for c in modern_commands()}
+    every = modern_commands() + modern_commands(HELDOUT_FILE)
+    assert [row["id"] for row in rows] == [c["id"] for c in every]
 
 
 def test_unstated_knobs_take_the_fastest_fitting_value() -> None:

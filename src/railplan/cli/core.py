@@ -204,18 +204,19 @@ def validate(
         bool,
         typer.Option(
             "--commands",
-            help="print, per modern run, the railplan estimate command that predicts it "
-            "(every software knob spelled out; model files under examples/modern)",
+            help="print, per modern and held-out run, the railplan estimate command that "
+            "predicts it (every software knob spelled out; model files under examples/modern "
+            "and examples/heldout)",
         ),
     ] = False,
 ) -> None:
-    """Predict published runs (2021-22 Megatron-LM and 2023-24 stacks); print predicted vs
-    measured and the errors."""
-    from railplan.reproduce.modern_validation import modern_commands
+    """Predict published runs (2021-22 Megatron-LM, 2023-24 stacks, and 2025 stacks held out);
+    print predicted vs measured and the errors."""
+    from railplan.reproduce.modern_validation import HELDOUT_FILE, modern_commands
     from railplan.reproduce.validation import validate as run
 
     if commands:
-        rows = modern_commands()
+        rows = modern_commands() + modern_commands(HELDOUT_FILE)
         if as_json:
             print_json([{k: r[k] for k in ("id", "source", "command")} for r in rows])
             return
@@ -246,6 +247,12 @@ def validate(
     for src, s in v["modern_runs"]["by_source"].items():
         console.print(
             f"modern runs, {src}: mean |error| {s['mean_abs_pct']:.2f} %, max "
+            f"{s['max_abs_pct']:.2f} % over {s['rows']} rows"
+        )
+    console.print(_rows_table(v, _HELDOUT))
+    for group, s in v["heldout_runs"]["by_group"].items():
+        console.print(
+            f"held out, {group}: mean |error| {s['mean_abs_pct']:.2f} %, max "
             f"{s['max_abs_pct']:.2f} % over {s['rows']} rows"
         )
     c = v["calculon_korthikanti"]
@@ -308,6 +315,14 @@ _MODERN = (
         ("memory", "{memory_gib_per_gpu:.1f} GiB"),
         ("fits", "{fits_text}"),
     ),
+    1,
+)
+
+_HELDOUT = (
+    "Held out (2025 stacks: dgxc-benchmarking's NeMo 2 Llama 3.1 runs on H100 and GB200, "
+    "data/validation/dgxc2025_runs.csv): seconds per iteration; never fitted",
+    ("heldout_runs", "rows"),
+    _MODERN[2],
     1,
 )
 

@@ -1,6 +1,7 @@
 """Published runs of 2023–24 stacks (data/validation/modern_runs.csv): each row as railplan
 enters it, its prediction, the one fitted constant with its cross-validation, and the command
-line that reproduces each prediction.
+line that reproduces each prediction. The same builder predicts the held-out runs of 2025 stacks
+(data/validation/dgxc2025_runs.csv: NeMo 2 recipes on H100 and GB200), which are never fitted.
 
 One builder (`modern_run`) for every row: stated values as the CSV gives them; the software
 facts a row's config states from `modern_facts.csv` (with whether its model trains with
@@ -28,12 +29,14 @@ from railplan.reproduce.validation import read_rows
 from railplan.specs import Model, Network, Strategy, System, load_system
 
 MODERN_FILE = "modern_runs.csv"
-FACTS_FILE = "modern_facts.csv"  # software facts of the rows, from their configs
+HELDOUT_FILE = "dgxc2025_runs.csv"  # held out: predicted with the fit, never fitted on
+FACTS_FILE = "modern_facts.csv"  # software facts of the rows of both, from their configs
 _GPU_SYSTEM = {
     "H100-SXM-80GB": "dgx-h100",
     "H100-80GB": "dgx-h100",
     "A100-80GB": "dgx-a100",
     "A100-40GB": "dgx-a100-40gb",
+    "GB200": "gb200-nvl72",
 }
 
 
@@ -92,6 +95,8 @@ def modern_run(r: dict[str, str], sustained: float | None = None) -> tuple[Model
         defer_embedding_wgrad=facts.get("defer_embedding_wgrad", "False") == "True",
         wgrad_deferral_limit=int(facts.get("wgrad_deferral_limit", "0")),
         fp8_param_gather=facts.get("fp8_param_gather", "False") == "True",
+        first_stage_layers=int(facts.get("first_stage_layers", "0")),
+        last_stage_layers=int(facts.get("last_stage_layers", "0")),
     )
     unstated = [k for k in UNSTATED_KNOBS if "unstated" in r[k] or "assumed" in r[k]]
     return model, system, fastest_fitting(model, system, strategy, unstated)
@@ -171,13 +176,15 @@ HOPPER_GPUS = ("h100-sxm",)  # the GPUs of the modern rows whose sustained fract
 
 
 def modern_rows(
-    sustained: float | None = None, sources: tuple[str, ...] | None = None
+    sustained: float | None = None,
+    sources: tuple[str, ...] | None = None,
+    file: str = MODERN_FILE,
 ) -> list[ModernRow]:
     """Every modern run predicted as published; `sustained` replaces the fitted
     `sustained_tensor_fraction` of the Hopper GPUs (for the fit), `sources` keeps only the rows
-    of those sources on those GPUs."""
+    of those sources on those GPUs; `file`: HELDOUT_FILE for the held-out runs."""
     out = []
-    for r in read_rows(MODERN_FILE):
+    for r in read_rows(file):
         source = r["id"].split("-")[0]
         if sources is not None and (
             source not in sources
@@ -273,13 +280,33 @@ def modern_summary(rows: list[ModernRow] | None = None) -> dict[str, Any]:
     }
 
 
+def heldout_summary() -> dict[str, Any]:
+    """The held-out runs of 2025 stacks (HELDOUT_FILE), as `modern_summary` gives the modern
+    ones, with mean/max |error| per GPU and precision (`by_group`, e.g. "h100 fp8"). Nothing
+    here is fitted: the catalog's constants, as every other prediction uses them."""
+    rows = modern_rows(file=HELDOUT_FILE)
+    out = modern_summary(rows)
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        site, precision = r.id.split("-")[1], r.estimate.strategy.precision
+        groups.setdefault(f"{site} {precision}", []).append(abs(r.error_pct))
+    out["by_group"] = {
+        k: {"mean_abs_pct": sum(v) / len(v), "max_abs_pct": max(v), "rows": len(v)}
+        for k, v in groups.items()
+    }
+    del out["goal"]  # held out: measured, not a goal
+    return out
+
+
 MODERN_MODELS_DIR = "examples/modern"  # one model file per distinct model of modern_runs.csv
+HELDOUT_MODELS_DIR = "examples/heldout"  # and of dgxc2025_runs.csv (its 405B has 8 KV heads)
 
 
-def model_file(model: Model) -> str:
-    """The repository path of a modern run's model file (name and sequence length)."""
+def model_file(model: Model, directory: str = MODERN_MODELS_DIR) -> str:
+    """The repository path of a modern (or held-out) run's model file (name and sequence
+    length, under `directory`)."""
     slug = model.name.lower().replace(" ", "-").replace(".", "p")
-    return f"{MODERN_MODELS_DIR}/{slug}-s{model.seq}.yaml"
+    return f"{directory}/{slug}-s{model.seq}.yaml"
 
 
 def model_yaml(model: Model) -> str:
@@ -292,16 +319,21 @@ def model_yaml(model: Model) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def estimate_command(model: Model, system: System, s: Strategy, gpus: int) -> str:
+def estimate_command(
+    model: Model, system: System, s: Strategy, gpus: int, directory: str = MODERN_MODELS_DIR
+) -> str:
     """The `railplan estimate` command line that predicts this run, every software knob
-    spelled out (the resolved values of unstated ones included)."""
+    spelled out (the resolved values of unstated ones included; its model file under
+    `directory`)."""
     flags = [
-        f"--model {model_file(model)}",
+        f"--model {model_file(model, directory)}",
         f"--system {system.name}",
         f"--gpus {gpus}",
         f"--tp {s.tp} --pp {s.pp} --cp {s.cp} --dp {s.dp}",
         f"--interleave {s.interleave} --micro-batch {s.micro_batch}",
         f"--global-batch {s.global_batch}",
+        *([f"--first-stage-layers {s.first_stage_layers}"] if s.first_stage_layers else []),
+        *([f"--last-stage-layers {s.last_stage_layers}"] if s.last_stage_layers else []),
         f"--recompute {s.recompute}"
         + (f" --recompute-num-layers {s.recompute_num_layers}" if s.recompute_num_layers else ""),
         "--sequence-parallel" if s.sequence_parallel else "--no-sequence-parallel",
@@ -326,18 +358,19 @@ def estimate_command(model: Model, system: System, s: Strategy, gpus: int) -> st
     return "railplan estimate " + " ".join(flags)
 
 
-def modern_commands() -> list[dict[str, str]]:
-    """Per modern row: its id, source, the command that reproduces its prediction, and the
-    model file that command reads."""
+def modern_commands(file: str = MODERN_FILE) -> list[dict[str, str]]:
+    """Per modern row (or held-out row, `file` HELDOUT_FILE): its id, source, the command that
+    reproduces its prediction, and the model file that command reads."""
+    directory = MODERN_MODELS_DIR if file == MODERN_FILE else HELDOUT_MODELS_DIR
     out = []
-    for r in read_rows(MODERN_FILE):
+    for r in read_rows(file):
         model, system, s = modern_run(r)
         out.append(
             {
                 "id": r["id"],
                 "source": r["source"],
-                "command": estimate_command(model, system, s, int(r["gpus"])),
-                "model_file": model_file(model),
+                "command": estimate_command(model, system, s, int(r["gpus"]), directory),
+                "model_file": model_file(model, directory),
                 "model_yaml": model_yaml(model),
             }
         )

@@ -247,8 +247,9 @@ def cross_paper_rows(
 
 def validate() -> dict[str, Any]:
     """Every row with its error, and the summary per source and overall; the modern runs
-    (`railplan.reproduce.modern_validation`) as a third table."""
-    from railplan.reproduce.modern_validation import modern_summary
+    (`railplan.reproduce.modern_validation`) as a third table, and the held-out runs of 2025
+    stacks as a fourth."""
+    from railplan.reproduce.modern_validation import heldout_summary, modern_summary
 
     k_rows, n_rows = korthikanti_rows(), narayanan_rows()
     rows = k_rows + n_rows
@@ -266,6 +267,7 @@ def validate() -> dict[str, Any]:
         "same_pipeline_both_papers": cross_paper_rows(k_rows, n_rows),
         "goal": {"mean_abs_pct": GOAL_MEAN_PCT, "max_abs_pct": GOAL_MAX_PCT},
         "modern_runs": modern_summary(),
+        "heldout_runs": heldout_summary(),
         "calculon_korthikanti": {
             "mean_abs_pct": CALCULON_KORTHIKANTI[0],
             "max_abs_pct": CALCULON_KORTHIKANTI[1],
