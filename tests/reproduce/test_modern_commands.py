@@ -99,3 +99,15 @@ def test_catalog_holds_the_fitted_sustained_fraction() -> None:
     from railplan.specs import load_gpu
 
     assert load_gpu("h100-sxm").sustained_tensor_fraction == fit_sustained_fraction()
+
+
+def test_every_catalog_copy_of_the_sustained_fraction_is_the_fit() -> None:
+    """The fitted Hopper fraction is carried by the H100 die's other parts and, as a rule, by
+    Blackwell (docs/model.md): each copy in the catalog is h100-sxm's; the rest are unfitted."""
+    from railplan.specs import load_gpu
+
+    fitted = load_gpu("h100-sxm").sustained_tensor_fraction
+    for name in ("h800", "h200", "b200", "gb200"):
+        assert load_gpu(name).sustained_tensor_fraction == fitted, name
+    for name in ("a100-80gb", "a100-40gb", "gh200", "mi300x"):
+        assert load_gpu(name).sustained_tensor_fraction == 1.0, name
