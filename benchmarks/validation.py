@@ -81,7 +81,10 @@ def main() -> None:
 def heldout(v: dict) -> None:  # type: ignore[type-arg]
     """dgxc-benchmarking's 2025 runs (NeMo 2 recipes), held out: never fitted."""
     h = v["heldout_runs"]
-    print("dgxc-benchmarking 2025 (Llama 3.1, NeMo 25.02.01 on H100, 25.04.01 on GB200):")
+    print(
+        "dgxc-benchmarking 2025 (Llama 3.1, NeMo 25.02.01 on H100, 25.04.01 on GB200; "
+        "Nemotron-4, 25.04.00):"
+    )
     for r in h["rows"]:
         print(
             f"{r['id']:36s} measured {r['measured_s']:6.2f} s predicted {r['predicted_s']:6.2f} s "

@@ -17,14 +17,14 @@ from railplan.reproduce.validation import read_rows
 def test_every_heldout_row_enters_as_stated_and_fits() -> None:
     table = {r["id"]: r for r in read_rows(HELDOUT_FILE)}
     rows = modern_rows(file=HELDOUT_FILE)
-    assert len(rows) == len(table) == 34
+    assert len(rows) == len(table) == 44
     for r in rows:
         row, s = table[r.id], r.estimate.strategy
         assert (s.tp, s.pp, s.cp, s.dp) == tuple(int(row[k]) for k in ("tp", "pp", "cp", "dp"))
         assert s.tp * s.pp * s.cp * s.dp == int(row["gpus"])
         assert (s.interleave, s.micro_batch, s.global_batch) == (
             int(row["interleave"]),
-            1,
+            int(row["micro_batch"]),
             int(row["global_batch"]),
         )
         assert s.precision == row["precision"]
@@ -33,25 +33,30 @@ def test_every_heldout_row_enters_as_stated_and_fits() -> None:
 
 
 def test_recipe_facts_apply() -> None:
-    """NeMo's performance recipes: bf16 gradient reduction everywhere, userbuffers TP overlap and
-    deferred embedding gradients for tp > 1, FP8 weights gathered in FP8, and Llama 3.1 405B's
-    first and last stage one layer short (account_for_embedding/loss_in_pipeline_split)."""
+    """NeMo's performance recipes: bf16 gradient reduction everywhere, userbuffers TP overlap for
+    tp > 1, the deferred embedding gradient where pipelined (Llama 3.1 70B and 405B, Nemotron-4
+    340B), FP8 weights gathered in FP8, Llama 3.1 405B's first and last stage one layer short
+    (account_for_embedding/loss_in_pipeline_split), and on GB200 the launcher's 16-node Slurm
+    segments: 64 GPUs of each 72-GPU rack."""
     for row in read_rows(HELDOUT_FILE):
         _, system, s = modern_run(row)
         assert s.grad_reduce_bytes == 2
         assert s.fp8_param_gather == (s.precision == "fp8")
-        assert s.tp_comm_overlap == (s.tp > 1) == s.defer_embedding_wgrad
-        big = "405b" in row["id"]
-        assert (s.first_stage_layers, s.last_stage_layers) == ((15, 15) if big else (0, 0))
-        if big:  # 126 layers: 15 + (pp - 2) x 16 + 15
+        assert s.tp_comm_overlap == (s.tp > 1)
+        assert s.defer_embedding_wgrad == (s.pp > 1)
+        llama405 = "llama31-405b" in row["id"]
+        assert (s.first_stage_layers, s.last_stage_layers) == ((15, 15) if llama405 else (0, 0))
+        if llama405:  # 126 layers: 15 + (pp - 2) x 16 + 15
             assert 15 + (s.pp - 2) * 16 + 15 == 126
-        assert system.name == ("gb200-nvl72" if "gb200" in row["id"] else "dgx-h100")
+        gb200 = "gb200" in row["id"]
+        assert system.name == ("gb200-nvl72" if gb200 else "dgx-h100")
+        assert system.hb_domain == (64 if gb200 else 8)
 
 
 def test_summary_groups_and_no_goal() -> None:
     h = heldout_summary()
     assert set(h["by_group"]) == {"h100 bf16", "h100 fp8", "gb200 bf16", "gb200 fp8"}
-    assert sum(g["rows"] for g in h["by_group"].values()) == h["all"]["rows"] == 34
+    assert sum(g["rows"] for g in h["by_group"].values()) == h["all"]["rows"] == 44
     assert "goal" not in h
     worst = max(abs(r["error_pct"]) for r in h["rows"])
     assert h["all"]["max_abs_pct"] == pytest.approx(worst)
@@ -63,4 +68,4 @@ def test_validate_prints_the_heldout_table(cli) -> None:  # type: ignore[no-unty
     assert "Held out (2025 stacks" in r.stdout
     assert "held out, gb200 fp8: mean |error|" in r.stdout
     v = cli.json("validate")
-    assert len(v["heldout_runs"]["rows"]) == 34
+    assert len(v["heldout_runs"]["rows"]) == 44

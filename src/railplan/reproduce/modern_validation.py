@@ -27,6 +27,7 @@ import numpy as np
 from railplan.perf.estimate import Estimate, estimate
 from railplan.reproduce.validation import read_rows
 from railplan.specs import Model, Network, Strategy, System, load_system
+from railplan.specs.build import build_system
 
 MODERN_FILE = "modern_runs.csv"
 HELDOUT_FILE = "dgxc2025_runs.csv"  # held out: predicted with the fit, never fitted on
@@ -68,7 +69,9 @@ def modern_run(r: dict[str, str], sustained: float | None = None) -> tuple[Model
         seq=int(r["seq"]),
         dropout=facts.get("dropout", "True") == "True",
     )
-    system = load_system(_GPU_SYSTEM[r["gpu_type"]])
+    # GPUs of the run per HB domain where its launcher fixes them (Slurm --segment), else K
+    hb_domain = int(facts["hb_domain"]) if "hb_domain" in facts else None
+    system = build_system(_GPU_SYSTEM[r["gpu_type"]], hb_domain, None, None, None)
     if sustained is not None and system.gpu.name in HOPPER_GPUS:
         gpu = system.gpu.model_copy(update={"sustained_tensor_fraction": sustained})
         system = system.model_copy(update={"gpu": gpu})
@@ -319,6 +322,10 @@ def model_yaml(model: Model) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
+def _catalog_k(system: System) -> int:
+    return load_system(system.name).hb_domain
+
+
 def estimate_command(
     model: Model, system: System, s: Strategy, gpus: int, directory: str = MODERN_MODELS_DIR
 ) -> str:
@@ -328,6 +335,7 @@ def estimate_command(
     flags = [
         f"--model {model_file(model, directory)}",
         f"--system {system.name}",
+        *([f"--hb-domain {system.hb_domain}"] if system.hb_domain != _catalog_k(system) else []),
         f"--gpus {gpus}",
         f"--tp {s.tp} --pp {s.pp} --cp {s.cp} --dp {s.dp}",
         f"--interleave {s.interleave} --micro-batch {s.micro_batch}",
