@@ -88,6 +88,8 @@ def test_assumptions_have_sources(report_data: dict[str, Any]) -> None:
         assert len(a[key]["source"]) > 10
     assert all(len(e["source"]) > 10 for e in a["price_book"]["entries"])
     assert a["validation"]["all"]["rows"] == len(a["validation"]["rows"]) > 5
+    assert a["validation"]["modern"]["all"]["rows"] == 32
+    assert a["validation"]["heldout"]["all"]["rows"] == 44
     assert "Llama 3" in a["failure_rates"]["source"]
 
 
@@ -100,6 +102,8 @@ def test_page_is_self_contained(report_data: dict[str, Any]) -> None:
     assert "cdn.plot.ly" not in page.split("</head>")[1]
     assert page.count('class="plotly-graph-div"') == 9
     for text in ("Do I need a spine?", "Cost and power", "Monte Carlo", "Validation accuracy"):
+        assert text in page
+    for text in ("2023–24 stacks: all", "2025 stacks, held out: gb200 fp8"):
         assert text in page
 
 

@@ -472,10 +472,13 @@ def model_constants() -> list[dict[str, Any]]:
 
 
 def validation_summary() -> dict[str, Any]:
-    """`railplan.reproduce.validation.validate()` without the per-layer diagnostic."""
+    """`railplan.reproduce.validation.validate()` without the per-layer diagnostic: the 2021–22
+    rows, and the summaries of the modern runs (per source) and of the held-out runs (per GPU
+    and precision)."""
     from railplan.reproduce.validation import validate
 
     v = validate()
+    m, h = v["modern_runs"], v["heldout_runs"]
     return {
         key: v[key]
         for key in ("korthikanti2022", "narayanan2021", "all", "goal", "calculon_korthikanti")
@@ -483,7 +486,9 @@ def validation_summary() -> dict[str, Any]:
         "rows": [
             {k: r[k] for k in ("source", "label", "metric", "measured", "predicted", "error_pct")}
             for r in v["rows"]
-        ]
+        ],
+        "modern": {"by_source": m["by_source"], "all": m["all"], "goal": m["goal"]},
+        "heldout": {"by_group": h["by_group"], "all": h["all"]},
     }
 
 
