@@ -114,10 +114,13 @@ def deepep() -> None:
 
 def moe_training() -> None:
     """Published MoE training runs against the iteration model, held out."""
-    print("MoE training (dgxc DeepSeek-V3 BF16 on H100, NeMo 25.04.01; every setting stated):")
+    print(
+        "MoE training (dgxc DeepSeek-V3 BF16 on H100 and GB200, NeMo 25.04.01; every setting "
+        "stated):"
+    )
     for r in moe_rows():
         print(
-            f"{r.id:24s} measured {r.measured_s:7.2f} s predicted {r.estimate.iteration_s:7.2f} s "
+            f"{r.id:26s} measured {r.measured_s:7.2f} s predicted {r.estimate.iteration_s:7.2f} s "
             f"error {r.error_pct:+6.1f} %  held out"
         )
 

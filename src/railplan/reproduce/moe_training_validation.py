@@ -2,15 +2,15 @@
 held out: nothing is fitted to them, and they are not among the modern rows whose errors set
 issue 13's goals or fit the H100's sustained fraction.
 
-NVIDIA's dgxc-benchmarking DeepSeek-V3 recipe (NeMo 25.04.01, BF16, H100) is entered with every
-setting its launch script and NeMo's performance script state (the CSV's header cites them):
-the catalog's deepseek-v3 (MLA, 1 shared + 256 routed experts, top 8, three dense layers, one
-MTP layer), Megatron-Core's all-to-all dispatcher, selective recompute of the MLA
-up-projections, the distributed optimizer with fp32 gradient reduction overlapped with the
-backward pass, sequence parallelism, TP communication not overlapped with the forward GEMMs
-(no userbuffers), and the uneven pipeline layout. NeMo drops tokens over a capacity factor of
-1.0 and pads to it: with the uniform routing railplan assumes, every expert then receives
-exactly its share, as the catalog's dropless routing gives.
+NVIDIA's dgxc-benchmarking DeepSeek-V3 recipe (NeMo 25.04.01, BF16, on H100 and GB200) is
+entered with every setting its launch script and NeMo's performance script state (the CSV's
+header cites them): the catalog's deepseek-v3 (MLA, 1 shared + 256 routed experts, top 8, three
+dense layers, one MTP layer), Megatron-Core's all-to-all dispatcher, selective recompute of the
+MLA up-projections (of the core attention on GB200), the distributed optimizer with fp32
+gradient reduction overlapped with the backward pass, sequence parallelism, TP communication not
+overlapped with the forward GEMMs (no userbuffers), and the uneven pipeline layout. NeMo drops
+tokens over a capacity factor of 1.0 and pads to it: with the uniform routing railplan assumes,
+every expert then receives exactly its share, as the catalog's dropless routing gives.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from railplan.perf.estimate import estimate
 from railplan.reproduce.modern_validation import ModernRow
 from railplan.reproduce.validation import read_rows
-from railplan.specs import Network, Strategy, load_system
+from railplan.specs import Network, Strategy, System
+from railplan.specs.build import build_system
 from railplan.specs.catalog import load_model
 
 DATA = "moe_training_runs.csv"
@@ -60,10 +61,19 @@ def strategy(r: dict[str, str]) -> Strategy:
     )
 
 
+def system(r: dict[str, str]) -> System:
+    """The row's system: the catalog's, with the run's GPUs per HB domain where its launcher
+    fixes them (`hb_domain`: the 16-node Slurm segments of NeMo's GB200 executor)."""
+    return build_system(
+        r["system"], int(r["hb_domain"]) if r["hb_domain"] else None, None, None, None
+    )
+
+
 def command(r: dict[str, str]) -> str:
     """The `railplan estimate` command line that predicts the row."""
+    domain = f"--hb-domain {r['hb_domain']} " if r["hb_domain"] else ""
     return (
-        f"railplan estimate --model {r['model']} --system {r['system']} --gpus {r['gpus']} "
+        f"railplan estimate --model {r['model']} --system {r['system']} {domain}--gpus {r['gpus']} "
         f"--tp {r['tp']} --pp {r['pp']} --dp {r['dp']} --ep {r['ep']} --expert-tp {r['etp']} "
         f"--interleave {r['interleave']} --micro-batch {r['micro_batch']} "
         f"--global-batch {r['global_batch']} --first-stage-layers {r['first_stage_layers']} "
@@ -80,7 +90,7 @@ def rows() -> list[MoeRun]:
     for r in read_rows(DATA):
         e = estimate(
             load_model(r["model"]),
-            load_system(r["system"]),
+            system(r),
             strategy(r),
             Network(),
             gpus=int(r["gpus"]),
