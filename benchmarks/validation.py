@@ -1,10 +1,10 @@
 """Accuracy goals: the 2021-22 Megatron-LM runs (mean |error| ≤ 3 %, no row > 8 %) and the
 2023-24 modern runs (mean ≤ 5 %, max ≤ 12 %, leave-one-source-out mean ≤ 7 % for the one fitted
-constant, the H100's sustained tensor fraction). Last, held out (never fitted): dgxc-benchmarking's
-2025 Llama 3.1 runs on H100 and GB200 (NeMo 2 recipes; railplan.reproduce.modern_validation.
-heldout_summary), DeepEP's published normal-kernel bandwidths against the training all-to-all
-(railplan.reproduce.deepep_validation) and published MoE training runs
-(railplan.reproduce.moe_training_validation).
+constant, the H100's sustained tensor fraction). Last, held out (never fitted):
+dgxc-benchmarking's 2025 Llama 3.1 and Nemotron-4 runs on H100 and GB200 (NeMo 2 recipes;
+railplan.reproduce.modern_validation.heldout_summary), DeepEP's published normal-kernel
+bandwidths against the training all-to-all (railplan.reproduce.deepep_validation) and published
+MoE training runs (railplan.reproduce.moe_training_validation).
 
 Run: python benchmarks/validation.py   (prints each row and the measured figure beside the goal)
 """
@@ -87,12 +87,12 @@ def heldout(v: dict) -> None:  # type: ignore[type-arg]
     )
     for r in h["rows"]:
         print(
-            f"{r['id']:36s} measured {r['measured_s']:6.2f} s predicted {r['predicted_s']:6.2f} s "
+            f"{r['id']:43s} measured {r['measured_s']:6.2f} s predicted {r['predicted_s']:6.2f} s "
             f"error {r['error_pct']:+6.1f} %  held out"
         )
     for key, s in [*h["by_group"].items(), ("all", h["all"])]:
         print(
-            f"dgxc 2025 {key:10s} mean {s['mean_abs_pct']:5.2f} %, max {s['max_abs_pct']:5.2f} % "
+            f"dgxc 2025 {key:13s} mean {s['mean_abs_pct']:5.2f} %, max {s['max_abs_pct']:5.2f} % "
             f"over {s['rows']:2d} rows  held out"
         )
 

@@ -322,9 +322,9 @@ def test_backward_gather_flag_in_cli_json(cli) -> None:  # type: ignore[no-untyp
 
 def test_cross_entropy_kernels_by_hand() -> None:
     """The loss per micro-batch on the last stage: bytes per logit element (unfused 52, fused
-    28, xentropy 8; workload/elementwise.py) over s·b·V/t elements at the streaming bandwidth,
-    plus one launch per kernel (8, 4, 2); what it keeps for the backward, fp32 softmax or the
-    bf16 logits."""
+    28, xentropy 8, te 10; workload/elementwise.py) over s·b·V/t elements at the streaming
+    bandwidth, plus one launch per kernel (8, 4, 2, 3); what it keeps for the backward, fp32
+    softmax or the bf16 logits."""
     from railplan.perf.layer_time import logits_times
     from railplan.workload.memory import logits_bytes
 
@@ -334,13 +334,16 @@ def test_cross_entropy_kernels_by_hand() -> None:
     bw = gpu.memory_tbps * 1e12 * gpu.memory_efficiency
     overhead = gpu.kernel_overhead_us * 1e-6
     t, kept = {}, {}
-    for ce in ("fused", "unfused", "xentropy"):
+    for ce in ("fused", "unfused", "xentropy", "te"):
         s = from_strategies(Strategy(tp=4, micro_batch=2, global_batch=2, cross_entropy=ce))
         t[ce] = float(logits_times(m, sy, s)["t"])
         kept[ce] = float(logits_bytes(m, s))
     assert t["unfused"] - t["fused"] == pytest.approx(24 * elements / bw + 4 * overhead)
     assert t["fused"] - t["xentropy"] == pytest.approx(20 * elements / bw + 2 * overhead)
-    assert kept["fused"] == kept["unfused"] == 2 * kept["xentropy"] == 4 * elements
+    assert t["te"] - t["xentropy"] == pytest.approx(2 * elements / bw + 1 * overhead)
+    assert (
+        kept["fused"] == kept["unfused"] == 2 * kept["xentropy"] == 2 * kept["te"] == 4 * elements
+    )
 
 
 def test_cross_entropy_flag_in_cli(cli) -> None:  # type: ignore[no-untyped-def]
@@ -353,7 +356,7 @@ def test_cross_entropy_flag_in_cli(cli) -> None:  # type: ignore[no-untyped-def]
     bad = cli(*args, "--cross-entropy", "liger")
     assert bad.exit_code == 2
     assert str(bad.exception) == (
-        "cross_entropy: 'liger' is not allowed; choose one of fused, unfused, xentropy"
+        "cross_entropy: 'liger' is not allowed; choose one of fused, unfused, xentropy, te"
     )
 
 

@@ -89,7 +89,7 @@ def test_assumptions_have_sources(report_data: dict[str, Any]) -> None:
     assert all(len(e["source"]) > 10 for e in a["price_book"]["entries"])
     assert a["validation"]["all"]["rows"] == len(a["validation"]["rows"]) > 5
     assert a["validation"]["modern"]["all"]["rows"] == 32
-    assert a["validation"]["heldout"]["all"]["rows"] == 44
+    assert a["validation"]["heldout"]["all"]["rows"] == 54
     assert "Llama 3" in a["failure_rates"]["source"]
 
 

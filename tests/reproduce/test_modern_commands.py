@@ -23,8 +23,8 @@ def test_heldout_commands_reproduce_the_predictions(cli, monkeypatch: pytest.Mon
     monkeypatch.chdir(ROOT)
     predicted = {r.id: r.estimate.iteration_s for r in modern_rows(file=HELDOUT_FILE)}
     commands = modern_commands(HELDOUT_FILE)
-    assert len(commands) == len(predicted) == 44
-    for c in commands[::4] + [c for c in commands if "405b" in c["id"] or "gb200" in c["id"]]:
+    assert len(commands) == len(predicted) == 54
+    for c in commands:
         out = cli.json(*shlex.split(c["command"])[1:])
         assert out["iteration_s"] == pytest.approx(predicted[c["id"]], rel=1e-12), c["id"]
 
@@ -45,7 +45,7 @@ def test_validate_commands_cli(cli) -> None:
     r = cli("validate", "--commands")
     assert r.exit_code == 0
     assert r.stdout.count("railplan estimate --model examples/modern/") == 32
-    assert r.stdout.count("railplan estimate --model examples/heldout/") == 44
+    assert r.stdout.count("railplan estimate --model examples/heldout/") == 54
     rows = cli.json("validate", "--commands")
     every = modern_commands() + modern_commands(HELDOUT_FILE)
     assert [row["id"] for row in rows] == [c["id"] for c in every]

@@ -250,7 +250,8 @@ def validate(
             f"{s['max_abs_pct']:.2f} % over {s['rows']} rows"
         )
     console.print(_rows_table(v, _HELDOUT))
-    for group, s in v["heldout_runs"]["by_group"].items():
+    h = v["heldout_runs"]
+    for group, s in [*h["by_group"].items(), ("all", h["all"])]:
         console.print(
             f"held out, {group}: mean |error| {s['mean_abs_pct']:.2f} %, max "
             f"{s['max_abs_pct']:.2f} % over {s['rows']} rows"
@@ -319,7 +320,8 @@ _MODERN = (
 )
 
 _HELDOUT = (
-    "Held out (2025 stacks: dgxc-benchmarking's NeMo 2 Llama 3.1 runs on H100 and GB200, "
+    "Held out (2025 stacks: dgxc-benchmarking's NeMo 2 Llama 3.1 and Nemotron-4 runs on H100 "
+    "and GB200, "
     "data/validation/dgxc2025_runs.csv): seconds per iteration; never fitted",
     ("heldout_runs", "rows"),
     _MODERN[2],

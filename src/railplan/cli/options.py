@@ -205,7 +205,8 @@ CrossEntropyOpt = Annotated[
     typer.Option(
         help="loss kernels: fused (Megatron-Core cross_entropy_loss_fusion; default) | unfused "
         "(Megatron's vocab_parallel_cross_entropy, 2021-22 and Megatron-LM's default) | "
-        "xentropy (one kernel per pass, flash-attn/Apex)"
+        "xentropy (one kernel per pass, flash-attn/Apex) | te (Transformer Engine's Triton "
+        "loss, Megatron-Core cross_entropy_fusion_impl te)"
     ),
 ]
 PrecisionOpt = Annotated[

@@ -10,7 +10,8 @@ dropout); a knob the source leaves unstated takes the fastest value that fits
 overlapped DP/TP/pipeline communication, fused gradient accumulation, fp32 gradient reduction).
 MosaicML rows run FSDP FULL_SHARD (ZeRO-3, stated in their notes), Megatron-Core/NeMo rows the
 distributed optimizer (ZeRO-1); bf16, amp_bf16 and "bf16 PURE" are bf16, "fp8 (hybrid)" is fp8;
-H100 rows on DGX H100, A100 rows on DGX A100 (40 GB rows on dgx-a100-40gb).
+H100 rows on DGX H100, A100 rows on DGX A100 (40 GB rows on dgx-a100-40gb), GB200 rows on a
+GB200 NVL72 with the GPUs per rack the run's launcher used (`hb_domain` in the facts).
 The H100's `sustained_tensor_fraction` is fitted here on the H100 rows, and its
 leave-one-source-out error reported (`cross_validation`); nothing else is fitted.
 """
@@ -53,8 +54,9 @@ def _software_facts() -> dict[str, dict[str, str]]:
 
 
 def modern_run(r: dict[str, str], sustained: float | None = None) -> tuple[Model, System, Strategy]:
-    """Model, system and strategy of one modern_runs.csv row (`sustained`: a Hopper GPU's
-    sustained tensor fraction in place of the catalog's, for the fit)."""
+    """Model, system and strategy of one modern_runs.csv (or dgxc2025_runs.csv) row
+    (`sustained`: a Hopper GPU's sustained tensor fraction in place of the catalog's, for the
+    fit)."""
     facts = _software_facts().get(r["id"], {})
     model = Model(
         name=r["model_name"],
@@ -71,7 +73,13 @@ def modern_run(r: dict[str, str], sustained: float | None = None) -> tuple[Model
     )
     # GPUs of the run per HB domain where its launcher fixes them (Slurm --segment), else K
     hb_domain = int(facts["hb_domain"]) if "hb_domain" in facts else None
-    system = build_system(_GPU_SYSTEM[r["gpu_type"]], hb_domain, None, None, None)
+    system = build_system(
+        _GPU_SYSTEM[r["gpu_type"]],
+        hb_domain=hb_domain,
+        hb_tbps=None,
+        nic_gbps=None,
+        nics_per_gpu=None,
+    )
     if sustained is not None and system.gpu.name in HOPPER_GPUS:
         gpu = system.gpu.model_copy(update={"sustained_tensor_fraction": sustained})
         system = system.model_copy(update={"gpu": gpu})
@@ -243,6 +251,15 @@ def cross_validation() -> dict[str, Any]:
     return out
 
 
+def _error_summary(errors: list[float]) -> dict[str, Any]:
+    """Mean and max of absolute errors (%), and how many."""
+    return {
+        "mean_abs_pct": sum(errors) / max(len(errors), 1),
+        "max_abs_pct": max(errors, default=0.0),
+        "rows": len(errors),
+    }
+
+
 def modern_summary(rows: list[ModernRow] | None = None) -> dict[str, Any]:
     """Modern rows (predicted iteration time vs measured) and mean/max |error| per source
     (dgxc, meg, mosaic) and over all rows, beside the goal (MODERN_GOAL_*)."""
@@ -266,15 +283,8 @@ def modern_summary(rows: list[ModernRow] | None = None) -> dict[str, Any]:
     every = [e for v in errors.values() for e in v]
     return {
         "rows": out,
-        "by_source": {
-            k: {"mean_abs_pct": sum(v) / len(v), "max_abs_pct": max(v), "rows": len(v)}
-            for k, v in errors.items()
-        },
-        "all": {
-            "mean_abs_pct": sum(every) / max(len(every), 1),
-            "max_abs_pct": max(every, default=0.0),
-            "rows": len(every),
-        },
+        "by_source": {k: _error_summary(v) for k, v in errors.items()},
+        "all": _error_summary(every),
         "goal": {
             "mean_abs_pct": MODERN_GOAL_MEAN_PCT,
             "max_abs_pct": MODERN_GOAL_MAX_PCT,
@@ -291,13 +301,10 @@ def heldout_summary() -> dict[str, Any]:
     out = modern_summary(rows)
     groups: dict[str, list[float]] = {}
     for r in rows:
-        site, precision = r.id.split("-")[1], r.estimate.strategy.precision
-        groups.setdefault(f"{site} {precision}", []).append(abs(r.error_pct))
-    out["by_group"] = {
-        k: {"mean_abs_pct": sum(v) / len(v), "max_abs_pct": max(v), "rows": len(v)}
-        for k, v in groups.items()
-    }
-    del out["goal"]  # held out: measured, not a goal
+        key = f"{r.estimate.system.gpu.name} {r.estimate.strategy.precision}"
+        groups.setdefault(key, []).append(abs(r.error_pct))
+    out["by_group"] = {k: _error_summary(v) for k, v in groups.items()}
+    del out["goal"], out["by_source"]  # held out: measured, not a goal; one source
     return out
 
 

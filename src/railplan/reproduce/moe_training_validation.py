@@ -8,7 +8,8 @@ header cites them): the catalog's deepseek-v3 (MLA, 1 shared + 256 routed expert
 dense layers, one MTP layer), Megatron-Core's all-to-all dispatcher, selective recompute of the
 MLA up-projections (of the core attention on GB200), the distributed optimizer with fp32
 gradient reduction overlapped with the backward pass, sequence parallelism, TP communication not
-overlapped with the forward GEMMs (no userbuffers), and the uneven pipeline layout. NeMo drops
+overlapped with the forward GEMMs (no userbuffers), the uneven pipeline layout and Transformer
+Engine's loss (`cross_entropy_fusion_impl` te). NeMo drops
 tokens over a capacity factor of 1.0 and pads to it: with the uniform routing railplan assumes,
 every expert then receives exactly its share, as the catalog's dropless routing gives.
 """
@@ -58,15 +59,15 @@ def strategy(r: dict[str, str]) -> Strategy:
         overlap_tp=True,
         tp_comm_overlap=False,
         ep_dispatch="alltoall",
+        cross_entropy="te",
     )
 
 
 def system(r: dict[str, str]) -> System:
     """The row's system: the catalog's, with the run's GPUs per HB domain where its launcher
     fixes them (`hb_domain`: the 16-node Slurm segments of NeMo's GB200 executor)."""
-    return build_system(
-        r["system"], int(r["hb_domain"]) if r["hb_domain"] else None, None, None, None
-    )
+    k = int(r["hb_domain"]) if r["hb_domain"] else None
+    return build_system(r["system"], hb_domain=k, hb_tbps=None, nic_gbps=None, nics_per_gpu=None)
 
 
 def command(r: dict[str, str]) -> str:
@@ -80,7 +81,7 @@ def command(r: dict[str, str]) -> str:
         f"--last-stage-layers {r['last_stage_layers']} --recompute selective "
         f"--recompute-modules {r['recompute_modules']} --sequence-parallel --zero 1 "
         f"--precision {r['precision']} --optimizer-state fp32 --grad-reduce-bytes 4 "
-        "--overlap-dp --overlap-tp --no-tp-comm-overlap --ep-dispatch alltoall"
+        "--overlap-dp --overlap-tp --no-tp-comm-overlap --ep-dispatch alltoall --cross-entropy te"
     )
 
 

@@ -40,8 +40,8 @@ RECOMPUTE_MODULE_BITS: dict[str, int] = {
     "moe": 32,
     "shared_experts": 64,
 }
-CrossEntropy = Literal["fused", "unfused", "xentropy"]
-CROSS_ENTROPY_CODES: dict[str, int] = {"fused": 0, "unfused": 1, "xentropy": 2}
+CrossEntropy = Literal["fused", "unfused", "xentropy", "te"]
+CROSS_ENTROPY_CODES: dict[str, int] = {"fused": 0, "unfused": 1, "xentropy": 2, "te": 3}
 #: The strategy's named choices, field → name → code (numpy arrays hold the codes).
 CODED_FIELDS: dict[str, dict[str, int]] = {
     "recompute": RECOMPUTE_CODES,
@@ -103,7 +103,10 @@ class Strategy(Spec):
     default, 2021-22 and Megatron-Core without `--cross-entropy-loss-fusion`); `fused` is
     Megatron-Core's `cross_entropy_loss_fusion` (the same steps in four fused kernels);
     `xentropy` is one kernel per pass on the bf16 logits (flash-attn's / Apex's xentropy, which
-    llm-foundry's MPT runs as `fused_crossentropy`).
+    llm-foundry's MPT runs as `fused_crossentropy`); `te` is Transformer Engine's Triton loss
+    (Megatron-Core `cross_entropy_fusion_impl="te"`, which NeMo's 2025 performance scripts set):
+    an online-softmax pass, a pass that writes the gradient into the bf16 logits, and the
+    backward's scaling in place.
     `optimizer_state` is what the (sharded) Adam optimizer keeps per parameter: `fp32` an FP32
     master weight and FP32 moments (12 bytes: Megatron's distributed optimizer, DeepSpeed,
     FSDP mixed precision); `fp32-remainder` FP32 moments and only the 16 low bits of the FP32
@@ -231,7 +234,8 @@ class Strategy(Spec):
     )
     precision: Precision = Field(default="bf16", description="GEMM precision of the linear layers")
     cross_entropy: CrossEntropy = Field(
-        default="fused", description="loss kernels: fused | unfused (Megatron's) | xentropy"
+        default="fused",
+        description="loss kernels: fused | unfused (Megatron's) | xentropy | te (TE's Triton loss)",
     )
     optimizer_state: OptimizerState = Field(
         default="fp32",

@@ -23,9 +23,14 @@ and `megatron/core/fusions/fused_cross_entropy.py`):
   backward multiply + cast (6): 28 bytes;
 - xentropy (one kernel per pass on bf16 logits, flash-attn's `csrc/xentropy` from Apex): max
   and sum of exp read the logits twice (4); backward reads them and writes the gradient (4):
-  8 bytes.
-All three keep one tensor of logits for the backward: the fp32 softmax (4 bytes per element),
-xentropy the bf16 logits (2).
+  8 bytes;
+- te (Transformer Engine's `transformer_engine/pytorch/triton/cross_entropy.py`, the 2025
+  version that Megatron-Core's `cross_entropy_fusion_impl="te"` calls): `online_softmax_kernel`
+  reads the logits for the row max and sum (2), `cross_entropy_kernel` reads them again and
+  writes the gradient over them in place (4), and the backward's `element_mul_kernel` scales it
+  by the loss gradient in place (4): 10 bytes, three kernels.
+All four keep one tensor of logits for the backward: the fp32 softmax (4 bytes per element),
+xentropy and te the bf16 logits (2; te's hold the gradient by then).
 MoE token permutation around the expert all-to-alls, per hidden element of one routed slot
 (bf16; k = top_k), as Megatron-Core's token dispatchers run it with `moe_permute_fusion`
 (core_v0.12.0 `transformer/moe/token_dispatcher.py`, `moe_utils.permute` / `unpermute` /
@@ -81,6 +86,7 @@ CROSS_ENTROPY = {
     "fused": (28.0, 4.0, 4.0),
     "unfused": (52.0, 4.0, 8.0),
     "xentropy": (8.0, 2.0, 2.0),
+    "te": (10.0, 2.0, 3.0),
 }
 CROSS_ENTROPY_BYTES, CROSS_ENTROPY_KEPT_BYTES, CROSS_ENTROPY_KERNELS = np.array(
     [

@@ -222,7 +222,7 @@ def activation_bytes(
 
 def logits_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     """Last stage: the logits one micro-batch's loss keeps for its backward, split by tp over
-    the vocab (fp32 softmax, or the bf16 logits for `xentropy`:
+    the vocab (fp32 softmax, or the bf16 logits for `xentropy` and `te`:
     `elementwise.cross_entropy_kept_bytes`)."""
     kept = elementwise.cross_entropy_kept_bytes(s)
     heads = 1 + model.mtp_layers  # each multi-token prediction module's loss keeps its own
