@@ -11,6 +11,8 @@ Run: python benchmarks/validation.py   (prints each row and the measured figure 
 
 from __future__ import annotations
 
+from typing import Any
+
 from railplan.reproduce.deepep_validation import rows as deepep_rows
 from railplan.reproduce.modern_validation import cross_validation
 from railplan.reproduce.moe_training_validation import rows as moe_rows
@@ -78,7 +80,7 @@ def main() -> None:
     moe_training()
 
 
-def heldout(v: dict) -> None:  # type: ignore[type-arg]
+def heldout(v: dict[str, Any]) -> None:
     """dgxc-benchmarking's 2025 runs (NeMo 2 recipes), held out: never fitted."""
     h = v["heldout_runs"]
     print(

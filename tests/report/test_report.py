@@ -90,6 +90,7 @@ def test_assumptions_have_sources(report_data: dict[str, Any]) -> None:
     assert a["validation"]["all"]["rows"] == len(a["validation"]["rows"]) > 5
     assert a["validation"]["modern"]["all"]["rows"] == 32
     assert a["validation"]["heldout"]["all"]["rows"] == 54
+    assert a["validation"]["moe_heldout"]["rows"] == 5
     assert "Llama 3" in a["failure_rates"]["source"]
 
 
@@ -103,7 +104,7 @@ def test_page_is_self_contained(report_data: dict[str, Any]) -> None:
     assert page.count('class="plotly-graph-div"') == 9
     for text in ("Do I need a spine?", "Cost and power", "Monte Carlo", "Validation accuracy"):
         assert text in page
-    for text in ("2023–24 stacks: all", "2025 stacks, held out: gb200 fp8"):
+    for text in ("2023–24 stacks: all", "2025 stacks, held out: gb200 fp8", "MoE training"):
         assert text in page
 
 

@@ -73,5 +73,6 @@ def test_validate_prints_the_heldout_table(cli) -> None:  # type: ignore[no-unty
     assert "Held out (2025 stacks" in r.stdout
     assert "held out, gb200 fp8: mean |error|" in r.stdout
     assert "held out, all: mean |error|" in r.stdout
+    assert "modern runs, all: mean |error|" in r.stdout
     v = cli.json("validate")
     assert len(v["heldout_runs"]["rows"]) == 54

@@ -244,7 +244,8 @@ def validate(
         )
     console.print(_rows_table(v, _SAME_PIPELINE))
     console.print(_rows_table(v, _MODERN))
-    for src, s in v["modern_runs"]["by_source"].items():
+    m = v["modern_runs"]
+    for src, s in [*m["by_source"].items(), ("all", m["all"])]:
         console.print(
             f"modern runs, {src}: mean |error| {s['mean_abs_pct']:.2f} %, max "
             f"{s['max_abs_pct']:.2f} % over {s['rows']} rows"

@@ -475,10 +475,12 @@ def validation_summary() -> dict[str, Any]:
     """`railplan.reproduce.validation.validate()` without the per-layer diagnostic: the 2021–22
     rows, and the summaries of the modern runs (per source) and of the held-out runs (per GPU
     and precision)."""
+    from railplan.reproduce.moe_training_validation import rows as moe_rows
     from railplan.reproduce.validation import validate
 
     v = validate()
     m, h = v["modern_runs"], v["heldout_runs"]
+    moe = [abs(r.error_pct) for r in moe_rows()]
     return {
         key: v[key]
         for key in ("korthikanti2022", "narayanan2021", "all", "goal", "calculon_korthikanti")
@@ -489,6 +491,11 @@ def validation_summary() -> dict[str, Any]:
         ],
         "modern": {"by_source": m["by_source"], "all": m["all"], "goal": m["goal"]},
         "heldout": {"by_group": h["by_group"], "all": h["all"]},
+        "moe_heldout": {
+            "mean_abs_pct": sum(moe) / len(moe),
+            "max_abs_pct": max(moe),
+            "rows": len(moe),
+        },
     }
 
 

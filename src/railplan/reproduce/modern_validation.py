@@ -295,7 +295,7 @@ def modern_summary(rows: list[ModernRow] | None = None) -> dict[str, Any]:
 
 def heldout_summary() -> dict[str, Any]:
     """The held-out runs of 2025 stacks (HELDOUT_FILE), as `modern_summary` gives the modern
-    ones, with mean/max |error| per GPU and precision (`by_group`, e.g. "h100 fp8"). Nothing
+    ones, with mean/max |error| per GPU and precision (`by_group`, e.g. "h100-sxm fp8"). Nothing
     here is fitted: the catalog's constants, as every other prediction uses them."""
     rows = modern_rows(file=HELDOUT_FILE)
     out = modern_summary(rows)

@@ -24,11 +24,13 @@ and `megatron/core/fusions/fused_cross_entropy.py`):
 - xentropy (one kernel per pass on bf16 logits, flash-attn's `csrc/xentropy` from Apex): max
   and sum of exp read the logits twice (4); backward reads them and writes the gradient (4):
   8 bytes;
-- te (Transformer Engine's `transformer_engine/pytorch/triton/cross_entropy.py`, the 2025
-  version that Megatron-Core's `cross_entropy_fusion_impl="te"` calls): `online_softmax_kernel`
-  reads the logits for the row max and sum (2), `cross_entropy_kernel` reads them again and
-  writes the gradient over them in place (4), and the backward's `element_mul_kernel` scales it
-  by the loss gradient in place (4): 10 bytes, three kernels.
+- te (Transformer Engine's `transformer_engine/pytorch/triton/cross_entropy.py` in its 2025
+  form, which Megatron-Core's `cross_entropy_fusion_impl="te"` calls; NeMo at 7a8f1cc7 pins
+  TE bee4649c in `requirements/manifest.json`, the containers' own TE not checked):
+  `online_softmax_kernel` reads the logits for the row max and sum (2), `cross_entropy_kernel`
+  reads them again and writes the gradient over them in place (4), and the backward's
+  `element_mul_kernel` scales it by the loss gradient in place (4): 10 bytes, three kernels.
+  Today's TE (02965d2) computes the gradient in the backward instead (about 6 bytes).
 All four keep one tensor of logits for the backward: the fp32 softmax (4 bytes per element),
 xentropy and te the bf16 logits (2; te's hold the gradient by then).
 MoE token permutation around the expert all-to-alls, per hidden element of one routed slot
