@@ -330,6 +330,7 @@ def model_yaml(model: Model) -> str:
 
 
 def _catalog_k(system: System) -> int:
+    """The catalog's GPUs per HB domain for `system` (a command spells out only an override)."""
     return load_system(system.name).hb_domain
 
 
