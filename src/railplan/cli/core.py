@@ -244,23 +244,23 @@ def validate(
         )
     console.print(_rows_table(v, _SAME_PIPELINE))
     console.print(_rows_table(v, _MODERN))
-    m = v["modern_runs"]
-    for src, s in [*m["by_source"].items(), ("all", m["all"])]:
-        console.print(
-            f"modern runs, {src}: mean |error| {s['mean_abs_pct']:.2f} %, max "
-            f"{s['max_abs_pct']:.2f} % over {s['rows']} rows"
-        )
+    m, h = v["modern_runs"], v["heldout_runs"]
+    _error_lines(console, "modern runs", [*m["by_source"].items(), ("all", m["all"])])
     console.print(_rows_table(v, _HELDOUT))
-    h = v["heldout_runs"]
-    for group, s in [*h["by_group"].items(), ("all", h["all"])]:
-        console.print(
-            f"held out, {group}: mean |error| {s['mean_abs_pct']:.2f} %, max "
-            f"{s['max_abs_pct']:.2f} % over {s['rows']} rows"
-        )
+    _error_lines(console, "held out", [*h["by_group"].items(), ("all", h["all"])])
     c = v["calculon_korthikanti"]
     console.print(
         f"Calculon on the Korthikanti rows: mean {c['mean_abs_pct']} %, max {c['max_abs_pct']} %"
     )
+
+
+def _error_lines(console: Console, label: str, groups: list[tuple[str, dict[str, Any]]]) -> None:
+    """One line per group of a validation set: mean and max |error| over its rows."""
+    for name, s in groups:
+        console.print(
+            f"{label}, {name}: mean |error| {s['mean_abs_pct']:.2f} %, max "
+            f"{s['max_abs_pct']:.2f} % over {s['rows']} rows"
+        )
 
 
 #: a validation table: title, the key of its rows in `validate()`'s dict, its columns as
