@@ -53,10 +53,14 @@ def table(
     left: Container[str] = (),
 ) -> Table:
     """A table of text cells (rich markup allowed): numbers right-aligned, the `left` columns
-    (labels) left-aligned."""
+    (labels) left-aligned and folded onto more lines rather than cut where the terminal is
+    narrow (a run's id stays whole)."""
     t = Table(title=title)
     for col in columns:
-        t.add_column(col, justify="left" if col in left else "right")
+        if col in left:
+            t.add_column(col, justify="left", overflow="fold")
+        else:
+            t.add_column(col, justify="right")
     for row in rows:
         t.add_row(*row)
     return t
