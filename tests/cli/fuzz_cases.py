@@ -23,6 +23,7 @@ from typing import Any
 import typer.main
 
 from railplan.cli import app
+from railplan.specs.strategy import CODED_FIELDS
 
 MODELS = [
     "gpt-3.6b",
@@ -157,6 +158,8 @@ def _value(param: Any, rng: random.Random, files: list[str], root: Path) -> str:
         return rng.choice(files)
     if name == "vary":
         return rng.choice(VARY)
+    if name in CODED_FIELDS and rng.random() < 0.7:  # the strategy's allowed words, mostly
+        return rng.choice(list(CODED_FIELDS[name]))
     if name in ("zero", "radices", "first_gpus") and rng.random() < 0.5:
         return rng.choice(["0,1", "64", "x", "1,2,3", "", "32,64"])
     if name == "gpus" and rng.random() < 0.7:
