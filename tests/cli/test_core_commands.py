@@ -241,3 +241,18 @@ def test_interrupt_exits_130_with_a_message(
     code = run(["estimate", "--model", "gpt-1.7b", "--gpus", "8", "--global-batch", "8"])
     assert code == 130
     assert capsys.readouterr().err.strip().splitlines()[-1] == "interrupted"
+
+
+def test_partial_domain_note_names_whole_domains_and_the_override(  # type: ignore[no-untyped-def]
+    cli, monkeypatch
+) -> None:
+    """128 GPUs on 72-GPU racks: the note offers whole racks, or --hb-domain with the GPUs a job
+    uses per rack (NeMo's GB200 launcher: 16-node segments, 64 of 72); with --hb-domain 64 the
+    job fills whole domains and the note goes."""
+    args = ("estimate", "--model", "gpt-22b", "--system", "gb200-nvl72", "--gpus", "128")
+    args += ("--tp", "8", "--pp", "2", "--global-batch", "64")
+    monkeypatch.setenv("COLUMNS", "240")
+    out = " ".join(cli(*args).stdout.split())
+    assert "128 is not a multiple of K=72; whole domains: 72 or 144 GPUs" in out
+    assert "--hb-domain N for N GPUs of each domain (NeMo's GB200 jobs: 64 of 72)" in out
+    assert "partial HB domain" not in cli(*args, "--hb-domain", "64").stdout

@@ -188,7 +188,8 @@ def _estimate_table(
             (
                 "[yellow]partial HB domain[/yellow]",
                 f"{gpus:,} is not a multiple of K={sy.hb_domain}; whole domains: "
-                f"{near_multiples(gpus, sy.hb_domain)} GPUs",
+                f"{near_multiples(gpus, sy.hb_domain)} GPUs, or --hb-domain N for N GPUs of "
+                "each domain" + (" (NeMo's GB200 jobs: 64 of 72)" if sy.hb_domain == 72 else ""),
             )
         )
     return quantity_table(
