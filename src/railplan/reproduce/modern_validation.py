@@ -19,7 +19,7 @@ leave-one-source-out error reported (`cross_validation`); nothing else is fitted
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,14 @@ def _software_facts() -> dict[str, dict[str, str]]:
     return {f["id"]: {k: v for k, v in f.items() if v} for f in read_rows(FACTS_FILE)}
 
 
+def launcher_system(name: str, hb_domain: str) -> System:
+    """A published run's system: the catalog's `name`, with the GPUs per HB domain its launcher
+    used where a source states them (`hb_domain`, e.g. the 16-node Slurm segments of NeMo's GB200
+    executor: 64 of an NVL72's 72; empty: the catalog's K)."""
+    k = int(hb_domain) if hb_domain else None
+    return build_system(name, hb_domain=k, hb_tbps=None, nic_gbps=None, nics_per_gpu=None)
+
+
 def modern_run(r: dict[str, str], sustained: float | None = None) -> tuple[Model, System, Strategy]:
     """Model, system and strategy of one modern_runs.csv (or dgxc2025_runs.csv) row
     (`sustained`: a Hopper GPU's sustained tensor fraction in place of the catalog's, for the
@@ -71,15 +79,7 @@ def modern_run(r: dict[str, str], sustained: float | None = None) -> tuple[Model
         seq=int(r["seq"]),
         dropout=facts.get("dropout", "True") == "True",
     )
-    # GPUs of the run per HB domain where its launcher fixes them (Slurm --segment), else K
-    hb_domain = int(facts["hb_domain"]) if "hb_domain" in facts else None
-    system = build_system(
-        _GPU_SYSTEM[r["gpu_type"]],
-        hb_domain=hb_domain,
-        hb_tbps=None,
-        nic_gbps=None,
-        nics_per_gpu=None,
-    )
+    system = launcher_system(_GPU_SYSTEM[r["gpu_type"]], facts.get("hb_domain", ""))
     if sustained is not None and system.gpu.name in HOPPER_GPUS:
         gpu = system.gpu.model_copy(update={"sustained_tensor_fraction": sustained})
         system = system.model_copy(update={"gpu": gpu})
@@ -260,31 +260,41 @@ def _error_summary(errors: list[float]) -> dict[str, Any]:
     }
 
 
+def _by(rows: list[ModernRow], key: Callable[[ModernRow], str]) -> dict[str, dict[str, Any]]:
+    """`_error_summary` of the rows of each `key`, in the rows' order."""
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        groups.setdefault(key(r), []).append(abs(r.error_pct))
+    return {k: _error_summary(v) for k, v in groups.items()}
+
+
+def _rows_summary(rows: list[ModernRow]) -> dict[str, Any]:
+    """Each row (predicted iteration time vs measured) and the mean/max |error| of them all."""
+    out = [
+        {
+            "id": r.id,
+            "source": r.source,
+            "measured_s": r.measured_s,
+            "predicted_s": r.estimate.iteration_s,
+            "error_pct": r.error_pct,
+            "mfu": r.estimate.mfu,
+            "memory_gib_per_gpu": r.estimate.memory_gib_per_gpu,
+            "fits": r.estimate.fits,
+        }
+        for r in rows
+    ]
+    return {"rows": out, "all": _error_summary([abs(r.error_pct) for r in rows])}
+
+
 def modern_summary(rows: list[ModernRow] | None = None) -> dict[str, Any]:
     """Modern rows (predicted iteration time vs measured) and mean/max |error| per source
     (dgxc, meg, mosaic) and over all rows, beside the goal (MODERN_GOAL_*)."""
     rows = modern_rows() if rows is None else rows
-    out: list[dict[str, Any]] = []
-    errors: dict[str, list[float]] = {}
-    for r in rows:
-        item: dict[str, Any] = {"id": r.id, "source": r.source, "measured_s": r.measured_s}
-        err = r.error_pct
-        errors.setdefault(r.source, []).append(abs(err))
-        out.append(
-            item
-            | {
-                "predicted_s": r.estimate.iteration_s,
-                "error_pct": err,
-                "mfu": r.estimate.mfu,
-                "memory_gib_per_gpu": r.estimate.memory_gib_per_gpu,
-                "fits": r.estimate.fits,
-            }
-        )
-    every = [e for v in errors.values() for e in v]
+    summary = _rows_summary(rows)
     return {
-        "rows": out,
-        "by_source": {k: _error_summary(v) for k, v in errors.items()},
-        "all": _error_summary(every),
+        "rows": summary["rows"],
+        "by_source": _by(rows, lambda r: r.source),
+        "all": summary["all"],
         "goal": {
             "mean_abs_pct": MODERN_GOAL_MEAN_PCT,
             "max_abs_pct": MODERN_GOAL_MAX_PCT,
@@ -295,17 +305,14 @@ def modern_summary(rows: list[ModernRow] | None = None) -> dict[str, Any]:
 
 def heldout_summary() -> dict[str, Any]:
     """The held-out runs of 2025 stacks (HELDOUT_FILE), as `modern_summary` gives the modern
-    ones, with mean/max |error| per GPU and precision (`by_group`, e.g. "h100-sxm fp8"). Nothing
-    here is fitted: the catalog's constants, as every other prediction uses them."""
+    ones, with mean/max |error| per GPU and precision (`by_group`, e.g. "h100-sxm fp8") and no
+    goal. Nothing here is fitted: the catalog's constants, as every other prediction uses them."""
     rows = modern_rows(file=HELDOUT_FILE)
-    out = modern_summary(rows)
-    groups: dict[str, list[float]] = {}
-    for r in rows:
-        key = f"{r.estimate.system.gpu.name} {r.estimate.strategy.precision}"
-        groups.setdefault(key, []).append(abs(r.error_pct))
-    out["by_group"] = {k: _error_summary(v) for k, v in groups.items()}
-    del out["goal"], out["by_source"]  # held out: measured, not a goal; one source
-    return out
+
+    def group(r: ModernRow) -> str:
+        return f"{r.estimate.system.gpu.name} {r.estimate.strategy.precision}"
+
+    return _rows_summary(rows) | {"by_group": _by(rows, group)}
 
 
 MODERN_MODELS_DIR = "examples/modern"  # one model file per distinct model of modern_runs.csv

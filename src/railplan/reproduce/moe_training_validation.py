@@ -19,10 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from railplan.perf.estimate import estimate
-from railplan.reproduce.modern_validation import ModernRow
+from railplan.reproduce.modern_validation import ModernRow, launcher_system
 from railplan.reproduce.validation import read_rows
 from railplan.specs import Network, Strategy, System
-from railplan.specs.build import build_system
 from railplan.specs.catalog import load_model
 
 DATA = "moe_training_runs.csv"
@@ -66,8 +65,7 @@ def strategy(r: dict[str, str]) -> Strategy:
 def system(r: dict[str, str]) -> System:
     """The row's system: the catalog's, with the run's GPUs per HB domain where its launcher
     fixes them (`hb_domain`: the 16-node Slurm segments of NeMo's GB200 executor)."""
-    k = int(r["hb_domain"]) if r["hb_domain"] else None
-    return build_system(r["system"], hb_domain=k, hb_tbps=None, nic_gbps=None, nics_per_gpu=None)
+    return launcher_system(r["system"], r["hb_domain"])
 
 
 def command(r: dict[str, str]) -> str:
