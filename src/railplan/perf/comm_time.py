@@ -170,10 +170,10 @@ def ep_comm_time_s(
     Rail-only runs the two-step all-to-all with forwarding (rail phase, then HB phase; SYSTEM.md
     formula 3); the other networks the direct one. Every all-to-all is exposed, unless
     `overlap_ep`: then a micro-batch's forward is merged layer by layer with the previous one's
-    backward, and the layer's all-to-alls run behind that pair's compute (`layer_compute_s`, one
-    layer's forward and backward) at the SM share collectives hold (`hidden_cost_s`). Only the
-    merged passes hide them: the warm-up forwards and the cooldown backwards run alone
-    (`ep_merged_share`).
+    backward, and the layer's all-to-alls run behind that pair's compute (`layer_compute_s`,
+    one layer's forward, backward and recompute) at the SM share collectives hold
+    (`hidden_cost_s`). Only the merged passes hide them: the warm-up forwards and the cooldown
+    backwards run alone (`ep_merged_share`).
     """
     ratio = comm.ep_dispatch_byte_ratio(s)
     one = one_all_to_all_s(model, lk, s, shape, 1.0)
@@ -255,7 +255,9 @@ def tp_comm_times(
 
     Megatron: 2 all-reduces (or all-gather + reduce-scatter with sequence parallelism: the same
     bytes) in the forward pass and 2 more when full recompute reruns it (1 when selective
-    recompute reruns the MLP or the MoE block), all exposed; 2 in the
+    recompute reruns the MLP or the MoE block), exposed unless Transformer Engine's userbuffers
+    pipeline them with their GEMMs (`tp_comm_overlap` with sequence parallelism, inside one HB
+    domain: below); 2 in the
     backward pass, each hidden behind its linear's weight-gradient GEMM (Korthikanti et al.
     2022 §6.2), which runs slower meanwhile because the collective's kernels hold
     `comm_sm_fraction` of the SMs. The group is tp consecutive ranks. An MoE layer runs the

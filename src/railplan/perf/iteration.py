@@ -19,15 +19,16 @@ and loss (t_logits). Sends overlap only in the interleaved schedule (`p2p_overla
 With a deferred LM-head weight gradient (`defer_embedding_wgrad`) the last
 stage runs k of the m micro-batches without that GEMM (t_w), and the flush grows by
 max(0, k·t_w − (pp − 1)/v · a stage's backward pass) (`pipeline`).
-Stages may hold different numbers of layers (`strategies.stage_layers`):
+Stages may hold different numbers of layers (`specs.arrays.stage_layers`):
 the slowest stage sets the steady-state pace, m · max(t_first, t_middle, t_last + t_logits), and
 the breakdown is that stage's. Context parallelism (cp) runs every GEMM and element-wise kernel
 on s/cp tokens and adds the ring attention's K/V sends beyond what the attention compute hides.
 Communication that crosses HB domains uses the network, timed for the slowest group of each kind
 (`railplan.perf.layout`): `rail-optimized` and `rail-only` carry rail-aligned traffic alike
 (hierarchical collectives keep NIC bytes inside rails; SYSTEM.md claim 2), `rail-only` forwards
-cross-rail bytes through the HB domain, `oversubscribed` divides the NIC bandwidth by its ratio,
-and `ideal` puts every GPU in one HB domain.
+cross-rail bytes through the HB domain, `oversubscribed` divides the NIC bandwidth of traffic
+spread over many destinations (all-to-alls, pipeline sends) by its ratio (rings keep theirs:
+`comm_time.links`), and `ideal` puts every GPU in one HB domain.
 """
 
 from __future__ import annotations

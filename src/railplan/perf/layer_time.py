@@ -251,8 +251,9 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
 
 def logits_times(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:
     """Per micro-batch on the last stage: `t`, the vocabulary projection forward + backward and
-    the fp32 cross-entropy, once more for each multi-token prediction module (`Model.mtp_layers`:
-    its own logits and loss through the shared head) with its 2h → h projection (`eh_proj`,
+    the cross-entropy as `Strategy.cross_entropy` runs it, once more for each multi-token
+    prediction module (`Model.mtp_layers`: its own logits and loss through the shared head)
+    with its 2h → h projection (`eh_proj`,
     column-parallel, in the strategy's precision; its transformer layer is a layer of the
     stage, `layers_of_stage`); `wgrad`, the main head's weight-gradient GEMM alone (part of
     `t`: what `defer_embedding_wgrad` moves to the pipeline flush)."""
