@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -251,12 +252,40 @@ def search(
         lighter_head_stage=lighter_head_stage,
         microbatch_groups=microbatch_groups,
     )
-    r = run(Job(m, sy, net, gpus, global_batch), space, top=top)
+    with search_progress() as on_progress:
+        r = run(Job(m, sy, net, gpus, global_batch), space, top=top, on_progress=on_progress)
     r.require_best()
     if as_json:
         print_json(r.to_dict())
         return
     _print_search(r)
+
+
+# Searches of more configurations than this (about 2 s) show a progress bar on a terminal.
+PROGRESS_MIN_CONFIGURATIONS = 2_000_000
+
+
+@contextmanager
+def search_progress() -> Iterator[Callable[[int, int], None]]:
+    """A progress callback for `explore.search.search`: a bar on stderr once a search is large
+    enough to wait for, and only when stderr is a terminal (pipes and `--json` stay clean)."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield lambda done, total: None
+        return
+    from rich.progress import Progress
+
+    with Progress(console=console, transient=True) as bar:
+        task: list[Any] = []
+
+        def advance(done: int, total: int) -> None:
+            if total < PROGRESS_MIN_CONFIGURATIONS:
+                return
+            if not task:
+                task.append(bar.add_task(f"search: {total:,} configurations", total=total))
+            bar.update(task[0], completed=done)
+
+        yield advance
 
 
 def _fixed(name: str, text: str | None) -> tuple[int, ...] | None:

@@ -28,7 +28,8 @@ iteration time vs memory per GPU (no other fitting strategy is both faster and s
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -565,6 +566,91 @@ class Evaluated:
     fits: BoolArray
 
 
+@dataclass(frozen=True)
+class Chunk:
+    """One call of `iteration`'s results, flat: each configuration's place in the search order
+    (`slot`: rows in order, each row's columns in order), its row and column indices into the
+    grid, and what the model says of it."""
+
+    slot: IntArray
+    row: IntArray
+    col: IntArray
+    iteration_s: FloatArray
+    memory_bytes: FloatArray
+    fits: BoolArray
+
+    def take(self, keep: IntArray | BoolArray) -> Chunk:
+        return Chunk(*(getattr(self, f.name)[keep] for f in fields(Chunk)))
+
+    @staticmethod
+    def join(parts: list[Chunk]) -> Chunk:
+        return Chunk(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Chunk)))
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The search's valid rows (tp, pp, dp, ... per row) and option columns, with the fields
+    every configuration shares (`fixed`); `chunks` evaluates them."""
+
+    job: Job
+    rows: dict[str, IntArray]
+    cols: dict[str, IntArray]
+    fixed: dict[str, int]
+    sets: list[tuple[BoolArray, IntArray]]
+    first: IntArray  # each row's first slot
+    total: int  # configurations
+
+    @staticmethod
+    def of(job: Job, space: SearchSpace) -> Grid:
+        # the system's HB domain, whatever the network: every network searches the same space
+        rows = candidate_rows(job.model, job.gpus, job.global_batch, space, job.system.hb_domain)
+        cols = candidate_columns(space)
+        sets = row_columns(job.model, rows, cols)
+        # Each row's results land at its place in row order, then column order, as one grid
+        # gives them (ties in time and memory then resolve alike whatever the column sets): a
+        # row's first slot is the columns of the rows before it.
+        per_row = np.zeros(len(rows["tp"]), dtype=np.int64)
+        for mask, use in sets:
+            per_row[mask] = use.size
+        first = np.concatenate([[0], np.cumsum(per_row)[:-1]]) if per_row.size else per_row
+        fixed = _fixed_codes(job.global_batch, space)
+        return Grid(job, rows, cols, fixed, sets, first, int(per_row.sum()))
+
+    def chunks(self) -> Iterator[Chunk]:
+        """Every configuration through `iteration`, in chunks of rows, each row with the
+        columns it can use (`row_columns`)."""
+        job = self.job
+        for mask, use in self.sets:
+            at_all = np.flatnonzero(mask)
+            if at_all.size == 0 or use.size == 0:
+                continue
+            step = max(1, CHUNK_ELEMENTS // use.size)
+            sub_cols = {k: v[use] for k, v in self.cols.items()}
+            for lo in range(0, at_all.size, step):
+                at = at_all[lo : lo + step]
+                s = _arrays({k: v[at] for k, v in self.rows.items()}, sub_cols, self.fixed)
+                it = iteration(job.model, job.system, job.network, s)
+                shape = (at.size, use.size)
+                yield Chunk(
+                    slot=(self.first[at][:, None] + np.arange(use.size)[None, :]).ravel(),
+                    row=np.repeat(at, use.size),
+                    col=np.tile(use, at.size),
+                    iteration_s=np.broadcast_to(it.iteration_s, shape).ravel(),
+                    memory_bytes=np.broadcast_to(it.memory.total_bytes, shape).ravel(),
+                    fits=np.broadcast_to(it.fits, shape).ravel(),
+                )
+
+    def strategies(self, row: IntArray, col: IntArray) -> StrategyArrays:
+        """The configurations at (row, col), flat."""
+        return _where_allowed(
+            StrategyArrays(
+                **{k: v[row] for k, v in self.rows.items()},
+                **{k: v[col] for k, v in self.cols.items()},
+                **{k: np.full(len(row), v, dtype=np.int64) for k, v in self.fixed.items()},
+            )
+        )
+
+
 def row_columns(
     model: Model, rows: dict[str, IntArray], cols: dict[str, IntArray]
 ) -> list[tuple[BoolArray, IntArray]]:
@@ -584,61 +670,41 @@ def row_columns(
 
 
 def enumerate_and_evaluate(job: Job, space: SearchSpace = SearchSpace()) -> Evaluated:
-    """Every valid configuration of the space for `job`, evaluated through `iteration` in
-    chunks of rows, each row with the columns it can use (`row_columns`), in row order."""
-    # the system's HB domain, whatever the network: every network searches the same space
-    rows = candidate_rows(job.model, job.gpus, job.global_batch, space, job.system.hb_domain)
-    cols = candidate_columns(space)
-    n_rows = len(rows["tp"])
-    fixed = _fixed_codes(job.global_batch, space)
-    sets = row_columns(job.model, rows, cols)
-    # Each row's results land at its place in row order, then column order, as one grid gives
-    # them (ties in time and memory then resolve alike whatever the column sets): a row's
-    # first slot is the columns of the rows before it.
-    per_row = np.zeros(n_rows, dtype=np.int64)
-    for mask, use in sets:
-        per_row[mask] = use.size
-    first = np.concatenate([[0], np.cumsum(per_row)[:-1]]) if n_rows else per_row
-    total = int(per_row.sum())
-    r = np.zeros(total, dtype=np.int64)
-    c = np.zeros(total, dtype=np.int64)
-    times = np.zeros(total, dtype=np.float64)
-    mems = np.zeros(total, dtype=np.float64)
-    fits = np.zeros(total, dtype=bool)
-    for mask, use in sets:
-        at_all = np.flatnonzero(mask)
-        if at_all.size == 0 or use.size == 0:
-            continue
-        step = max(1, CHUNK_ELEMENTS // use.size)
-        sub_cols = {k: v[use] for k, v in cols.items()}
-        for lo in range(0, at_all.size, step):
-            at = at_all[lo : lo + step]
-            s = _arrays({k: v[at] for k, v in rows.items()}, sub_cols, fixed)
-            it = iteration(job.model, job.system, job.network, s)
-            shape = (at.size, use.size)
-            slots = (first[at][:, None] + np.arange(use.size)[None, :]).ravel()
-            r[slots] = np.repeat(at, use.size)
-            c[slots] = np.tile(use, at.size)
-            times[slots] = np.broadcast_to(it.iteration_s, shape).ravel()
-            mems[slots] = np.broadcast_to(it.memory.total_bytes, shape).ravel()
-            fits[slots] = np.broadcast_to(it.fits, shape).ravel()
-    flat = _where_allowed(
-        StrategyArrays(
-            **{k: v[r] for k, v in rows.items()},
-            **{k: v[c] for k, v in cols.items()},
-            **{k: np.full(len(r), v, dtype=np.int64) for k, v in fixed.items()},
-        )
+    """Every valid configuration of the space for `job`, evaluated through `iteration`, flat
+    and in search order (rows in order, each row's columns in order). Holds every
+    configuration at once: `search` keeps only the best and the Pareto set as it goes."""
+    grid = Grid.of(job, space)
+    parts = list(grid.chunks())
+    empty = np.zeros(0, dtype=np.int64)
+    if parts:
+        whole = Chunk.join(parts)
+    else:
+        whole = Chunk(empty, empty, empty, np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool))
+    whole = whole.take(np.argsort(whole.slot, kind="stable"))
+    return Evaluated(
+        strategies=grid.strategies(whole.row, whole.col),
+        iteration_s=whole.iteration_s,
+        memory_bytes=whole.memory_bytes,
+        fits=whole.fits,
     )
-    return Evaluated(strategies=flat, iteration_s=times, memory_bytes=mems, fits=fits)
 
 
-def pareto_front(time_s: FloatArray, memory_bytes: FloatArray) -> IntArray:
+def pareto_front(
+    time_s: FloatArray, memory_bytes: FloatArray, order_key: IntArray | None = None
+) -> IntArray:
     """Indices of the time-vs-memory Pareto set, fastest first: each is smaller in memory than
-    every faster point (ties in time go to the smaller memory)."""
-    order = np.lexsort((memory_bytes, time_s))
+    every faster point (ties in time go to the smaller memory, ties in both to the smaller
+    `order_key`, by default the earlier index)."""
+    key = np.arange(len(time_s)) if order_key is None else order_key
+    order = np.lexsort((key, memory_bytes, time_s))
     mem_sorted = memory_bytes[order]
     prev_min = np.concatenate([[np.inf], np.minimum.accumulate(mem_sorted)[:-1]])
     return np.asarray(order[mem_sorted < prev_min], dtype=np.int64)
+
+
+def fastest(c: Chunk, top: int) -> Chunk:
+    """The `top` fastest of `c`, fastest first (ties: smaller memory, then earlier slot)."""
+    return c.take(np.lexsort((c.slot, c.memory_bytes, c.iteration_s))[:top])
 
 
 def describe(
@@ -678,25 +744,49 @@ def check_modules(model: Model, space: SearchSpace) -> None:
             raise RailplanError(name, rule)
 
 
-def search(job: Job, space: SearchSpace = SearchSpace(), top: int = 5) -> SearchResult:
+def search(
+    job: Job,
+    space: SearchSpace = SearchSpace(),
+    top: int = 5,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> SearchResult:
     """Evaluate every valid strategy for the job's GPUs; return the fastest that fit, the `top`
-    fastest, and the time-vs-memory Pareto set. Raises RailplanError on impossible input."""
+    fastest, and the time-vs-memory Pareto set. Raises RailplanError on impossible input.
+    `on_progress(done, total)` is called after each chunk of configurations."""
     check_int("gpus", job.gpus, 1, MAX_GPUS)
     check_int("global_batch", job.global_batch, 1, MAX_GLOBAL_BATCH)
     check_int("top", top, 1, MAX_TOP)
     check_modules(job.model, space)
     t0 = time.perf_counter()
-    ev = enumerate_and_evaluate(job, space)
-    n = len(ev.iteration_s)
-    feasible_idx = np.flatnonzero(ev.fits)
-    t_fit, m_fit = ev.iteration_s[feasible_idx], ev.memory_bytes[feasible_idx]
-    order = feasible_idx[np.lexsort((m_fit, t_fit))[:top]]
-    front = feasible_idx[pareto_front(t_fit, m_fit)]
-    # One detailed pass for the top and the Pareto set together.
-    both = describe(
-        job.model, job.system, job.network, ev.strategies.take(np.concatenate([order, front]))
+    grid = Grid.of(job, space)
+    # Only the fitting configurations matter, and of them only the `top` fastest and the
+    # Pareto set: both are kept chunk by chunk, so memory stays bounded by a chunk whatever
+    # the size of the space.
+    best: Chunk | None = None
+    front: Chunk | None = None
+    feasible = 0
+    done = 0
+    for chunk in grid.chunks():
+        done += len(chunk.slot)
+        if on_progress is not None:
+            on_progress(done, grid.total)
+        ok = chunk.take(chunk.fits)
+        feasible += len(ok.slot)
+        if not len(ok.slot):
+            continue
+        best = fastest(ok if best is None else Chunk.join([best, ok]), top)
+        pool = ok if front is None else Chunk.join([front, ok])
+        front = pool.take(pareto_front(pool.iteration_s, pool.memory_bytes, pool.slot))
+    chosen = [c for c in (best, front) if c is not None]
+    picked = Chunk.join(chosen) if chosen else None
+    both = (
+        describe(job.model, job.system, job.network, grid.strategies(picked.row, picked.col))
+        if picked is not None
+        else []
     )
-    top_c, pareto = both[: len(order)], both[len(order) :]
+    n_top = len(best.slot) if best is not None else 0
+    n = grid.total
+    top_c, pareto = both[:n_top], both[n_top:]
     elapsed = time.perf_counter() - t0
     return SearchResult(
         job=job,
@@ -704,7 +794,7 @@ def search(job: Job, space: SearchSpace = SearchSpace(), top: int = 5) -> Search
         top=top_c,
         pareto=pareto,
         configurations_evaluated=n,
-        feasible=len(feasible_idx),
+        feasible=feasible,
         elapsed_s=elapsed,
         space=space,
     )
