@@ -39,6 +39,46 @@ def test_main_exits_2_with_a_short_message(
     assert named in err, err
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["estimate", "--model", "gpt-175b", "--gpu", "128"],  # mistyped flag
+        ["estimate", "--gpus", "8"],  # missing option
+        ["nosuchcommand"],
+        ["estimate", "--model", "gpt-175b", "--gpus", "12.5"],  # not an integer
+    ],
+)
+def test_usage_errors_are_one_line(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["railplan", *argv])
+    with pytest.raises(SystemExit) as ex:
+        main()
+    assert ex.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+
+
+def test_running_out_of_memory_is_one_line_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import numpy as np
+
+    import railplan.explore.search as search_module
+
+    def too_big(*args: object, **kwargs: object) -> None:
+        np.empty(1 << 62, dtype=np.uint8)  # numpy's _ArrayMemoryError, a MemoryError
+
+    monkeypatch.setattr(search_module, "search", too_big)
+    argv = ["search", "--model", "gpt-22b", "--gpus", "8", "--global-batch", "8"]
+    monkeypatch.setattr(sys, "argv", ["railplan", *argv])
+    with pytest.raises(SystemExit) as ex:
+        main()
+    assert ex.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "out of memory" in lines[0], lines
+
+
 def test_main_success_exits_0(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -59,3 +99,4 @@ def test_console_script_usage_error_is_one_line() -> None:
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     assert "--gpus" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr

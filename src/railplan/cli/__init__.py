@@ -134,6 +134,13 @@ def run(args: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         return INTERRUPTED
+    except MemoryError:  # numpy's allocation errors too: a request too large for this machine
+        typer.echo(
+            "error: out of memory: this request needs more memory than this machine has; "
+            "use fewer GPUs or fewer values per option",
+            err=True,
+        )
+        return 2
     except OSError as err:  # a file the user named cannot be read or written
         name = err.filename if err.filename is not None else "file"
         typer.echo(f"error: {name!s:.200}: {err.strerror or err}", err=True)
@@ -141,7 +148,11 @@ def run(args: Sequence[str] | None = None) -> int:
     except Exception as err:
         if not _is_usage_exception(err):
             raise
-        err.show()  # type: ignore[attr-defined]
+        if "NoArgsIsHelp" in type(err).__name__:  # `railplan` alone, or a group: its help
+            err.show()  # type: ignore[attr-defined]
+        else:  # one line, as every other bad input (click's own shows usage and a hint too)
+            message = " ".join(err.format_message().split())  # type: ignore[attr-defined]
+            typer.echo(f"error: {message}", err=True)
         return int(err.exit_code)  # type: ignore[attr-defined]
     if isinstance(code, bool) or not isinstance(code, int):
         return 0
