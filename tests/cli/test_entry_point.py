@@ -11,6 +11,9 @@ import pytest
 
 from railplan.cli import main
 
+_ESTIMATE = ["estimate", "--model", "gpt-175b", "--gpus", "128", "--global-batch", "256"]
+_ESTIMATE += ["--tp", "8", "--pp", "8"]
+
 BAD_INVOCATIONS = [
     (["estimate", "--model", "gpt-175b", "--gpus", "2.5"], "--gpus"),
     (["estimate", "--gpus", "8"], "--model"),
@@ -23,6 +26,14 @@ BAD_INVOCATIONS = [
     ),
     (["cost", "--gpus", "-5", "--radix", "64", "--hb-domain", "8"], "gpus"),
     (["search", "--model", "gpt-22b", "--gpus", "8", "--global-batch", "x"], "--global-batch"),
+    # a fixed dimension with no valid strategy is named, with the values that have one
+    (["search", "--model", "gpt-22b", "--gpus", "64", "--global-batch", "64", "--tp", "5"], "tp:"),
+    (["search", "--model", "gpt-22b", "--gpus", "64", "--global-batch", "64", "--pp", "3"], "pp:"),
+    # options that would have no effect are refused, not silently echoed
+    (["search", "--model", "gpt-22b", "--gpus", "64", "--global-batch", "64", "--ep", "2"], "ep:"),
+    ([*_ESTIMATE, "--zero-shard", "2"], "zero_shard"),
+    ([*_ESTIMATE, "--ep-dispatch", "deepep"], "ep_dispatch"),
+    ([*_ESTIMATE, "--recompute-modules", "core_attn"], "recompute_modules"),
 ]
 
 

@@ -38,6 +38,7 @@ from railplan.cli.options import (
     TrainingOptions,
     WgradDeferralLimitOpt,
     ZeroScheduleOpt,
+    modules_of,
     with_option_groups,
 )
 from railplan.cli.output import print_json, quantity_table, table
@@ -90,7 +91,7 @@ def estimate(
     ep_dispatch: EpDispatchOpt = "alltoall",
     pipeline_schedule: PipelineScheduleOpt = "1f1b",
     microbatch_group: MicrobatchGroupOpt = 0,
-    recompute_modules: RecomputeModulesOpt = "core_attn",
+    recompute_modules: RecomputeModulesOpt = None,
     recompute_num_layers: RecomputeNumLayersOpt = 0,
     attention: AttentionOpt = "flash",
     cross_entropy: CrossEntropyOpt = "fused",
@@ -130,7 +131,7 @@ def estimate(
         ep_dispatch=ep_dispatch,
         pipeline_schedule=pipeline_schedule,
         microbatch_group=microbatch_group,
-        recompute_modules=tuple(m.strip() for m in recompute_modules.split(",") if m.strip()),
+        recompute_modules=modules_of(recompute_modules, t.recompute),
         recompute_num_layers=recompute_num_layers,
         attention=attention,
         cross_entropy=cross_entropy,

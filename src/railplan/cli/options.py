@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_type_hints
 
 import typer
 
+from railplan.errors import RailplanError
 from railplan.names import ARCHITECTURES, price_book_names
 
 if TYPE_CHECKING:
@@ -138,6 +139,21 @@ CpOpt = Annotated[
 ]
 
 
+def modules_of(text: str | None, recompute: str = "selective") -> tuple[str, ...]:
+    """--recompute-modules as `Strategy.recompute_modules`: Megatron-Core's default (core_attn)
+    when not given; given beside a --recompute other than selective, a one-line error (it
+    would have no effect)."""
+    if text is None:
+        return ("core_attn",)
+    if recompute != "selective":
+        raise RailplanError(
+            "recompute_modules",
+            "takes effect only with --recompute selective (Megatron-Core "
+            "--recompute-granularity selective)",
+        )
+    return tuple(m.strip() for m in text.split(",") if m.strip())
+
+
 def _stage_layers_option(which: str) -> Any:
     """`--first-stage-layers` / `--last-stage-layers`, named after Megatron's flag."""
     return typer.Option(
@@ -164,7 +180,7 @@ OverlapBackwardGatherOpt = Annotated[
     ),
 ]
 RecomputeModulesOpt = Annotated[
-    str,
+    str | None,
     typer.Option(
         help="with --recompute selective, what is rerun, comma-separated (Megatron-Core "
         "--recompute-modules): core_attn (default) | layernorm | moe_act | mla_up_proj | mlp | "

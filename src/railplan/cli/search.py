@@ -29,6 +29,7 @@ from railplan.cli.options import (
     RecomputeModulesOpt,
     SystemOpt,
     WgradDeferralLimitOpt,
+    modules_of,
     with_option_groups,
 )
 from railplan.cli.output import print_json, table
@@ -166,7 +167,7 @@ def search(
             "(ep > 1, interleaved when pp > 1, no full recompute)",
         ),
     ] = False,
-    recompute_modules: RecomputeModulesOpt = "core_attn",
+    recompute_modules: RecomputeModulesOpt = None,
     recompute_num_layers: Annotated[
         str,
         typer.Option(
@@ -245,7 +246,7 @@ def search(
         wgrad_deferral_limit=wgrad_deferral_limit,
         overlap_ep=overlap_ep,
         pipeline_schedule=pipeline_schedule,
-        recompute_modules=tuple(x.strip() for x in recompute_modules.split(",") if x.strip()),
+        recompute_modules=modules_of(recompute_modules),
         recompute_num_layers=tuple(int_list("recompute_num_layers", recompute_num_layers)),
         zero_shard=tuple(int_list("zero_shard", zero_shard)),
         expert_tp=tuple(int_list("expert_tp", expert_tp)),

@@ -264,6 +264,10 @@ class SearchResult:
         (with the GPU counts near this one that have one), or none that fits in memory."""
         model, gpus, global_batch = self.job.model, self.job.gpus, self.job.global_batch
         if self.configurations_evaluated == 0:
+            culprit = fixed_culprit(self.job, self.space)
+            if culprit is not None:
+                name, allowed = culprit
+                raise RailplanError(name, allowed)
             raise RailplanError(
                 "gpus",
                 f"no valid strategy for {gpus:,} GPUs and global batch "
@@ -738,10 +742,13 @@ def check_modules(model: Model, space: SearchSpace) -> None:
         recompute="selective" if "selective" in space.recompute else "none",
         recompute_modules=space.recompute_modules,
         overlap_ep=space.overlap_ep,
+        ep_dispatch=space.ep_dispatch,
     )
     for name, ok, rule in validity(model, from_strategies(one)):
-        if name == "recompute_modules" and not bool(np.all(ok)):
+        if name in ("recompute_modules", "ep_dispatch") and not bool(np.all(ok)):
             raise RailplanError(name, rule)
+    if model.experts <= 1 and space.ep is not None and max(space.ep) > 1:
+        raise RailplanError("ep", f"ep > 1 needs an MoE model (experts > 1); {model.name} is dense")
 
 
 def search(
@@ -798,6 +805,39 @@ def search(
         elapsed_s=elapsed,
         space=space,
     )
+
+
+# The dimensions a search can fix (--tp, --pp, ...), in the order they are blamed.
+FIXABLE = ("tp", "cp", "pp", "dp", "ep", "interleave", "micro_batch")
+
+
+def fixed_culprit(job: Job, space: SearchSpace) -> tuple[str, str] | None:
+    """When a search finds no valid strategy: the first dimension the user fixed that has none
+    on its own (every other dimension free), with the values of it that would have some, as
+    (field, message); None when each fixed value is possible alone (their combination, or the
+    GPU count, is not)."""
+    model, hb = job.model, job.system.hb_domain
+    free = replace(
+        space, tp=None, cp=None, pp=None, dp=None, ep=None, interleave=None, micro_batch=None
+    )
+    for name in FIXABLE:
+        chosen = getattr(space, name)
+        if chosen is None:
+            continue
+        alone = replace(free, **{name: chosen})
+        if len(candidate_rows(model, job.gpus, job.global_batch, alone, hb)["tp"]):
+            continue
+        rows = candidate_rows(model, job.gpus, job.global_batch, free, hb)
+        values = sorted({int(v) for v in rows[name]}) if len(rows["tp"]) else []
+        shown = ", ".join(str(v) for v in values[:16]) + (", ..." if len(values) > 16 else "")
+        given = ", ".join(str(v) for v in chosen)
+        return (
+            name,
+            f"{given} gives no valid strategy for {job.gpus:,} GPUs and global batch "
+            f"{job.global_batch:,}; "
+            + (f"allowed values: {shown}" if values else "no value works: change the GPUs"),
+        )
+    return None
 
 
 def working_counts(model: Model, gpus: int, global_batch: int, space: SearchSpace) -> str:

@@ -646,14 +646,19 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
         ),
         (
             "zero_shard",
-            (s.replicas == 1) | (s.zero >= 1),
-            "zero_shard below dp·cp needs zero ≥ 1 (there is nothing to shard without ZeRO)",
+            (s.zero_shard == 0) | (s.zero >= 1),
+            "zero_shard needs zero ≥ 1 (there is nothing to shard without ZeRO)",
         ),
         (
             "zero_shard",
             (s.replicas == 1) | (s.expert_grad_ranks % s.replicas == 0),
             "with ep > 1, the replicas dp·cp/zero_shard must divide the expert data-parallel "
             "ranks tp·cp·dp/(expert_tp·ep) (as Megatron-Core requires)",
+        ),
+        (
+            "ep_dispatch",
+            (s.ep_dispatch != EP_DEEPEP) | (model.experts > 1),
+            "ep_dispatch deepep needs an MoE model (experts > 1)",
         ),
         (
             "recompute_modules",
