@@ -249,3 +249,21 @@ def test_errors_cross_from_the_search_processes() -> None:
                 build(inp)
             messages.append(str(caught.value))
         assert messages[0] == messages[1]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"), [({"radix": 63}, "radix"), ({"mc_trials": 100_000}, "trials")]
+)
+def test_inputs_the_sections_refuse_are_refused_before_any_search(
+    change: dict[str, int], field: str
+) -> None:
+    # check_inputs runs before the progress bar and the strategy searches: a radix or a
+    # Monte Carlo size the network and failure sections would refuse fails there, at once
+    from dataclasses import replace
+
+    from railplan.errors import RailplanError
+    from railplan.report.sections import check_inputs
+
+    with pytest.raises(RailplanError) as err:
+        check_inputs(replace(small_inputs(), **change))
+    assert err.value.field == field

@@ -358,6 +358,33 @@ def _per_hour(rates: FailureRates) -> dict[str, float]:
     }
 
 
+def check_monte_carlo(
+    cluster: Cluster,
+    days: float = 54.0,
+    trials: int = 2000,
+    seed: int = 0,
+    rates: FailureRates | None = None,
+    policy: Policy | None = None,
+    repair_hours: float = 24.0,
+    target_quantile: float = 0.99,
+) -> None:
+    """The one-line errors `monte_carlo` would raise on these inputs (out of range, or past
+    the budgets), without running it: callers check before longer work."""
+    _check_monte_carlo(cluster.gpus, trials, seed, days, repair_hours, target_quantile)
+    rates = rates or FailureRates.llama3()
+    policy = policy or Policy()
+    hours = max(1, math.ceil(days * 24))
+    rep = max(1, math.ceil(repair_hours))
+    ro, rl = rail_optimized(cluster), rail_only(cluster)
+    per_h = _per_hour(rates)
+    variants = (("rail-optimized", ro), ("rail-only", rl), ("rail-only+ocs", rl))
+    events_per_trial = max(
+        sum(per_h[cls] * n * hours for cls, (n, _) in _event_sizes(c, v, policy).items())
+        for v, c in variants
+    )
+    check_budget(trials, hours + rep + 1, events_per_trial)
+
+
 def monte_carlo(
     cluster: Cluster,
     days: float = 54.0,
@@ -376,7 +403,7 @@ def monte_carlo(
     inter-switch links). Time is binned hourly; per trial we track unusable GPUs over time.
     ``repair_hours`` is an assumption (not in the Llama 3 report) and scales the idle-GPU numbers.
     """
-    _check_monte_carlo(cluster.gpus, trials, seed, days, repair_hours, target_quantile)
+    check_monte_carlo(cluster, days, trials, seed, rates, policy, repair_hours, target_quantile)
     rates = rates or FailureRates.llama3()
     policy = policy or Policy()
     hours = max(1, math.ceil(days * 24))
@@ -384,11 +411,6 @@ def monte_carlo(
     ro, rl = rail_optimized(cluster), rail_only(cluster)
     per_h = _per_hour(rates)
     variants = (("rail-optimized", ro), ("rail-only", rl), ("rail-only+ocs", rl))
-    events_per_trial = max(
-        sum(per_h[cls] * n * hours for cls, (n, _) in _event_sizes(c, v, policy).items())
-        for v, c in variants
-    )
-    check_budget(trials, hours + rep + 1, events_per_trial)
     out: dict[str, dict[str, float]] = {}
     for variant, counts in variants:
         sizes = _event_sizes(counts, variant, policy)

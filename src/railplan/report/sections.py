@@ -20,8 +20,8 @@ from railplan.explore.pool import worker_pool
 from railplan.explore.search import SearchResult, SearchSpace, search
 from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
 from railplan.network.cost import Comparison, PriceBook, compare
-from railplan.network.faults import FailureRates, fault_table, monte_carlo
-from railplan.network.topology import NIC_SPEEDS_GBPS, Cluster
+from railplan.network.faults import FailureRates, check_monte_carlo, fault_table, monte_carlo
+from railplan.network.topology import NIC_SPEEDS_GBPS, Cluster, check_radix
 from railplan.specs import Job, Model, Network, Strategy, System
 from railplan.traffic.matrix import stats, traffic
 from railplan.traffic.placement import build_placement
@@ -91,6 +91,15 @@ def check_inputs(inp: ReportInputs) -> None:
         )
     if inp.system.nics_per_gpu != int(inp.system.nics_per_gpu):
         raise RailplanError("nics_per_gpu", "the network counts need a whole number of NICs")
+    # what the network and failure sections would refuse, before the searches run
+    check_radix(inp.radix)
+    check_monte_carlo(_fault_cluster(inp), days=MC_DAYS, trials=inp.mc_trials, seed=inp.seed)
+
+
+def _fault_cluster(inp: ReportInputs) -> Cluster:
+    """The cluster the failure section simulates (the NIC speed the counts know, else 400G)."""
+    nic = int(inp.system.nic_gbps) if inp.system.nic_gbps in NIC_SPEEDS_GBPS else 400
+    return Cluster(inp.gpus, inp.system.hb_domain, inp.radix, nic)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -403,9 +412,7 @@ def failures(inp: ReportInputs) -> dict[str, Any]:
     nic = int(inp.system.nic_gbps) if inp.system.nic_gbps in NIC_SPEEDS_GBPS else 400
     k = inp.system.hb_domain
     table = fault_table(Cluster(inp.gpus, k, inp.radix, nic, int(inp.system.nics_per_gpu)))
-    mc = monte_carlo(
-        Cluster(inp.gpus, k, inp.radix, nic), days=MC_DAYS, trials=inp.mc_trials, seed=inp.seed
-    )
+    mc = monte_carlo(_fault_cluster(inp), days=MC_DAYS, trials=inp.mc_trials, seed=inp.seed)
     return {"single": table, "monte_carlo": mc.to_dict()}
 
 
