@@ -44,8 +44,9 @@ def test_commands_reproduce_the_predictions(cli, monkeypatch: pytest.MonkeyPatch
 def test_validate_commands_cli(cli) -> None:
     r = cli("validate", "--commands")
     assert r.exit_code == 0
-    assert r.stdout.count("railplan estimate --model examples/modern/") == 32
-    assert r.stdout.count("railplan estimate --model examples/heldout/") == 54
+    models = "railplan estimate --model src/railplan/data/validation/models/"
+    assert r.stdout.count(models + "modern/") == 32
+    assert r.stdout.count(models + "heldout/") == 54
     rows = cli.json("validate", "--commands")
     every = modern_commands() + modern_commands(HELDOUT_FILE)
     assert [row["id"] for row in rows] == [c["id"] for c in every]
@@ -111,3 +112,12 @@ def test_every_catalog_copy_of_the_sustained_fraction_is_the_fit() -> None:
         assert load_gpu(name).sustained_tensor_fraction == fitted, name
     for name in ("a100-80gb", "a100-40gb", "gh200", "mi300x"):
         assert load_gpu(name).sustained_tensor_fraction == 1.0, name
+
+
+def test_commands_run_from_any_directory(cli, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside a checkout the model paths point at the installed package's copies."""
+    monkeypatch.chdir(tmp_path)
+    c = modern_commands()[0]
+    assert Path(c["model_file"]).is_absolute() and Path(c["model_file"]).is_file()
+    out = cli.json(*shlex.split(c["command"])[1:])
+    assert out["iteration_s"] == pytest.approx(modern_rows()[0].estimate.iteration_s, rel=1e-12)

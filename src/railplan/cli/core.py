@@ -207,8 +207,8 @@ def validate(
         typer.Option(
             "--commands",
             help="print, per modern and held-out run, the railplan estimate command that "
-            "predicts it (every software knob spelled out; model files under examples/modern "
-            "and examples/heldout)",
+            "predicts it (every software knob spelled out; the model files are shipped with "
+            "railplan, the paths work from any directory)",
         ),
     ] = False,
 ) -> None:

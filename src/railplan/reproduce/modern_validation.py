@@ -21,6 +21,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -315,15 +317,23 @@ def heldout_summary() -> dict[str, Any]:
     return _rows_summary(rows) | {"by_group": _by(rows, group)}
 
 
-MODERN_MODELS_DIR = "examples/modern"  # one model file per distinct model of modern_runs.csv
-HELDOUT_MODELS_DIR = "examples/heldout"  # and of dgxc2025_runs.csv (its 405B has 8 KV heads)
+MODERN_MODELS_DIR = "modern"  # one model file per distinct model of modern_runs.csv
+HELDOUT_MODELS_DIR = "heldout"  # and of dgxc2025_runs.csv (its 405B has 8 KV heads)
+# where they are shipped (package data), and that place as a checkout's working directory sees it
+MODELS_PACKAGE = "railplan.data.validation"
+MODELS_IN_CHECKOUT = Path("src/railplan/data/validation/models")
 
 
 def model_file(model: Model, directory: str = MODERN_MODELS_DIR) -> str:
-    """The repository path of a modern (or held-out) run's model file (name and sequence
-    length, under `directory`)."""
+    """The path of a modern (or held-out) run's model file (name and sequence length, under
+    `directory`) that `--model` reads from the current directory: relative in a checkout's
+    root, where the tests and the docs run, else where the installed package holds it."""
     slug = model.name.lower().replace(" ", "-").replace(".", "p")
-    return f"{directory}/{slug}-s{model.seq}.yaml"
+    name = f"{slug}-s{model.seq}.yaml"
+    local = MODELS_IN_CHECKOUT / directory / name
+    if local.is_file():
+        return local.as_posix()
+    return str(Path(str(resources.files(MODELS_PACKAGE))) / "models" / directory / name)
 
 
 def model_yaml(model: Model) -> str:
