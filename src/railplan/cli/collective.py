@@ -169,3 +169,8 @@ def collective(
     for name, (why, at) in skipped.items():
         where = "" if len(at) == len(rows) else " at " + ", ".join(f"{b:.0f}" for b in at) + " B"
         Console().print(f"{name}: not applicable{where}: {why}")
+    # how the built-graph schedules came out (epochs, proof, solve time; the simulated steps)
+    for row in rows:
+        for r in row["algorithms"]:
+            if r["time_s"] is not None and r["algorithm"] in ("flow", "optimal") and r.get("note"):
+                Console().print(f"{r['algorithm']} at {row['bytes']:.0f} B: {r['note']}")
