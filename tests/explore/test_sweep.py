@@ -121,6 +121,21 @@ def test_ray_backend(tmp_path: Path) -> None:
     assert sorted(x["iteration_s"] for x in r.rows) == sorted(x["iteration_s"] for x in local.rows)
 
 
+def test_ray_backend_without_ray_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a)
+    )
+    with pytest.raises(RailplanError) as err:
+        run_sweep(spec(), tmp_path / "r.csv", backend="ray", progress=False)
+    assert err.value.field == "backend"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_cli_sweep(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "c.csv"
     args = [

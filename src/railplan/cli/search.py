@@ -395,7 +395,7 @@ def sweep(
         backend=backend,
         workers=workers,
         address=ray_address,
-        progress=not as_json,
+        progress=True,  # on stderr, and only on a terminal: --json's stdout stays clean
         wait=wait,
     )
     if as_json:

@@ -143,15 +143,20 @@ def _local(points: list[dict[str, Any]], zero: tuple[int, ...], workers: int) ->
                 yield failed_row(futures[f], zero, err)
 
 
+def _require_ray() -> None:
+    """A one-line error, before anything is written, where Ray is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise RailplanError("backend", "ray is not installed; pip install 'railplan[ray]'")
+
+
 def _ray(
     points: list[dict[str, Any]], zero: tuple[int, ...], address: str | None, in_flight: int
 ) -> Rows:
-    try:
-        import ray
-    except ImportError:
-        raise RailplanError(
-            "backend", "ray is not installed; pip install 'railplan[ray]'"
-        ) from None
+    _require_ray()
+    import ray
+
     if not ray.is_initialized():
         if address:
             ray.init(address=address, ignore_reinit_error=True, log_to_driver=False)
@@ -182,9 +187,14 @@ def _with_progress(rows: Rows, total: int, label: str, show: bool) -> Iterator[d
     if not show or not total:
         yield from rows
         return
+    from rich.console import Console
     from rich.progress import Progress
 
-    with Progress() as bar:
+    console = Console(stderr=True)
+    if not console.is_terminal:  # a bar only where someone watches; pipes and logs stay clean
+        yield from rows
+        return
+    with Progress(console=console) as bar:
         task = bar.add_task(label, total=total)
         for row in rows:
             yield row
@@ -260,6 +270,8 @@ def run_sweep(
         raise RailplanError("backend", f"{backend!r} is not one of local, ray")
     if workers < 0:
         raise RailplanError("workers", "must be 0 (all cores) or a positive integer")
+    if backend == "ray":
+        _require_ray()
     csv_path, parquet_path = output_paths(Path(output))
     csv_path = check_target(csv_path, "output")
     check_target(parquet_path, "output")
