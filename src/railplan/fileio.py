@@ -137,6 +137,21 @@ class _BoundedLoader(yaml.SafeLoader):
         finally:
             self.depth -= 1
 
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        # A key given twice would silently keep the last value: refuse it (merge keys, `<<`,
+        # may still be overridden by the mapping's own keys, as YAML intends).
+        if isinstance(node, yaml.MappingNode):
+            seen: set[str] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                if isinstance(key_node, yaml.ScalarNode):
+                    if key_node.value in seen:
+                        line = key_node.start_mark.line + 1
+                        raise _YamlLimit(f"key {key_node.value!r} appears twice (line {line})")
+                    seen.add(key_node.value)
+        return super().construct_mapping(node, deep)
+
 
 def _expanded_nodes(node: yaml.Node, memo: dict[int, int]) -> int:
     """How many nodes the document has with every alias expanded (shared nodes counted once

@@ -18,6 +18,7 @@ from railplan.fileio import (
     atomic_write,
     check_target,
     load_yaml,
+    parse_yaml,
     read_input_text,
 )
 from tests.conftest import Cli
@@ -209,3 +210,14 @@ def test_a_killed_export_leaves_no_temp_after_the_next_write(cli: Cli, tmp_path:
     assert r.exit_code == 0, r.output
     assert [p.name for p in tmp_path.iterdir()] == ["t.csv"]
     assert out.read_text().startswith("src,dst,kind,bytes")
+
+
+def test_a_key_given_twice_is_refused_with_its_line() -> None:
+    text = "name: x\nhidden: 4096\nlayers: 32\nhidden: 8192\n"
+    with pytest.raises(RailplanError, match=r"'hidden' appears twice \(line 4\)"):
+        parse_yaml(text, "model", "m.yaml")
+
+
+def test_merge_keys_may_still_be_overridden() -> None:
+    text = "base: &b\n  hidden: 4096\n  layers: 2\nm:\n  <<: *b\n  hidden: 8192\n"
+    assert parse_yaml(text, "model", "m.yaml")["m"] == {"hidden": 8192, "layers": 2}

@@ -184,6 +184,14 @@ def _estimate_table(
                 f"up to {g['domains']} domains" + (", cross-rail" if g["cross_rail"] else ""),
             )
         )
+    if e.mfu > 1.0:
+        rows.append(
+            (
+                "[yellow]MFU above 100 %[/yellow]",
+                "MFU counts the full s² attention products (Megatron's convention), which a "
+                "causal kernel does half of: at long sequences the count exceeds what ran",
+            )
+        )
     if gpus % sy.hb_domain:
         rows.append(
             (
