@@ -227,3 +227,14 @@ def test_the_simulation_fills_an_empty_pipeline() -> None:
         d = Deployment(m, sy, Network(), 8, 1, pp)
         step = step_fn(d)(StepLoad(prefill_tokens=2048, prefill_seqs=1))
         assert step == pytest.approx(first_token_s(d, 2048))
+
+
+def test_moe_deployments_divide_the_gpus() -> None:
+    # 72 GPUs (an NVL72 rack): every expert-parallel size tried divides them, so the search
+    # finds configurations instead of failing on ep = 16 (72 is no multiple of 16)
+    from railplan.inference.search import deployments
+    from railplan.specs import Network, load_model, load_system
+
+    deps = deployments(load_model("deepseek-v3"), load_system("gb200-nvl72"), Network(), 72, "fp8")
+    assert deps and all(72 % (d.tp * d.pp * d.ep) == 0 for d in deps)
+    assert {d.ep for d in deps} >= {1, 2, 4, 8}

@@ -207,7 +207,7 @@ def deployments(
     GPUs, tp splitting the heads as serving frameworks do (`tp_splits_heads`); `speculative`:
     draft tokens per step and their acceptance, and `custom_all_reduce` (`Deployment`), for all
     of them."""
-    eps = [e for e in _divisors(model.experts) if e <= gpus] if model.experts > 1 else [1]
+    eps = [e for e in _divisors(model.experts) if gpus % e == 0] if model.experts > 1 else [1]
     return [
         Deployment(
             model,
