@@ -14,6 +14,10 @@ from railplan.cli import main
 _ESTIMATE = ["estimate", "--model", "gpt-175b", "--gpus", "128", "--global-batch", "256"]
 _ESTIMATE += ["--tp", "8", "--pp", "8"]
 
+_TRAFFIC = ["traffic", "--model", "gpt-175b", "--gpus", "64", "--tp", "8", "--pp", "8"]
+_TRAFFIC += ["--global-batch", "64"]
+_INFER = ["infer", "--model", "llama-2-70b", "--system", "dgx-h100", "--gpus", "8", "--tp", "2"]
+
 BAD_INVOCATIONS = [
     (["estimate", "--model", "gpt-175b", "--gpus", "2.5"], "--gpus"),
     (["estimate", "--gpus", "8"], "--model"),
@@ -34,6 +38,12 @@ BAD_INVOCATIONS = [
     ([*_ESTIMATE, "--zero-shard", "2"], "zero_shard"),
     ([*_ESTIMATE, "--ep-dispatch", "deepep"], "ep_dispatch"),
     ([*_ESTIMATE, "--recompute-modules", "core_attn"], "recompute_modules"),
+    ([*_TRAFFIC, "--first-gpus", "16"], "first_gpus"),  # no heatmap to size
+    ([*_TRAFFIC, "--heatmap", "h.png", "--first-gpus", "16384"], "first_gpus"),  # bounded
+    ([*_TRAFFIC, "--heatmap", "h.png", "--bars", "h.png"], "bars"),  # one file, two outputs
+    ([*_INFER, "--requests", "7"], "requests"),  # no load simulation to size
+    ([*_INFER, "--dispatch", "least-busy"], "dispatch"),
+    ([*_INFER, "--arrival-rate", "5", "--plot", "s.png", "--heatmap", "s.png"], "heatmap"),
 ]
 
 

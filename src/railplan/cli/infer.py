@@ -114,16 +114,17 @@ def infer(
         typer.Option(help="requests/s (Poisson); a comma list sweeps the rates"),
     ] = None,
     requests: Annotated[
-        int, typer.Option(help="requests simulated per rate and replica (1-200000)")
-    ] = 2000,
+        int | None,
+        typer.Option(help="with --arrival-rate: requests per rate and replica (1-200000)"),
+    ] = None,
     dispatch: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="split: one replica simulated on its random share of the stream | least-busy: "
             "every replica, each request to the one with the fewest in flight (NVIDIA's MLPerf "
-            "harness)"
+            "harness); with --arrival-rate"
         ),
-    ] = "split",
+    ] = None,
     plot: Annotated[
         str | None, typer.Option(help="throughput-latency plot of the sweep (PNG or SVG)")
     ] = None,
@@ -144,9 +145,13 @@ def infer(
     from railplan.specs.build import choice
     from railplan.specs.catalog import load_model
 
-    choice("dispatch", dispatch, ("split", "least-busy"))
     speculation = _speculation(speculative_tokens, acceptance)
     rates = _floats("arrival_rate", arrival_rate) if arrival_rate is not None else []
+    for name, given in (("requests", requests), ("dispatch", dispatch)):
+        if given is not None and not rates:
+            raise RailplanError(name, "takes effect only with --arrival-rate (the load simulation)")
+    dispatch = choice("dispatch", dispatch or "split", ("split", "least-busy"))
+    requests = 2000 if requests is None else requests
     _check_figures(plot, heatmap, rates)
     sy = hardware.system(system)
     m = load_model(model)
@@ -188,14 +193,18 @@ def infer(
         out.get("decode_step_traffic"),
         sweep,
     )
-    if plot is not None:
-        Console().print(f"wrote {plot}")
+    for path in (heatmap, plot):
+        if path is not None:
+            Console().print(f"wrote {path}")
 
 
 def _check_figures(plot: str | None, heatmap: str | None, rates: list[float]) -> None:
     """Check the figure files `infer` will write before any work."""
     if plot is not None and not rates:
         raise RailplanError("plot", "needs --arrival-rate (a comma list of rates)")
+    from railplan.cli.traffic import distinct_outputs
+
+    distinct_outputs(plot=plot, heatmap=heatmap)
     for field, path in (("plot", plot), ("heatmap", heatmap)):
         if path is not None:
             from railplan.fileio import check_target

@@ -61,14 +61,17 @@ def alltoall(
 
 def fig5(
     heatmap: Annotated[str | None, typer.Option(help="write the heatmap (PNG or SVG)")] = None,
-    first_gpus: Annotated[int, typer.Option(help="GPUs in the heatmap")] = 64,
+    first_gpus: Annotated[
+        int | None, typer.Option(help="GPUs in the heatmap (default 64, at most 2,048)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Fig 5: MoE-1.3B on 16 DGX A100: all-to-all share of traffic and the iteration-time
     cost of rail-only forwarding."""
+    from railplan.cli.traffic import heatmap_gpus
     from railplan.reproduce.moe import fig5 as run
 
-    r = run(heatmap, first_gpus)
+    r = run(heatmap, heatmap_gpus(first_gpus, heatmap))
     if as_json:
         print_json(r)
         return

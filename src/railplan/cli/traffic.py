@@ -91,7 +91,9 @@ def traffic_cmd(
     heatmap: Annotated[
         str | None, typer.Option(help="write a heatmap FILE.png or FILE.svg")
     ] = None,
-    first_gpus: Annotated[int, typer.Option(help="GPUs shown in the heatmap")] = 64,
+    first_gpus: Annotated[
+        int | None, typer.Option(help="GPUs shown in the heatmap (default 64, at most 2,048)")
+    ] = None,
     bars: Annotated[
         str | None, typer.Option(help="write per-kind bar charts FILE.png or FILE.svg")
     ] = None,
@@ -116,6 +118,7 @@ def traffic_cmd(
     from railplan.traffic.placement import build_placement
 
     t = training
+    first_gpus = heatmap_gpus(first_gpus, heatmap)
     dp = _checked_dp(t.gpus, t.tp, t.pp, cp, t.dp, first_gpus, grad_reduce_bytes)
     _check_outputs(heatmap, bars, export)  # before the work, so a typo costs nothing
     m = load_model(t.model)
@@ -198,11 +201,39 @@ def _json_head(
     }
 
 
+def heatmap_gpus(first_gpus: int | None, heatmap: str | None) -> int:
+    """--first-gpus: 64 by default; refused without --heatmap (it would change nothing) and
+    beyond the heatmap's bound (`plots.MAX_HEATMAP_GPUS`), before any work."""
+    from railplan.limits import check_int
+    from railplan.traffic.plots import MAX_HEATMAP_GPUS
+
+    if first_gpus is None:
+        return 64
+    if heatmap is None:
+        raise RailplanError("first_gpus", "takes effect only with --heatmap FILE")
+    return check_int("first_gpus", first_gpus, 2, MAX_HEATMAP_GPUS)
+
+
+def distinct_outputs(**paths: str | None) -> None:
+    """Two outputs given the same file would leave only the last one written: refused."""
+    from pathlib import Path
+
+    seen: dict[Path, str] = {}
+    for name, path in paths.items():
+        if not path:
+            continue
+        key = Path(path).expanduser().resolve()
+        if key in seen:
+            raise RailplanError(name, f"{path} is also given as --{seen[key].replace('_', '-')}")
+        seen[key] = name
+
+
 def _check_outputs(heatmap: str | None, bars: str | None, export: str | None) -> None:
-    """Check the suffixes of the files `traffic` will write."""
+    """Check the suffixes of the files `traffic` will write, and that they differ."""
     from railplan.traffic.matrix import EXPORT_SUFFIXES
     from railplan.traffic.plots import FIGURE_SUFFIXES, check_suffix
 
+    distinct_outputs(heatmap=heatmap, bars=bars, export=export)
     if heatmap:
         check_suffix(heatmap, FIGURE_SUFFIXES, "heatmap")
     if bars:

@@ -14,6 +14,7 @@ import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.fileio import atomic_write, check_target
+from railplan.limits import check_int
 from railplan.traffic.matrix import KIND_COLOURS, KINDS, TrafficStats
 
 FIGURE_SUFFIXES = (".png", ".svg")
@@ -62,6 +63,11 @@ class DenseTraffic(Protocol):
     def dense(self, first_gpus: int) -> Any: ...
 
 
+# The most GPUs a heatmap shows: a 7.5-inch figure has no more pixels per side, and the dense
+# matrix and its colours take 40 bytes per cell (2,048 GPUs: 0.17 GB).
+MAX_HEATMAP_GPUS = 2048
+
+
 def heatmap(
     t: DenseTraffic,
     path: str | Path,
@@ -73,8 +79,7 @@ def heatmap(
     the same HB domain are shaded orange, pairs on the same rail in different domains pink
     (the paper's "Same HBD" / "Same Rail" highlights)."""
     out = check_suffix(path, FIGURE_SUFFIXES, "heatmap")
-    if first_gpus < 2:
-        raise RailplanError("first_gpus", "must be at least 2")
+    check_int("first_gpus", first_gpus, 2, MAX_HEATMAP_GPUS)
     plt = _pyplot()
     from matplotlib.colors import LogNorm
 
