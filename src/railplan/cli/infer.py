@@ -172,9 +172,12 @@ def infer(
     out: dict[str, Any] = r.to_dict()
     busy = dispatch == "least-busy"
     sweep = rate_sweep(dep, rates, input_tokens, output_tokens, batch, requests, busy)
+    capped = sweep and batch is not None and batch > r.max_batch
     if sweep:
         out["serving"] = [s.to_dict() for s in sweep]
         out["dispatch"] = dispatch
+        # the simulated engine admits no more sequences than its KV cache holds
+        out["serving_max_batch"] = min(batch, r.max_batch) if batch is not None else r.max_batch
     if traffic or heatmap is not None:
         _decode_step(dep, r, out, traffic, heatmap)
     if plot is not None:
@@ -193,6 +196,11 @@ def infer(
         out.get("decode_step_traffic"),
         sweep,
     )
+    if capped:
+        Console().print(
+            f"under load the batch is the largest that fits, {r.max_batch:,} "
+            f"(--batch {batch:,} does not fit in memory)"
+        )
     for path in (heatmap, plot):
         if path is not None:
             Console().print(f"wrote {path}")
