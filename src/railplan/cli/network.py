@@ -144,9 +144,9 @@ def _cost_rows(data: dict[str, Any]) -> list[tuple[str, ...]]:
     ocs += [("ocs_cost_usd", musd), ("ocs_power_w", kw)]
     rows = [(key, *(fmt(d[key]) for d in designs)) for key, fmt in formats]
     rows += [(key, "", "", *(fmt(d[key]) for d in ocs_designs)) for key, fmt in ocs if o]
-    rows += [
-        (key, *(fmt(d[key]) for d in designs)) for key, fmt in (("cost_usd", musd), ("power_w", mw))
-    ]
+    for key, fmt in (("cost_usd", musd), ("power_w", mw)):  # one unit per row: its largest's
+        largest = max((abs(d[key]) for d in designs if d[key] is not None), default=None)
+        rows.append((key, *(fmt(d[key], largest) for d in designs)))
     rows.append(
         (
             "savings",

@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from railplan.errors import RailplanError
+from railplan.units import fmt_kw, fmt_usd, fmt_watts
 
 
 def print_json(data: Any) -> None:
@@ -73,29 +74,16 @@ def quantity_table(title: str, rows: Iterable[tuple[str, str]]) -> Table:
 
 # Number formats of the network commands' tables and notes; "n/a" where a price book leaves a
 # figure out (the HTML report has its own, report/markup.py).
-# Below these, millions and megawatts would print as 0.0: thousands and kilowatts instead.
-SMALL_USD = 100_000.0
-SMALL_W = 10_000.0
+def musd(usd: float | None, like: float | None = None) -> str:
+    return "n/a" if usd is None else fmt_usd(usd, like)
 
 
-def musd(usd: float | None) -> str:
-    if usd is None:
-        return "n/a"
-    if usd == 0:
-        return "$0"
-    return f"${usd / 1e3:,.1f}k" if abs(usd) < SMALL_USD else f"${usd / 1e6:,.1f}M"
-
-
-def mw(w: float | None) -> str:
-    if w is None:
-        return "n/a"
-    return kw(w) if abs(w) < SMALL_W else f"{w / 1e6:,.2f} MW"
+def mw(w: float | None, like: float | None = None) -> str:
+    return "n/a" if w is None else fmt_watts(w, like)
 
 
 def kw(w: float | None) -> str:
-    if w is None:
-        return "n/a"
-    return "0 kW" if w == 0 else f"{w / 1e3:,.1f} kW"
+    return "n/a" if w is None else fmt_kw(w)
 
 
 def pct(x: float | None) -> str:

@@ -9,6 +9,8 @@ from typing import Any
 
 import plotly.io as pio
 
+from railplan.units import fmt_usd, fmt_watts
+
 PLOT_CONFIG: dict[str, Any] = {"displaylogo": False, "responsive": True}
 
 CSS = """
@@ -63,13 +65,11 @@ def fmt_int(x: float | None) -> str:
 
 
 def fmt_musd(x: float | None) -> str:
-    return "—" if x is None else f"${x / 1e6:,.1f}M"
+    return "—" if x is None else fmt_usd(x)
 
 
 def fmt_mw(x: float | None) -> str:
-    if x is None:
-        return "—"
-    return f"{x / 1e6:,.2f} MW" if x >= 1e6 else f"{x / 1e3:,.1f} kW"
+    return "—" if x is None else fmt_watts(x)
 
 
 def table(
