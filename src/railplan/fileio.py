@@ -232,6 +232,16 @@ def check_target(path: Path, field: str = "output") -> Path:
             f"cannot write {show_path(path)}: file name too long for the file system "
             f"(at most {longest} bytes here)",
         )
+    # and that the folder takes a new file at all (read-only mounts, /proc, no permission):
+    # the temporary file atomic_write will make, made and removed now
+    try:
+        fd, probe = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=path.suffix, dir=path.parent)
+    except OSError as err:
+        raise RailplanError(
+            field, f"cannot write in {show_path(path.parent)}: {_os_problem(err)}"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
     return path
 
 

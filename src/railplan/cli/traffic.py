@@ -278,6 +278,10 @@ def reproduce_traffic(
 
     if figures is not None and not Path(figures).is_dir():
         raise RailplanError("figures", f"folder {figures!r} does not exist")
+    if figures is not None:  # a folder that takes new files (not read-only, not /proc)
+        from railplan.fileio import check_target
+
+        check_target(Path(figures) / "railplan-figure.png", "figures")
     result = reproduce()
     if figures is not None:
         result["files"] = [str(f) for f in write_figures(Path(figures))]

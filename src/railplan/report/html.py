@@ -15,7 +15,7 @@ from plotly.offline import get_plotlyjs
 
 from railplan import __version__
 from railplan.errors import RailplanError
-from railplan.fileio import atomic_write
+from railplan.fileio import atomic_write, check_target
 from railplan.report.figures import all_figures
 from railplan.report.markup import (
     CSS,
@@ -391,7 +391,7 @@ def check_output(path: str | Path) -> Path:
         raise RailplanError("out", f"folder {str(p.parent)!r} does not exist")
     if p.is_dir():
         raise RailplanError("out", f"{str(p)!r} is a folder")
-    return p
+    return check_target(p, "out")
 
 
 def _write_page(tmp: Path, page: str) -> None:
@@ -402,4 +402,4 @@ def write_report(report: dict[str, Any], path: str | Path) -> Path:
     """Render and write atomically (temporary file in the same folder, then rename)."""
     out = check_output(path)
     page = render(report)
-    return atomic_write(out, lambda tmp: _write_page(tmp, page))
+    return atomic_write(out, lambda tmp: _write_page(tmp, page), "out")

@@ -438,7 +438,7 @@ def export(t: Traffic, path: str | Path) -> Path:
         )
     check_target(out, "export")
     if suffix == ".csv":
-        return atomic_write(out, lambda tmp: _write_csv(t, tmp))
+        return atomic_write(out, lambda tmp: _write_csv(t, tmp), "export")
     try:
         import pyarrow as pa  # type: ignore[import-not-found,unused-ignore]
         import pyarrow.parquet as pq  # type: ignore[import-not-found,unused-ignore]
@@ -454,4 +454,4 @@ def export(t: Traffic, path: str | Path) -> Path:
             "bytes": pa.array(t.bytes),
         }
     )
-    return atomic_write(out, lambda tmp: pq.write_table(table, str(tmp)))
+    return atomic_write(out, lambda tmp: pq.write_table(table, str(tmp)), "export")

@@ -31,12 +31,12 @@ def check_suffix(path: str | Path, allowed: tuple[str, ...], field: str) -> Path
     return p
 
 
-def _save(fig: Any, path: Path) -> Path:
+def _save(fig: Any, path: Path, field: str = "output") -> Path:
     import matplotlib.pyplot as plt
 
     try:
         fmt = path.suffix.lower().lstrip(".")
-        return atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=150))
+        return atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=150), field)
     finally:
         plt.close(fig)
 
@@ -118,7 +118,7 @@ def heatmap(
         fontsize=8,
     )
     fig.tight_layout()
-    return _save(fig, out)
+    return _save(fig, out, "heatmap")
 
 
 def _part_pct(r: TrafficStats, kind: str, part: str) -> float:
@@ -175,4 +175,4 @@ def kind_bars(
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    return _save(fig, out)
+    return _save(fig, out, "bars")
