@@ -221,3 +221,26 @@ def test_a_key_given_twice_is_refused_with_its_line() -> None:
 def test_merge_keys_may_still_be_overridden() -> None:
     text = "base: &b\n  hidden: 4096\n  layers: 2\nm:\n  <<: *b\n  hidden: 8192\n"
     assert parse_yaml(text, "model", "m.yaml")["m"] == {"hidden": 8192, "layers": 2}
+
+
+def test_sigterm_while_writing_leaves_no_temporary_file(tmp_path: Path) -> None:
+    """SIGTERM (a job scheduler's stop) cleans up as ^C does: the export's temporary file is
+    removed and the command exits 143."""
+    import time
+
+    out = tmp_path / "ex.csv"
+    code = "from railplan.cli import main; main()"
+    args = ["traffic", "--model", "moe-1.3b", "--gpus", "65536", "--ep", "128"]
+    args += ["--global-batch", "65536", "--export", str(out)]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob(".ex.csv.railplan-*")) and time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.skip("the export finished before it could be stopped")
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert list(tmp_path.iterdir()) == []

@@ -131,6 +131,9 @@ def run(args: Sequence[str] | None = None) -> int:
     except typer.Abort:
         typer.echo("aborted", err=True)
         return INTERRUPTED
+    except Terminated:
+        typer.echo("terminated", err=True)
+        return TERMINATED
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         return INTERRUPTED
@@ -164,8 +167,23 @@ def run(args: Sequence[str] | None = None) -> int:
 INTERRUPTED = 130  # the shell's code for a command ended by SIGINT (128 + 2)
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised where the program is so that files being written are cleaned up as on ^C
+    (`atomic_write`'s temporary files, the sweep's lock), instead of the process just ending."""
+
+
+TERMINATED = 143  # the shell's code for a command ended by SIGTERM (128 + 15)
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def main() -> None:
     """Console entry point: bad input prints one line and exits 2, never a traceback."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
     code = run()
     if code:
         sys.exit(code)

@@ -31,6 +31,7 @@ def watch_parent(parent_pid: int) -> None:
     descriptors (`INHERITED_FDS`), and exit as soon as the parent is gone, instead of waiting
     forever on a queue."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's handler is for the CLI only
     for fd in list(INHERITED_FDS):
         with suppress(OSError):
             os.close(fd)
