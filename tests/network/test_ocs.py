@@ -68,12 +68,13 @@ def test_circulators_halve_the_ports(tmp_path: Path) -> None:
 
 def test_spares_do_not_change_the_hardware_but_idle_gpus() -> None:
     c = rail_only(Cluster(4096, 8, 64))
-    layers = [ocs_layer(c, OCS, s) for s in range(0, 9)]
+    layers = [ocs_layer(c, OCS, s) for s in range(0, 8)]
     assert len({la.cost_usd for la in layers}) == 1  # every NIC link passes the OCS anyway
     idle = [la.spare_gpus for la in layers]
-    assert idle == [s * 512 for s in range(9)]  # monotone: s per domain, 512 domains
-    with pytest.raises(RailplanError, match="do not fit a swap set of 8"):
-        ocs_layer(c, OCS, 9)
+    assert idle == [s * 512 for s in range(8)]  # monotone: s per domain, 512 domains
+    # a swap set of 8 GPUs keeps at least one working: 8 spares (all idle) are refused
+    with pytest.raises(RailplanError, match=r"must be in \[0, 7\]"):
+        ocs_layer(c, OCS, 8)
     with pytest.raises(RailplanError, match="≥ 0"):
         ocs_layer(c, OCS, -1)
 

@@ -342,7 +342,7 @@ def faults(
     from railplan.network.faults import Policy, fault_table, monte_carlo
     from railplan.network.topology import Cluster
 
-    check_int("spare_per_domain", spare_per_domain, 0, hb_domain)
+    check_int("spare_per_domain", spare_per_domain, 0, hb_domain - 1)  # one GPU must work
     book = load_price_book(price_book)
     check_int("swap_group", swap_group, 1, 1 << 20)
     check_int("small_domain_max", small_domain_max, 1, 1 << 20)

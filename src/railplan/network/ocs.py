@@ -77,10 +77,11 @@ def ocs_layer(c: NetworkCounts, ocs: OcsPrices, spare_per_swap_set: int = 1) -> 
         per_domain = math.ceil(k / swap_set)
         units = c.domains * per_domain
         swap_sets = units
-    if spare_per_swap_set > min(swap_set, k):
+    if spare_per_swap_set >= min(swap_set, k):  # at least one GPU of a set must work
         raise RailplanError(
             "spare_per_domain",
-            f"{spare_per_swap_set} spares do not fit a swap set of {min(swap_set, k)} GPUs",
+            f"must be in [0, {min(swap_set, k) - 1}]: a swap set has {min(swap_set, k)} GPUs "
+            f"and at least one of them must work; got {spare_per_swap_set}",
         )
     links = c.gpus * nics
     return OcsLayer(
