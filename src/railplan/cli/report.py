@@ -86,6 +86,7 @@ def report(
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
         console=console,
+        disable=not console.is_terminal,  # logs and pipes get the result line only
     ) as progress:
         task = progress.add_task(STEPS[0][1], total=len(STEPS) + 1)
         titles = [title for _, title, _ in STEPS[1:]] + ["writing the HTML page"]

@@ -115,6 +115,12 @@ def infer(
     """Steady-state serving of `dep` with `batch` sequences per tp × pp group (None: the largest
     that fits, at most DEFAULT_MAX_BATCH)."""
     check_tokens(input_tokens, output_tokens)
+    if output_tokens < 2:  # TPOT, the time between output tokens, needs two of them
+        raise RailplanError(
+            "output_tokens",
+            "must be at least 2: with one output token there is no decode step, so no TPOT "
+            "(the first token's time is TTFT at any output length)",
+        )
     seq = input_tokens + output_tokens
     most = dep.max_batch(seq)
     if batch is None:
