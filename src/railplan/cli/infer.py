@@ -383,17 +383,20 @@ def _configurations_table(title: str, results: list[dict[str, Any]]) -> Table:
     """The best configuration per HB-domain size and network (or that none meets the limits)."""
     columns = ("K", "network", "mode", "tp", "pp", "ep", "TBO", "batch", "P:D GPUs", "TTFT", "TPOT")
     rows = [
-        _configuration_row(str(r["hb_domain"]), net, c)
+        _configuration_row(str(r["hb_domain"]), net, c, fits=r["evaluated"] > 0)
         for r in results
         for net, c in r["by_network"].items()
     ]
     return table(title, (*columns, "tok/s/GPU"), rows)
 
 
-def _configuration_row(k: str, net: str, c: dict[str, Any] | None) -> tuple[str, ...]:
-    """One row of `infer-search`'s table: the configuration chosen on one network."""
+def _configuration_row(
+    k: str, net: str, c: dict[str, Any] | None, fits: bool = True
+) -> tuple[str, ...]:
+    """One row of `infer-search`'s table: the configuration chosen on one network (`fits`:
+    some configuration fits in memory at all)."""
     if c is None:
-        return (k, net, "none meets the limits", *[""] * 9)
+        return (k, net, "none meets the limits" if fits else "none fits in memory", *[""] * 9)
     ratio = f"{c['prefill_gpus']}:{c['decode_gpus']}" if c["prefill_gpus"] else "-"
     return (
         k,

@@ -333,7 +333,13 @@ def search(
         "evaluated": evaluated,
         "best": full(*top) if top else None,
         "by_network": {k: full(k, v) for k, v in by_net.items()},
-        "verdict": verdict(by_net),
+        "verdict": (
+            verdict(by_net)
+            if evaluated
+            else f"no configuration fits in memory on {gpus:,} GPU{'s' * (gpus != 1)} of "
+            f"{system.name} "
+            f"({model.name}, {precision}): use more GPUs or a lower precision"
+        ),
     }
 
 
