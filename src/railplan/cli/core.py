@@ -368,10 +368,24 @@ def catalog(
     if as_json:
         print_json(entries)
         return
+
+    def shown(k: str, v: Any) -> str:
+        # nested tables (measured curves) are long: named here, in full with --json
+        return f"{k}=({len(v)} entries: --json)" if isinstance(v, dict) else f"{k}={v}"
+
     rows = [
-        (n, ", ".join(f"{k}={v}" for k, v in e.items() if k != "source"))
+        (
+            n,
+            ", ".join(shown(k, v) for k, v in e.items() if k != "source"),
+            str(e.get("source", "")),
+        )
         for n, e in entries.items()
     ]
     Console().print(
-        table(f"railplan catalog: {kind}", ("name", "spec"), rows, left=("name", "spec"))
+        table(
+            f"railplan catalog: {kind}",
+            ("name", "spec", "source"),
+            rows,
+            left=("name", "spec", "source"),
+        )
     )
