@@ -18,6 +18,8 @@ _TRAFFIC = ["traffic", "--model", "gpt-175b", "--gpus", "64", "--tp", "8", "--pp
 _TRAFFIC += ["--global-batch", "64"]
 _INFER = ["infer", "--model", "llama-2-70b", "--system", "dgx-h100", "--gpus", "8", "--tp", "2"]
 
+_FLOWSIM = ["flowsim", "--system", "dgx-a100", "--gpus", "64"]
+
 BAD_INVOCATIONS = [
     (["estimate", "--model", "gpt-175b", "--gpus", "2.5"], "--gpus"),
     (["estimate", "--gpus", "8"], "--model"),
@@ -44,6 +46,27 @@ BAD_INVOCATIONS = [
     ([*_INFER, "--requests", "7"], "requests"),  # no load simulation to size
     ([*_INFER, "--dispatch", "least-busy"], "dispatch"),
     ([*_INFER, "--arrival-rate", "5", "--plot", "s.png", "--heatmap", "s.png"], "heatmap"),
+    ([*_ESTIMATE, "--zero-schedule", "step"], "zero_schedule"),  # no ZeRO-2/3 to schedule
+    ([*_FLOWSIM, "--collective", "allreduce-ring", "--schedule", "forwarding"], "schedule"),
+    ([*_FLOWSIM, "--seed", "5"], "seed"),  # no skew to seed
+    (
+        [
+            "sweep",
+            "--model",
+            "gpt-175b",
+            "--gpus",
+            "128",
+            "--global-batch",
+            "256",
+            "--vary",
+            "hb_domain=8",
+            "--ray-address",
+            "ray://x:1",
+            "--output",
+            "never.csv",
+        ],
+        "ray_address",
+    ),
 ]
 
 

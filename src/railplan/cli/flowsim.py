@@ -53,11 +53,17 @@ def flowsim(
     no_aggregate: Annotated[
         bool, typer.Option("--no-aggregate", help="simulate every GPU pair as its own flow")
     ] = False,
-    seed: Annotated[int, typer.Option(help="seed of the Zipf expert ranking")] = 0,
+    seed: Annotated[
+        int | None, typer.Option(help="with --skew: seed of the Zipf expert ranking [0]")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Flow-level simulation (max-min fair, ECMP) of a collective beside its closed form."""
+    from railplan.errors import RailplanError
     from railplan.network.flowsim import run
+
+    if seed is not None and skew is None:
+        raise RailplanError("seed", "takes effect only with --skew zipf:S (the expert ranking)")
 
     # a spinner on stderr (terminals only) while a large simulation runs
     with Console(stderr=True).status(f"simulating {collective} on {gpus:,} GPUs"):
@@ -73,7 +79,7 @@ def flowsim(
             skew=skew,
             schedule=schedule,
             aggregate=not no_aggregate,
-            seed=seed,
+            seed=0 if seed is None else seed,
         )
     if as_json:
         print_json(rep.to_dict())

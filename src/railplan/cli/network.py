@@ -281,6 +281,11 @@ def topology(
     cluster = Cluster(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
     c = build_counts(arch, cluster, oversubscription, oversubscribed_tier, planes)
     _print_topology(c, export, as_json)
+    if arch == "ideal" and hb_domain != gpus and not as_json:
+        typer.echo(
+            f"ideal puts all {gpus:,} GPUs in one HB domain (no switches): --hb-domain "
+            f"{hb_domain} describes the other architectures, not this one"
+        )
 
 
 def _print_topology(c: NetworkCounts, export: str | None, as_json: bool) -> None:

@@ -272,6 +272,8 @@ def run_sweep(
         raise RailplanError("workers", "must be 0 (all cores) or a positive integer")
     if backend == "ray":
         _require_ray()
+    elif address is not None:
+        raise RailplanError("ray_address", "takes effect only with --backend ray")
     csv_path, parquet_path = output_paths(Path(output))
     csv_path = check_target(csv_path, "output")
     check_target(parquet_path, "output")

@@ -645,6 +645,12 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
             "zero_shard must divide the dp·cp data-parallel ranks (0 = shard over all of them)",
         ),
         (
+            "zero_schedule",
+            (s.zero_schedule == 0) | (s.zero >= 2),
+            "zero_schedule step needs zero 2 or 3 (only they communicate per micro-batch, "
+            "which step moves to once per step)",
+        ),
+        (
             "zero_shard",
             (s.zero_shard == 0) | (s.zero >= 1),
             "zero_shard needs zero ≥ 1 (there is nothing to shard without ZeRO)",

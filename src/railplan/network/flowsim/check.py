@@ -154,6 +154,10 @@ def _check_inputs(
         raise RailplanError("collective", f"{collective!r}: choose one of {', '.join(COLLECTIVES)}")
     if schedule not in SCHEDULES:
         raise RailplanError("schedule", f"{schedule!r}: choose one of {', '.join(SCHEDULES)}")
+    if schedule != "auto" and collective != "alltoall":
+        raise RailplanError(
+            "schedule", f"chooses the all-to-all's schedule; {collective} has its own steps"
+        )
     if pair_bytes is not None and size_bytes is not None:
         raise RailplanError("bytes", "give --bytes-per-pair or --bytes, not both")
     if pair_bytes is not None:
