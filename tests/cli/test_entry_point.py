@@ -49,6 +49,7 @@ BAD_INVOCATIONS = [
     ([*_ESTIMATE, "--zero-schedule", "step"], "zero_schedule"),  # no ZeRO-2/3 to schedule
     ([*_FLOWSIM, "--collective", "allreduce-ring", "--schedule", "forwarding"], "schedule"),
     ([*_FLOWSIM, "--seed", "5"], "seed"),  # no skew to seed
+    (["cost-plot", "--radices", "64,64", "--out", "never.png"], "radices"),  # a choice twice
     (
         [
             "sweep",

@@ -27,10 +27,12 @@ if TYPE_CHECKING:
     from railplan.reproduce.table2 import PaperRow, Table2Row
 
 
-def _int_list(field: str, text: str) -> list[int]:
+def _int_list(field: str, text: str, unique: bool = True, example: str = "64,128") -> list[int]:
+    """A comma list of integers (each once unless not `unique`), or a one-line error."""
     from railplan.explore.sweep_spec import comma_list
 
-    return comma_list(field, text, int, empty="give at least one integer, e.g. 512,1024")
+    empty = f"give at least one integer, e.g. {example}"
+    return comma_list(field, text, int, empty=empty, unique=unique)
 
 
 def _same_tiers_note(gpus: int, hb_domain: int, radix: int, nics_per_gpu: int, tiers: int) -> str:
@@ -438,7 +440,7 @@ def tile(
     """Split a rail-only cluster into domain × rail rectangles, one per job."""
     from railplan.network.tiling import tile as do_tile
 
-    result = do_tile(gpus, hb_domain, _int_list("jobs", jobs))
+    result = do_tile(gpus, hb_domain, _int_list("jobs", jobs, unique=False, example="512,1024"))
     if as_json:
         print_json(result.to_dict())
         return
@@ -477,6 +479,6 @@ def cost_plot_cmd(
     from railplan.network.topology import check_radix
 
     check_int("hb_domain", hb_domain, 1, 1 << 20)
-    rs = [check_radix(r) for r in _int_list("radices", radices)]
+    rs = [check_radix(r) for r in _int_list("radices", radices, example="32,64,128")]
     path = cost_plot(out, None, rs, hb_domain, nic_gbps, load_price_book(price_book))
     typer.echo(f"wrote {path}")

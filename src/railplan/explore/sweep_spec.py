@@ -65,24 +65,30 @@ def comma_list(
     kind: Callable[[str], T],
     bad: str = "{text!r} is not a comma-separated list of integers",
     empty: str = "give at least one integer",
+    unique: bool = False,
 ) -> list[T]:
     """'0,1,2' → [kind('0'), kind('1'), kind('2')], or a one-line error naming the field: `bad`
     (with `{text!r}` for the text given) when a value does not parse or an item between commas
-    is empty ('10,,20', '10,'), `empty` when none is given."""
+    is empty ('10,,20', '10,'), `empty` when none is given; `unique`: a value given twice is
+    an error too (lists of choices, not of items such as job sizes)."""
     items = [x.strip() for x in text.split(",")]
     if not any(items):
         raise RailplanError(field_name, empty)
     if not all(items):
         raise RailplanError(field_name, bad.format(text=text))
     try:
-        return [kind(x) for x in items]
+        values = [kind(x) for x in items]
     except ValueError:
         raise RailplanError(field_name, bad.format(text=text)) from None
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None) if unique else None
+    if twice is not None:  # a choice given twice would be computed and shown twice
+        raise RailplanError(field_name, f"{twice!r} is given twice in {text!r}; give each once")
+    return values
 
 
 def int_list(field_name: str, text: str) -> list[int]:
-    """'0,1,2' → [0, 1, 2], or a one-line error naming the field."""
-    return comma_list(field_name, text, int)
+    """'0,1,2' → [0, 1, 2] (each value once), or a one-line error naming the field."""
+    return comma_list(field_name, text, int, unique=True)
 
 
 _KIND_TEXT: dict[Callable[[str], Any], str] = {
