@@ -142,10 +142,12 @@ def traffic_cmd(
     p = build_placement(
         placement, t.tp, t.pp, dp, sy.hb_domain, order, wraps, m.tied_embeddings, cp
     )
-    matrix = traffic(m, strat, p)
-    r = stats(matrix)
-    title = f"{m.name} on {t.gpus} GPUs, K={sy.hb_domain}, placement {','.join(p.order)}"
-    files = _write_files(matrix, r, m.name, title, first_gpus, heatmap, bars, export)
+    # a spinner on stderr (terminals only): a million-GPU matrix takes tens of seconds
+    with Console(stderr=True).status(f"traffic of {t.gpus:,} GPUs"):
+        matrix = traffic(m, strat, p)
+        r = stats(matrix)
+        title = f"{m.name} on {t.gpus} GPUs, K={sy.hb_domain}, placement {','.join(p.order)}"
+        files = _write_files(matrix, r, m.name, title, first_gpus, heatmap, bars, export)
     if as_json:
         print_json(_json_head(m.name, sy, strat, placement, p) | r.to_dict() | {"files": files})
         return
