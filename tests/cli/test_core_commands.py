@@ -266,3 +266,17 @@ def test_mfu_above_100_percent_is_explained(cli, tmp_path) -> None:  # type: ign
     assert cli.json(*args)["mfu"] > 1.0
     r = cli(*args)
     assert r.exit_code == 0 and "MFU above 100" in r.stdout
+
+
+def test_an_mfu_beyond_the_published_runs_is_flagged(cli) -> None:  # type: ignore[no-untyped-def]
+    # today's defaults on A100 (75 % MFU) exceed every published A100 run (best 64.2 %)
+    args = ["estimate", "--model", "gpt-3-175b", "--system", "dgx-a100", "--gpus", "256"]
+    args += ["--tp", "8", "--pp", "8", "--global-batch", "6144", "--sequence-parallel"]
+    r = cli(*args)
+    assert r.exit_code == 0 and "beyond published runs" in r.stdout
+    # the README's first command (a measured H100 run, 50.8 %) is not flagged
+    readme = ["estimate", "--model", "gpt-3-175b", "--system", "dgx-h100", "--gpus", "128"]
+    readme += ["--tp", "4", "--pp", "8", "--interleave", "12", "--global-batch", "256"]
+    readme += ["--sequence-parallel", "--zero", "1", "--grad-reduce-bytes", "2"]
+    r = cli(*readme, "--cross-entropy", "unfused")
+    assert r.exit_code == 0 and "beyond published runs" not in r.stdout

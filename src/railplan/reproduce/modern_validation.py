@@ -408,3 +408,32 @@ def modern_commands(file: str = MODERN_FILE) -> list[dict[str, str]]:
             }
         )
     return out
+
+
+# The shared sets' GPU names, as the catalog's (MosaicML's "H100-80GB" is the SXM part).
+CSV_GPUS = {
+    "H100-SXM-80GB": "h100-sxm",
+    "H100-80GB": "h100-sxm",
+    "A100-80GB": "a100-80gb",
+    "A100-40GB": "a100-40gb",
+}
+
+
+@functools.cache
+def best_published_mfu() -> dict[str, tuple[float, str]]:
+    """Per catalog GPU, the highest MFU of a published BF16 training run railplan is checked
+    against (the modern runs' stated MFU, Korthikanti 2022's), with the run: above it, a
+    prediction is an extrapolation no measurement supports."""
+    best: dict[str, tuple[float, str]] = {}
+
+    def keep(gpu: str, mfu: float, run: str) -> None:
+        if mfu > best.get(gpu, (0.0, ""))[0]:
+            best[gpu] = (mfu, run)
+
+    for r in read_rows(MODERN_FILE):
+        if r["measured_mfu"] and r["gpu_type"] in CSV_GPUS and "fp8" not in r["precision"]:
+            keep(CSV_GPUS[r["gpu_type"]], float(r["measured_mfu"]), r["id"])
+    for r in read_rows("korthikanti2022.csv"):
+        if r["mfu"]:
+            keep("a100-80gb", float(r["mfu"]), f"korthikanti2022 {r['model']} {r['gpus']} GPUs")
+    return best
