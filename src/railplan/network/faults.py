@@ -371,18 +371,44 @@ def check_monte_carlo(
     """The one-line errors `monte_carlo` would raise on these inputs (out of range, or past
     the budgets), without running it: callers check before longer work."""
     _check_monte_carlo(cluster.gpus, trials, seed, days, repair_hours, target_quantile)
-    rates = rates or FailureRates.llama3()
-    policy = policy or Policy()
-    hours = max(1, math.ceil(days * 24))
-    rep = max(1, math.ceil(repair_hours))
-    ro, rl = rail_optimized(cluster), rail_only(cluster)
-    per_h = _per_hour(rates)
-    variants = (("rail-optimized", ro), ("rail-only", rl), ("rail-only+ocs", rl))
+    s = _Setup.of(cluster, days, rates, policy, repair_hours)
     events_per_trial = max(
-        sum(per_h[cls] * n * hours for cls, (n, _) in _event_sizes(c, v, policy).items())
-        for v, c in variants
+        sum(s.per_h[cls] * n * s.hours for cls, (n, _) in _event_sizes(c, v, s.policy).items())
+        for v, c in s.variants
     )
-    check_budget(trials, hours + rep + 1, events_per_trial)
+    check_budget(trials, s.hours + s.rep + 1, events_per_trial)
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What a Monte Carlo of `cluster` runs on: rates and policy (defaults filled in), hours,
+    repair hours, failures per component-hour and the three variants' counts."""
+
+    rates: FailureRates
+    policy: Policy
+    hours: int
+    rep: int
+    per_h: dict[str, float]
+    variants: tuple[tuple[str, NetworkCounts], ...]
+
+    @staticmethod
+    def of(
+        cluster: Cluster,
+        days: float,
+        rates: FailureRates | None,
+        policy: Policy | None,
+        repair_hours: float,
+    ) -> _Setup:
+        rates = rates or FailureRates.llama3()
+        ro, rl = rail_optimized(cluster), rail_only(cluster)
+        return _Setup(
+            rates=rates,
+            policy=policy or Policy(),
+            hours=max(1, math.ceil(days * 24)),
+            rep=max(1, math.ceil(repair_hours)),
+            per_h=_per_hour(rates),
+            variants=(("rail-optimized", ro), ("rail-only", rl), ("rail-only+ocs", rl)),
+        )
 
 
 def monte_carlo(
@@ -404,15 +430,10 @@ def monte_carlo(
     ``repair_hours`` is an assumption (not in the Llama 3 report) and scales the idle-GPU numbers.
     """
     check_monte_carlo(cluster, days, trials, seed, rates, policy, repair_hours, target_quantile)
-    rates = rates or FailureRates.llama3()
-    policy = policy or Policy()
-    hours = max(1, math.ceil(days * 24))
-    rep = max(1, math.ceil(repair_hours))
-    ro, rl = rail_optimized(cluster), rail_only(cluster)
-    per_h = _per_hour(rates)
-    variants = (("rail-optimized", ro), ("rail-only", rl), ("rail-only+ocs", rl))
+    s = _Setup.of(cluster, days, rates, policy, repair_hours)
+    rates, policy, hours, rep, per_h = s.rates, s.policy, s.hours, s.rep, s.per_h
     out: dict[str, dict[str, float]] = {}
-    for variant, counts in variants:
+    for variant, counts in s.variants:
         sizes = _event_sizes(counts, variant, policy)
         # common random numbers: every variant replays the same seed (GPU/server/NIC draws first)
         rng = np.random.default_rng(seed)
