@@ -137,20 +137,30 @@ class _BoundedLoader(yaml.SafeLoader):
         finally:
             self.depth -= 1
 
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        # A key given twice would silently keep the last value: refuse it (merge keys, `<<`,
-        # may still be overridden by the mapping's own keys, as YAML intends).
-        if isinstance(node, yaml.MappingNode):
-            seen: set[str] = set()
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                if isinstance(key_node, yaml.ScalarNode):
-                    if key_node.value in seen:
-                        line = key_node.start_mark.line + 1
-                        raise _YamlLimit(f"key {key_node.value!r} appears twice (line {line})")
-                    seen.add(key_node.value)
-        return super().construct_mapping(node, deep)
+
+def _duplicate_key(node: yaml.Node, seen: set[int]) -> str | None:
+    """The first key given twice in one mapping of the document as written (before merge keys,
+    `<<`, are flattened: a mapping may override what it merges), as a message; None if none."""
+    if id(node) in seen:
+        return None
+    seen.add(id(node))
+    children: list[yaml.Node] = []
+    if isinstance(node, yaml.MappingNode):
+        keys: set[str] = set()
+        for key_node, value in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                if key_node.value in keys:
+                    line = key_node.start_mark.line + 1
+                    return f"key {key_node.value!r} appears twice (line {line})"
+                keys.add(key_node.value)
+            children += [key_node, value]
+    elif isinstance(node, yaml.SequenceNode):
+        children = list(node.value)
+    for child in children:
+        found = _duplicate_key(child, seen)
+        if found:
+            return found
+    return None
 
 
 def _expanded_nodes(node: yaml.Node, memo: dict[int, int]) -> int:
@@ -180,6 +190,9 @@ def parse_yaml(text: str, field: str, where: str) -> Any:
             return None
         if _expanded_nodes(node, {}) > YAML_NODE_BUDGET:
             raise _YamlLimit(f"more than {YAML_NODE_BUDGET:,} values once aliases are expanded")
+        twice = _duplicate_key(node, set())
+        if twice:  # a key given twice would silently keep its last value
+            raise _YamlLimit(twice)
         return loader.construct_document(node)
     except _YamlLimit as err:
         raise RailplanError(field, f"{where} refused: {err}") from None

@@ -244,3 +244,9 @@ def test_sigterm_while_writing_leaves_no_temporary_file(tmp_path: Path) -> None:
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_chained_merge_overrides_are_not_taken_for_duplicates() -> None:
+    # a mapping that merges and overrides, itself merged later: no key is written twice
+    text = "base: &b {x: 1}\na:\n  mid: &m {<<: *b, x: 5}\ntop: {<<: *m, z: 3}\n"
+    assert parse_yaml(text, "spec", "s.yaml")["a"]["mid"] == {"x": 5}

@@ -175,14 +175,26 @@ class Terminated(BaseException):
 TERMINATED = 143  # the shell's code for a command ended by SIGTERM (128 + 15)
 
 
+_MAIN_PID: list[int] = []  # the process main() runs in: forked workers are not it
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
+    import os
+    import signal
+
+    if _MAIN_PID and os.getpid() != _MAIN_PID[0]:  # a forked worker before its initializer
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
     raise Terminated
 
 
 def main() -> None:
     """Console entry point: bad input prints one line and exits 2, never a traceback."""
+    import os
     import signal
 
+    _MAIN_PID[:] = [os.getpid()]
     signal.signal(signal.SIGTERM, _on_sigterm)
     code = run()
     if code:

@@ -60,7 +60,7 @@ def _drafts(speculative_tokens: int) -> str:
 
 
 InputOpt = Annotated[int, typer.Option(help="prompt tokens per request (1-1e7)")]
-OutputOpt = Annotated[int, typer.Option(help="output tokens per request (1-1e7)")]
+OutputOpt = Annotated[int, typer.Option(help="output tokens per request (2-1e7)")]
 CustomAllReduceOpt = Annotated[
     bool,
     typer.Option(

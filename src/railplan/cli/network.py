@@ -73,8 +73,9 @@ def cost(
     nics_per_gpu: NicPortsOpt = 1,
     price_book: PriceBookOpt = None,
     spare_per_domain: Annotated[
-        int, typer.Option(help="idle GPUs per HB domain (swap set) for rail-only+ocs")
-    ] = 1,
+        int | None,
+        typer.Option(help="idle GPUs per HB domain (swap set) for rail-only+ocs [1; 0 if K=1]"),
+    ] = None,
     ocs_reconfigured: Annotated[
         bool,
         typer.Option(
@@ -97,7 +98,8 @@ def cost(
     from railplan.network.ocs_reconfig import check_reconfig_s
     from railplan.network.topology import Cluster
 
-    check_int("spare_per_domain", spare_per_domain, 0, 1 << 20)
+    if spare_per_domain is not None:
+        check_int("spare_per_domain", spare_per_domain, 0, 1 << 20)
     if reconfig_s is not None:
         check_reconfig_s(reconfig_s)
         if not ocs_reconfigured:
@@ -344,11 +346,12 @@ def faults(
 ) -> None:
     """Failure impact per component and a Monte Carlo of a long job (paper §IV-C), and what the
     rail-only+ocs layer costs beside the idle GPU-hours it recovers."""
-    from railplan.limits import check_int
+    from railplan.limits import MAX_GPUS, check_int
     from railplan.network.cost import load_price_book
     from railplan.network.faults import Policy, fault_table, monte_carlo
     from railplan.network.topology import Cluster
 
+    check_int("hb_domain", hb_domain, 1, MAX_GPUS)
     check_int("spare_per_domain", spare_per_domain, 0, hb_domain - 1)  # one GPU must work
     book = load_price_book(price_book)
     check_int("swap_group", swap_group, 1, 1 << 20)

@@ -224,7 +224,10 @@ def distinct_outputs(**paths: str | None) -> None:
     for name, path in paths.items():
         if not path:
             continue
-        key = Path(path).expanduser().resolve()
+        try:
+            key = Path(path).expanduser().resolve()
+        except (RuntimeError, OSError):  # a symlink loop: check_target names it next
+            key = Path(path).expanduser().absolute()
         if key in seen:
             raise RailplanError(name, f"{path} is also given as --{seen[key].replace('_', '-')}")
         seen[key] = name

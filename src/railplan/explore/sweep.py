@@ -144,11 +144,14 @@ def _local(points: list[dict[str, Any]], zero: tuple[int, ...], workers: int) ->
 
 
 def _require_ray() -> None:
-    """A one-line error, before anything is written, where Ray is not installed."""
-    import importlib.util
-
-    if importlib.util.find_spec("ray") is None:
-        raise RailplanError("backend", "ray is not installed; pip install 'railplan[ray]'")
+    """A one-line error, before anything is written, where Ray is not installed or does not
+    import (it is imported here, as the sweep is about to use it)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError as err:
+        installed = getattr(err, "name", None) != "ray"
+        why = f"ray does not import ({err})" if installed else "ray is not installed"
+        raise RailplanError("backend", f"{why}; pip install 'railplan[ray]'") from None
 
 
 def _ray(

@@ -109,18 +109,23 @@ def check_tokens(input_tokens: int, output_tokens: int) -> None:
             raise RailplanError(field, f"must be an integer in [1, 1e7]; got {v!r}")
 
 
+def check_decoding(output_tokens: int) -> None:
+    """TPOT, the time between output tokens, needs two of them: a one-line error otherwise."""
+    if output_tokens < 2:
+        raise RailplanError(
+            "output_tokens",
+            "must be at least 2: with one output token there is no decode step, so no TPOT "
+            "(the first token's time is TTFT at any output length)",
+        )
+
+
 def infer(
     dep: Deployment, batch: int | None, input_tokens: int, output_tokens: int
 ) -> InferenceResult:
     """Steady-state serving of `dep` with `batch` sequences per tp × pp group (None: the largest
     that fits, at most DEFAULT_MAX_BATCH)."""
     check_tokens(input_tokens, output_tokens)
-    if output_tokens < 2:  # TPOT, the time between output tokens, needs two of them
-        raise RailplanError(
-            "output_tokens",
-            "must be at least 2: with one output token there is no decode step, so no TPOT "
-            "(the first token's time is TTFT at any output length)",
-        )
+    check_decoding(output_tokens)
     seq = input_tokens + output_tokens
     most = dep.max_batch(seq)
     if batch is None:

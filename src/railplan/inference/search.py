@@ -39,6 +39,7 @@ from railplan.inference.engine import (
 )
 from railplan.inference.estimate import (
     DEFAULT_MAX_BATCH,
+    check_decoding,
     check_tokens,
     infer,
     steady_load,
@@ -274,6 +275,8 @@ def search(
     """The best configuration on each network, the overall best and the spine verdict;
     `speculative`: draft tokens per step and their acceptance, `custom_all_reduce`: the serving
     framework's all-reduce kernel where measured (`Deployment`)."""
+    check_tokens(input_tokens, output_tokens)
+    check_decoding(output_tokens)
     ttft_slo_s = SLO.check("ttft_slo", ttft_slo_s)
     tpot_slo_s = SLO.check("tpot_slo", tpot_slo_s)
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_SEARCH_GPUS:

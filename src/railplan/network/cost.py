@@ -287,10 +287,12 @@ class Comparison:
         }
 
 
-def compare(c: Cluster, book: PriceBook | None = None, spare_per_domain: int = 1) -> Comparison:
+def compare(
+    c: Cluster, book: PriceBook | None = None, spare_per_domain: int | None = None
+) -> Comparison:
     """Counts, cost and power of both designs (the paper's Table II row for these inputs), and of
     rail-only+ocs when the price book has an OCS model (``spare_per_domain`` idle GPUs per swap
-    set are counted beside it)."""
+    set are counted beside it; None: one, or none where a swap set is a single GPU)."""
     book = book or load_price_book()
     book.at(c.nic_gbps)
     base, prop = rail_optimized(c), rail_only(c)

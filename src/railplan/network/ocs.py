@@ -53,12 +53,13 @@ class OcsLayer:
         return asdict(self)
 
 
-def ocs_layer(c: NetworkCounts, ocs: OcsPrices, spare_per_swap_set: int = 1) -> OcsLayer:
+def ocs_layer(c: NetworkCounts, ocs: OcsPrices, spare_per_swap_set: int | None = 1) -> OcsLayer:
     """The OCS layer between the GPUs and rail switches of rail-only network ``c``.
 
     ``spare_per_swap_set`` idle GPUs are kept in every swap set (an HB domain, or a slice of a
-    domain too large for one OCS); they are counted, not priced (GPU prices are not modelled)."""
-    if spare_per_swap_set < 0:
+    domain too large for one OCS); they are counted, not priced (GPU prices are not modelled).
+    None: one spare, or none where a swap set is a single GPU (K = 1)."""
+    if spare_per_swap_set is not None and spare_per_swap_set < 0:
         raise RailplanError("spare_per_domain", f"must be ≥ 0; got {spare_per_swap_set}")
     n, f, k, nics = ocs.ports, ocs.fibers_per_link, c.hb_domain, c.nics_per_gpu
     per_gpu = nics * f
@@ -77,6 +78,8 @@ def ocs_layer(c: NetworkCounts, ocs: OcsPrices, spare_per_swap_set: int = 1) -> 
         per_domain = math.ceil(k / swap_set)
         units = c.domains * per_domain
         swap_sets = units
+    if spare_per_swap_set is None:
+        spare_per_swap_set = min(1, min(swap_set, k) - 1)
     if spare_per_swap_set >= min(swap_set, k):  # at least one GPU of a set must work
         raise RailplanError(
             "spare_per_domain",
