@@ -185,3 +185,13 @@ def test_cli_faults_prints_the_tradeoff(cli: Cli) -> None:
     assert "per GPU-hour recovered" in text.output
     bad = cli("faults", "--gpus", "1024", "--price-book", "nope")
     assert bad.exit_code == 2 and "price_book" in str(bad.exception)
+
+
+def test_one_gpu_domains_keep_no_spare_by_default() -> None:
+    # K = 1: a swap set is one GPU, so the default spare is none (cost and report still run)
+    from railplan.network.cost import compare, load_price_book
+
+    c = compare(Cluster(16, 1, 64), load_price_book())
+    assert c.ocs is not None and c.ocs.spare_gpus == 0
+    with pytest.raises(RailplanError, match=r"must be in \[0, 0\]"):
+        compare(Cluster(16, 1, 64), load_price_book(), spare_per_domain=1)
