@@ -27,6 +27,7 @@ from railplan.report.markup import (
     fmt_mw,
     fmt_pct,
     fmt_s,
+    readable,
     table,
 )
 from railplan.report.network_html import cost_section, failures_section
@@ -64,8 +65,6 @@ def answers(r: dict[str, Any]) -> str:
     ro, rl, ideal = (nets[a]["best"] for a in ("rail-optimized", "rail-only", "ideal"))
     a, b = cost["rail_only"], cost["rail_optimized"]
     hb_share = tr["hb_bytes"] / tr["total_bytes"] if tr["total_bytes"] else None
-    mc = r["failures"]["monte_carlo"]
-    v = mc["variants"]
     items = [
         f"<b>Do I need a spine?</b> Rail-only trains one iteration in {fmt_s(_time(rl))} vs "
         f"{fmt_s(_time(ro))} on rail-optimized "
@@ -89,13 +88,35 @@ def answers(r: dict[str, Any]) -> str:
         f"cross-rail NIC bytes: {fmt_bytes(tr['nic_cross_rail_bytes'])}; "
         f"{fmt_pct(1 - tr['pairs_with_traffic_fraction'], digits=3)} of GPU pairs exchange "
         "nothing.",
-        "<b>What if a switch fails?</b> A leaf (rail) switch failure cuts off the same GPUs in "
-        f"both designs; rail-only has {fmt_int(v['rail-only']['switches'])} switches vs "
-        f"{fmt_int(v['rail-optimized']['switches'])}, so fewer failure points (expected "
-        f"interruptions in {mc['days']:g} days: {v['rail-only']['expected_interruptions']:.0f} "
-        f"vs {v['rail-optimized']['expected_interruptions']:.0f}).",
+        _failure_answer(r["failures"]),
     ]
     return '<ul class="answers">' + "".join(f"<li>{x}</li>" for x in items) + "</ul>"
+
+
+def _failure_answer(failures: dict[str, Any]) -> str:
+    """'What if a switch fails?' from the page's own failure data: what a leaf (rail) switch
+    failure cuts off and moves in each design, then the Monte Carlo's interruptions and idle
+    GPU-hours, with no verdict the numbers do not carry."""
+    mc, archs = failures["monte_carlo"], failures["single"]["architectures"]
+    v = mc["variants"]
+
+    def leaf(arch: str) -> dict[str, Any]:
+        found = [i for i in archs[arch]["impacts"] if i["component"] == "leaf_switch"]
+        return found[0] if found else {"gpus_cut_off": 0, "gpus_moved": 0}
+
+    ro, rl = leaf("rail-optimized"), leaf("rail-only")
+    return (
+        f"<b>What if a switch fails?</b> A leaf (rail) switch failure cuts off "
+        f"{fmt_int(rl['gpus_cut_off'])} GPUs on rail-only and {fmt_int(ro['gpus_cut_off'])} on "
+        f"rail-optimized, whose work moves off {fmt_int(rl['gpus_moved'])} vs "
+        f"{fmt_int(ro['gpus_moved'])} GPUs; rail-only has {fmt_int(v['rail-only']['switches'])} "
+        f"switches vs {fmt_int(v['rail-optimized']['switches'])}. Over {mc['days']:g} days the "
+        f"Monte Carlo expects {v['rail-only']['expected_interruptions']:.0f} vs "
+        f"{v['rail-optimized']['expected_interruptions']:.0f} interruptions and "
+        f"{fmt_int(v['rail-only']['expected_idle_gpu_hours'])} vs "
+        f"{fmt_int(v['rail-optimized']['expected_idle_gpu_hours'])} idle GPU-hours "
+        "(rail-only first)."
+    )
 
 
 def performance_section(r: dict[str, Any], figs: dict[str, str]) -> str:
@@ -201,7 +222,15 @@ def sensitivity_section(r: dict[str, Any], figs: dict[str, str]) -> str:
 
 
 def _spec_rows(d: dict[str, Any]) -> list[list[str]]:
-    return [[k, str(v)] for k, v in d.items() if k != "source" and v is not None]
+    return [[k, readable(v)] for k, v in d.items() if k != "source" and v is not None]
+
+
+# The modern runs' source ids (modern_runs.csv) as a reader knows them.
+SOURCE_NAMES = {
+    "meg": "Megatron-Core README (H100)",
+    "dgxc": "NVIDIA dgxc-benchmarking (NeMo, H100)",
+    "mosaic": "MosaicML llm-foundry (A100, H100)",
+}
 
 
 def assumptions_section(r: dict[str, Any]) -> str:
@@ -238,7 +267,7 @@ def assumptions_section(r: dict[str, Any]) -> str:
         "<h3>Search space and model constants</h3>"
         + table(
             ["search field", "values"],
-            [[k, _space_values(v)] for k, v in a["search_space"].items()],
+            [[k, _space_values(v, k)] for k, v in a["search_space"].items()],
         )
         + table(
             ["constant", "value", "defined in"],
@@ -258,7 +287,7 @@ def assumptions_section(r: dict[str, Any]) -> str:
         )
     ]
     summ += [
-        _accuracy_row(f"2023–24 stacks: {src}", x)
+        _accuracy_row(f"2023–24 stacks: {SOURCE_NAMES.get(src, src)}", x)
         for src, x in [*m["by_source"].items(), ("all", m["all"])]
     ]
     summ += [

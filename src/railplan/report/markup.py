@@ -41,12 +41,34 @@ def esc(x: Any) -> str:
     return html.escape(str(x))
 
 
-def _space_values(v: object) -> str:
+# What None means for the search-space fields where it is not "every valid value".
+SPACE_NONE = {"lighter_head_stage": "automatic (tried where the model has MTP layers)"}
+
+
+def _space_values(v: object, key: str = "") -> str:
     """A search-space field: its values, or what None means there (every valid value)."""
     if v is None:
-        return "every valid value"
+        return SPACE_NONE.get(key, "every valid value")
     if isinstance(v, list | tuple):
-        return ", ".join(str(x) for x in v)
+        return ", ".join(readable(x) for x in v)
+    return readable(v)
+
+
+def readable(v: object) -> str:
+    """A spec value as a reader wants it: yes/no for booleans, lists shortened to their ends,
+    tables (dicts) as their entries, never a Python repr."""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, list | tuple):
+        if len(v) > 4:
+            return f"{readable(v[0])} … {readable(v[-1])} ({len(v)} values)"
+        return ", ".join(readable(x) for x in v)
+    if isinstance(v, dict):
+        return "; ".join(
+            f"{k}: {readable(x)}" if not isinstance(x, dict) else f"{k} ({len(x)} entries)"
+            for k, x in v.items()
+            if x is not None
+        )
     return str(v)
 
 

@@ -137,5 +137,10 @@ def failures_section(r: dict[str, Any], figs: dict[str, str]) -> str:
         + f"<h3>Monte Carlo of a {mc['days']:g}-day job on {mc['job_gpus']:,} GPUs</h3>"
         f"<p>Failure rates: {esc(mc['rates']['source'])}; repair time {mc['repair_hours']:g} h "
         "(an assumption); rail-only+ocs adds a small optical circuit switch per rail so an idle "
-        "GPU of the same domain can take a failed GPU's place.</p>" + mtable + figs["fig-failures"]
+        "GPU of the same domain can take a failed GPU's place. This simulation holds no idle "
+        "spare GPUs, so rail-only+ocs recovers nothing here that rail-only does not "
+        "(<code>railplan faults --spare-per-domain N</code> simulates N per domain); the cost "
+        "section prices the OCS layer with one spare per swap set.</p>"
+        + mtable
+        + figs["fig-failures"]
     )

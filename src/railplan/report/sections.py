@@ -97,9 +97,10 @@ def check_inputs(inp: ReportInputs) -> None:
 
 
 def _fault_cluster(inp: ReportInputs) -> Cluster:
-    """The cluster the failure section simulates (the NIC speed the counts know, else 400G)."""
+    """The cluster the failure section counts and simulates (the NIC speed the counts know,
+    else 400G; the system's NICs per GPU, as the cost section has them)."""
     nic = int(inp.system.nic_gbps) if inp.system.nic_gbps in NIC_SPEEDS_GBPS else 400
-    return Cluster(inp.gpus, inp.system.hb_domain, inp.radix, nic)
+    return Cluster(inp.gpus, inp.system.hb_domain, inp.radix, nic, int(inp.system.nics_per_gpu))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -409,10 +410,9 @@ def sensitivity(inp: ReportInputs) -> dict[str, Any]:
 
 def failures(inp: ReportInputs) -> dict[str, Any]:
     """Single-failure impact and a seeded Monte Carlo of a 54-day job (Llama 3 failure rates)."""
-    nic = int(inp.system.nic_gbps) if inp.system.nic_gbps in NIC_SPEEDS_GBPS else 400
-    k = inp.system.hb_domain
-    table = fault_table(Cluster(inp.gpus, k, inp.radix, nic, int(inp.system.nics_per_gpu)))
-    mc = monte_carlo(_fault_cluster(inp), days=MC_DAYS, trials=inp.mc_trials, seed=inp.seed)
+    cluster = _fault_cluster(inp)
+    table = fault_table(cluster)
+    mc = monte_carlo(cluster, days=MC_DAYS, trials=inp.mc_trials, seed=inp.seed)
     return {"single": table, "monte_carlo": mc.to_dict()}
 
 
