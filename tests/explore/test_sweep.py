@@ -583,7 +583,7 @@ def test_kill_9_of_a_sweep_leaves_no_worker_behind(tmp_path: Path) -> None:
         "--vary",
         "nic_gbps=100,200,400,800",
         "--vary",
-        "global_batch=1536,3072",
+        "hb_tbps=3.6,7.2",
         "--workers",
         "2",
         "--output",
@@ -674,3 +674,19 @@ def test_a_binary_output_is_not_a_sweep_log(tmp_path: Path) -> None:
     with pytest.raises(RailplanError, match="not a railplan sweep CSV"):
         run_sweep(spec(), out, workers=1, progress=False)
     assert out.read_bytes() == b"PAR1\xff\xfe\x00binary"
+
+
+def test_editing_a_model_file_recomputes_its_points(tmp_path: Path) -> None:
+    f = tmp_path / "mine.yaml"
+    f.write_text("name: mine\nhidden: 2048\nlayers: 24\nheads: 16\nseq: 2048\nvocab: 50000\n")
+    s = SweepSpec.build(base={"model": str(f), "global_batch": 64}, vary={"gpus": [16]})
+    first = run_sweep(s, tmp_path / "m.csv", workers=1, progress=False)
+    f.write_text(f.read_text().replace("layers: 24", "layers: 96"))
+    second = run_sweep(s, tmp_path / "m.csv", workers=1, progress=False)
+    assert second.computed == 1  # the point's key holds the file's digest
+    assert second.rows[0]["iteration_s"] > first.rows[0]["iteration_s"]
+
+
+def test_a_command_line_value_that_is_also_varied_is_refused() -> None:
+    with pytest.raises(RailplanError, match="given as --gpus and varied"):
+        SweepSpec.build(base={"gpus": 256}, vary={"gpus": [64, 128]}, fixed_wins=True)

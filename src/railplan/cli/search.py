@@ -400,6 +400,7 @@ def sweep(
         vary=parse_vary(vary or []),
         spec_file=spec,
         zero=None if zero is None else tuple(int_list("zero", zero)),
+        fixed_wins=True,
     )
     result = run_sweep(
         sw,

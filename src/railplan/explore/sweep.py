@@ -21,6 +21,7 @@ cluster via `ray.init(address=...)`, or a local one). Both call `evaluate_point`
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Generator, Iterator
@@ -50,9 +51,23 @@ from railplan.fileio import check_target
 
 
 def point_key(point: dict[str, Any], zero: tuple[int, ...]) -> str:
-    """Stable identity of a point (its fields and the search space) for resuming."""
+    """Stable identity of a point (its fields and the search space) for resuming; a model or
+    system given as a file is identified by its contents too, so editing the file computes the
+    points again instead of reusing the old results."""
     named = {k: point.get(k) for k in FIELDS if k not in KEY_WHEN_SET or point.get(k) is not None}
-    return json.dumps({**named, "zero": list(zero)}, sort_keys=True)
+    files = {f"{k}_sha256": d for k in ("model", "system") if (d := _file_digest(point.get(k)))}
+    return json.dumps({**named, **files, "zero": sorted(set(zero))}, sort_keys=True)
+
+
+def _file_digest(ref: Any) -> str | None:
+    """The first 16 hex digits of a spec file's SHA-256 (None for a catalog name or an
+    unreadable file, which the point's evaluation reports)."""
+    if not isinstance(ref, str) or not (ref.endswith((".yaml", ".yml", ".json")) or "/" in ref):
+        return None
+    try:
+        return hashlib.sha256(Path(ref).read_bytes()).hexdigest()[:16]
+    except OSError:
+        return None
 
 
 def failure_text(err: BaseException) -> str:

@@ -241,9 +241,12 @@ class SweepSpec:
         vary: dict[str, list[Any]],
         spec_file: Path | None = None,
         zero: tuple[int, ...] | None = None,
+        fixed_wins: bool = False,
     ) -> SweepSpec:
         """Merge a YAML file (fields at the top level, a `vary` mapping, optional `zero`) with
-        command-line values; the command line wins (`zero` defaults to 0, 1, 2, 3)."""
+        command-line values; the command line wins (`zero` defaults to 0, 1, 2, 3). A field of
+        `base` that is also varied is a default the grid overrides, or, with `fixed_wins` (the
+        command line's own values), an error: the value given would be lost."""
         merged_base: dict[str, Any] = dict(DEFAULTS)
         merged_vary: dict[str, list[Any]] = {}
         file_zero: tuple[int, ...] | None = None
@@ -253,6 +256,13 @@ class SweepSpec:
             merged_vary.update(file_vary)
         merged_base.update({k: _parse_value(_check_field(k, "base"), v) for k, v in base.items()})
         merged_vary.update(vary)
+        for k in base if fixed_wins else ():  # a value given would be lost under a grid over it
+            if k in merged_vary:
+                raise RailplanError(
+                    k,
+                    f"is given as --{k.replace('_', '-')} and varied "
+                    f"({', '.join(str(x) for x in merged_vary[k])}); give one or the other",
+                )
         if zero is None:
             zero = file_zero if file_zero is not None else (0, 1, 2, 3)
         return cls(base=merged_base, vary=merged_vary, zero=zero)
