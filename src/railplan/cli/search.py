@@ -78,12 +78,6 @@ def _sweep_table(keys: list[str], result: SweepResult) -> None:
     grid order."""
     from rich.markup import escape
 
-    def order(row: dict[str, Any]) -> tuple[tuple[int, float, str], ...]:
-        return tuple(
-            (0, float(v), "") if isinstance(v, int | float) else (1, 0.0, str(v))
-            for v in (row[k] for k in keys)
-        )
-
     partial = sorted(
         {
             (int(r["gpus"]), int(r["hb_domain"]))
@@ -98,7 +92,7 @@ def _sweep_table(keys: list[str], result: SweepResult) -> None:
             _fmt(row["mfu"], ".1%"),
             escape(str(row["strategy"] or row["error"])),  # labels and errors hold "[…]"
         )
-        for row in sorted(result.rows, key=order)  # grid order, not completion order
+        for row in result.rows  # grid order (run_sweep's), not completion order
     ]
     console = Console()
     title = f"sweep: {len(result.rows)} points → {result.csv_path}"
