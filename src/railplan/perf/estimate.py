@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from railplan.errors import RailplanError
 from railplan.perf.iteration import Iteration, iteration
 from railplan.specs import Model, Network, Strategy, System, load_model, load_system
 from railplan.specs.arrays import check, from_strategies
@@ -61,12 +62,25 @@ class Estimate:
 def estimate(
     model: Model | str,
     system: System | str,
-    strategy: Strategy,
-    network: Network | None = None,
+    strategy: Strategy | dict[str, Any],
+    network: Network | str | None = None,
     gpus: int | None = None,
 ) -> Estimate:
     """Predict one training iteration. Raises RailplanError (one line) on invalid input."""
-    m, sy, net = load_model(model), load_system(system), network or Network()
+    m, sy = load_model(model), load_system(system)
+    if isinstance(strategy, dict):  # a mapping of Strategy's fields, as a YAML file holds them
+        strategy = Strategy.parse(strategy)
+    if not isinstance(strategy, Strategy):
+        raise RailplanError(
+            "strategy", f"give a Strategy or a mapping of its fields; got {type(strategy).__name__}"
+        )
+    if isinstance(network, str):  # an architecture name, as the CLI's --network takes it
+        network = Network(architecture=network)
+    if network is not None and not isinstance(network, Network):
+        raise RailplanError(
+            "network", f"give a Network or an architecture name; got {type(network).__name__}"
+        )
+    net = network or Network()
     arrays = from_strategies(strategy)
     check(m, arrays, gpus)
     it: Iteration = iteration(m, sy, net, arrays)

@@ -55,6 +55,12 @@ def _load_data(kind: str, field: str, ref: str | dict[str, Any]) -> dict[str, An
     """The mapping behind a reference: a dict as is, a YAML file, or a catalog entry."""
     if isinstance(ref, dict):
         return dict(ref)
+    if not isinstance(ref, str) or not ref:  # None, a number, a spec of another kind
+        raise RailplanError(
+            field,
+            f"give a catalog name ({len(_catalog(kind))} in `railplan catalog {kind}`), a YAML "
+            f"file, a mapping or a {field} spec; got {type(ref).__name__} {str(ref)[:40]!r}",
+        )
     if _is_file(ref):
         return dict(_mapping(read_yaml(Path(ref), field), field))
     data = _entry(kind, ref, field)
