@@ -153,17 +153,13 @@ def estimate(
     Console().print(_estimate_table(e, m, sy, net, strat, t.gpus))
 
 
-# How far above the best published MFU of its GPU a prediction is flagged as an extrapolation.
-EXTRAPOLATION_MFU = 0.05
-
-
 def _estimate_table(
     e: Estimate, m: Model, sy: System, net: Network, strat: Strategy, gpus: int
 ) -> Table:
     """The table `railplan estimate` prints: time, MFU/HFU, memory, the time's breakdown and
     warnings about groups that straddle HB domains, and about an MFU beyond the published
     runs of its GPU."""
-    from railplan.reproduce.modern_validation import best_published_mfu
+    from railplan.reproduce.modern_validation import extrapolation
 
     rows = [
         ("iteration time", f"{e.iteration_s:.3f} s"),
@@ -191,16 +187,9 @@ def _estimate_table(
                 f"up to {g['domains']} domains" + (", cross-rail" if g["cross_rail"] else ""),
             )
         )
-    ceiling = best_published_mfu().get(sy.gpu.name)
-    if ceiling and strat.precision == "bf16" and e.mfu > ceiling[0] + EXTRAPOLATION_MFU:
-        rows.append(
-            (
-                "[yellow]beyond published runs[/yellow]",
-                f"MFU {e.mfu:.1%} is above every published {sy.gpu.name} BF16 run railplan is "
-                f"checked against (best {ceiling[0]:.1%}, {ceiling[1]}): an extrapolation "
-                "(docs/validation.md)",
-            )
-        )
+    beyond = extrapolation(sy.gpu.name, strat.precision, e.mfu)
+    if beyond:
+        rows.append(("[yellow]beyond published runs[/yellow]", beyond))
     if e.mfu > 1.0:
         rows.append(
             (

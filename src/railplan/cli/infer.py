@@ -141,7 +141,7 @@ def infer(
     Poisson load with --arrival-rate (mean and p99, a sweep with a plot)."""
     from railplan.inference.engine import Deployment
     from railplan.inference.estimate import infer as run
-    from railplan.inference.serving import rate_sweep
+    from railplan.inference.serving import DEFAULT_REQUESTS, rate_sweep
     from railplan.specs.build import choice
     from railplan.specs.catalog import load_model
 
@@ -151,7 +151,7 @@ def infer(
         if given is not None and not rates:
             raise RailplanError(name, "takes effect only with --arrival-rate (the load simulation)")
     dispatch = choice("dispatch", dispatch or "split", ("split", "least-busy"))
-    requests = 2000 if requests is None else requests
+    requests = DEFAULT_REQUESTS if requests is None else requests
     _check_figures(plot, heatmap, rates)
     sy = hardware.system(system)
     m = load_model(model)
@@ -210,7 +210,7 @@ def _check_figures(plot: str | None, heatmap: str | None, rates: list[float]) ->
     """Check the figure files `infer` will write before any work."""
     if plot is not None and not rates:
         raise RailplanError("plot", "needs --arrival-rate (a comma list of rates)")
-    from railplan.cli.traffic import distinct_outputs
+    from railplan.cli.output import distinct_outputs
 
     distinct_outputs(plot=plot, heatmap=heatmap)
     for field, path in (("plot", plot), ("heatmap", heatmap)):

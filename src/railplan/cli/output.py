@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Container, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -92,3 +93,18 @@ def pct(x: float | None) -> str:
 
 def count(x: int | None) -> str:
     return "n/a" if x is None else f"{x:,}"
+
+
+def distinct_outputs(**paths: str | None) -> None:
+    """Two outputs given the same file would leave only the last one written: refused."""
+    seen: dict[Path, str] = {}
+    for name, path in paths.items():
+        if not path:
+            continue
+        try:
+            key = Path(path).expanduser().resolve()
+        except (RuntimeError, OSError):  # a symlink loop: check_target names it next
+            key = Path(path).expanduser().absolute()
+        if key in seen:
+            raise RailplanError(name, f"{path} is also given as --{seen[key].replace('_', '-')}")
+        seen[key] = name

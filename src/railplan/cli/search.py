@@ -312,18 +312,12 @@ def _print_search(r: SearchResult) -> None:
         f"dp = gpus/(tp·cp·pp) divides the batch of {job.global_batch:,}, and the "
         f"micro-batch the per-replica batch."
     )
-    from railplan.cli.core import EXTRAPOLATION_MFU
-    from railplan.reproduce.modern_validation import best_published_mfu
+    from railplan.reproduce.modern_validation import extrapolation
 
-    ceiling = best_published_mfu().get(sy.gpu.name)
     best = r.best
-    bf16 = best is not None and best.strategy.precision == "bf16"
-    if ceiling and best and bf16 and best.mfu > ceiling[0] + EXTRAPOLATION_MFU:
-        console.print(
-            f"note: the best's MFU, {best.mfu:.1%}, is above every published "
-            f"{sy.gpu.name} BF16 run railplan is checked against (best {ceiling[0]:.1%}, "
-            f"{ceiling[1]}): an extrapolation (docs/validation.md)."
-        )
+    beyond = best and extrapolation(sy.gpu.name, best.strategy.precision, best.mfu)
+    if beyond:
+        console.print(f"note: the best's {beyond}.")
     if gpus % sy.hb_domain:
         console.print(
             f"note: {gpus:,} GPUs is not a multiple of K={sy.hb_domain}, so one HB domain "

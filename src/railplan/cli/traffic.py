@@ -207,34 +207,18 @@ def heatmap_gpus(first_gpus: int | None, heatmap: str | None) -> int:
     """--first-gpus: 64 by default; refused without --heatmap (it would change nothing) and
     beyond the heatmap's bound (`plots.MAX_HEATMAP_GPUS`), before any work."""
     from railplan.limits import check_int
-    from railplan.traffic.plots import MAX_HEATMAP_GPUS
+    from railplan.traffic.plots import DEFAULT_HEATMAP_GPUS, MAX_HEATMAP_GPUS
 
     if first_gpus is None:
-        return 64
+        return DEFAULT_HEATMAP_GPUS
     if heatmap is None:
         raise RailplanError("first_gpus", "takes effect only with --heatmap FILE")
     return check_int("first_gpus", first_gpus, 2, MAX_HEATMAP_GPUS)
 
 
-def distinct_outputs(**paths: str | None) -> None:
-    """Two outputs given the same file would leave only the last one written: refused."""
-    from pathlib import Path
-
-    seen: dict[Path, str] = {}
-    for name, path in paths.items():
-        if not path:
-            continue
-        try:
-            key = Path(path).expanduser().resolve()
-        except (RuntimeError, OSError):  # a symlink loop: check_target names it next
-            key = Path(path).expanduser().absolute()
-        if key in seen:
-            raise RailplanError(name, f"{path} is also given as --{seen[key].replace('_', '-')}")
-        seen[key] = name
-
-
 def _check_outputs(heatmap: str | None, bars: str | None, export: str | None) -> None:
     """Check the suffixes of the files `traffic` will write, and that they differ."""
+    from railplan.cli.output import distinct_outputs
     from railplan.traffic.matrix import EXPORT_SUFFIXES
     from railplan.traffic.plots import FIGURE_SUFFIXES, check_suffix
 

@@ -817,9 +817,7 @@ def fixed_culprit(job: Job, space: SearchSpace) -> tuple[str, str] | None:
     (field, message); None when each fixed value is possible alone (their combination, or the
     GPU count, is not)."""
     model, hb = job.model, job.system.hb_domain
-    free = replace(
-        space, tp=None, cp=None, pp=None, dp=None, ep=None, interleave=None, micro_batch=None
-    )
+    free = replace(space, **dict.fromkeys(FIXABLE))  # type: ignore[arg-type]
     for name in FIXABLE:
         chosen = getattr(space, name)
         if chosen is None:

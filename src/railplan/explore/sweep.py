@@ -172,8 +172,7 @@ def _require_ray() -> None:
 def _ray(
     points: list[dict[str, Any]], zero: tuple[int, ...], address: str | None, in_flight: int
 ) -> Rows:
-    _require_ray()
-    import ray
+    import ray  # run_sweep checked it imports (_require_ray)
 
     if not ray.is_initialized():
         if address:

@@ -367,9 +367,10 @@ def check_monte_carlo(
     policy: Policy | None = None,
     repair_hours: float = 24.0,
     target_quantile: float = 0.99,
-) -> None:
+) -> _Setup:
     """The one-line errors `monte_carlo` would raise on these inputs (out of range, or past
-    the budgets), without running it: callers check before longer work."""
+    the budgets), without running it: callers check before longer work. Returns what the
+    simulation runs on (`monte_carlo` goes on with it)."""
     _check_monte_carlo(cluster.gpus, trials, seed, days, repair_hours, target_quantile)
     s = _Setup.of(cluster, days, rates, policy, repair_hours)
     events_per_trial = max(
@@ -377,6 +378,7 @@ def check_monte_carlo(
         for v, c in s.variants
     )
     check_budget(trials, s.hours + s.rep + 1, events_per_trial)
+    return s
 
 
 @dataclass(frozen=True)
@@ -429,8 +431,7 @@ def monte_carlo(
     inter-switch links). Time is binned hourly; per trial we track unusable GPUs over time.
     ``repair_hours`` is an assumption (not in the Llama 3 report) and scales the idle-GPU numbers.
     """
-    check_monte_carlo(cluster, days, trials, seed, rates, policy, repair_hours, target_quantile)
-    s = _Setup.of(cluster, days, rates, policy, repair_hours)
+    s = check_monte_carlo(cluster, days, trials, seed, rates, policy, repair_hours, target_quantile)
     rates, policy, hours, rep, per_h = s.rates, s.policy, s.hours, s.rep, s.per_h
     out: dict[str, dict[str, float]] = {}
     for variant, counts in s.variants:

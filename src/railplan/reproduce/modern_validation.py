@@ -410,15 +410,6 @@ def modern_commands(file: str = MODERN_FILE) -> list[dict[str, str]]:
     return out
 
 
-# The shared sets' GPU names, as the catalog's (MosaicML's "H100-80GB" is the SXM part).
-CSV_GPUS = {
-    "H100-SXM-80GB": "h100-sxm",
-    "H100-80GB": "h100-sxm",
-    "A100-80GB": "a100-80gb",
-    "A100-40GB": "a100-40gb",
-}
-
-
 @functools.cache
 def best_published_mfu() -> dict[str, tuple[float, str]]:
     """Per catalog GPU, the highest MFU of a published BF16 training run railplan is checked
@@ -431,9 +422,27 @@ def best_published_mfu() -> dict[str, tuple[float, str]]:
             best[gpu] = (mfu, run)
 
     for r in read_rows(MODERN_FILE):
-        if r["measured_mfu"] and r["gpu_type"] in CSV_GPUS and "fp8" not in r["precision"]:
-            keep(CSV_GPUS[r["gpu_type"]], float(r["measured_mfu"]), r["id"])
+        if r["measured_mfu"] and "fp8" not in r["precision"]:
+            gpu = load_system(_GPU_SYSTEM[r["gpu_type"]]).gpu.name
+            keep(gpu, float(r["measured_mfu"]), r["id"])
+    a100 = load_system("dgx-a100").gpu.name  # Korthikanti's DGX A100 80GB
     for r in read_rows("korthikanti2022.csv"):
         if r["mfu"]:
-            keep("a100-80gb", float(r["mfu"]), f"korthikanti2022 {r['model']} {r['gpus']} GPUs")
+            keep(a100, float(r["mfu"]), f"korthikanti2022 {r['model']} {r['gpus']} GPUs")
     return best
+
+
+# How far above the best published MFU of its GPU a prediction is flagged as an extrapolation.
+EXTRAPOLATION_MFU = 0.05
+
+
+def extrapolation(gpu: str, precision: str, mfu: float) -> str | None:
+    """Why a BF16 prediction of `mfu` on `gpu` is an extrapolation (more than EXTRAPOLATION_MFU
+    above the best published run of that GPU, `best_published_mfu`), or None."""
+    ceiling = best_published_mfu().get(gpu)
+    if ceiling is None or precision != "bf16" or mfu <= ceiling[0] + EXTRAPOLATION_MFU:
+        return None
+    return (
+        f"MFU {mfu:.1%} is above every published {gpu} BF16 run railplan is checked against "
+        f"(best {ceiling[0]:.1%}, {ceiling[1]}): an extrapolation (docs/validation.md)"
+    )

@@ -66,12 +66,13 @@ class DenseTraffic(Protocol):
 # The most GPUs a heatmap shows: a 7.5-inch figure has no more pixels per side, and the dense
 # matrix and its colours take 40 bytes per cell (2,048 GPUs: 0.17 GB).
 MAX_HEATMAP_GPUS = 2048
+DEFAULT_HEATMAP_GPUS = 64
 
 
 def heatmap(
     t: DenseTraffic,
     path: str | Path,
-    first_gpus: int = 64,
+    first_gpus: int = DEFAULT_HEATMAP_GPUS,
     title: str = "",
     unit: str = "bytes per iteration",
 ) -> Path:
