@@ -25,6 +25,17 @@ def test_infer_json_has_the_keys(cli: Cli) -> None:
     assert out["fits"] and out["tokens_per_s_per_gpu"] > 0
 
 
+def test_a_context_beyond_the_models_sequence_is_noted(cli: Cli) -> None:
+    # the default model's spec says seq 4,096 (Llama 2 70B): 222 + 219 tokens pass quietly,
+    # 4,000 + 200 are costed with a note saying so
+    inside = cli.json("infer", "--tp", "2", "--input-tokens", "222", "--output-tokens", "219")
+    assert "notes" not in inside
+    beyond = cli.json("infer", "--tp", "2", "--input-tokens", "4000", "--output-tokens", "200")
+    assert beyond["fits"] and beyond["ttft_s"] > inside["ttft_s"]
+    (note,) = beyond["notes"]
+    assert "4,000 prompt + 200 output tokens exceed" in note and "4,096" in note
+
+
 def test_infer_sweep_writes_a_plot(cli: Cli, tmp_path: Path) -> None:
     plot = tmp_path / "curve.png"
     out = cli.json(

@@ -267,3 +267,18 @@ def test_inputs_the_sections_refuse_are_refused_before_any_search(
     with pytest.raises(RailplanError) as err:
         check_inputs(replace(small_inputs(), **change))
     assert err.value.field == field
+
+
+def test_a_fractional_nic_count_is_refused_naming_the_option_and_its_values() -> None:
+    # the report counts switches and transceivers per NIC; its --help says "a whole number"
+    from dataclasses import replace
+
+    from railplan.report.sections import check_inputs
+
+    inp = small_inputs()
+    half = replace(inp, system=inp.system.model_copy(update={"nics_per_gpu": 0.5}))
+    with pytest.raises(RailplanError) as err:
+        check_inputs(half)
+    assert err.value.field == "nics-per-gpu"
+    assert "whole number" in err.value.problem and "1-16" in err.value.problem
+    assert "got 0.5" in err.value.problem

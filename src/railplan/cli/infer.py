@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from railplan.inference.engine import Deployment
     from railplan.inference.estimate import InferenceResult
     from railplan.inference.serving import ServingResult
+    from railplan.specs.model import Model
 
 PrecisionOpt = Annotated[str, typer.Option(help="bf16 | fp8 | fp4 (weights and GEMMs)")]
 SpeculativeOpt = Annotated[
@@ -170,6 +171,9 @@ def infer(
     )
     r = run(dep, batch, input_tokens, output_tokens)
     out: dict[str, Any] = r.to_dict()
+    notes = _context_notes(m, input_tokens, output_tokens)
+    if notes:
+        out["notes"] = notes
     busy = dispatch == "least-busy"
     sweep = rate_sweep(dep, rates, input_tokens, output_tokens, batch, requests, busy)
     capped = sweep and batch is not None and batch > r.max_batch
@@ -196,6 +200,8 @@ def infer(
         out.get("decode_step_traffic"),
         sweep,
     )
+    for note in notes:
+        Console().print(f"[yellow]note:[/yellow] {note}")
     if capped:
         Console().print(
             f"under load the batch is the largest that fits, {r.max_batch:,} "
@@ -204,6 +210,19 @@ def infer(
     for path in (heatmap, plot):
         if path is not None:
             Console().print(f"wrote {path}")
+
+
+def _context_notes(m: Model, input_tokens: int, output_tokens: int) -> list[str]:
+    """What the user should know about the context asked for: a prompt and answer longer than
+    the sequence the model spec gives (its training length) are computed all the same."""
+    context = input_tokens + output_tokens
+    if context <= m.seq:
+        return []
+    return [
+        f"{input_tokens:,} prompt + {output_tokens:,} output tokens exceed {m.name}'s "
+        f"sequence length of {m.seq:,} (the spec's `seq`, its training length): costed all "
+        "the same; whether the model serves that context the spec does not say"
+    ]
 
 
 def _check_figures(plot: str | None, heatmap: str | None, rates: list[float]) -> None:

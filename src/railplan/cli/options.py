@@ -44,6 +44,11 @@ SharpOpt = Annotated[
 NicsPerGpuOpt = Annotated[
     float | None, typer.Option(help="override NICs per GPU (0.125-16; 0.125 = a NIC per 8 GPUs)")
 ]
+# the report counts switches and transceivers, so it takes whole NICs only
+ReportNicsPerGpuOpt = Annotated[
+    float | None,
+    typer.Option("--nics-per-gpu", help="override NICs per GPU (a whole number, 1-16)"),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
 
 # the network commands' cluster (cost, topology, faults, tile, cost-plot, flowsim)

@@ -13,8 +13,8 @@ from railplan.cli.options import (
     HbTbpsOpt,
     ModelOpt,
     NicGbpsOpt,
-    NicsPerGpuOpt,
     PriceBookOpt,
+    ReportNicsPerGpuOpt,
     SystemOpt,
 )
 
@@ -39,7 +39,7 @@ def report(
     hb_domain: HbDomainOpt = None,
     hb_tbps: HbTbpsOpt = None,
     nic_gbps: NicGbpsOpt = None,
-    nics_per_gpu: NicsPerGpuOpt = None,
+    nics_per_gpu: ReportNicsPerGpuOpt = None,
     trials: Annotated[int, typer.Option(help="Monte Carlo trials of the failure section")] = (1000),
     workers: Annotated[
         int,

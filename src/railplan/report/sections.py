@@ -90,7 +90,11 @@ def check_inputs(inp: ReportInputs) -> None:
             f"counts); nearest: {near_multiples(inp.gpus, k)}",
         )
     if inp.system.nics_per_gpu != int(inp.system.nics_per_gpu):
-        raise RailplanError("nics_per_gpu", "the network counts need a whole number of NICs")
+        raise RailplanError(
+            "nics-per-gpu",
+            f"the report counts switches and transceivers, so it needs a whole number of NICs "
+            f"per GPU (1-16); got {inp.system.nics_per_gpu:g}",
+        )
     # what the network and failure sections would refuse, before the searches run
     check_radix(inp.radix)
     check_monte_carlo(_fault_cluster(inp), days=MC_DAYS, trials=inp.mc_trials, seed=inp.seed)
