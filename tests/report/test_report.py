@@ -82,6 +82,26 @@ def test_traffic_and_failures(report_data: dict[str, Any]) -> None:
     assert mc["variants"]["rail-only"]["switches"] < mc["variants"]["rail-optimized"]["switches"]
 
 
+def test_the_monte_carlo_holds_the_spares_the_ocs_layer_is_priced_with(
+    report_data: dict[str, Any],
+) -> None:
+    # one idle spare per swap set (here an HB domain of 8), as the cost section counts them:
+    # rail-only cannot rewire it into a failed GPU's rails, rail-only+ocs and rail-optimized can
+    f = report_data["failures"]
+    ocs = report_data["cost"]["rail_only_ocs"]
+    assert f["spare_per_domain"] == 1 == ocs["spare_gpus"] // (256 // 8)
+    idle = {v: m["expected_idle_gpu_hours"] for v, m in f["monte_carlo"]["variants"].items()}
+    assert max(idle["rail-only+ocs"], idle["rail-optimized"]) < idle["rail-only"]
+    t = f["ocs_tradeoff"]
+    assert t["spare_gpus"] == ocs["spare_gpus"]
+    assert t["recovered_gpu_hours"] == pytest.approx(idle["rail-only"] - idle["rail-only+ocs"])
+    from railplan.report.network_html import failures_section
+
+    html = failures_section(report_data, {"fig-failures": ""})
+    assert "1 idle spare GPU per HB domain" in html
+    assert f"{t['spare_gpus']:,} spare GPUs idle cuts the job's idle GPU-hours" in html
+
+
 def test_assumptions_have_sources(report_data: dict[str, Any]) -> None:
     a = report_data["assumptions"]
     for key in ("model", "system", "gpu"):

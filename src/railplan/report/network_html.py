@@ -12,6 +12,7 @@ from railplan.report.markup import (
     fmt_pct,
     table,
 )
+from railplan.units import fmt_usd
 
 
 def cost_section(r: dict[str, Any], figs: dict[str, str]) -> str:
@@ -137,10 +138,37 @@ def failures_section(r: dict[str, Any], figs: dict[str, str]) -> str:
         + f"<h3>Monte Carlo of a {mc['days']:g}-day job on {mc['job_gpus']:,} GPUs</h3>"
         f"<p>Failure rates: {esc(mc['rates']['source'])}; repair time {mc['repair_hours']:g} h "
         "(an assumption); rail-only+ocs adds a small optical circuit switch per rail so an idle "
-        "GPU of the same domain can take a failed GPU's place. This simulation holds no idle "
-        "spare GPUs, so rail-only+ocs recovers nothing here that rail-only does not "
-        "(<code>railplan faults --spare-per-domain N</code> simulates N per domain); the cost "
-        "section prices the OCS layer with one spare per swap set.</p>"
+        "GPU of the same domain can take a failed GPU's place. Every design holds "
+        f"{_spares(f['spare_per_domain'])} per HB domain, the spares the cost section counts "
+        "beside the OCS layer (one per swap set); rail-only cannot rewire a spare into a "
+        "failed GPU's rails, rail-optimized and rail-only+ocs can "
+        "(<code>railplan faults --spare-per-domain N</code> simulates N).</p>"
         + mtable
+        + _ocs_tradeoff(f["ocs_tradeoff"], mc["days"])
         + figs["fig-failures"]
+    )
+
+
+def _spares(n: int) -> str:
+    return "no idle spare GPU" if n == 0 else f"{n} idle spare GPU{'s' if n > 1 else ''}"
+
+
+def _ocs_tradeoff(t: dict[str, Any] | None, days: float) -> str:
+    """What the OCS layer costs beside the idle GPU-hours its spares recover (none without an
+    OCS model in the price book)."""
+    if t is None:
+        return ""
+    price = "" if t["ocs_cost_usd"] is None else f" costs {fmt_usd(t['ocs_cost_usd'])} and"
+    recovered = t["recovered_gpu_hours"]
+    if t["spare_gpus"] == 0 or recovered <= 0:
+        return (
+            f"<p>The OCS layer{price} recovers no idle GPU-hours here"
+            f"{'' if t['spare_gpus'] else ' (no spare GPUs: a domain of one GPU)'}.</p>"
+        )
+    per_hour = t["ocs_usd_per_recovered_gpu_hour"]
+    value = "" if per_hour is None else f": ${per_hour:,.0f} of OCS per GPU-hour recovered"
+    return (
+        f"<p>The OCS layer{price} with {t['spare_gpus']:,} spare GPUs idle cuts the job's "
+        f"idle GPU-hours over {days:g} days from {t['idle_gpu_hours_rail_only']:,.0f} "
+        f"(rail-only) to {t['idle_gpu_hours_ocs']:,.0f}{value}.</p>"
     )

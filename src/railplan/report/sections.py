@@ -20,7 +20,14 @@ from railplan.explore.pool import worker_pool
 from railplan.explore.search import SearchResult, SearchSpace, search
 from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
 from railplan.network.cost import Comparison, PriceBook, compare
-from railplan.network.faults import FailureRates, check_monte_carlo, fault_table, monte_carlo
+from railplan.network.faults import (
+    FailureRates,
+    Policy,
+    check_monte_carlo,
+    fault_table,
+    monte_carlo,
+)
+from railplan.network.ocs import tradeoff
 from railplan.network.topology import NIC_SPEEDS_GBPS, Cluster, check_radix
 from railplan.specs import Job, Model, Network, Strategy, System
 from railplan.traffic.matrix import stats, traffic
@@ -241,13 +248,20 @@ def priced_speed(book: PriceBook, nic_gbps: float) -> int:
     return min(book.speeds, key=lambda s: (abs(s - nic_gbps), s))
 
 
-def cost(inp: ReportInputs) -> dict[str, Any]:
-    """Switches, transceivers, dollars and watts of rail-optimized and rail-only."""
+def _comparison(inp: ReportInputs) -> Comparison:
+    """Rail-optimized, rail-only and rail-only+ocs counted and priced at the price book's speed
+    (the cost section's, and the OCS layer the failure section weighs)."""
     speed = priced_speed(inp.price_book, inp.system.nic_gbps)
     cluster = Cluster(
         inp.gpus, inp.system.hb_domain, inp.radix, speed, int(inp.system.nics_per_gpu)
     )
-    c: Comparison = compare(cluster, book=inp.price_book)
+    return compare(cluster, book=inp.price_book)
+
+
+def cost(inp: ReportInputs) -> dict[str, Any]:
+    """Switches, transceivers, dollars and watts of rail-optimized and rail-only."""
+    speed = priced_speed(inp.price_book, inp.system.nic_gbps)
+    c = _comparison(inp)
     note = ""
     if speed != inp.system.nic_gbps:
         note = (
@@ -413,11 +427,25 @@ def sensitivity(inp: ReportInputs) -> dict[str, Any]:
 
 
 def failures(inp: ReportInputs) -> dict[str, Any]:
-    """Single-failure impact and a seeded Monte Carlo of a 54-day job (Llama 3 failure rates)."""
+    """Single-failure impact and a seeded Monte Carlo of a 54-day job (Llama 3 failure rates),
+    holding the idle spare GPUs the cost section counts beside the OCS layer (one per swap set),
+    so that rail-only+ocs is simulated with the spares it is priced with; and what the OCS
+    layer costs per GPU-hour it recovers."""
     cluster = _fault_cluster(inp)
-    table = fault_table(cluster)
-    mc = monte_carlo(cluster, days=MC_DAYS, trials=inp.mc_trials, seed=inp.seed)
-    return {"single": table, "monte_carlo": mc.to_dict()}
+    c = _comparison(inp)
+    # one spare per swap set (an HB domain, or a slice of one too large for one OCS); without
+    # an OCS model in the price book, the same rule for a domain
+    k = cluster.hb_domain
+    spares = c.ocs.spare_gpus * k // cluster.gpus if c.ocs else min(1, k - 1)
+    policy = Policy(spare_per_domain=spares)
+    table = fault_table(cluster, policy)
+    mc = monte_carlo(cluster, days=MC_DAYS, trials=inp.mc_trials, seed=inp.seed, policy=policy)
+    return {
+        "single": table,
+        "monte_carlo": mc.to_dict(),
+        "spare_per_domain": spares,
+        "ocs_tradeoff": tradeoff(c.to_dict(), mc.to_dict()),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
