@@ -100,6 +100,12 @@ def test_the_monte_carlo_holds_the_spares_the_ocs_layer_is_priced_with(
     html = failures_section(report_data, {"fig-failures": ""})
     assert "1 idle spare GPU per HB domain" in html
     assert f"{t['spare_gpus']:,} spare GPUs idle cuts the job's idle GPU-hours" in html
+    from railplan.report.html import _failure_answer
+
+    answer = _failure_answer(f)
+    ocs_idle = f"{idle['rail-only+ocs']:,.0f}"
+    assert "1 idle spare GPU per HB domain (every design holds them)" in answer
+    assert f"rail-only's idle GPU-hours are {ocs_idle}" in answer
 
 
 def test_assumptions_have_sources(report_data: dict[str, Any]) -> None:

@@ -115,7 +115,18 @@ def _failure_answer(failures: dict[str, Any]) -> str:
         f"{v['rail-optimized']['expected_interruptions']:.0f} interruptions and "
         f"{fmt_int(v['rail-only']['expected_idle_gpu_hours'])} vs "
         f"{fmt_int(v['rail-optimized']['expected_idle_gpu_hours'])} idle GPU-hours "
-        "(rail-only first)."
+        "(rail-only first)" + _with_ocs(failures["spare_per_domain"], v["rail-only+ocs"]) + "."
+    )
+
+
+def _with_ocs(spares: int, ocs: dict[str, Any]) -> str:
+    """The rail-only+ocs figure beside them, when there are spares to swap in."""
+    if spares == 0:
+        return ""
+    return (
+        f"; with an OCS layer and {spares} idle spare GPU{'s' if spares > 1 else ''} per HB "
+        f"domain (every design holds them), rail-only's idle GPU-hours are "
+        f"{fmt_int(ocs['expected_idle_gpu_hours'])}"
     )
 
 
