@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         System,
         load_gpu,
         load_model,
+        load_network,
         load_system,
     )
 
@@ -38,6 +39,7 @@ __all__ = [
     "estimate",
     "load_gpu",
     "load_model",
+    "load_network",
     "load_system",
 ]
 
@@ -45,7 +47,17 @@ _HOMES = {
     "Estimate": "railplan.perf.estimate",
     "estimate": "railplan.perf.estimate",
 } | dict.fromkeys(
-    ("GPU", "Model", "Network", "Strategy", "System", "load_gpu", "load_model", "load_system"),
+    (
+        "GPU",
+        "Model",
+        "Network",
+        "Strategy",
+        "System",
+        "load_gpu",
+        "load_model",
+        "load_network",
+        "load_system",
+    ),
     "railplan.specs",
 )
 
@@ -57,3 +69,8 @@ def __getattr__(name: str) -> Any:
     value = getattr(import_module(home), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    """The lazy names too, so that tab completion lists them before their first use."""
+    return sorted(set(globals()) | set(__all__))

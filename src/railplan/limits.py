@@ -9,6 +9,7 @@ products such as tp·pp·dp and gpus·seq_len stay inside int64.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 from railplan.errors import RailplanError
@@ -17,13 +18,24 @@ MAX_GPUS = 10**9
 """Most GPUs in a job or cluster, and the largest parallel degree."""
 MAX_GLOBAL_BATCH = 10**9
 """Most sequences per iteration (and per micro-batch)."""
+MAX_TOKENS = 10**7
+"""Most prompt or output tokens per request the serving model takes."""
 MAX_TOP = 1000
 """Most candidates `search --top` lists (each one is described in detail)."""
 
 
+def as_int(value: Any) -> int | None:
+    """``value`` as a Python int if it is an integer of any type (numpy's too, as a loop over
+    ``np.arange`` or a pandas column gives them), else None; a bool is not a count."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    return None
+
+
 def check_int(fld: str, value: Any, low: int = 1, high: int = MAX_GPUS) -> int:
-    """``value`` as an int in [low, high], else a one-line RailplanError naming ``fld``."""
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    """``value`` as a Python int in [low, high], else a one-line RailplanError naming ``fld``."""
+    n = as_int(value)
+    if n is None or not low <= n <= high:
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
         raise RailplanError(fld, f"must be an integer in [{low:,}, {high:,}]; got {shown}")
-    return value
+    return n

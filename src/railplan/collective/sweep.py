@@ -63,12 +63,9 @@ def plot(rows: list[dict[str, Any]], out: str | Path, title: str) -> Path:
     p = Path(out)
     if p.suffix not in (".png", ".svg", ".pdf"):
         raise RailplanError("plot", f"{p.name!r}: use a .png, .svg or .pdf file name")
-    import matplotlib
+    from railplan.figures import subplots
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (ax_t, ax_b) = subplots(1, 2, figsize=(11, 4.2))
     for a in ALL_ALGORITHMS:
         pts = [
             (row["bytes"], r["time_s"], r["busbw_gb_per_s"])
@@ -91,7 +88,4 @@ def plot(rows: list[dict[str, Any]], out: str | Path, title: str) -> Path:
     ax_t.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    try:
-        return atomic_write(p, lambda tmp: fig.savefig(tmp, format=p.suffix[1:]), field="plot")
-    finally:
-        plt.close(fig)
+    return atomic_write(p, lambda tmp: fig.savefig(tmp, format=p.suffix[1:]), field="plot")

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from railplan.errors import RailplanError
-from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_TOP, check_int
+from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_TOP, as_int, check_int
 from railplan.perf.iteration import iteration
 from railplan.specs import (
     ATTENTION_CODES,
@@ -152,6 +152,7 @@ class SearchSpace:
     lighter_head_stage: bool | None = None
 
     def __post_init__(self) -> None:
+        self._as_tuples()
         for name in ("tp", "pp", "micro_batch", "interleave", "ep", "cp", "dp"):
             values = getattr(self, name)
             if values is not None and (not values or min(values) < 1):
@@ -205,6 +206,46 @@ class SearchSpace:
             raise RailplanError(
                 "pipeline_schedule", "must be one of " + ", ".join(PIPELINE_SCHEDULE_CODES)
             )
+
+    def _as_tuples(self) -> None:
+        """The list fields as tuples: one value stands for a list of one, a list or numpy
+        array for its values; integers of any type become Python ints."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if "tuple" not in str(f.type) or value is None or isinstance(value, tuple):
+                continue
+            values = (value,) if isinstance(value, str | bool | int | float | np.generic) else value
+            try:
+                values = tuple(values.tolist() if isinstance(values, np.ndarray) else values)
+            except TypeError:
+                raise RailplanError(
+                    f.name, f"give a value or a list of values; got {type(value).__name__}"
+                ) from None
+            object.__setattr__(self, f.name, values)
+        for name in INT_LISTS:
+            values = getattr(self, name)
+            if values is None:
+                continue
+            ints = tuple(as_int(v) for v in values)
+            if any(n is None for n in ints):
+                raise RailplanError(name, f"give integers; got {list(values)!r}"[:120])
+            object.__setattr__(self, name, ints)
+
+
+# the SearchSpace fields that list integers
+INT_LISTS = (
+    "tp",
+    "pp",
+    "micro_batch",
+    "interleave",
+    "ep",
+    "cp",
+    "dp",
+    "zero",
+    "recompute_num_layers",
+    "zero_shard",
+    "expert_tp",
+)
 
 
 # The strategy space of Megatron-LM as Calculon searches it (the paper's evaluation):

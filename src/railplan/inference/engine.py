@@ -40,6 +40,7 @@ import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.inference import kvcache
+from railplan.limits import as_int
 from railplan.perf.comm_time import (
     Links,
     deduplicated_all_to_all_s,
@@ -51,7 +52,7 @@ from railplan.perf.comm_time import (
 from railplan.perf.compute import flash_attention_time_s, gemm_efficiency, memory_time_s
 from railplan.perf.layer_time import ELEMENTWISE_KERNELS_PER_LAYER
 from railplan.perf.layout import Shape, worst_shape
-from railplan.specs import GPU, Model, Network, System
+from railplan.specs import GPU, Model, Network, System, load_model, load_network, load_system
 from railplan.specs.arrays import FloatArray
 from railplan.specs.hardware import CustomAllReduceCurve
 from railplan.workload.comm import FP8_DISPATCH_BYTES
@@ -141,6 +142,14 @@ class Deployment:
     custom_all_reduce: bool = True
 
     def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: names, paths and mappings load here (one-line errors)
+        set_(self, "model", load_model(self.model))
+        set_(self, "system", load_system(self.system))
+        set_(self, "network", load_network(self.network))
+        for field in ("gpus", "tp", "pp", "ep", "speculative_tokens"):
+            n = as_int(getattr(self, field))
+            if n is not None:  # numpy's integers too
+                set_(self, field, n)
         for field in ("gpus", "tp", "pp", "ep"):
             _positive(field, getattr(self, field))
         self.peak_tflops  # noqa: B018 — validates the precision

@@ -28,6 +28,7 @@ from railplan.inference.engine import (
     step_time_s,
     step_times,
 )
+from railplan.limits import MAX_GLOBAL_BATCH, MAX_TOKENS, check_int
 from railplan.records import Record
 from railplan.specs.arrays import FloatArray
 
@@ -103,10 +104,12 @@ def steady_times(
     return 0.5 * step + prompt_traversal_s(dep, join), step / e, parts
 
 
-def check_tokens(input_tokens: int, output_tokens: int) -> None:
-    for field, v in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
-        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 10_000_000:
-            raise RailplanError(field, f"must be an integer in [1, 1e7]; got {v!r}")
+def check_tokens(input_tokens: int, output_tokens: int) -> tuple[int, int]:
+    """The prompt and output token counts as Python ints in [1, 10^7] (one-line errors)."""
+    return (
+        check_int("input_tokens", input_tokens, 1, MAX_TOKENS),
+        check_int("output_tokens", output_tokens, 1, MAX_TOKENS),
+    )
 
 
 def check_decoding(output_tokens: int) -> None:
@@ -124,14 +127,14 @@ def infer(
 ) -> InferenceResult:
     """Steady-state serving of `dep` with `batch` sequences per tp × pp group (None: the largest
     that fits, at most DEFAULT_MAX_BATCH)."""
-    check_tokens(input_tokens, output_tokens)
+    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
     check_decoding(output_tokens)
     seq = input_tokens + output_tokens
     most = dep.max_batch(seq)
     if batch is None:
         batch = max(1, min(most, DEFAULT_MAX_BATCH))
-    elif isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise RailplanError("batch", f"must be a positive integer; got {batch!r}")
+    else:
+        batch = check_int("batch", batch, 1, MAX_GLOBAL_BATCH)
     ttft_a, tpot_a, parts_a = steady_times(dep, batch, input_tokens, output_tokens)
     ttft, tpot = float(ttft_a), float(tpot_a)
     parts = {k: float(v) for k, v in parts_a.items()}
@@ -175,7 +178,7 @@ def static_batch_tokens_per_s_per_gpu(
     (output − 1)/E decode steps (E = `Deployment.tokens_per_step`, 1 without speculative
     decoding) over a context growing from I + 1 to I + O − 1 (the step time is linear in the
     context, so the mean context gives the sum)."""
-    check_tokens(input_tokens, output_tokens)
+    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
     prefill = cold_step_s(
         dep, StepLoad(prefill_tokens=batch * input_tokens, prefill_seqs=float(batch))
     )
@@ -189,5 +192,5 @@ def first_token_s(dep: Deployment, input_tokens: int) -> float:
     """Time to first token of one request alone: its prompt through every pipeline stage
     (the step with its prompt on one of pp micro-batches, and the pp − 1 stages more it
     crosses in an empty pipeline)."""
-    check_tokens(input_tokens, 1)
+    input_tokens, _ = check_tokens(input_tokens, 1)
     return cold_step_s(dep, StepLoad(prefill_tokens=input_tokens, prefill_seqs=1.0))

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from railplan.figures import subplots
 from railplan.inference.serving import ServingResult
-from railplan.traffic.plots import FIGURE_SUFFIXES, _pyplot, _save, check_suffix
+from railplan.traffic.plots import FIGURE_SUFFIXES, _save, check_suffix
 
 
 def rate_sweep_plot(results: list[ServingResult], path: str | Path, title: str) -> Path:
     """TTFT and TPOT (mean and p99) against delivered output tokens/s per GPU."""
     p = check_suffix(path, FIGURE_SUFFIXES, "plot")
-    plt = _pyplot()
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (a1, a2) = subplots(1, 2, figsize=(10, 4))
     x = [r.tokens_per_s_per_gpu for r in results]
     for ax, key, label in ((a1, "ttft", "TTFT"), (a2, "tpot", "TPOT")):
         ax.plot(x, [getattr(r, f"{key}_mean_s") for r in results], "o-", label="mean")

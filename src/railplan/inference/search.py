@@ -46,8 +46,9 @@ from railplan.inference.estimate import (
     steady_times,
 )
 from railplan.inference.serving import MAX_PREFILL_TOKENS
+from railplan.limits import check_int
 from railplan.records import Record
-from railplan.specs import Model, Network, System
+from railplan.specs import Model, Network, System, load_model, load_network, load_system
 from railplan.specs.arrays import IntArray
 from railplan.specs.base import Range
 
@@ -244,7 +245,7 @@ def candidates(
     custom_all_reduce: bool = True,
 ) -> list[Choice]:
     """Every configuration evaluated (see the module docstring)."""
-    check_tokens(input_tokens, output_tokens)
+    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
     out: list[Choice] = []
     for dep in deployments(model, system, network, gpus, precision, speculative, custom_all_reduce):
         b = batches(dep.max_batch(input_tokens + output_tokens))
@@ -268,26 +269,29 @@ def search(
     output_tokens: int,
     ttft_slo_s: float,
     tpot_slo_s: float,
-    networks: tuple[str, ...] = NETWORKS,
+    networks: tuple[str, ...] | str = NETWORKS,
     speculative: tuple[int, float] = (0, DEFAULT_ACCEPTANCE),
     custom_all_reduce: bool = True,
 ) -> dict[str, Any]:
     """The best configuration on each network, the overall best and the spine verdict;
     `speculative`: draft tokens per step and their acceptance, `custom_all_reduce`: the serving
     framework's all-reduce kernel where measured (`Deployment`)."""
-    check_tokens(input_tokens, output_tokens)
+    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
     check_decoding(output_tokens)
     ttft_slo_s = SLO.check("ttft_slo", ttft_slo_s)
     tpot_slo_s = SLO.check("tpot_slo", tpot_slo_s)
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_SEARCH_GPUS:
-        raise RailplanError("gpus", f"must be an integer in [1, {MAX_SEARCH_GPUS}]; got {gpus!r}")
+    gpus = check_int("gpus", gpus, 1, MAX_SEARCH_GPUS)
+    model, system = load_model(model), load_system(system)
+    if isinstance(networks, str):  # one architecture name
+        networks = (networks,)
+    nets = {arch: load_network(arch) for arch in networks}  # one-line errors for a bad name
     by_net: dict[str, Choice | None] = {}
     evaluated = 0
-    for arch in networks:
+    for arch, network in nets.items():
         cs = candidates(
             model,
             system,
-            Network(architecture=arch),
+            network,
             gpus,
             precision,
             input_tokens,
@@ -308,7 +312,7 @@ def search(
         (no prompts), whose time the TPOT is."""
         if c is None:
             return None
-        net = Network(architecture=arch)
+        net = nets[arch]
         dep = Deployment(
             model,
             system,

@@ -50,18 +50,15 @@ def cost_plot(
     p = Path(out)
     if p.suffix not in (".png", ".svg", ".pdf"):
         raise RailplanError("out", f"{p.name!r}: use a .png, .svg or .pdf file name")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from railplan.figures import color_cycle, subplots
 
     sizes = sizes or [hb_domain * 2**i for i in range(0, 20) if hb_domain * 2**i <= 131072]
     radices = radices or [32, 64, 128, 256]
     rows = cost_series(sizes, radices, hb_domain, nic_gbps, book)
     has_power = all(r["rail_optimized_power_w"] is not None for r in rows)
-    fig, axes = plt.subplots(1, 2 if has_power else 1, figsize=(11 if has_power else 6, 4.2))
+    fig, axes = subplots(1, 2 if has_power else 1, figsize=(11 if has_power else 6, 4.2))
     axs = list(axes) if has_power else [axes]
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = color_cycle()
     for i, radix in enumerate(radices):
         sel = [r for r in rows if r["radix"] == radix]
         xs = [r["gpus"] for r in sel]
@@ -83,7 +80,4 @@ def cost_plot(
     axs[0].legend(fontsize=7, ncol=2)
     fig.suptitle("Rail-optimized (solid) vs rail-only (dashed), paper cost model (eqs. 4-5)")
     fig.tight_layout()
-    try:
-        return atomic_write(p, lambda tmp: fig.savefig(tmp, format=p.suffix[1:]), field="out")
-    finally:
-        plt.close(fig)
+    return atomic_write(p, lambda tmp: fig.savefig(tmp, format=p.suffix[1:]), field="out")

@@ -96,10 +96,11 @@ def largest_free_rectangle(free: np.ndarray) -> int:
 def tile(gpus: int, hb_domain: int, jobs: list[int]) -> Tiling:
     """Place ``jobs`` (GPU counts) as domain × rail rectangles on a rail-only cluster."""
     check_cluster(gpus, hb_domain)
+    if isinstance(jobs, str) or not hasattr(jobs, "__iter__"):
+        raise RailplanError("jobs", f"give a list of job sizes, e.g. [512, 1024]; got {jobs!r}")
+    jobs = [check_int("jobs", j, 1, gpus) for j in jobs]
     if not jobs:
         raise RailplanError("jobs", "give at least one job size, e.g. 512,1024")
-    for j in jobs:
-        check_int("jobs", j, 1, gpus)
     domains = gpus // hb_domain
     if domains * hb_domain > 50_000_000:
         raise RailplanError("gpus", "tiling supports up to 50,000,000 GPUs")

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from railplan.errors import RailplanError, near_multiples
-from railplan.limits import MAX_GPUS, check_int
+from railplan.limits import MAX_GPUS, as_int, check_int
 
 Architecture = Literal["rail-optimized", "rail-only", "oversubscribed", "multi-plane", "ideal"]
 ARCHITECTURES: tuple[str, ...] = (
@@ -118,6 +118,12 @@ class Cluster:
     radix: int
     nic_gbps: int = 400
     nics_per_gpu: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("gpus", "hb_domain", "radix", "nic_gbps", "nics_per_gpu"):
+            n = as_int(getattr(self, name))  # numpy's integers too: counts stay Python ints
+            if n is not None:
+                object.__setattr__(self, name, n)
 
 
 @dataclass(frozen=True)

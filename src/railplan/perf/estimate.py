@@ -6,8 +6,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from railplan.errors import RailplanError
+from railplan.limits import MAX_GPUS, check_int
 from railplan.perf.iteration import Iteration, iteration
-from railplan.specs import Model, Network, Strategy, System, load_model, load_system
+from railplan.specs import (
+    Model,
+    Network,
+    Strategy,
+    System,
+    load_model,
+    load_network,
+    load_system,
+)
 from railplan.specs.arrays import check, from_strategies
 
 
@@ -74,13 +83,9 @@ def estimate(
         raise RailplanError(
             "strategy", f"give a Strategy or a mapping of its fields; got {type(strategy).__name__}"
         )
-    if isinstance(network, str):  # an architecture name, as the CLI's --network takes it
-        network = Network(architecture=network)
-    if network is not None and not isinstance(network, Network):
-        raise RailplanError(
-            "network", f"give a Network or an architecture name; got {type(network).__name__}"
-        )
-    net = network or Network()
+    net = load_network(network)  # also an architecture name, as the CLI's --network takes it
+    if gpus is not None:
+        gpus = check_int("gpus", gpus, 1, MAX_GPUS)
     arrays = from_strategies(strategy)
     check(m, arrays, gpus)
     it: Iteration = iteration(m, sy, net, arrays)

@@ -338,7 +338,7 @@ class Figure:
 
     run: Callable[[], dict[str, Any]]
     table: Callable[[dict[str, Any]], dict[str, Any]]
-    draw: Callable[[Any, list[dict[str, Any]]], Any]
+    draw: Callable[[list[dict[str, Any]]], Any]
 
 
 FIGURES: dict[str, Figure] = {

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from railplan.errors import RailplanError
+from railplan.figures import subplots
 from railplan.fileio import atomic_write, check_target
 from railplan.specs.strategy import strategy_label
 
@@ -111,8 +112,8 @@ def comparison_table(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def fig7_draw(plt: Any, pts: list[dict[str, Any]]) -> Any:
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+def fig7_draw(pts: list[dict[str, Any]]) -> Any:
+    fig, ax = subplots(figsize=(6, 3.5))
     labels = [f"({p['model'][4:]}, {p['gpus']})" for p in pts]
     xs = range(len(pts))
     ax.bar(
@@ -127,9 +128,9 @@ def fig7_draw(plt: Any, pts: list[dict[str, Any]]) -> Any:
     return fig
 
 
-def fig8_draw(plt: Any, pts: list[dict[str, Any]]) -> Any:
+def fig8_draw(pts: list[dict[str, Any]]) -> Any:
     models = _unique(pts, "model")
-    fig, axes = plt.subplots(1, len(models), figsize=(10, 3.8))
+    fig, axes = subplots(1, len(models), figsize=(10, 3.8))
     for ax, name in zip(axes, models, strict=True):
         for n in _unique([p for p in pts if p["model"] == name], "gpus"):
             own = [p for p in pts if p["model"] == name and p["gpus"] == n]
@@ -151,9 +152,9 @@ def fig8_draw(plt: Any, pts: list[dict[str, Any]]) -> Any:
     return fig
 
 
-def fig9_draw(plt: Any, pts: list[dict[str, Any]]) -> Any:
+def fig9_draw(pts: list[dict[str, Any]]) -> Any:
     ks = _unique(pts, "hb_domain")
-    fig, axes = plt.subplots(1, len(ks), figsize=(10, 3.8))
+    fig, axes = subplots(1, len(ks), figsize=(10, 3.8))
     for ax, k in zip(axes, ks, strict=True):
         for hb in _unique(pts, "hb_tbps"):
             sel = [p for p in pts if p["hb_domain"] == k and p["hb_tbps"] == hb]
@@ -169,8 +170,8 @@ def fig9_draw(plt: Any, pts: list[dict[str, Any]]) -> Any:
     return fig
 
 
-def fig10_draw(plt: Any, pts: list[dict[str, Any]]) -> Any:
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+def fig10_draw(pts: list[dict[str, Any]]) -> Any:
+    fig, axes = subplots(1, 2, figsize=(10, 3.8))
     for k in _unique(pts, "hb_domain"):
         sel = [p for p in pts if p["hb_domain"] == k]
         lab = f"ideal (K={k})" if sel[0]["network"] == "ideal" else f"K={k}"
@@ -186,8 +187,8 @@ def fig10_draw(plt: Any, pts: list[dict[str, Any]]) -> Any:
     return fig
 
 
-def nic_count_draw(plt: Any, pts: list[dict[str, Any]]) -> Any:
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+def nic_count_draw(pts: list[dict[str, Any]]) -> Any:
+    fig, ax = subplots(figsize=(5, 3.5))
     nics = [p["nics_per_node"] for p in pts]
     ax.plot(
         nics, [p["measured_relative"] for p in pts], "o-", label="measured (SK Telecom TITAN talk)"
@@ -213,19 +214,12 @@ def check_plot_path(path: Path) -> str:
 
 
 def save(draw: Any, pts: list[dict[str, Any]], path: Path) -> None:
-    """Draw with matplotlib (Agg) and write all or nothing to `path` (.png, .svg or .pdf)."""
+    """Draw with matplotlib (a figure of its own, `railplan.figures`) and write all or nothing
+    to `path` (.png, .svg or .pdf)."""
     fmt = check_plot_path(path)
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig = draw(plt, pts)
+    fig = draw(pts)
     for ax in fig.axes:
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    try:
-        atomic_write(Path(path), lambda tmp: fig.savefig(tmp, format=fmt), field="plot")
-    finally:
-        plt.close(fig)
+    atomic_write(Path(path), lambda tmp: fig.savefig(tmp, format=fmt), field="plot")

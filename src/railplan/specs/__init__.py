@@ -1,6 +1,6 @@
 """Specs: immutable, validated descriptions of models, hardware, networks and strategies."""
 
-from railplan.specs.catalog import load_gpu, load_model, load_system, names
+from railplan.specs.catalog import load_gpu, load_model, load_network, load_system, names
 from railplan.specs.hardware import GPU, System
 from railplan.specs.job import Job
 from railplan.specs.model import Model
@@ -35,6 +35,7 @@ __all__ = [
     "System",
     "load_gpu",
     "load_model",
+    "load_network",
     "load_system",
     "names",
 ]

@@ -320,8 +320,15 @@ def recomputed_share(
 def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays:
     """Arrays from one Strategy (0-d) or a sequence of them (1-d)."""
     many = not isinstance(strategies, Strategy)
-    items = list(strategies) if isinstance(strategies, Sequence) else [strategies]
+    try:
+        items = [strategies] if isinstance(strategies, Strategy) else list(strategies)
+    except TypeError:
+        raise RailplanError(
+            "strategies", f"give a Strategy or a list of them; got {type(strategies).__name__}"
+        ) from None
     for s in items:
+        if not isinstance(s, Strategy):
+            raise RailplanError("strategies", f"give Strategy objects; got {type(s).__name__}")
         check_bounds(s)
 
     def col(get: Callable[[Strategy], int]) -> IntArray:

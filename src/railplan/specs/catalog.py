@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -13,6 +14,9 @@ from railplan.errors import RailplanError, unknown_name
 from railplan.fileio import load_yaml
 from railplan.specs.hardware import GPU, System
 from railplan.specs.model import Model
+from railplan.specs.network import Network
+
+KINDS = ("models", "gpus", "systems")
 
 
 def read_yaml(path: Path, field: str) -> Any:
@@ -31,6 +35,8 @@ def _catalog(kind: str) -> dict[str, dict[str, Any]]:
 
 def names(kind: str) -> list[str]:
     """Catalog names of `kind` ('models', 'gpus', 'systems')."""
+    if kind not in KINDS:
+        raise RailplanError("kind", f"must be one of {', '.join(KINDS)}; got {kind!r}")
     return sorted(_catalog(kind))
 
 
@@ -42,7 +48,7 @@ def _entry(kind: str, name: str, field: str) -> dict[str, Any]:
 
 
 def _is_file(ref: str) -> bool:
-    return ref.endswith((".yaml", ".yml", ".json")) or "/" in ref
+    return ref.lower().endswith((".yaml", ".yml", ".json")) or "/" in ref or os.sep in ref
 
 
 def _mapping(data: Any, field: str) -> dict[str, Any]:
@@ -51,10 +57,14 @@ def _mapping(data: Any, field: str) -> dict[str, Any]:
     return data
 
 
-def _load_data(kind: str, field: str, ref: str | dict[str, Any]) -> dict[str, Any]:
+def _load_data(
+    kind: str, field: str, ref: str | os.PathLike[str] | dict[str, Any]
+) -> dict[str, Any]:
     """The mapping behind a reference: a dict as is, a YAML file, or a catalog entry."""
     if isinstance(ref, dict):
         return dict(ref)
+    if isinstance(ref, os.PathLike):  # a pathlib.Path: always a file
+        return dict(_mapping(read_yaml(Path(ref), field), field))
     if not isinstance(ref, str) or not ref:  # None, a number, a spec of another kind
         raise RailplanError(
             field,
@@ -68,27 +78,45 @@ def _load_data(kind: str, field: str, ref: str | dict[str, Any]) -> dict[str, An
     return data
 
 
-def load_model(ref: str | Model | dict[str, Any]) -> Model:
+def load_model(ref: str | os.PathLike[str] | Model | dict[str, Any]) -> Model:
     """A Model from a catalog name, a YAML path, a dict, or a Model."""
     if isinstance(ref, Model):
         return ref
     return Model.parse(_load_data("models", "model", ref), "model")
 
 
-def load_gpu(ref: str | GPU | dict[str, Any]) -> GPU:
+def load_gpu(ref: str | os.PathLike[str] | GPU | dict[str, Any]) -> GPU:
     """A GPU from a catalog name, a YAML path, a dict, or a GPU."""
     if isinstance(ref, GPU):
         return ref
     return GPU.parse(_load_data("gpus", "gpu", ref), "gpu")
 
 
-def load_system(ref: str | System | dict[str, Any]) -> System:
-    """A System from a catalog name, a YAML path, a dict, or a System. `gpu` may be a name."""
+def load_system(ref: str | os.PathLike[str] | System | dict[str, Any]) -> System:
+    """A System from a catalog name, a YAML path, a dict, or a System. Its `gpu` may be a
+    name, a YAML path, a mapping or a GPU."""
     if isinstance(ref, System):
         return ref
     data = _load_data("systems", "system", ref)
     if "gpu" not in data:
         raise RailplanError("system.gpu", "missing; give a GPU name or mapping")
     gpu_ref = data["gpu"]
-    data["gpu"] = load_gpu(gpu_ref if isinstance(gpu_ref, str | dict) else str(gpu_ref))
+    data["gpu"] = load_gpu(gpu_ref)
     return System.parse(data, "system")
+
+
+def load_network(ref: str | Network | dict[str, Any] | None) -> Network:
+    """A Network from an architecture name ('rail-only', as the CLI's --network takes it), a
+    mapping of its fields, a Network, or None (rail-optimized)."""
+    if ref is None:
+        return Network()
+    if isinstance(ref, Network):
+        return ref
+    if isinstance(ref, str):
+        ref = {"architecture": ref}
+    if not isinstance(ref, dict):
+        raise RailplanError(
+            "network",
+            f"give a Network, an architecture name or a mapping; got {type(ref).__name__}",
+        )
+    return Network.parse(ref, "network")

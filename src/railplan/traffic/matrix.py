@@ -35,7 +35,8 @@ import scipy.sparse as sp
 
 from railplan.errors import RailplanError
 from railplan.fileio import atomic_write, check_target
-from railplan.specs import Model, Strategy
+from railplan.limits import MAX_GPUS, check_int
+from railplan.specs import Model, Strategy, load_model
 from railplan.specs.arrays import (
     StrategyArrays,
     check,
@@ -89,17 +90,15 @@ class Traffic:
 
     def matrix(self, kind: str | None = None) -> sp.csr_matrix:
         """N×N sparse matrix of bytes src→dst (rows send), for one kind or all kinds."""
-        if kind is not None and kind not in KIND_CODE:
-            raise RailplanError(
-                "kind", f"{kind!r} is not allowed; choose one of {', '.join(KINDS)}"
-            )
+        _check_kind(kind)
         sel = slice(None) if kind is None else self.kind == KIND_CODE[kind]
         n = self.gpus
         return sp.csr_matrix((self.bytes[sel], (self.src[sel], self.dst[sel])), shape=(n, n))
 
     def dense(self, first_gpus: int, kind: str | None = None) -> FloatArray:
         """Dense bytes matrix of GPUs 0…first_gpus−1 (for heatmaps)."""
-        n = min(int(first_gpus), self.gpus)
+        _check_kind(kind)
+        n = min(check_int("first_gpus", first_gpus, 1, MAX_GPUS), self.gpus)
         sel = (self.src < n) & (self.dst < n)
         if kind is not None:
             sel &= self.kind == KIND_CODE[kind]
@@ -109,6 +108,11 @@ class Traffic:
 
     def kind_names(self) -> npt.NDArray[np.str_]:
         return np.asarray(KINDS)[self.kind]
+
+
+def _check_kind(kind: str | None) -> None:
+    if kind is not None and kind not in KIND_CODE:
+        raise RailplanError("kind", f"{kind!r} is not allowed; choose one of {', '.join(KINDS)}")
 
 
 def _coalesce(
@@ -225,9 +229,24 @@ def _per_stage(
     return out
 
 
-def traffic(model: Model, strategy: Strategy, p: Placement) -> Traffic:
+def traffic(
+    model: Model | str | dict[str, Any], strategy: Strategy | dict[str, Any], p: Placement
+) -> Traffic:
     """Bytes each GPU pair exchanges in one iteration of `strategy` placed by `p`; every stage
-    with its own layers (`strategies.layers_of_stage`: pipelines need not divide the layers)."""
+    with its own layers (`strategies.layers_of_stage`: pipelines need not divide the layers).
+    The model may be a catalog name, YAML path or mapping and the strategy a mapping of its
+    fields."""
+    model = load_model(model)
+    if isinstance(strategy, dict):
+        strategy = Strategy.parse(strategy)
+    if not isinstance(strategy, Strategy):
+        raise RailplanError(
+            "strategy", f"give a Strategy or a mapping of its fields; got {type(strategy).__name__}"
+        )
+    if not isinstance(p, Placement):
+        raise RailplanError(
+            "placement", f"give a Placement (build_placement); got {type(p).__name__}"
+        )
     s = from_strategies(strategy)
     check(model, s, p.gpus)
     if (int(s.tp), int(s.pp), int(s.dp), int(s.cp)) != (p.tp, p.pp, p.dp, p.cp):

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from railplan.errors import RailplanError
+from railplan.limits import MAX_GPUS, check_int
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -374,6 +375,17 @@ def build_placement(
         raise RailplanError(
             "placement", f"{kind!r} is not allowed; choose one of {', '.join(PLACEMENTS)}"
         )
+    tp, pp, dp, hb_domain, interleave, cp = (
+        check_int(name, v, 1, MAX_GPUS)
+        for name, v in (
+            ("tp", tp),
+            ("pp", pp),
+            ("dp", dp),
+            ("hb_domain", hb_domain),
+            ("interleave", interleave),
+            ("cp", cp),
+        )
+    )
     if kind == "rail-aligned":
         if order is not None:
             raise RailplanError("order", "cannot be combined with --placement rail-aligned")

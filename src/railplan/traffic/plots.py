@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from railplan.errors import RailplanError
+from railplan.figures import subplots
 from railplan.fileio import atomic_write, check_target
 from railplan.limits import check_int
 from railplan.traffic.matrix import KIND_COLOURS, KINDS, TrafficStats
@@ -32,22 +33,8 @@ def check_suffix(path: str | Path, allowed: tuple[str, ...], field: str) -> Path
 
 
 def _save(fig: Any, path: Path, field: str = "output") -> Path:
-    import matplotlib.pyplot as plt
-
-    try:
-        fmt = path.suffix.lower().lstrip(".")
-        return atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=150), field)
-    finally:
-        plt.close(fig)
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    fmt = path.suffix.lower().lstrip(".")
+    return atomic_write(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=150), field)
 
 
 class DenseTraffic(Protocol):
@@ -81,7 +68,6 @@ def heatmap(
     (the paper's "Same HBD" / "Same Rail" highlights)."""
     out = check_suffix(path, FIGURE_SUFFIXES, "heatmap")
     check_int("first_gpus", first_gpus, 2, MAX_HEATMAP_GPUS)
-    plt = _pyplot()
     from matplotlib.colors import LogNorm
 
     n = min(int(first_gpus), t.gpus)
@@ -93,7 +79,7 @@ def heatmap(
     bg = np.ones((n, n, 4))
     bg[same_hb] = (1.0, 0.85, 0.6, 1.0)
     bg[same_rail] = (1.0, 0.9, 0.95, 1.0)
-    fig, ax = plt.subplots(figsize=(7.5, 6.2))
+    fig, ax = subplots(figsize=(7.5, 6.2))
     ax.imshow(bg, interpolation="nearest")
     masked = np.ma.masked_less_equal(m, 0.0)
     if masked.count():
@@ -135,8 +121,7 @@ def kind_bars(
     out = check_suffix(path, FIGURE_SUFFIXES, "bars")
     if len(results) != len(labels) or not results:
         raise RailplanError("labels", "give one label per result (at least one)")
-    plt = _pyplot()
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (a, b) = subplots(1, 2, figsize=(11, 4.2))
     x = np.arange(len(results))
     bottom = np.zeros(len(results))
     for kind in KINDS:
