@@ -163,3 +163,38 @@ def test_bad_lengths_are_one_line_errors() -> None:
     for bad in ((np.array([1, 2]), np.array([3])), (np.array([0]), np.array([3]))):
         with pytest.raises(RailplanError, match="lengths"):
             simulate(lambda load: 0.01, 1.0, 10, 1, 1, 4, lengths=bad)
+
+
+def test_an_overloaded_run_measures_its_full_batch_or_says_it_cannot() -> None:
+    # Llama 3 70B on 16 H100 at tp 4: four replicas of 1,162 sequences each (the KV limit),
+    # 13,723 tokens/s in `infer`'s steady state. At 2x-16x that load the engine serves its
+    # capacity once the batch is full; a 2,000-request run never holds a full batch long
+    # enough to tell (it used to report 10,826-14,005 tokens/s and call the queue's verdict)
+    from railplan.inference.engine import Deployment
+    from railplan.inference.estimate import infer
+    from railplan.inference.serving import BATCH_TURNOVERS, default_requests, serve
+
+    dep = Deployment("llama-3-70b", "dgx-h100", "rail-optimized", gpus=16, tp=4)
+    steady = infer(dep, None, 1024, 256)
+    assert steady.batch == 1162
+    assert default_requests(1162) == BATCH_TURNOVERS * 1162 > 2000
+    for rate in (160.0, 640.0):
+        short = serve(dep, rate, 1024, 256, requests=2000)
+        assert short.stable is None  # "?": more requests
+        full = serve(dep, rate, 1024, 256)
+        assert full.requests == default_requests(1162)
+        assert full.stable is False
+        assert full.tokens_per_s == pytest.approx(steady.tokens_per_s, rel=0.05)
+
+
+def test_default_requests_stay_within_what_one_simulation_takes() -> None:
+    from railplan.inference.serving import (
+        DEFAULT_REQUESTS,
+        MAX_REQUESTS,
+        MAX_SIMULATED_REQUESTS,
+        default_requests,
+    )
+
+    assert default_requests(1) == DEFAULT_REQUESTS
+    assert default_requests(10**6) == MAX_REQUESTS
+    assert default_requests(10**6, replicas=64) == MAX_SIMULATED_REQUESTS // 64

@@ -116,7 +116,10 @@ def infer(
     ] = None,
     requests: Annotated[
         int | None,
-        typer.Option(help="with --arrival-rate: requests per rate and replica (1-200000)"),
+        typer.Option(
+            help="with --arrival-rate: requests per rate and replica (1-200000; default "
+            "2000, or four batches' worth if more)"
+        ),
     ] = None,
     dispatch: Annotated[
         str | None,
@@ -142,7 +145,7 @@ def infer(
     Poisson load with --arrival-rate (mean and p99, a sweep with a plot)."""
     from railplan.inference.engine import Deployment
     from railplan.inference.estimate import infer as run
-    from railplan.inference.serving import DEFAULT_REQUESTS, rate_sweep
+    from railplan.inference.serving import rate_sweep
     from railplan.specs.build import choice
     from railplan.specs.catalog import load_model
 
@@ -152,7 +155,6 @@ def infer(
         if given is not None and not rates:
             raise RailplanError(name, "takes effect only with --arrival-rate (the load simulation)")
     dispatch = choice("dispatch", dispatch or "split", ("split", "least-busy"))
-    requests = DEFAULT_REQUESTS if requests is None else requests
     _check_figures(plot, heatmap, rates)
     sy = hardware.system(system)
     m = load_model(model)

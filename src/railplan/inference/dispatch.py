@@ -21,6 +21,7 @@ nothing to do waits for the next arrival.
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import bisect_right, insort
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,6 +68,11 @@ class Run:
     in_flight_late: float = 0.0
     waiting_early: float = 0.0
     waiting_late: float = 0.0
+    # whether every replica ran a full batch before the throughput window closed, and the
+    # output tokens/s from then on (`tokens_per_s` where none did): what an overloaded engine
+    # serves once its batch is full
+    filled: bool = True
+    full_tokens_per_s: float = 0.0
 
     @property
     def rising(self) -> bool:
@@ -91,12 +97,14 @@ class Run:
 
     @property
     def stable(self) -> bool | None:
-        """False when the queue grew (`queue_grew`); None when the run was too short to tell
-        (not `settled`, the requests in flight still `rising`, or under 90 % of the offered
-        tokens/s came out between the middle and the last arrival); else True: what is in
-        flight stayed level and nothing queued up, so the engine served what arrived."""
+        """False when the queue grew (`queue_grew`) once the batch had filled (`filled`); None
+        when the run was too short to tell (a queue that grew before the batch ever filled, so
+        what the engine serves at its full batch is unknown; not `settled`, the requests in
+        flight still `rising`, or under 90 % of the offered tokens/s came out between the
+        middle and the last arrival); else True: what is in flight stayed level and nothing
+        queued up, so the engine served what arrived."""
         if self.queue_grew:
-            return False
+            return False if self.filled else None
         if not self.settled or self.rising:
             return None
         # a short run can look level while the engine falls behind: what came out between the
@@ -153,6 +161,7 @@ class _Replica:
         # token comes out, a pipelined prompt's lag (`_Requests.lag`) after its last step's end
         self.done: list[float] = []
         self.tokens: list[float] = []  # tokens each step produced
+        self.sizes: list[int] = []  # sequences each step ran (running and newly admitted)
 
     def take(self, gid: int, prompt: int) -> None:
         if self.n == self.ids.size:  # grow by doubling: a replica's share is not known ahead
@@ -196,6 +205,7 @@ class _Replica:
         if new.size and new[-1] == reqs.count - 1:
             reqs.last_admitted = self.t  # the step that took the last prompt
         self.ends.append(self.t)
+        self.sizes.append(running + new.size)
         gained = np.minimum(self.run_left, spec.gain)  # the last step yields what is left
         self.tokens.append(float(gained.sum()) + new.size)
         self.run_left -= gained
@@ -277,6 +287,18 @@ def least_busy(
     return _run(reqs, reps, rate_per_s, max(waiting_at_end, 0), max_num_tokens, max_batch)
 
 
+#: sequence lifetimes an overloaded run must spend at its full batch to measure what it serves
+FULL_TURNOVERS = 2
+
+
+def _full_from(rep: _Replica, lo: float, hi: float, batch: int) -> float | None:
+    """When in (lo, hi) the replica had first run a full batch (lo if before), or None."""
+    full = np.flatnonzero(np.asarray(rep.sizes) >= batch)
+    if full.size == 0 or rep.ends[full[0]] >= hi:
+        return None
+    return max(lo, float(rep.ends[int(full[0])]))
+
+
 def _run(
     reqs: _Requests, reps: list[_Replica], rate: float, waiting: int, budget: int, batch: int
 ) -> Run:
@@ -291,6 +313,22 @@ def _run(
         _tokens_per_s(np.asarray(r.ends), np.asarray(r.tokens, dtype=np.float64), lo, hi)
         for r in reps
         if r.ends
+    )
+    starts = [_full_from(r, lo, hi, batch) for r in reps if r.ends]
+    # a full batch turns over once per sequence lifetime; an average over fewer than
+    # FULL_TURNOVERS of them is biased by where in a turnover the window falls (sequences
+    # admitted together finish together)
+    decoding = reqs.finish - reqs.first
+    turnover = float(np.nanmedian(decoding)) if np.isfinite(decoding).any() else math.inf
+    filled = all(t is not None and hi - t >= FULL_TURNOVERS * turnover for t in starts)
+    full_tokens = (
+        sum(
+            _tokens_per_s(np.asarray(r.ends), np.asarray(r.tokens, dtype=np.float64), t, hi)
+            for r, t in zip([r for r in reps if r.ends], starts, strict=True)
+            if t is not None
+        )
+        if filled
+        else tokens
     )
     half = max(n // 2, 1)
     lifetime = float(np.median(reqs.finish[:half] - arrivals[:half]))
@@ -326,4 +364,6 @@ def _run(
         mean_count(quarters[2], quarters[3], finish),
         mean_count(quarters[0], quarters[1], first),
         mean_count(quarters[2], quarters[3], first),
+        filled,
+        full_tokens,
     )

@@ -40,8 +40,15 @@ from railplan.specs.arrays import IntArray
 MAX_NUM_TOKENS = 8192
 #: prompt tokens one prefill-only step carries (disaggregated prefill instances): the same budget
 MAX_PREFILL_TOKENS = MAX_NUM_TOKENS
-#: requests simulated per rate by default (per replica)
+#: requests simulated per rate and replica by default: at least this many, and at least
+#: BATCH_TURNOVERS batches' worth (`default_requests`)
 DEFAULT_REQUESTS = 2000
+#: an overloaded engine first fills its batch, then turns it over: a run this many batches long
+#: reaches the full batch and stays there for `dispatch.FULL_TURNOVERS` lifetimes, over which
+#: it measures what the engine serves (a batch larger than the run is never filled: a model
+#: that fits 1,162 sequences, simulated on 2,000 requests at four times its capacity, "served"
+#: 21 % less than it can)
+BATCH_TURNOVERS = 4
 MAX_REQUESTS = 200_000
 #: most requests one simulation of several replicas takes in all (least-busy dispatch): the
 #: MLPerf H200 server row's 245,760 queries; 128 replicas × 2,000 (256,000) take about 55 s
@@ -165,7 +172,7 @@ def rate_sweep(
     input_tokens: int,
     output_tokens: int,
     batch: int | None = None,
-    requests: int = DEFAULT_REQUESTS,
+    requests: int | None = None,
     least_busy: bool = False,
 ) -> list[ServingResult]:
     """`serve` at each arrival rate: the throughput-latency curve."""
@@ -181,7 +188,7 @@ def serve(
     input_tokens: int,
     output_tokens: int,
     batch: int | None = None,
-    requests: int = DEFAULT_REQUESTS,
+    requests: int | None = None,
     seed: int = 0,
     max_num_tokens: int = MAX_NUM_TOKENS,
     lengths: Lengths | None = None,
@@ -194,10 +201,13 @@ def serve(
 
     By default one replica is simulated on its share of the stream (`requests` of them); with
     `least_busy` every replica is, each request dispatched to the one with the fewest in flight
-    (`simulate` with `replicas`; `requests` per replica, requests × replicas in all)."""
+    (`simulate` with `replicas`; `requests` per replica, requests × replicas in all; None:
+    `default_requests`)."""
     groups = replica_count(dep, arrival_rate)
     limit = batch_limit(dep, input_tokens + output_tokens, batch)
     replicas = groups if least_busy else 1
+    if requests is None:
+        requests = default_requests(limit, replicas)
     run = simulate(
         step_fn(dep),
         arrival_rate * replicas / groups,
@@ -213,6 +223,14 @@ def serve(
         first_s=first_token_fn(dep),
     )
     return result(dep, arrival_rate, requests, output_tokens, run, groups // replicas)
+
+
+def default_requests(max_batch: int, replicas: int = 1) -> int:
+    """Requests per replica a load simulation takes by default: DEFAULT_REQUESTS, or
+    BATCH_TURNOVERS batches of `max_batch` if more (an overloaded run must fill its batch to
+    show what the engine serves), within what one simulation of `replicas` takes."""
+    wanted = max(DEFAULT_REQUESTS, BATCH_TURNOVERS * max_batch)
+    return max(1, min(wanted, MAX_REQUESTS, MAX_SIMULATED_REQUESTS // replicas))
 
 
 def replica_count(dep: Deployment, arrival_rate: float) -> int:
@@ -281,9 +299,13 @@ def result(
 ) -> ServingResult:
     """A run's ServingResult; `scale`: the replicas the run's tokens/s stands for."""
     ttft, tpot = run.ttft_s, run.tpot_s
-    # stable: the offered load; a queue that grew, or a run that had not settled: what the
-    # engine made between the middle and the last arrival (never the offered load unserved)
-    served = arrival_rate * output_tokens if run.stable else run.tokens_per_s * scale
+    # stable: the offered load; a queue that grew: what the engine made from when its batch
+    # was full (or from the middle arrival) until the last arrival or admission; a run that had
+    # not settled: what it made from the middle arrival (never the offered load unserved)
+    if run.stable:
+        served = arrival_rate * output_tokens
+    else:
+        served = (run.full_tokens_per_s if run.stable is False else run.tokens_per_s) * scale
     return ServingResult(
         arrival_rate=arrival_rate,
         requests=requests,
