@@ -101,6 +101,12 @@ def test_infer_search_json(cli: Cli) -> None:
         (["infer", "--gpus", "7", "--tp", "2"], "gpus"),
         (["infer", "--tp", "0"], "tp"),
         (["infer", "--batch", "0"], "batch"),
+        (["infer", "--gpus", "100000000000000000000"], "gpus"),  # was an OverflowError
+        (["infer", "--batch", "1" + "0" * 400], "batch"),  # was an OverflowError
+        (["infer", "--batch", "1" + "0" * 153], "batch"),  # was a TTFT of 1e147 s
+        (["infer", "--system", "dgx-a100", "--precision", "bf16", "--tp", "8", "--nvls"], "system"),
+        (["infer", "--nvls"], "nvls"),  # on by default where the GPU has it
+        (["infer", "--network", "oversubscribed"], "oversubscription"),
         (["infer", "--input-tokens", "0"], "input_tokens"),
         (["infer", "--arrival-rate", "fast"], "arrival_rate"),
         (["infer", "--arrival-rate", "-3"], "arrival_rate"),

@@ -145,7 +145,7 @@ def infer(
     Poisson load with --arrival-rate (mean and p99, a sweep with a plot)."""
     from railplan.inference.engine import Deployment
     from railplan.inference.estimate import infer as run
-    from railplan.inference.serving import rate_sweep
+    from railplan.inference.serving import MAX_NUM_TOKENS, rate_sweep
     from railplan.specs.build import choice
     from railplan.specs.catalog import load_model
 
@@ -156,7 +156,13 @@ def infer(
             raise RailplanError(name, "takes effect only with --arrival-rate (the load simulation)")
     dispatch = choice("dispatch", dispatch or "split", ("split", "least-busy"))
     _check_figures(plot, heatmap, rates)
-    sy = hardware.system(system)
+    sy = hardware.system(system)  # refuses --nvls where the GPU has no NVLink SHARP
+    if hardware.nvls:
+        raise RailplanError(
+            "nvls",
+            "serving takes NVLink SHARP wherever the GPU has it, as NCCL does by default: "
+            "--nvls changes nothing for infer",
+        )
     m = load_model(model)
     dep = Deployment(
         m,
@@ -173,11 +179,18 @@ def infer(
     )
     r = run(dep, batch, input_tokens, output_tokens)
     out: dict[str, Any] = r.to_dict()
-    notes = _context_notes(m, input_tokens, output_tokens)
-    if notes:
-        out["notes"] = notes
     busy = dispatch == "least-busy"
     sweep = rate_sweep(dep, rates, input_tokens, output_tokens, batch, requests, busy)
+    notes = _context_notes(m, input_tokens, output_tokens)
+    budgets = {s.step_budget_tokens for s in sweep} - {MAX_NUM_TOKENS}
+    if budgets:
+        notes.append(
+            f"the load simulation's step budget is {max(budgets):,} tokens, not "
+            f"{MAX_NUM_TOKENS:,}: a {input_tokens:,}-token prompt must fit beside the running "
+            "batch's tokens (prompts are admitted whole, no chunked context)"
+        )
+    if notes:
+        out["notes"] = notes
     capped = sweep and batch is not None and batch > r.max_batch
     if sweep:
         out["serving"] = [s.to_dict() for s in sweep]
@@ -283,7 +296,7 @@ def _print_inference(
                 f"{'s' if r.speculative_tokens > 1 else ''} at {r.acceptance:g})",
                 f"{r.tokens_per_step:.2f}",
             ),
-            ("step (TPOT × tokens per step)", f"{r.tpot_s * r.tokens_per_step * 1e3:.1f} ms"),
+            ("engine step", f"{r.step_s * 1e3:.1f} ms"),
         ]
     rows += [
         ("output tokens/s per GPU", f"{r.tokens_per_s_per_gpu:,.0f}"),

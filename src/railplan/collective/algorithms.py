@@ -26,9 +26,6 @@ from railplan.specs.hardware import CustomAllReduceCurve
 
 OPS: tuple[str, ...] = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")
 ALGORITHMS: tuple[str, ...] = ("ring", "ring-ll", "tree", "hierarchical", "nvls", "sharp", "custom")
-#: GPUs whose HB domain is built of NVLink-SHARP switches (NVSwitch 3 and later: H100 whitepaper,
-#: GB200 NVL72 datasheet); A100's NVSwitch 2 and AMD Infinity Fabric have no in-switch reduction
-NVLS_GPUS: frozenset[str] = frozenset({"h100-sxm", "gh200", "b200", "gb200"})
 
 
 @dataclass(frozen=True)
@@ -85,7 +82,7 @@ def group(system: System, network: Network, gpus: int, nvls: bool = True) -> Gro
     if gpus > k and gpus % k:
         raise RailplanError("gpus", f"must be at most {k} or a multiple of the HB-domain size {k}")
     x = min(gpus, k)
-    has_nvls = system.nvls or (nvls and system.gpu.name in NVLS_GPUS)
+    has_nvls = system.nvls or (nvls and system.gpu.nvlink_sharp)
     return Group(
         gpus=gpus,
         x=x,

@@ -33,14 +33,14 @@ deployment change the step: DeepSeek's two-batch overlap of the expert all-to-al
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.inference import kvcache
-from railplan.limits import as_int
+from railplan.limits import MAX_GPUS, as_int, check_int
 from railplan.perf.comm_time import (
     Links,
     deduplicated_all_to_all_s,
@@ -63,6 +63,7 @@ from railplan.workload.gemms import (
     logit_gemm,
     mlp_gemms,
     mtp_projection_gemm,
+    router_gemm,
 )
 
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "fp4")
@@ -98,12 +99,6 @@ def check_precision(precision: str, gpu: GPU) -> float:
             "precision", f"{gpu.name} has no {precision} tensor cores; choose {', '.join(allowed)}"
         )
     return float(peak)
-
-
-def _positive(field: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise RailplanError(field, f"must be a positive integer; got {value!r}")
-    return value
 
 
 def tp_splits_heads(model: Model, tp: int) -> bool:
@@ -151,7 +146,7 @@ class Deployment:
             if n is not None:  # numpy's integers too
                 set_(self, field, n)
         for field in ("gpus", "tp", "pp", "ep"):
-            _positive(field, getattr(self, field))
+            check_int(field, getattr(self, field), 1, MAX_GPUS)
         self.peak_tflops  # noqa: B018 — validates the precision
         if self.gpus % self.instance_gpus:
             raise RailplanError(
@@ -219,7 +214,14 @@ class Deployment:
 
     @cached_property
     def links(self) -> Links:
-        return links(self.system, self.network, np.asarray(float(self.gpus)))
+        """The collective model's links; all-reduces inside an HB domain may take NVLink SHARP
+        wherever the GPU has it, as NCCL does by default on NVSwitch 3 and later (its tuner
+        takes NVLS only where faster: for large tensor-parallel groups, such as 64 ranks of
+        an NVL72, not for the small all-reduces of tp ≤ 8)."""
+        sy = self.system
+        if sy.gpu.nvlink_sharp and not sy.nvls:
+            sy = sy.model_copy(update={"nvls": True})
+        return links(sy, self.network, np.asarray(float(self.gpus)))
 
     @cached_property
     def shapes(self) -> dict[str, Shape]:
@@ -270,6 +272,13 @@ class Deployment:
         (none without speculative decoding)."""
         return self.model.mtp_layers if self.speculative_tokens else 0
 
+    @property
+    def shared_and_router_params(self) -> int:
+        """Parameters of one MoE layer that every ep rank holds besides attention: the shared
+        experts and the router (h × E)."""
+        m = self.model
+        return m.shared_experts * m.expert_params() + m.hidden * m.experts
+
     @cached_property
     def weight_bytes_per_gpu(self) -> float:
         """Weights one GPU holds: its stage's layers split by tp, experts also by ep; with
@@ -279,13 +288,14 @@ class Deployment:
         m = self.model
         wb = WEIGHT_BYTES[self.precision]
         layers, moe = self.stage_layers, self.stage_moe_layers
-        dense = (layers - moe) * m.layer_params() + moe * (m.layer_params() - m.mlp_params_dense())
+        # an MoE layer: attention and norms, the shared experts and the router on every ep
+        # rank, the routed experts split over the ep ranks
+        moe_dense = m.layer_params() - m.mlp_params_dense() + self.shared_and_router_params
+        dense = (layers - moe) * m.layer_params() + moe * moe_dense
         experts = moe * m.experts * m.expert_params() / self.ep
         embed = m.embedding_params() / (2 if not m.tied_embeddings and self.pp > 1 else 1)
         if m.moe_layers:
-            module = (
-                m.layer_params() - m.mlp_params_dense() + m.experts * m.expert_params() / self.ep
-            )
+            module = moe_dense + m.experts * m.expert_params() / self.ep
         else:
             module = m.layer_params()
         drafter = self.draft_layers * (module + 2 * m.hidden * m.hidden)
@@ -467,14 +477,25 @@ def stage_parts(dep: Deployment, load: StepLoad, queries: float | None = None) -
     experts = zero
     if moe_layers:
         # Each ep rank receives tokens·top_k routed tokens over its E/ep experts; at small
-        # batch only the experts some token picks are read: 1 − (1 − 1/E)^(routed tokens).
-        routed = tokens * dep.ep * m.top_k
-        touched = 1.0 - (1.0 - 1.0 / m.experts) ** routed
-        experts = sum(
-            (gemm_s(gpu, g, peak, wb * touched) for g in expert_gemms(one, tokens, t, dep.ep)),
-            zero,
-        )
-        gemm = gemm + moe_layers * experts
+        # batch only the experts some token picks are read: each of the ep ranks' tokens picks
+        # top_k distinct experts of E, so an expert goes unread with (1 − top_k/E)^(tokens·ep)
+        touched = 1.0 - (1.0 - m.top_k / m.experts) ** (tokens * dep.ep)
+        # the grouped GEMM runs the touched experts only (an expert with no token has no tile),
+        # each on its share of the routed tokens
+        share = np.where(touched > 0, touched, 1.0)  # (no token: nothing to divide)
+        active = [
+            replace(g, batch=g.batch * share, m=g.m / share)
+            for g in expert_gemms(one, tokens, t, dep.ep)
+        ]
+        experts = sum((gemm_s(gpu, g, peak, wb) for g in active), zero)
+        # every token also passes the shared experts (a dense MLP of shared × expert width,
+        # split by tp as the dense MLP is) and the router (h → E, bf16), as in training
+        shared_width = m.shared_experts * m.expert_ffn_
+        if m.shared_experts:
+            shared = mlp_gemms(one, tokens, t, shared_width)
+            experts = experts + sum((gemm_s(gpu, g, peak, wb) for g in shared), zero)
+        router = gemm_s(gpu, router_gemm(one, tokens), gpu.peak_tflops, ACT_BYTES)
+        gemm = gemm + moe_layers * (experts + router)
     # attention: the prompts' fused causal kernel, timed as in training (the forward pass at
     # the kernel's measured speed for the prompt length), then the decode kernel: every running
     # sequence's KV cache read from HBM (its FLOPs at the MAMF rate, a bound it never reaches)
@@ -599,7 +620,8 @@ def overlapped_stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatA
     runs on the rest (deepseek-ai/profile-data: "Computation 108 SMs, Communication 24 SMs" in
     prefill, "132 SMs, 0 SMs" in decode). Only the last micro-batch's combine of the stage's
     last MoE layer has nothing to hide behind. The time beyond the compute alone is
-    `ep_comm`."""
+    `ep_comm`. A step of fewer than two sequences runs as one batch (a sequence is not split).
+    """
     if not dep.two_batch_overlap:
         return stage_parts(dep, load).parts
     st = stage_parts(dep, load.scaled(0.5))
@@ -614,7 +636,12 @@ def overlapped_stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatA
     layer = np.maximum(compute + held, comm)
     last = st.low_latency["combine"] + st.normal["combine"]
     parts["ep_comm"] = np.where(tokens > 0, dep.stage_moe_layers * (layer - compute) + last, 0.0)
-    return parts
+    # a lone sequence is not split in two: such a step runs as one batch, without the overlap
+    seqs = np.asarray(load.decode, dtype=np.float64) + np.asarray(load.prefill_seqs)
+    if np.all(seqs >= 2.0):
+        return parts
+    one = stage_parts(dep, load).parts
+    return {k: np.where(seqs >= 2.0, v, one[k]) for k, v in parts.items()}
 
 
 def draft_s(dep: Deployment, load: StepLoad) -> FloatArray:
@@ -640,6 +667,24 @@ def draft_s(dep: Deployment, load: StepLoad) -> FloatArray:
     return np.asarray(np.where(decode > 0, d * (layer + proj + st["logits"]), 0.0))
 
 
+def micro_batch_load(load: StepLoad, pp: float) -> StepLoad:
+    """One of the pp micro-batches in flight: a 1/pp share of the load, but a running sequence
+    is not split: with fewer sequences than stages each micro-batch holds one, whose token
+    crosses every stage in turn (a step is then pp stage times of one sequence, each reading
+    its whole KV cache of that stage), and the other stages wait."""
+    if pp == 1:
+        return load
+    dec = np.asarray(load.decode, dtype=np.float64)
+    whole = np.maximum(dec / pp, np.minimum(dec, 1.0))  # sequences per micro-batch
+    by = np.where(dec > 0, whole / np.where(dec > 0, dec, 1.0), 1.0 / pp)
+    return StepLoad(
+        dec * by,
+        np.asarray(load.context_tokens, dtype=np.float64) * by,
+        np.asarray(load.prefill_tokens, dtype=np.float64) / pp,
+        np.asarray(load.prefill_seqs, dtype=np.float64) / pp,
+    )
+
+
 def step_times(dep: Deployment, load: StepLoad) -> tuple[FloatArray, dict[str, FloatArray]]:
     """Time of one engine step carrying `load` on a tp × pp group, by component, as arrays: pp
     stages, each with the batch split in pp micro-batches in flight. A running sequence gains
@@ -647,7 +692,7 @@ def step_times(dep: Deployment, load: StepLoad) -> tuple[FloatArray, dict[str, F
     then every step verifies each running sequence's drafts with its token and drafts the next
     ones on the last stage (`draft`, `draft_s`)."""
     p = float(dep.pp)
-    share = load.scaled(1.0 / p)
+    share = micro_batch_load(load, p)
     parts = {k: p * v for k, v in stage_time_s(dep, share).items()}
     if dep.speculative_tokens:
         parts["draft"] = p * draft_s(dep, share)

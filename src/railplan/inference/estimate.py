@@ -6,7 +6,9 @@ B tokens over KV caches of I + (O + 1)/2 tokens on average, and B/O sequences fi
 new ones are admitted and their prompts (B·I/O tokens) are fused into the step. TPOT is that
 step's time; tokens/s per GPU = B / TPOT / (tp·pp) (each ep rank runs its own B). With
 speculative decoding a sequence gains E = `Deployment.tokens_per_step` tokens per step on
-average: B·E/(E + O − 1) sequences finish per step and TPOT is the step's time / E.
+average and decodes for d = (O − 1)/E steps, at least one (`decode_steps`: the last step yields
+what is left): B/(1 + d) sequences finish per step, each with O tokens, and TPOT is d steps over
+its O − 1 decoded tokens (the step's time / E when O − 1 ≥ E).
 TTFT without queueing: a new request waits on average half a step for the step boundary, then
 its prompt rides in the next step. Queueing under Poisson load is `railplan.inference.serving`.
 """
@@ -58,6 +60,7 @@ class InferenceResult(Record):
     output_tokens: int
     ttft_s: float
     tpot_s: float
+    step_s: float  # one engine step of the steady state (TPOT × E when O − 1 ≥ E)
     tokens_per_s_per_gpu: float
     tokens_per_s: float
     weights_gib_per_gpu: float
@@ -68,14 +71,34 @@ class InferenceResult(Record):
     breakdown_s: dict[str, float]
 
 
+def decode_steps(output_tokens: int, tokens_per_step: float) -> float:
+    """Steps a sequence decodes for after its prompt's step: (O − 1)/E on average, at least one
+    (drafts cannot make a token in less than a step; the last step yields what is left); none
+    when the prompt's step yields its only token (O = 1)."""
+    if output_tokens <= 1:
+        return 0.0
+    return max(1.0, (output_tokens - 1) / tokens_per_step)
+
+
+def steady_tokens_per_s(
+    batch: Num, output_tokens: int, tokens_per_step: float, tpot_s: Num
+) -> FloatArray:
+    """Output tokens/s of B sequences at steady state: B/(1 + d) finish per step, each with O
+    tokens; the step is TPOT·(O − 1)/d (B / TPOT without drafts)."""
+    d = decode_steps(output_tokens, tokens_per_step)
+    per_step = np.asarray(batch, dtype=np.float64) * output_tokens / (1.0 + d)
+    return np.asarray(per_step * d / (np.asarray(tpot_s) * (output_tokens - 1)))
+
+
 def steady_load(
     batch: Num, input_tokens: int, output_tokens: int, tokens_per_step: float = 1.0
 ) -> StepLoad:
     """The load of one step of the offline steady state (module docstring); `batch` may be an
     array of batch sizes; `tokens_per_step` E: what a running sequence gains per step. A
-    sequence lives 1 + (O − 1)/E steps (its prompt's, which yields the first token, then its
-    decode steps), so B·E/(E + O − 1) finish and as many start per step (B/O without drafts)."""
-    new = batch * tokens_per_step / (tokens_per_step + output_tokens - 1)
+    sequence lives 1 + d steps (its prompt's, which yields the first token, then `decode_steps`
+    d = (O − 1)/E, at least one), so B/(1 + d) finish and as many start per step (B/O without
+    drafts)."""
+    new = batch / (1.0 + decode_steps(output_tokens, tokens_per_step))
     return StepLoad(
         decode=batch,
         context_tokens=batch * (input_tokens + (output_tokens + 1) / 2.0),
@@ -95,13 +118,14 @@ def steady_times(
     e = dep.tokens_per_step
     step, parts = step_times(dep, steady_load(batch, input_tokens, output_tokens, e))
     others = np.asarray(batch, dtype=np.float64) - 1.0
-    newcomers = others * e / (e + output_tokens - 1)
+    d = decode_steps(output_tokens, e)
+    newcomers = others / (1.0 + d)
     join = replace(
         steady_load(others, input_tokens, output_tokens, e),
         prefill_tokens=input_tokens * (1.0 + newcomers),
         prefill_seqs=1.0 + newcomers,
     )
-    return 0.5 * step + prompt_traversal_s(dep, join), step / e, parts
+    return 0.5 * step + prompt_traversal_s(dep, join), step * d / (output_tokens - 1), parts
 
 
 def check_tokens(input_tokens: int, output_tokens: int) -> tuple[int, int]:
@@ -138,7 +162,7 @@ def infer(
     ttft_a, tpot_a, parts_a = steady_times(dep, batch, input_tokens, output_tokens)
     ttft, tpot = float(ttft_a), float(tpot_a)
     parts = {k: float(v) for k, v in parts_a.items()}
-    per_group = batch / tpot
+    per_group = float(steady_tokens_per_s(batch, output_tokens, dep.tokens_per_step, tpot))
     kv = batch * kvcache.paged_tokens(seq) * dep.kv_bytes_per_token
     cap = kvcache.kv_capacity_bytes(dep.memory_bytes, dep.weight_bytes_per_gpu)
     return InferenceResult(
@@ -160,6 +184,7 @@ def infer(
         output_tokens=output_tokens,
         ttft_s=ttft,
         tpot_s=tpot,
+        step_s=tpot * (output_tokens - 1) / decode_steps(output_tokens, dep.tokens_per_step),
         tokens_per_s_per_gpu=per_group / (dep.tp * dep.pp),
         tokens_per_s=per_group * dep.gpus / (dep.tp * dep.pp),
         weights_gib_per_gpu=dep.weight_bytes_per_gpu / kvcache.GIB,
@@ -175,16 +200,16 @@ def static_batch_tokens_per_s_per_gpu(
     dep: Deployment, batch: int, input_tokens: int, output_tokens: int
 ) -> float:
     """One static batch: all prompts in one step (which yields the first tokens), then
-    (output − 1)/E decode steps (E = `Deployment.tokens_per_step`, 1 without speculative
-    decoding) over a context growing from I + 1 to I + O − 1 (the step time is linear in the
-    context, so the mean context gives the sum)."""
+    `decode_steps` (output − 1)/E, at least one (E = `Deployment.tokens_per_step`, 1 without
+    speculative decoding) over a context growing from I + 1 to I + O − 1 (the step time is
+    linear in the context, so the mean context gives the sum)."""
     input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
     prefill = cold_step_s(
         dep, StepLoad(prefill_tokens=batch * input_tokens, prefill_seqs=float(batch))
     )
     ctx = input_tokens + output_tokens / 2.0
     decode = step_time_s(dep, StepLoad(decode=batch, context_tokens=batch * ctx))[0]
-    total = prefill + (output_tokens - 1) / dep.tokens_per_step * decode
+    total = prefill + decode_steps(output_tokens, dep.tokens_per_step) * decode
     return batch * output_tokens / total / (dep.tp * dep.pp)
 
 

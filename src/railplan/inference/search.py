@@ -41,9 +41,11 @@ from railplan.inference.estimate import (
     DEFAULT_MAX_BATCH,
     check_decoding,
     check_tokens,
+    decode_steps,
     infer,
     steady_load,
     steady_times,
+    steady_tokens_per_s,
 )
 from railplan.inference.serving import MAX_PREFILL_TOKENS
 from railplan.limits import check_int
@@ -133,7 +135,8 @@ def _aggregated(
     dep: Deployment, b: IntArray, input_tokens: int, output_tokens: int
 ) -> list[Choice]:
     ttft, tpot, _ = steady_times(dep, b.astype(np.float64), input_tokens, output_tokens)
-    tokens = b / tpot / (dep.tp * dep.pp)
+    e = dep.tokens_per_step
+    tokens = steady_tokens_per_s(b.astype(np.float64), output_tokens, e, tpot) / (dep.tp * dep.pp)
     return [
         Choice(
             "aggregated",
@@ -161,14 +164,15 @@ def _disaggregated(
         return []
     decode = decode_load(b.astype(np.float64), input_tokens, output_tokens, dep.tokens_per_step)
     step = step_times(dep, decode)[0]
-    tpot = step / dep.tokens_per_step
+    # a request holds a decode slot for d steps and makes O − 1 tokens there
+    tpot = step * decode_steps(output_tokens, dep.tokens_per_step) / max(output_tokens - 1, 1)
     chunk = max(1, MAX_PREFILL_TOKENS // input_tokens)
     t_pre = step_time_s(dep, StepLoad(prefill_tokens=chunk * input_tokens, prefill_seqs=chunk))[0]
     # requests/s per instance: the prefill yields a request's first token, so a decode slot
     # holds it for the other O − 1 (none when O = 1: the decode side then needs one instance)
     pre_rate = dep.ep * chunk / t_pre
     decoded = output_tokens - 1
-    dec_rate = dep.ep * b / (tpot * max(decoded, 1))
+    dec_rate = dep.ep * b / (tpot * decoded) if decoded else np.full_like(tpot, np.inf)
     share = dec_rate / (pre_rate + dec_rate) if decoded else np.ones_like(dec_rate)
     p = np.clip(np.round(groups * share), 1, groups - 1)
     requests_per_s = p * pre_rate

@@ -25,7 +25,7 @@ stream, dispatched least-busy).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -66,6 +66,7 @@ class ServingResult(Record):
     tokens_per_s: float  # output tokens/s of the whole deployment
     tokens_per_s_per_gpu: float
     stable: bool | None  # the queue kept up (Run.stable; None: too few requests to tell)
+    step_budget_tokens: int = MAX_NUM_TOKENS  # tokens one step may carry (`step_budget`)
 
 
 #: a data set's prompt and output token counts, one pair per sample
@@ -190,12 +191,13 @@ def serve(
     batch: int | None = None,
     requests: int | None = None,
     seed: int = 0,
-    max_num_tokens: int = MAX_NUM_TOKENS,
+    max_num_tokens: int | None = None,
     lengths: Lengths | None = None,
     least_busy: bool = False,
 ) -> ServingResult:
     """Simulate `dep` under Poisson arrivals at `arrival_rate` requests/s (whole deployment),
-    each step carrying at most `max_num_tokens` tokens. With `lengths` (a data set's prompt and
+    each step carrying at most `max_num_tokens` tokens (None: `step_budget`). With `lengths` (a
+    data set's prompt and
     output token counts) each request draws one sample; `input_tokens` and `output_tokens` then
     only size the KV-cache limit of the batch (their sum reserved per sequence).
 
@@ -206,6 +208,9 @@ def serve(
     groups = replica_count(dep, arrival_rate)
     limit = batch_limit(dep, input_tokens + output_tokens, batch)
     replicas = groups if least_busy else 1
+    if max_num_tokens is None:
+        longest = int(np.max(lengths[0])) if lengths is not None else input_tokens
+        max_num_tokens = step_budget(longest, limit * dep.verified_tokens)
     if requests is None:
         requests = default_requests(limit, replicas)
     run = simulate(
@@ -222,7 +227,24 @@ def serve(
         spec=speculation(dep),
         first_s=first_token_fn(dep),
     )
-    return result(dep, arrival_rate, requests, output_tokens, run, groups // replicas)
+    out = result(dep, arrival_rate, requests, output_tokens, run, groups // replicas)
+    return replace(out, step_budget_tokens=max_num_tokens)
+
+
+def step_budget(longest_prompt: int, decode_tokens: int) -> int:
+    """The engine's token budget per step: MAX_NUM_TOKENS (TensorRT-LLM's default), unless the
+    longest prompt is over half of it and does not fit beside a full batch's `decode_tokens`:
+    then room for both. (A prompt of at most half the budget always fits beside 4,096 running
+    sequences; beyond that the budget limits the batch, as it would the engine's.) Without chunked
+    context a prompt is admitted whole (module docstring); a budget that holds the longest
+    prompt but not the running batch's tokens beside it admits such a prompt only into an empty
+    engine, and the engine then serves one sequence at a time while `infer`'s steady state
+    fuses the prompts into full steps. Raising the budget so is railplan's assumption: an
+    engine configured for these prompts at this batch (chunked context, which splits a prompt
+    over steps instead, is not modelled)."""
+    if longest_prompt <= MAX_NUM_TOKENS - min(decode_tokens, MAX_NUM_TOKENS // 2):
+        return MAX_NUM_TOKENS
+    return max(MAX_NUM_TOKENS, longest_prompt + decode_tokens)
 
 
 def default_requests(max_batch: int, replicas: int = 1) -> int:

@@ -58,6 +58,12 @@ def build_network(
     """The network spec `network` names (with its oversubscription, and SHARP in the rail
     switches when `sharp`)."""
     arch = choice("network", network, ARCHITECTURES)
+    if arch == "oversubscribed" and oversubscription is None:
+        raise RailplanError(
+            "oversubscription",
+            "give the ratio with --network oversubscribed (e.g. --oversubscription 2; "
+            "1 is rail-optimized)",
+        )
     data: dict[str, Any] = {"architecture": arch}
     if oversubscription is not None:
         data["oversubscription"] = oversubscription

@@ -188,6 +188,11 @@ class GPU(Spec):
     kernel_overhead_us: Microseconds = Field(
         default=4.0, description="launch/tail overhead added to each kernel"
     )
+    nvlink_sharp: bool = Field(
+        default=False,
+        description="its NVLink domain reduces in the switches (NVLink SHARP: NVSwitch 3 and "
+        "later, Hopper and Blackwell; A100's NVSwitch 2 and AMD Infinity Fabric have none)",
+    )
     nccl_ll_max_bus_bytes_per_s: Annotated[float, Range(1e9, 1e14, "bytes/s")] | None = Field(
         default=None,
         description="NCCL's cap on the LL protocol's bus bandwidth inside one node (tuning.cc "
@@ -283,6 +288,15 @@ class System(Spec):
         description="all-reduces inside the HB domain use NVLink SHARP (NVSwitch 3 and later; "
         "docs/collectives.md)",
     )
+
+    @model_validator(mode="after")
+    def _nvls_needs_nvlink_sharp(self) -> System:
+        if self.nvls and not self.gpu.nvlink_sharp:
+            raise ValueError(
+                f"nvls: {self.gpu.name}'s HB domain has no NVLink SHARP (NVSwitch 3 and later: "
+                "GPUs with nvlink_sharp true, e.g. h100-sxm, h200, b200, gb200)"
+            )
+        return self
 
     @property
     def custom_all_reduce_curve(self) -> CustomAllReduceCurve | None:
