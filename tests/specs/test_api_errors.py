@@ -207,3 +207,21 @@ def test_dir_lists_the_lazy_names() -> None:
     import railplan
 
     assert {"estimate", "load_model", "load_network", "Strategy"} <= set(dir(railplan))
+
+
+def test_the_pp_hint_gives_every_pp_that_works() -> None:
+    # pipelines need not divide the layers: the hint listed only the divisors of 96
+    with pytest.raises(RailplanError) as err:
+        estimate("gpt-3-175b", "dgx-a100", {"tp": 8, "pp": 97, "global_batch": 8})
+    assert "pp values that work: 1 to 96" in str(err.value)
+    assert estimate("gpt-3-175b", "dgx-a100", {"tp": 8, "pp": 7, "global_batch": 8}).iteration_s > 0
+
+
+def test_reprs_stay_short() -> None:
+    from railplan.explore.search import search
+    from railplan.specs import Job
+
+    r = search(Job("gpt-22b", "dgx-h100", "rail-only", 64, 64))
+    assert len(repr(r)) < 3000 and "evaluated" in repr(r)  # was 113,391 characters
+    e = estimate("gpt-22b", "dgx-h100", {"tp": 8, "global_batch": 8})
+    assert "attention_curves" not in repr(e) and "iteration_s" in repr(e)

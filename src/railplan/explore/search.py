@@ -300,6 +300,18 @@ class SearchResult:
     elapsed_s: float
     space: SearchSpace = field(default_factory=SearchSpace)
 
+    def __repr__(self) -> str:
+        """A line a notebook can show: the job, the counts and the best (the lists and the
+        specs printed 100 KB)."""
+        j = self.job
+        best = "none fits" if self.best is None else repr(self.best)
+        return (
+            f"SearchResult({j.model.name} on {j.gpus:,} {j.system.gpu.name}, "
+            f"{j.network.architecture}, global batch {j.global_batch:,}: "
+            f"{self.configurations_evaluated:,} evaluated, {self.feasible:,} fit, "
+            f"{len(self.top)} top, {len(self.pareto)} Pareto; best={best})"
+        )
+
     def require_best(self) -> Candidate:
         """The best strategy, or a one-line error saying why there is none: no valid strategy
         (with the GPU counts near this one that have one), or none that fits in memory."""

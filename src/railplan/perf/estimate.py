@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from railplan.errors import RailplanError
@@ -24,9 +24,10 @@ from railplan.specs.arrays import check, from_strategies
 class Estimate:
     """One strategy's predicted iteration: serializes straight to JSON with `to_dict`."""
 
-    model: Model
-    system: System
-    network: Network
+    # the specs stay out of the repr (the system alone prints ~3 KB): a notebook shows the result
+    model: Model = field(repr=False)
+    system: System = field(repr=False)
+    network: Network = field(repr=False)
     strategy: Strategy
     iteration_s: float
     mfu: float

@@ -725,8 +725,13 @@ def _values_text(model: Model, s: StrategyArrays, field: str) -> str:
         for k in ("tp", "pp", "dp", "cp", "ep", "global_batch", "micro_batch", "interleave", "zero")
         if hasattr(s, k)
     )
-    fits = {
-        "tp": [t for t in range(1, model.heads + 1) if model.heads % t == 0 == model.kv_heads_ % t],
-        "pp": [p for p in range(1, model.layers + 1) if model.layers % p == 0],
-    }.get(field)
-    return f"here {here}" + ("" if fits is None else f"; {field} values that work: {fits}")
+    if field == "tp":
+        tps = [t for t in range(1, model.heads + 1) if model.heads % t == 0 == model.kv_heads_ % t]
+        return f"here {here}; tp values that work: {tps}"
+    if field == "pp":
+        even = [p for p in range(1, model.layers + 1) if model.layers % p == 0]
+        return (
+            f"here {here}; pp values that work: 1 to {model.layers} (stages may hold unequal "
+            f"layers); these split the {model.layers} layers evenly: {even}"
+        )
+    return f"here {here}"
