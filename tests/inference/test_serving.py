@@ -198,3 +198,18 @@ def test_default_requests_stay_within_what_one_simulation_takes() -> None:
     assert default_requests(1) == DEFAULT_REQUESTS
     assert default_requests(10**6) == MAX_REQUESTS
     assert default_requests(10**6, replicas=64) == MAX_SIMULATED_REQUESTS // 64
+
+
+def test_a_batch_the_token_budget_caps_still_measures_its_capacity() -> None:
+    # 2,048-token prompts: the 8,192-token budget admits about three per step, so the batch
+    # turns over below the KV limit of 683 and never "fills"; such runs said "?" at every
+    # rate however many requests were simulated
+    from railplan.inference.engine import Deployment
+    from railplan.inference.estimate import infer
+    from railplan.inference.serving import serve
+
+    dep = Deployment("llama-3-70b", "dgx-h100", "rail-optimized", gpus=16, tp=4)
+    steady = infer(dep, None, 2048, 128)
+    run = serve(dep, 80.0, 2048, 128)
+    assert run.stable is False
+    assert run.tokens_per_s == pytest.approx(steady.tokens_per_s, rel=0.05)

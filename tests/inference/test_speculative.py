@@ -124,15 +124,11 @@ def test_the_drafter_takes_memory() -> None:
     # the MTP module's layer (attention, shared expert, router, 256/32 experts) and its 2h → h
     # projection in fp8, and its own KV layer: 62 layers' KV per token instead of 61
     m = load_model("deepseek-v3")
-    shared_and_router = m.shared_experts * m.expert_params() + m.hidden * m.experts
-    module = (
-        m.layer_params()
-        - m.mlp_params_dense()
-        + shared_and_router
-        + m.experts * m.expert_params() / 32
-    )
+    shared = m.shared_experts * m.expert_params()
+    module = m.layer_params() - m.mlp_params_dense() + shared + m.experts * m.expert_params() / 32
+    router_bf16 = 2.0 * m.hidden * m.experts  # the gate stays bf16
     extra = dep(1).weight_bytes_per_gpu - dep(0).weight_bytes_per_gpu
-    assert extra == pytest.approx(1.0 * (module + 2 * m.hidden**2))
+    assert extra == pytest.approx(1.0 * (module + 2 * m.hidden**2) + router_bf16)
     assert dep(1).kv_bytes_per_token / dep(0).kv_bytes_per_token == pytest.approx(62 / 61)
     assert dep(1).max_batch(2048) < dep(0).max_batch(2048)
 

@@ -176,6 +176,9 @@ def test_numpy_integers_are_counts_like_ints() -> None:
     cluster = Cluster(np.int64(1024), np.int64(8), 64)  # type: ignore[arg-type]
     assert type(cluster.gpus) is int and type(cluster.hb_domain) is int
     json.dumps(compare(cluster).to_dict())
+    from railplan.network.tiling import tile
+
+    json.dumps(tile(np.int64(1024), np.int64(8), [np.int64(512)]).to_dict())  # type: ignore[arg-type]
 
 
 def test_paths_and_gpu_objects_load() -> None:

@@ -118,7 +118,7 @@ def infer(
         int | None,
         typer.Option(
             help="with --arrival-rate: requests per rate and replica (1-200000; default "
-            "2000, or four batches' worth if more)"
+            "2000, or four batches' worth if more, within 250000 simulated in all)"
         ),
     ] = None,
     dispatch: Annotated[

@@ -222,6 +222,10 @@ class SearchSpace:
                     f.name, f"give a value or a list of values; got {type(value).__name__}"
                 ) from None
             object.__setattr__(self, f.name, values)
+        for name in ("grad_reduce_bytes", "wgrad_deferral_limit"):  # single integers
+            n = as_int(getattr(self, name))
+            if n is not None:
+                object.__setattr__(self, name, n)
         for name in INT_LISTS:
             values = getattr(self, name)
             if values is None:

@@ -68,9 +68,10 @@ class Run:
     in_flight_late: float = 0.0
     waiting_early: float = 0.0
     waiting_late: float = 0.0
-    # whether every replica ran a full batch before the throughput window closed, and the
-    # output tokens/s from then on (`tokens_per_s` where none did): what an overloaded engine
-    # serves once its batch is full
+    # whether every replica's batch had stopped growing (full, or turning over: `_full_from`)
+    # at least FULL_TURNOVERS sequence lifetimes before the throughput window closed, and the
+    # output tokens/s from then on (`tokens_per_s` where not): what an overloaded engine
+    # serves at its full batch
     filled: bool = True
     full_tokens_per_s: float = 0.0
 
@@ -97,9 +98,10 @@ class Run:
 
     @property
     def stable(self) -> bool | None:
-        """False when the queue grew (`queue_grew`) once the batch had filled (`filled`); None
-        when the run was too short to tell (a queue that grew before the batch ever filled, so
-        what the engine serves at its full batch is unknown; not `settled`, the requests in
+        """False when the queue grew (`queue_grew`) and every replica's batch had been full for
+        two lifetimes (`filled`); None when the run was too short to tell (a queue that grew
+        before that, so what the engine serves at its full batch is unknown; not `settled`, the
+        requests in
         flight still `rising`, or under 90 % of the offered tokens/s came out between the
         middle and the last arrival); else True: what is in flight stayed level and nothing
         queued up, so the engine served what arrived."""
@@ -292,11 +294,17 @@ FULL_TURNOVERS = 2
 
 
 def _full_from(rep: _Replica, lo: float, hi: float, batch: int) -> float | None:
-    """When in (lo, hi) the replica had first run a full batch (lo if before), or None."""
+    """When in (lo, hi) the replica's batch had first stopped growing (lo if before), or None:
+    the first step that ran the full batch, or the first completion if sooner (from then on
+    what is admitted replaces what finishes, whether the batch limit or the step's token
+    budget caps the batch)."""
     full = np.flatnonzero(np.asarray(rep.sizes) >= batch)
-    if full.size == 0 or rep.ends[full[0]] >= hi:
+    starts = [float(rep.ends[int(full[0])])] if full.size else []
+    if rep.done:
+        starts.append(rep.done[0])
+    if not starts or min(starts) >= hi:
         return None
-    return max(lo, float(rep.ends[int(full[0])]))
+    return max(lo, min(starts))
 
 
 def _run(

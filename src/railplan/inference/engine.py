@@ -216,8 +216,9 @@ class Deployment:
     def links(self) -> Links:
         """The collective model's links; all-reduces inside an HB domain may take NVLink SHARP
         wherever the GPU has it, as NCCL does by default on NVSwitch 3 and later (its tuner
-        takes NVLS only where faster: for large tensor-parallel groups, such as 64 ranks of
-        an NVL72, not for the small all-reduces of tp ≤ 8)."""
+        takes NVLS only where faster: for large messages, such as a prefill's at tp 8, and
+        large groups, such as 64 ranks of an NVL72; not for a decode step's small all-reduces
+        at tp ≤ 8)."""
         sy = self.system
         if sy.gpu.nvlink_sharp and not sy.nvls:
             sy = sy.model_copy(update={"nvls": True})
@@ -272,13 +273,6 @@ class Deployment:
         (none without speculative decoding)."""
         return self.model.mtp_layers if self.speculative_tokens else 0
 
-    @property
-    def shared_and_router_params(self) -> int:
-        """Parameters of one MoE layer that every ep rank holds besides attention: the shared
-        experts and the router (h × E)."""
-        m = self.model
-        return m.shared_experts * m.expert_params() + m.hidden * m.experts
-
     @cached_property
     def weight_bytes_per_gpu(self) -> float:
         """Weights one GPU holds: its stage's layers split by tp, experts also by ep; with
@@ -288,9 +282,10 @@ class Deployment:
         m = self.model
         wb = WEIGHT_BYTES[self.precision]
         layers, moe = self.stage_layers, self.stage_moe_layers
-        # an MoE layer: attention and norms, the shared experts and the router on every ep
-        # rank, the routed experts split over the ep ranks
-        moe_dense = m.layer_params() - m.mlp_params_dense() + self.shared_and_router_params
+        # an MoE layer: attention and norms and the shared experts on every ep rank (split by
+        # tp), the routed experts split over the ep ranks, the router (h × E, bf16, as vLLM
+        # and SGLang keep the gate) whole on every GPU, as `stage_parts` reads it
+        moe_dense = m.layer_params() - m.mlp_params_dense() + m.shared_experts * m.expert_params()
         dense = (layers - moe) * m.layer_params() + moe * moe_dense
         experts = moe * m.experts * m.expert_params() / self.ep
         embed = m.embedding_params() / (2 if not m.tied_embeddings and self.pp > 1 else 1)
@@ -299,8 +294,10 @@ class Deployment:
         else:
             module = m.layer_params()
         drafter = self.draft_layers * (module + 2 * m.hidden * m.hidden)
+        routers = (moe + (self.draft_layers if m.moe_layers else 0)) * m.hidden * m.experts
         # the embedding and LM head stay bf16 in quantized checkpoints (`logits_s`)
-        return (wb * (dense + experts + drafter) + WEIGHT_BYTES["bf16"] * embed) / self.tp
+        tp_split = wb * (dense + experts + drafter) + WEIGHT_BYTES["bf16"] * embed
+        return tp_split / self.tp + WEIGHT_BYTES["bf16"] * routers
 
     @property
     def dispatch_value_bytes(self) -> float:
@@ -494,8 +491,8 @@ def stage_parts(dep: Deployment, load: StepLoad, queries: float | None = None) -
         if m.shared_experts:
             shared = mlp_gemms(one, tokens, t, shared_width)
             experts = experts + sum((gemm_s(gpu, g, peak, wb) for g in shared), zero)
-        router = gemm_s(gpu, router_gemm(one, tokens), gpu.peak_tflops, ACT_BYTES)
-        gemm = gemm + moe_layers * (experts + router)
+        experts = experts + gemm_s(gpu, router_gemm(one, tokens), gpu.peak_tflops, ACT_BYTES)
+        gemm = gemm + moe_layers * experts
     # attention: the prompts' fused causal kernel, timed as in training (the forward pass at
     # the kernel's measured speed for the prompt length), then the decode kernel: every running
     # sequence's KV cache read from HBM (its FLOPs at the MAMF rate, a bound it never reaches)
@@ -637,11 +634,25 @@ def overlapped_stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatA
     last = st.low_latency["combine"] + st.normal["combine"]
     parts["ep_comm"] = np.where(tokens > 0, dep.stage_moe_layers * (layer - compute) + last, 0.0)
     # a lone sequence is not split in two: such a step runs as one batch, without the overlap
+    # (timed for those loads only: a search's arrays hold a few of them among many)
     seqs = np.asarray(load.decode, dtype=np.float64) + np.asarray(load.prefill_seqs)
-    if np.all(seqs >= 2.0):
+    alone = seqs < 2.0
+    if not np.any(alone):
         return parts
-    one = stage_parts(dep, load).parts
-    return {k: np.where(seqs >= 2.0, v, one[k]) for k, v in parts.items()}
+    if seqs.ndim == 0:
+        return stage_parts(dep, load).parts
+    at = np.nonzero(alone)
+    fields = (load.decode, load.context_tokens, load.prefill_tokens, load.prefill_seqs)
+    sub = StepLoad(
+        *(np.broadcast_to(np.asarray(f, dtype=np.float64), seqs.shape)[at] for f in fields)
+    )
+    one = stage_parts(dep, sub).parts
+    out = {}
+    for k, v in parts.items():
+        full = np.array(np.broadcast_to(v, seqs.shape), dtype=np.float64)
+        full[at] = one[k]
+        out[k] = full
+    return out
 
 
 def draft_s(dep: Deployment, load: StepLoad) -> FloatArray:
@@ -703,17 +714,19 @@ def prompt_traversal_s(dep: Deployment, load: StepLoad) -> FloatArray:
     """Time from the start of a step carrying `load` until its prompts' first tokens come out
     of the last stage: the micro-batch that carries a prompt takes it whole (serving engines
     do not split a prompt over pipeline micro-batches: vLLM and TensorRT-LLM schedule whole
-    requests per micro-batch), with its 1/pp share of the running sequences and of the step's
-    other prompts, and crosses all pp stages at that micro-batch's stage time. Without
-    pipelining it is the step itself (`step_times`)."""
+    requests per micro-batch), with its share of the running sequences (`micro_batch_load`: at
+    least one whole sequence where any runs) and its 1/pp share of the step's other prompts,
+    and crosses all pp stages at that micro-batch's stage time. Without pipelining it is the
+    step itself (`step_times`)."""
     if dep.pp == 1:
         return step_times(dep, load)[0]
     p = float(dep.pp)
     seqs = np.asarray(load.prefill_seqs, dtype=np.float64)
     carried = np.maximum(seqs / p, np.minimum(seqs, 1.0))  # at least the whole prompt
+    running = micro_batch_load(load, p)  # its share of the running sequences, none split
     micro = StepLoad(
-        decode=load.decode / p,
-        context_tokens=load.context_tokens / p,
+        decode=running.decode,
+        context_tokens=running.context_tokens,
         prefill_tokens=load.prompt_tokens * carried,
         prefill_seqs=carried,
     )

@@ -250,6 +250,7 @@ def candidates(
 ) -> list[Choice]:
     """Every configuration evaluated (see the module docstring)."""
     input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
+    check_decoding(output_tokens)  # TPOT needs a decoded token
     out: list[Choice] = []
     for dep in deployments(model, system, network, gpus, precision, speculative, custom_all_reduce):
         b = batches(dep.max_batch(input_tokens + output_tokens))
@@ -334,7 +335,8 @@ def search(
         res = infer(dep, c.batch, input_tokens, output_tokens).to_dict()
         if c.mode == "disaggregated":
             decode = decode_load(float(c.batch), input_tokens, output_tokens, dep.tokens_per_step)
-            res["breakdown_s"] = step_time_s(dep, decode)[1]
+            step, res["breakdown_s"] = step_time_s(dep, decode)
+            res["step_s"] = step  # the decode instances' step, whose time the TPOT is
         return res | own
 
     return {

@@ -232,18 +232,16 @@ def serve(
 
 
 def step_budget(longest_prompt: int, decode_tokens: int) -> int:
-    """The engine's token budget per step: MAX_NUM_TOKENS (TensorRT-LLM's default), unless the
-    longest prompt is over half of it and does not fit beside a full batch's `decode_tokens`:
-    then room for both. (A prompt of at most half the budget always fits beside 4,096 running
-    sequences; beyond that the budget limits the batch, as it would the engine's.) Without chunked
-    context a prompt is admitted whole (module docstring); a budget that holds the longest
-    prompt but not the running batch's tokens beside it admits such a prompt only into an empty
-    engine, and the engine then serves one sequence at a time while `infer`'s steady state
-    fuses the prompts into full steps. Raising the budget so is railplan's assumption: an
-    engine configured for these prompts at this batch (chunked context, which splits a prompt
-    over steps instead, is not modelled)."""
-    if longest_prompt <= MAX_NUM_TOKENS - min(decode_tokens, MAX_NUM_TOKENS // 2):
-        return MAX_NUM_TOKENS
+    """The engine's token budget per step: MAX_NUM_TOKENS (TensorRT-LLM's default), or room for
+    the longest prompt beside a full batch's `decode_tokens` if that is more. Without chunked
+    context a prompt is admitted whole (module docstring); a budget that cannot hold the
+    longest prompt beside the running batch admits it only into an empty engine, which then
+    serves one sequence at a time while `infer`'s steady state fuses the prompts into full
+    steps. Raising the budget so is railplan's assumption: an engine configured for these
+    prompts at this batch (chunked context, which splits a prompt over steps instead, is not
+    modelled). It makes room for one prompt per step, not for the B·I/O prompt tokens per step
+    of `infer`'s steady state, so a batch of long prompts may still turn over below its limit
+    (`dispatch._full_from` counts it full once it does)."""
     return max(MAX_NUM_TOKENS, longest_prompt + decode_tokens)
 
 

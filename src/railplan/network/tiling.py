@@ -96,6 +96,7 @@ def largest_free_rectangle(free: np.ndarray) -> int:
 def tile(gpus: int, hb_domain: int, jobs: list[int]) -> Tiling:
     """Place ``jobs`` (GPU counts) as domain × rail rectangles on a rail-only cluster."""
     check_cluster(gpus, hb_domain)
+    gpus, hb_domain = int(gpus), int(hb_domain)  # numpy's integers too: results stay JSON
     if isinstance(jobs, str) or not hasattr(jobs, "__iter__"):
         raise RailplanError("jobs", f"give a list of job sizes, e.g. [512, 1024]; got {jobs!r}")
     jobs = [check_int("jobs", j, 1, gpus) for j in jobs]

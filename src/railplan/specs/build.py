@@ -7,6 +7,7 @@ from typing import Any
 
 from railplan.errors import RailplanError
 from railplan.names import ARCHITECTURES
+from railplan.specs.catalog import load_network
 from railplan.specs.hardware import System
 from railplan.specs.network import Network
 from railplan.specs.strategy import CODED_FIELDS, Strategy
@@ -58,18 +59,12 @@ def build_network(
     """The network spec `network` names (with its oversubscription, and SHARP in the rail
     switches when `sharp`)."""
     arch = choice("network", network, ARCHITECTURES)
-    if arch == "oversubscribed" and oversubscription is None:
-        raise RailplanError(
-            "oversubscription",
-            "give the ratio with --network oversubscribed (e.g. --oversubscription 2; "
-            "1 is rail-optimized)",
-        )
     data: dict[str, Any] = {"architecture": arch}
     if oversubscription is not None:
         data["oversubscription"] = oversubscription
     if sharp is not None:
         data["sharp"] = sharp
-    return Network.parse(data, "network")
+    return load_network(data)
 
 
 def build_strategy(**kwargs: Any) -> Strategy:

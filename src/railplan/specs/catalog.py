@@ -119,4 +119,9 @@ def load_network(ref: str | Network | dict[str, Any] | None) -> Network:
             "network",
             f"give a Network, an architecture name or a mapping; got {type(ref).__name__}",
         )
+    if ref.get("architecture") == "oversubscribed" and "oversubscription" not in ref:
+        raise RailplanError(
+            "oversubscription",
+            "an oversubscribed network needs its ratio (e.g. 2; 1 is rail-optimized)",
+        )
     return Network.parse(ref, "network")
