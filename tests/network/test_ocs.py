@@ -187,11 +187,15 @@ def test_cli_faults_prints_the_tradeoff(cli: Cli) -> None:
     assert bad.exit_code == 2 and "price_book" in str(bad.exception)
 
 
-def test_one_gpu_domains_keep_no_spare_by_default() -> None:
-    # K = 1: a swap set is one GPU, so the default spare is none (cost and report still run)
+def test_one_gpu_domains_have_no_ocs_layer() -> None:
+    # K = 1: no GPU of the domain can take a failed one's place, so there is no OCS layer to
+    # price (it was priced with no spare), and the default spare is none (cost and report run)
     from railplan.network.cost import compare, load_price_book
+    from railplan.network.ocs import ocs_layer, spares_per_domain
+    from railplan.network.topology import rail_only
 
     c = compare(Cluster(16, 1, 64), load_price_book())
-    assert c.ocs is not None and c.ocs.spare_gpus == 0
+    assert c.ocs is None and c.rail_only_ocs_cost_usd is None
+    assert spares_per_domain(Cluster(16, 1, 64), None, None) == 0
     with pytest.raises(RailplanError, match=r"must be in \[0, 0\]"):
-        compare(Cluster(16, 1, 64), load_price_book(), spare_per_domain=1)
+        ocs_layer(rail_only(Cluster(16, 1, 64)), load_price_book().ocs, 1)

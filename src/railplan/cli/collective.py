@@ -92,7 +92,8 @@ def collective(
             "all, or several "
             "comma-separated; all = the closed forms; flow = the hierarchical schedule (or "
             "all-to-all) simulated flow by flow on the built graph; optimal = the LP schedule "
-            "(TE-CCL) on the built graph, at most 64 GPUs, seconds to a minute per size"
+            "(TE-CCL) on the built graph, at most 64 GPUs, seconds to minutes per size; a size "
+            "the solver cannot schedule in its time is reported, not fatal"
         ),
     ] = "all",
     nbytes: Annotated[
@@ -120,6 +121,9 @@ def collective(
     from railplan.specs import load_system
 
     sysm = load_system(system)
+    from railplan.network.topology import check_radix
+
+    check_radix(radix)  # checked even where the group fits in one domain and builds no switch
     net, built = _built(sysm, network, oversubscription, planes, radix)
     names = _algorithms(algorithm)
     g = alg.group(sysm, net, gpus)

@@ -35,8 +35,16 @@ def _int_list(field: str, text: str, unique: bool = True, example: str = "64,128
     return comma_list(field, text, int, empty=empty, unique=unique)
 
 
-def _same_tiers_note(gpus: int, hb_domain: int, radix: int, nics_per_gpu: int, tiers: int) -> str:
-    """Why rail-only saves nothing when a rail needs as many Clos tiers as the whole cluster."""
+def _same_tiers_note(
+    gpus: int,
+    hb_domain: int,
+    radix: int,
+    nics_per_gpu: int,
+    tiers: int,
+    more: tuple[int, int] | None = None,
+) -> str:
+    """Why rail-only saves nothing when a rail needs as many Clos tiers as the whole cluster;
+    `more`: (rail-only, rail-optimized) switches where rail-only needs more."""
     from railplan.network.topology import folded_clos
 
     lo = radix  # a 1-tier Clos takes `radix` ports
@@ -47,10 +55,16 @@ def _same_tiers_note(gpus: int, hb_domain: int, radix: int, nics_per_gpu: int, t
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if folded_clos(mid, radix).num_tiers < tiers else (lo, mid - 1)
     rail_ports = gpus // hb_domain * nics_per_gpu
+    outcome = (
+        "saves nothing here"
+        if more is None
+        else f"saves nothing, and each rail's Clos rounds its switches up on its own: rail-only "
+        f"needs {more[0]:,} switches to rail-optimized's {more[1]:,}"
+    )
     return (
         f"note: both designs need {tiers} tiers: each rail has {rail_ports:,} NIC ports, more "
         f"than the {lo:,} a {tiers - 1}-tier Clos of radix {radix} takes, so dropping the spine "
-        f"saves nothing here; rail-only saves when every rail fits in fewer tiers (up to "
+        f"{outcome}; rail-only saves when every rail fits in fewer tiers (up to "
         f"{lo * hb_domain // nics_per_gpu:,} GPUs at K={hb_domain}), with a larger radix or K."
     )
 
@@ -69,7 +83,13 @@ def cost(
     gpus: ClusterGpusOpt,
     radix: Annotated[int, typer.Option(help="switch radix (ports at the NIC speed)")],
     hb_domain: Annotated[int, typer.Option(help="HB-domain size K (divides N)")],
-    nic_gbps: Annotated[int, typer.Option(help="NIC speed: 100, 200, 400 or 800")] = 400,
+    nic_gbps: Annotated[
+        int,
+        typer.Option(
+            help="NIC speed, Gbps: one the price book prices (400 in the default book; "
+            "public-web-estimates also 800)"
+        ),
+    ] = 400,
     nics_per_gpu: NicPortsOpt = 1,
     price_book: PriceBookOpt = None,
     spare_per_domain: Annotated[
@@ -105,6 +125,12 @@ def cost(
         if not ocs_reconfigured:
             raise RailplanError("reconfig_s", "applies only with --ocs-reconfigured")
     book = load_price_book(price_book)
+    if spare_per_domain is not None and book.ocs is None:
+        raise RailplanError(
+            "spare_per_domain",
+            f"counts the spares beside the OCS layer, and price book {book.name!r} has no "
+            "ocs entry (rail-only+ocs is not priced)",
+        )
     cluster = Cluster(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
     data = compare(cluster, book, spare_per_domain).to_dict()
     if ocs_reconfigured:
@@ -133,7 +159,8 @@ def cost(
 
         typer.echo(note(data["ocs_reconfigured"]))
     if a["tiers"] == b["tiers"] > 1:
-        typer.echo(_same_tiers_note(gpus, hb_domain, radix, nics_per_gpu, b["tiers"]))
+        more = (b["switches"], a["switches"]) if b["switches"] > a["switches"] else None
+        typer.echo(_same_tiers_note(gpus, hb_domain, radix, nics_per_gpu, b["tiers"], more))
 
 
 def _cost_rows(data: dict[str, Any]) -> list[tuple[str, ...]]:
@@ -329,7 +356,13 @@ def faults(
     hb_domain: HbDomainSizeOpt = 8,
     radix: RadixOpt = 64,
     nic_gbps: NicSpeedOpt = 400,
-    spare_per_domain: Annotated[int, typer.Option(help="idle GPUs per HB domain")] = 0,
+    spare_per_domain: Annotated[
+        int,
+        typer.Option(
+            help="idle GPUs per HB domain, or per OCS swap set where one OCS cannot hold a "
+            "whole domain (the spares rail-only+ocs is priced with)"
+        ),
+    ] = 0,
     small_domain_max: Annotated[
         int, typer.Option(help="K up to which a domain migrates whole")
     ] = 8,
@@ -349,6 +382,7 @@ def faults(
     from railplan.limits import MAX_GPUS, check_int
     from railplan.network.cost import load_price_book
     from railplan.network.faults import Policy, fault_table, monte_carlo
+    from railplan.network.ocs import spares_per_domain
     from railplan.network.topology import Cluster
 
     check_int("hb_domain", hb_domain, 1, MAX_GPUS)
@@ -356,19 +390,28 @@ def faults(
     book = load_price_book(price_book)
     check_int("swap_group", swap_group, 1, 1 << 20)
     check_int("small_domain_max", small_domain_max, 1, 1 << 20)
-    policy = Policy(spare_per_domain, False, small_domain_max, swap_group)
     cluster = Cluster(gpus, hb_domain, radix, nic_gbps)
+    # the spares the OCS layer is priced with: per swap set, several in a domain too large
+    # for one OCS (network.ocs.spares_per_domain)
+    held = spares_per_domain(cluster, book.ocs, spare_per_domain)
+    policy = Policy(held, False, small_domain_max, swap_group)
     table = fault_table(cluster, policy)
     mc = monte_carlo(cluster, days, trials, seed, None, policy, repair_hours, quantile)
-    data: dict[str, Any] = {"single_failures": table, "monte_carlo": mc.to_dict()}
+    data: dict[str, Any] = {
+        "single_failures": table,
+        "monte_carlo": mc.to_dict(),
+        "spare_per_domain": held,
+    }
     from railplan.cli.network_ocs import ocs_tradeoff, ocs_tradeoff_note
 
-    data["ocs_tradeoff"] = ocs_tradeoff(cluster, spare_per_domain, book, data)
+    # prices only the trade-off line needs: a NIC speed the price book lacks leaves it out
+    priced = nic_gbps in book.speeds
+    data["ocs_tradeoff"] = ocs_tradeoff(cluster, spare_per_domain, book, data) if priced else None
     if as_json:
         print_json(data)
         return
     console = Console(width=160)
-    console.print(_single_failures_table(table, gpus, hb_domain, radix, spare_per_domain))
+    console.print(_single_failures_table(table, gpus, hb_domain, radix, held))
     console.print(_monte_carlo_table(mc, gpus, days, trials, seed, repair_hours))
     console.print(
         "GPUs cut off: lose their network path; GPUs moved: whose work moves to spares or "
@@ -380,6 +423,11 @@ def faults(
     )
     if data["ocs_tradeoff"] is not None:
         console.print(ocs_tradeoff_note(data["ocs_tradeoff"], days))
+    elif not priced and book.ocs is not None:
+        console.print(
+            f"rail-only+ocs: price book {book.name!r} has no {nic_gbps} Gbps prices, so the OCS "
+            "layer's cost is not shown (give --price-book FILE with that speed)"
+        )
 
 
 def _single_failures_table(

@@ -88,7 +88,13 @@ def kw(w: float | None) -> str:
 
 
 def pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
+    """A fraction as a percentage to 0.1 % (two decimals where that would read as zero: a
+    rail-only network 0.02 % dearer is not "-0.0%")."""
+    if x is None:
+        return "n/a"
+    if x != 0 and abs(100 * x) < 0.05:
+        return f"{100 * x:.2f}%"
+    return f"{100 * x:.1f}%"
 
 
 def count(x: int | None) -> str:

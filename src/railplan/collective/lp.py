@@ -61,6 +61,12 @@ from railplan.collective.lpsearch import MAX_EPOCHS as MAX_EPOCHS  # docs/model.
 from railplan.collective.lpsearch import Found, Solve, bisect, search
 from railplan.errors import RailplanError
 
+
+class NoSchedule(RailplanError):
+    """The solver found no schedule in its time (a sweep reports it for that size and goes on
+    with the other algorithms)."""
+
+
 MAX_RANKS = 64
 LP_OPS: tuple[str, ...] = ("all-gather", "all-to-all")
 EPOCH_KINDS: tuple[str, ...] = ("slow", "fast")
@@ -373,6 +379,6 @@ def synthesize(
                 found.proven >= found.epochs,
                 chunks,
             )
-    raise RailplanError(
+    raise NoSchedule(
         "gpus", f"no {op} schedule for {n} ranks found within the solver's time; use fewer ranks"
     )

@@ -27,9 +27,13 @@ def run(g: alg.Group, op: str, algorithm: str, size: float, built: Built) -> alg
         from railplan.collective.flow import flow
 
         return flow(g, op, size, built)
+    from railplan.collective.lp import NoSchedule
     from railplan.collective.optimal import optimal
 
-    return optimal(g, op, size, built)
+    try:
+        return optimal(g, op, size, built)
+    except NoSchedule as err:  # the solver ran out of time: a row, not the end of the others
+        return alg.Result(algorithm, None, None, None, err.problem)
 
 
 def sweep(

@@ -297,7 +297,9 @@ def compare(
     book.at(c.nic_gbps)
     base, prop = rail_optimized(c), rail_only(c)
     layer = None
-    if book.ocs is not None:
+    # an OCS swaps a spare of the same HB domain into a failed GPU's rail links: not where a
+    # domain is one GPU (no spare beside it) or where rail-only needs no switch at all
+    if book.ocs is not None and c.hb_domain > 1 and prop.switches > 0:
         from railplan.network.ocs import ocs_layer
 
         layer = ocs_layer(prop, book.ocs, spare_per_domain)

@@ -430,6 +430,13 @@ def monte_carlo(
     ``gpus_moved_per_domain``) and interrupts the job unless it only degrades bandwidth (spine,
     inter-switch links). Time is binned hourly; per trial we track unusable GPUs over time.
     ``repair_hours`` is an assumption (not in the Llama 3 report) and scales the idle-GPU numbers.
+
+    Outages that overlap in time overlap in GPUs too: an event making u of the N GPUs unusable
+    (whole HB domains, or the GPUs it moves) takes a share u/N of them, placed at random, so the
+    GPUs unusable while events u_1 … u_m are out are N·(1 − Π(1 − u_i/N)), the expected union
+    (at most N; the plain sum when the events are few or small). Adding them up instead counted a
+    domain twice when two of its parts failed within a repair time: at K = 256 it put 19,456 of
+    16,384 GPUs out at the 99th percentile.
     """
     s = check_monte_carlo(cluster, days, trials, seed, rates, policy, repair_hours, target_quantile)
     rates, policy, hours, rep, per_h = s.rates, s.policy, s.hours, s.rep, s.per_h
@@ -438,7 +445,11 @@ def monte_carlo(
         sizes = _event_sizes(counts, variant, policy)
         # common random numbers: every variant replays the same seed (GPU/server/NIC draws first)
         rng = np.random.default_rng(seed)
-        diff = np.zeros((trials, hours + rep + 1), dtype=np.int64)
+        n = cluster.gpus
+        # per hour: the sum of log(1 − u/N) of the events out (their expected union), and a
+        # count of events that take every GPU (u = N, whose log is −∞)
+        log_ok = np.zeros((trials, hours + rep + 1))
+        whole = np.zeros((trials, hours + rep + 1), dtype=np.int64)
         interruptions = rng.poisson(rates.software_per_job_h * hours, size=trials).astype(float)
         failures = np.zeros(trials)
         for cls, (n_comp, unusable) in sizes.items():
@@ -451,9 +462,16 @@ def monte_carlo(
                 continue
             trial_idx = np.repeat(np.arange(trials), n_ev)
             start = rng.integers(0, hours, size=total)
-            np.add.at(diff, (trial_idx, start), unusable)
-            np.add.at(diff, (trial_idx, start + rep), -unusable)
-        unusable_t = np.cumsum(diff, axis=1)[:, :hours]
+            if unusable >= n:
+                np.add.at(whole, (trial_idx, start), 1)
+                np.add.at(whole, (trial_idx, start + rep), -1)
+            else:
+                term = math.log1p(-unusable / n)
+                np.add.at(log_ok, (trial_idx, start), term)
+                np.add.at(log_ok, (trial_idx, start + rep), -term)
+        ok_share = np.exp(np.minimum(np.cumsum(log_ok, axis=1)[:, :hours], 0.0))
+        out_whole = np.cumsum(whole, axis=1)[:, :hours] > 0
+        unusable_t = np.where(out_whole, float(n), n * (1.0 - ok_share))
         peak = unusable_t.max(axis=1)
         out[variant] = {
             "switches": float(counts.switches),

@@ -28,7 +28,7 @@ from railplan.errors import RailplanError
 
 if TYPE_CHECKING:  # cost.py imports this module inside compare()
     from railplan.network.cost import OcsPrices
-    from railplan.network.topology import NetworkCounts
+    from railplan.network.topology import Cluster, NetworkCounts
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,24 @@ def ocs_layer(c: NetworkCounts, ocs: OcsPrices, spare_per_swap_set: int | None =
         cost_usd=units * n * ocs.port_usd,
         power_w=None if ocs.unit_w is None else units * ocs.unit_w,
     )
+
+
+def spares_per_domain(
+    cluster: Cluster, ocs: OcsPrices | None, spare_per_swap_set: int | None
+) -> int:
+    """Idle spare GPUs per HB domain that the failure simulation holds: the OCS layer's (one
+    per swap set, `spare_per_swap_set` each; None: one, or none where a set is a single GPU),
+    so that rail-only+ocs is simulated with the spares it is priced with. A domain too large
+    for one OCS has several swap sets, each with its own spares. Without an OCS model, the
+    same count for a domain (one swap set)."""
+    if ocs is not None:
+        from railplan.network.topology import rail_only
+
+        layer = ocs_layer(rail_only(cluster), ocs, spare_per_swap_set)
+        return layer.spare_gpus * cluster.hb_domain // cluster.gpus
+    if spare_per_swap_set is None:
+        return min(1, cluster.hb_domain - 1)
+    return spare_per_swap_set
 
 
 def tradeoff(cost: dict[str, Any], monte_carlo: dict[str, Any]) -> dict[str, Any] | None:

@@ -10,6 +10,9 @@ from railplan.fileio import atomic_write
 from railplan.network.cost import PriceBook, compare, load_price_book
 from railplan.network.topology import Cluster
 
+#: the largest cluster the cost plot draws (K·2^i GPUs up to it)
+MAX_PLOT_GPUS = 131072
+
 
 def cost_series(
     sizes: list[int],
@@ -52,7 +55,13 @@ def cost_plot(
         raise RailplanError("out", f"{p.name!r}: use a .png, .svg or .pdf file name")
     from railplan.figures import color_cycle, subplots
 
-    sizes = sizes or [hb_domain * 2**i for i in range(0, 20) if hb_domain * 2**i <= 131072]
+    sizes = sizes or [hb_domain * 2**i for i in range(0, 20) if hb_domain * 2**i <= MAX_PLOT_GPUS]
+    if not sizes:
+        raise RailplanError(
+            "hb_domain",
+            f"the plot's cluster sizes are K·2^i up to {MAX_PLOT_GPUS:,} GPUs: K must be at most "
+            f"{MAX_PLOT_GPUS:,}; got {hb_domain:,}",
+        )
     radices = radices or [32, 64, 128, 256]
     rows = cost_series(sizes, radices, hb_domain, nic_gbps, book)
     has_power = all(r["rail_optimized_power_w"] is not None for r in rows)

@@ -44,7 +44,7 @@ ARCHITECTURES: tuple[str, ...] = (
     "multi-plane",
     "ideal",
 )
-NIC_SPEEDS_GBPS: tuple[int, ...] = (100, 200, 400, 800)
+NIC_SPEEDS_GBPS: tuple[int, ...] = (100, 200, 400, 800, 1600)  # 1600: ConnectX-9 generation
 TIER_NAMES: tuple[str, ...] = ("leaf", "spine", "core")
 #: NIC ports per GPU (= planes of a multi-plane fabric), as railplan.specs.System allows
 MAX_NICS_PER_GPU = 16
@@ -189,13 +189,21 @@ class NetworkCounts:
 # validation
 
 
+#: the largest switch radix taken (today's largest switch ASICs have 512 ports at 200 Gb/s)
+MAX_RADIX = 4096
+
+
 def check_radix(radix: int) -> int:
-    """Switch radix: an even integer ≥ 4 (a folded Clos splits ports half down, half up)."""
-    if isinstance(radix, bool) or not isinstance(radix, int) or radix < 4 or radix % 2:
+    """Switch radix: an even integer in [4, MAX_RADIX] (a folded Clos splits ports half down,
+    half up)."""
+    n = as_int(radix)
+    if n is None or n < 4 or n > MAX_RADIX or n % 2:
         raise RailplanError(
-            "radix", f"must be an even integer ≥ 4 (e.g. 32, 64, 128, 256); got {radix!r}"
+            "radix",
+            f"must be an even integer from 4 to {MAX_RADIX:,} (e.g. 32, 64, 128, 256); "
+            f"got {radix!r}",
         )
-    return radix
+    return n
 
 
 def check_cluster(gpus: int, hb_domain: int) -> None:
@@ -262,13 +270,17 @@ def folded_clos(
     while capacity < endpoints:
         capacity *= split(tiers_needed)[0]
         tiers_needed += 1
+    if oversubscription != 1 and tiers_needed == 1:
+        raise RailplanError(
+            "oversubscription",
+            f"a 1-tier Clos ({endpoints} ports ≤ radix {radix}) has no uplinks to "
+            "oversubscribe: 1, or more GPUs than one switch holds",
+        )
     if oversubscription != 1 and oversubscribed_tier >= tiers_needed:
         raise RailplanError(
             "oversubscribed_tier",
             f"{oversubscribed_tier} has no uplinks in a {tiers_needed}-tier Clos of "
-            f"{endpoints} ports at radix {radix}; allowed 1..{tiers_needed - 1}"
-            if tiers_needed > 1
-            else f"a 1-tier Clos ({endpoints} ports ≤ radix {radix}) has no uplinks",
+            f"{endpoints} ports at radix {radix}; allowed 1..{tiers_needed - 1}",
         )
     tiers: list[Tier] = []
     links_in = endpoints

@@ -27,7 +27,7 @@ from railplan.network.faults import (
     fault_table,
     monte_carlo,
 )
-from railplan.network.ocs import tradeoff
+from railplan.network.ocs import spares_per_domain, tradeoff
 from railplan.network.topology import NIC_SPEEDS_GBPS, Cluster, check_radix
 from railplan.specs import Job, Model, Network, Strategy, System
 from railplan.traffic.matrix import stats, traffic
@@ -108,9 +108,11 @@ def check_inputs(inp: ReportInputs) -> None:
 
 
 def _fault_cluster(inp: ReportInputs) -> Cluster:
-    """The cluster the failure section counts and simulates (the NIC speed the counts know,
-    else 400G; the system's NICs per GPU, as the cost section has them)."""
-    nic = int(inp.system.nic_gbps) if inp.system.nic_gbps in NIC_SPEEDS_GBPS else 400
+    """The cluster the failure section counts and simulates: the system's NIC speed (the
+    nearest one the counts know for an unusual one) and NICs per GPU, as the cost section has
+    them."""
+    speed = inp.system.nic_gbps
+    nic = min(NIC_SPEEDS_GBPS, key=lambda s: (abs(s - speed), s))
     return Cluster(inp.gpus, inp.system.hb_domain, inp.radix, nic, int(inp.system.nics_per_gpu))
 
 
@@ -433,10 +435,7 @@ def failures(inp: ReportInputs) -> dict[str, Any]:
     layer costs per GPU-hour it recovers."""
     cluster = _fault_cluster(inp)
     c = _comparison(inp)
-    # one spare per swap set (an HB domain, or a slice of one too large for one OCS); without
-    # an OCS model in the price book, the same rule for a domain
-    k = cluster.hb_domain
-    spares = c.ocs.spare_gpus * k // cluster.gpus if c.ocs else min(1, k - 1)
+    spares = spares_per_domain(cluster, inp.price_book.ocs, None)  # one per swap set
     policy = Policy(spare_per_domain=spares)
     table = fault_table(cluster, policy)
     mc = monte_carlo(cluster, days=MC_DAYS, trials=inp.mc_trials, seed=inp.seed, policy=policy)
