@@ -154,3 +154,26 @@ def test_infer_heatmap(cli: Cli, tmp_path: Path) -> None:
     assert out.read_text().lstrip().startswith("<?xml")
     bad = cli("infer", "--heatmap", str(tmp_path / "step.txt"))
     assert bad.exit_code == 2 and str(bad.exception).startswith("heatmap")
+
+
+def test_infer_search_traffic_gives_the_best_configurations_bytes(cli: Cli) -> None:
+    # Llama 3.1 405B on 72 GB200 as nine 8-GPU domains: disaggregated, so one prompt's KV cache
+    # crosses from a prefill instance to a decode instance over the NICs
+    out = cli.json(
+        "infer-search",
+        "--model",
+        "llama-3.1-405b",
+        "--gpus",
+        "72",
+        "--hb-domains",
+        "8",
+        "--traffic",
+    )
+    best = out["best"]
+    assert best["mode"] == "disaggregated"
+    t = best["traffic"]
+    for summary in t.values():
+        assert summary["total_bytes"] == pytest.approx(summary["hb_bytes"] + summary["nic_bytes"])
+    kv = t["kv_transfer_per_prompt"]
+    assert kv["nic_bytes"] > 0 and kv["bytes_by_kind"]["kv"] == pytest.approx(kv["total_bytes"])
+    assert "traffic" not in cli.json("infer-search", "--model", "llama-3.1-405b")["best"]

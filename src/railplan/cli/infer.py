@@ -18,11 +18,13 @@ from railplan.cli.options import (
 )
 from railplan.cli.output import print_json, quantity_table, table
 from railplan.errors import RailplanError
+from railplan.units import fmt_bytes
 
 if TYPE_CHECKING:
     from railplan.inference.engine import Deployment
     from railplan.inference.estimate import InferenceResult
     from railplan.inference.serving import ServingResult
+    from railplan.specs.hardware import System
     from railplan.specs.model import Model
 
 PrecisionOpt = Annotated[str, typer.Option(help="bf16 | fp8 | fp4 (weights and GEMMs)")]
@@ -358,6 +360,14 @@ def infer_search(
     speculative_tokens: SpeculativeOpt = 0,
     acceptance: AcceptanceOpt = None,
     custom_all_reduce: CustomAllReduceOpt = True,
+    traffic: Annotated[
+        bool,
+        typer.Option(
+            "--traffic",
+            help="the best's bytes: one decode step and, disaggregated, one prompt's KV cache "
+            "from a prefill to a decode instance (HB, NIC, cross-rail)",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """The configuration (tp/pp/ep/batch, aggregated or disaggregated prefill/decode) with
@@ -388,10 +398,19 @@ def infer_search(
     found = [r for r in results if r["best"]]
     buildable = prefer_buildable(found, lambda r: str(r["best"]["network"]))
     best = max(buildable, key=lambda r: r["best"]["tokens_per_s_per_gpu"]) if buildable else None
-    out = {
-        "best": best["best"] | {"hb_domain": best["hb_domain"]} if best else None,
-        "by_hb_domain": results,
-    }
+    top: dict[str, Any] | None = best["best"] | {"hb_domain": best["hb_domain"]} if best else None
+    if traffic and top is not None:
+        top["traffic"] = _best_traffic(
+            m,
+            with_hb_domain(base, top["hb_domain"]),
+            gpus,
+            precision,
+            top,
+            input_tokens,
+            speculation,
+            custom_all_reduce,
+        )
+    out = {"best": top, "by_hb_domain": results}
     if as_json:
         print_json(out)
         return
@@ -411,6 +430,56 @@ def infer_search(
             f"{', two-batch overlap' if best['best']['two_batch_overlap'] else ''}, "
             f"{best['best']['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU"
         )
+        for line in _traffic_lines(top.get("traffic", {}) if top else {}):
+            Console().print(line)
+
+
+def _best_traffic(
+    m: Model,
+    sy: System,
+    gpus: int,
+    precision: str,
+    best: dict[str, Any],
+    input_tokens: int,
+    speculation: tuple[int, float],
+    custom_all_reduce: bool,
+) -> dict[str, Any]:
+    """The best configuration's bytes (`inference.traffic`): one decode step at its batch and,
+    when disaggregated, one prompt's KV cache from the prefill instances to the decode ones."""
+    from railplan.inference.engine import Deployment
+    from railplan.inference.traffic import decode_step_traffic, kv_transfer_traffic
+    from railplan.specs.catalog import load_network
+
+    dep = Deployment(
+        m,
+        sy,
+        load_network(best["network"]),
+        gpus,
+        best["tp"],
+        best["pp"],
+        best["ep"],
+        precision,
+        best["two_batch_overlap"],
+        *speculation,
+        custom_all_reduce,
+    )
+    out: dict[str, Any] = {"decode_step": decode_step_traffic(dep, best["batch"]).summary()}
+    if best["mode"] == "disaggregated":
+        groups = best["prefill_gpus"] // dep.instance_gpus
+        kv = kv_transfer_traffic(dep, groups, 1.0 / groups, input_tokens)
+        out["kv_transfer_per_prompt"] = kv.summary()
+    return out
+
+
+def _traffic_lines(t: dict[str, Any]) -> list[str]:
+    """One line per traffic summary of `_best_traffic`."""
+    names = {"decode_step": "one decode step", "kv_transfer_per_prompt": "one prompt's KV cache"}
+    return [
+        f"{names[key]}: {fmt_bytes(s['total_bytes'])} ({fmt_bytes(s['hb_bytes'])} in HB "
+        f"domains, {fmt_bytes(s['nic_bytes'])} over NICs, {fmt_bytes(s['cross_rail_bytes'])} "
+        "cross-rail)"
+        for key, s in t.items()
+    ]
 
 
 def _configurations_table(title: str, results: list[dict[str, Any]]) -> Table:
