@@ -209,7 +209,10 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
 
     ef, eb, ew = fwd_bwd(experts, expert_fprop)
     df, db, dw = fwd_bwd(dense, [linear_time_s(gpu, g, s) for g in dense])
-    router = router_gemm(model, b)
+    # the router sees the rank's tokens: s/cp, and /tp, since an MoE layer with tp > 1 runs
+    # sequence-parallel (`specs.arrays` validity) and routes its s/tp shard
+    (router,) = local([router_gemm(model, b)], s)
+    router = replace(router, m=np.asarray(router.m / t))
     rf = gemm_time_s(gpu, router)
     rb = sum((gemm_time_s(gpu, h) for h in router.backward()), np.zeros(()))
     routed_slots = b * model.seq * model.top_k * routing.slot_factor(model, s.ep)

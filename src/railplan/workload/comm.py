@@ -60,8 +60,11 @@ def tp_message_bytes(model: Model, s: StrategyArrays) -> FloatArray:
 
 def cp_block_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     """Bytes one GPU sends to its ring successor per cp step: K and V of its b·s/cp tokens, for
-    its kv_heads/tp heads (GQA shrinks the block)."""
-    return np.asarray(2.0 * ACT_BYTES * local_tokens(model, s) * model.kv_dim / s.tp)
+    its share of the heads (`Model.attention_widths`: GQA's kv_heads shrink the block; MLA
+    sends the up-projected K and V of every head, 192 + 128 wide per head for DeepSeek-V3, as
+    Megatron-Core's MLA hands them to Transformer Engine's ring attention)."""
+    _, k, v, _ = model.attention_widths
+    return np.asarray(ACT_BYTES * local_tokens(model, s) * (k + v) / s.tp)
 
 
 def cp_steps_per_layer(s: StrategyArrays, rerun: FloatArray | float = 1.0) -> dict[str, FloatArray]:
