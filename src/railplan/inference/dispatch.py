@@ -101,10 +101,9 @@ class Run:
         """False when the queue grew (`queue_grew`) and every replica's batch had been full for
         two lifetimes (`filled`); None when the run was too short to tell (a queue that grew
         before that, so what the engine serves at its full batch is unknown; not `settled`, the
-        requests in
-        flight still `rising`, or under 90 % of the offered tokens/s came out between the
-        middle and the last arrival); else True: what is in flight stayed level and nothing
-        queued up, so the engine served what arrived."""
+        requests in flight still `rising`, or under 90 % of the offered tokens/s came out
+        between the middle and the last arrival); else True: what is in flight stayed level
+        and nothing queued up, so the engine served what arrived."""
         if self.queue_grew:
             return False if self.filled else None
         if not self.settled or self.rising:

@@ -197,9 +197,9 @@ def serve(
 ) -> ServingResult:
     """Simulate `dep` under Poisson arrivals at `arrival_rate` requests/s (whole deployment),
     each step carrying at most `max_num_tokens` tokens (None: `step_budget`). With `lengths` (a
-    data set's prompt and
-    output token counts) each request draws one sample; `input_tokens` and `output_tokens` then
-    only size the KV-cache limit of the batch (their sum reserved per sequence).
+    data set's prompt and output token counts) each request draws one sample; `input_tokens`
+    and `output_tokens` then only size the KV-cache limit of the batch (their sum reserved per
+    sequence).
 
     By default one replica is simulated on its share of the stream (`requests` of them); with
     `least_busy` every replica is, each request dispatched to the one with the fewest in flight
