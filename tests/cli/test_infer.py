@@ -176,4 +176,25 @@ def test_infer_search_traffic_gives_the_best_configurations_bytes(cli: Cli) -> N
         assert summary["total_bytes"] == pytest.approx(summary["hb_bytes"] + summary["nic_bytes"])
     kv = t["kv_transfer_per_prompt"]
     assert kv["nic_bytes"] > 0 and kv["bytes_by_kind"]["kv"] == pytest.approx(kv["total_bytes"])
+    # by hand: 2,048 tokens × 126 layers × 2 (K, V) × 8 KV heads × 128 × 1 byte (fp8 KV cache),
+    # whatever the tp·pp split (the uneven pp stages counted once)
+    assert kv["total_bytes"] == pytest.approx(2048 * 126 * 2 * 8 * 128)
+    # the decode step runs on the decode instances only
+    from railplan.inference.engine import Deployment
+    from railplan.inference.search import with_hb_domain
+    from railplan.inference.traffic import decode_step_traffic
+    from railplan.specs import load_system
+
+    sy = with_hb_domain(load_system("gb200-nvl72"), 8)
+    dec = Deployment(
+        "llama-3.1-405b",
+        sy,
+        best["network"],
+        gpus=best["decode_gpus"],
+        tp=best["tp"],
+        pp=best["pp"],
+        ep=best["ep"],
+    )
+    expected = decode_step_traffic(dec, best["batch"]).summary()["total_bytes"]
+    assert t["decode_step"]["total_bytes"] == pytest.approx(expected)
     assert "traffic" not in cli.json("infer-search", "--model", "llama-3.1-405b")["best"]

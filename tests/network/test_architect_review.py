@@ -141,3 +141,31 @@ def test_a_tiny_saving_is_not_minus_zero() -> None:
     from railplan.cli.output import pct
 
     assert pct(-0.0002) == "-0.02%" and pct(0.383) == "38.3%" and pct(0.0) == "0.0%"
+
+
+def test_spares_fit_the_smallest_swap_set(cli: Cli) -> None:
+    # K = 72 over 136-port OCSes: a set of 68 GPUs and one of 4; 67 spares per set put 134 in a
+    # 72-GPU domain
+    r = cli("faults", "--gpus", "720", "--hb-domain", "72", "--spare-per-domain", "67")
+    assert r.exit_code == 2 and "smallest swap set has 4 GPUs" in str(r.exception)
+    d = cli.json(
+        "faults", "--gpus", "720", "--hb-domain", "72", "--spare-per-domain", "3", "--trials", "50"
+    )
+    assert d["spare_per_domain"] == 6 <= 71
+
+
+def test_no_spares_where_no_ocs_layer_holds_them(cli: Cli) -> None:
+    for gpus, k in (("64", "1"), ("8", "8")):
+        r = cli(
+            "cost", "--gpus", gpus, "--hb-domain", k, "--radix", "64", "--spare-per-domain", "0"
+        )
+        assert r.exit_code == 2 and str(r.exception).startswith("spare_per_domain")
+
+
+def test_peaks_and_spares_count_whole_outages() -> None:
+    # K = 8 without spares: every outage moves whole 8-GPU domains, so the GPUs a job needs in
+    # reserve come in eights (the expected union gave 358 and 15)
+    for gpus in (64, 16384):
+        mc = monte_carlo(Cluster(gpus, 8, 64), trials=200, seed=3)
+        for v in mc.variants.values():
+            assert v["spare_gpus_needed"] % 8 == 0

@@ -444,29 +444,38 @@ def _best_traffic(
     speculation: tuple[int, float],
     custom_all_reduce: bool,
 ) -> dict[str, Any]:
-    """The best configuration's bytes (`inference.traffic`): one decode step at its batch and,
-    when disaggregated, one prompt's KV cache from the prefill instances to the decode ones."""
+    """The best configuration's bytes (`inference.traffic`): one decode step at its batch on
+    the GPUs that decode (the decode instances of a disaggregated one) and, when disaggregated,
+    one prompt's KV cache from the prefill instances to the decode ones."""
     from railplan.inference.engine import Deployment
     from railplan.inference.traffic import decode_step_traffic, kv_transfer_traffic
     from railplan.specs.catalog import load_network
 
-    dep = Deployment(
-        m,
-        sy,
-        load_network(best["network"]),
-        gpus,
-        best["tp"],
-        best["pp"],
-        best["ep"],
-        precision,
-        best["two_batch_overlap"],
-        *speculation,
-        custom_all_reduce,
-    )
-    out: dict[str, Any] = {"decode_step": decode_step_traffic(dep, best["batch"]).summary()}
-    if best["mode"] == "disaggregated":
+    def deployment(n: int) -> Deployment:
+        return Deployment(
+            m,
+            sy,
+            load_network(best["network"]),
+            n,
+            best["tp"],
+            best["pp"],
+            best["ep"],
+            precision,
+            best["two_batch_overlap"],
+            *speculation,
+            custom_all_reduce,
+        )
+
+    disaggregated = best["mode"] == "disaggregated"
+    decoding = deployment(best["decode_gpus"] if disaggregated else gpus)
+    out: dict[str, Any] = {"decode_step": decode_step_traffic(decoding, best["batch"]).summary()}
+    if disaggregated:
+        dep = deployment(gpus)
         groups = best["prefill_gpus"] // dep.instance_gpus
-        kv = kv_transfer_traffic(dep, groups, 1.0 / groups, input_tokens)
+        # one prompt lives on one ep rank's tp·pp GPUs (attention data-parallel), whose stages
+        # hold the model's layers once (kv_bytes_per_token is the fullest stage's)
+        share = m.layers / (dep.pp * dep.stage_layers) / (groups * dep.ep)
+        kv = kv_transfer_traffic(dep, groups, share, input_tokens)
         out["kv_transfer_per_prompt"] = kv.summary()
     return out
 

@@ -133,6 +133,12 @@ def cost(
         )
     cluster = Cluster(gpus, hb_domain, radix, nic_gbps, nics_per_gpu)
     data = compare(cluster, book, spare_per_domain).to_dict()
+    if spare_per_domain is not None and data.get("rail_only_ocs") is None:
+        raise RailplanError(
+            "spare_per_domain",
+            "no OCS layer here to hold spares beside: a domain of one GPU has no other GPU to "
+            "swap in, and a rail-only network of one domain has no switch",
+        )
     if ocs_reconfigured:
         from railplan.cli.network_ocs import design
 

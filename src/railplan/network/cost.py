@@ -297,10 +297,9 @@ def compare(
     book.at(c.nic_gbps)
     base, prop = rail_optimized(c), rail_only(c)
     layer = None
-    # an OCS swaps a spare of the same HB domain into a failed GPU's rail links: not where a
-    # domain is one GPU (no spare beside it) or where rail-only needs no switch at all
-    if book.ocs is not None and c.hb_domain > 1 and prop.switches > 0:
-        from railplan.network.ocs import ocs_layer
+    if book.ocs is not None:
+        from railplan.network.ocs import ocs_applies, ocs_layer
 
-        layer = ocs_layer(prop, book.ocs, spare_per_domain)
+        if ocs_applies(prop):
+            layer = ocs_layer(prop, book.ocs, spare_per_domain)
     return Comparison(base, prop, cost_power(base, book), cost_power(prop, book), book.name, layer)

@@ -302,8 +302,12 @@ def _event_sizes(c: NetworkCounts, variant: str, policy: Policy) -> dict[str, tu
 
 
 MC_CELLS_BUDGET = 25_000_000
-"""Most trial-hours (trials × (hours + repair hours)) one Monte Carlo holds: int64 arrays of
-that size and their cumulative sums peak at 0.64 GB (measured at the budget, 3650 days)."""
+"""Most trial-hours (trials × (hours + repair hours)) one Monte Carlo holds: an int64 and a
+float32 array of that size, summed in place, peak at 0.33 GB (maximum resident size measured at
+the budget, 3650 days)."""
+#: log(1 − u/N) of an event that takes every GPU (u = N): exp(−50) ≈ 2e−22, and it cancels when
+#: the event ends (−inf would not)
+_ALL_OUT = -50.0
 MC_EVENTS_BUDGET = 20_000_000
 """Most failure events (expected, summed over trials) one Monte Carlo draws: ~40 bytes each."""
 
@@ -433,10 +437,12 @@ def monte_carlo(
 
     Outages that overlap in time overlap in GPUs too: an event making u of the N GPUs unusable
     (whole HB domains, or the GPUs it moves) takes a share u/N of them, placed at random, so the
-    GPUs unusable while events u_1 … u_m are out are N·(1 − Π(1 − u_i/N)), the expected union
-    (at most N; the plain sum when the events are few or small). Adding them up instead counted a
-    domain twice when two of its parts failed within a repair time: at K = 256 it put 19,456 of
-    16,384 GPUs out at the 99th percentile.
+    idle GPUs while events u_1 … u_m are out average N·(1 − Π(1 − u_i/N)), the expected union
+    (at most N; the plain sum when the events are few or small): the expected idle GPUs and
+    GPU-hours. The peak and the spares needed at `target_quantile` are the sum capped at N, in
+    whole outages: an upper bound (a domain hit twice within a repair time counts twice), where
+    the expected union's maximum would sit below any real outage's. Summing without the cap put
+    19,456 of 16,384 GPUs out at the 99th percentile at K = 256.
     """
     s = check_monte_carlo(cluster, days, trials, seed, rates, policy, repair_hours, target_quantile)
     rates, policy, hours, rep, per_h = s.rates, s.policy, s.hours, s.rep, s.per_h
@@ -446,10 +452,11 @@ def monte_carlo(
         # common random numbers: every variant replays the same seed (GPU/server/NIC draws first)
         rng = np.random.default_rng(seed)
         n = cluster.gpus
-        # per hour: the sum of log(1 − u/N) of the events out (their expected union), and a
-        # count of events that take every GPU (u = N, whose log is −∞)
-        log_ok = np.zeros((trials, hours + rep + 1))
-        whole = np.zeros((trials, hours + rep + 1), dtype=np.int64)
+        # per hour: the GPUs the events out would make unusable summed (`diff`, whole outage
+        # units), and the sum of log(1 − u/N) of the same events (`log_ok`: their expected
+        # union; an event taking every GPU adds a large negative number, exp → 0)
+        diff = np.zeros((trials, hours + rep + 1), dtype=np.int64)
+        log_ok = np.zeros((trials, hours + rep + 1), dtype=np.float32)
         interruptions = rng.poisson(rates.software_per_job_h * hours, size=trials).astype(float)
         failures = np.zeros(trials)
         for cls, (n_comp, unusable) in sizes.items():
@@ -462,23 +469,29 @@ def monte_carlo(
                 continue
             trial_idx = np.repeat(np.arange(trials), n_ev)
             start = rng.integers(0, hours, size=total)
-            if unusable >= n:
-                np.add.at(whole, (trial_idx, start), 1)
-                np.add.at(whole, (trial_idx, start + rep), -1)
-            else:
-                term = math.log1p(-unusable / n)
-                np.add.at(log_ok, (trial_idx, start), term)
-                np.add.at(log_ok, (trial_idx, start + rep), -term)
-        ok_share = np.exp(np.minimum(np.cumsum(log_ok, axis=1)[:, :hours], 0.0))
-        out_whole = np.cumsum(whole, axis=1)[:, :hours] > 0
-        unusable_t = np.where(out_whole, float(n), n * (1.0 - ok_share))
-        peak = unusable_t.max(axis=1)
+            np.add.at(diff, (trial_idx, start), unusable)
+            np.add.at(diff, (trial_idx, start + rep), -unusable)
+            term = math.log1p(-unusable / n) if unusable < n else _ALL_OUT
+            np.add.at(log_ok, (trial_idx, start), term)
+            np.add.at(log_ok, (trial_idx, start + rep), -term)
+        # the share of GPUs still usable, hour by hour, in place (the arrays are the budget)
+        np.cumsum(log_ok, axis=1, out=log_ok)
+        np.minimum(log_ok, 0.0, out=log_ok)
+        np.exp(log_ok, out=log_ok)
+        ok_hours = log_ok[:, :hours].sum(axis=1, dtype=np.float64)  # per trial
+        del log_ok
+        idle_gpu_hours = n * (hours - ok_hours)  # the expected union, summed over the hours
+        np.cumsum(diff, axis=1, out=diff)
+        # peak and spares: the sum capped at N, whole outages (an upper bound: the expected
+        # union's maximum over the hours would sit below any real outage's)
+        peak = np.minimum(diff[:, :hours].max(axis=1), n)
+        del diff
         out[variant] = {
             "switches": float(counts.switches),
             "expected_failures": float(failures.mean()),
             "expected_interruptions": float(interruptions.mean()),
-            "expected_idle_gpus": float(unusable_t.mean()),
-            "expected_idle_gpu_hours": float(unusable_t.sum(axis=1).mean()),
+            "expected_idle_gpus": float(idle_gpu_hours.mean() / hours),
+            "expected_idle_gpu_hours": float(idle_gpu_hours.mean()),
             "expected_peak_unusable_gpus": float(peak.mean()),
             "spare_gpus_needed": float(np.quantile(peak, target_quantile, method="higher")),
         }

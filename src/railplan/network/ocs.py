@@ -73,17 +73,19 @@ def ocs_layer(c: NetworkCounts, ocs: OcsPrices, spare_per_swap_set: int | None =
         per_unit = n // domain_ports
         units = math.ceil(c.domains / per_unit)
         swap_set, swap_sets = k, c.domains
+        smallest = k
     else:
         swap_set = n // per_gpu
         per_domain = math.ceil(k / swap_set)
         units = c.domains * per_domain
         swap_sets = units
+        smallest = k - (per_domain - 1) * swap_set  # the domain's last set holds the rest
     if spare_per_swap_set is None:
-        spare_per_swap_set = min(1, min(swap_set, k) - 1)
-    if spare_per_swap_set >= min(swap_set, k):  # at least one GPU of a set must work
+        spare_per_swap_set = min(1, smallest - 1)
+    if spare_per_swap_set >= smallest:  # at least one GPU of every set must work
         raise RailplanError(
             "spare_per_domain",
-            f"must be in [0, {min(swap_set, k) - 1}]: a swap set has {min(swap_set, k)} GPUs "
+            f"must be in [0, {smallest - 1}]: the smallest swap set has {smallest} GPUs "
             f"and at least one of them must work; got {spare_per_swap_set}",
         )
     links = c.gpus * nics
@@ -104,6 +106,13 @@ def ocs_layer(c: NetworkCounts, ocs: OcsPrices, spare_per_swap_set: int | None =
     )
 
 
+def ocs_applies(c: NetworkCounts) -> bool:
+    """Whether an OCS layer has something to do on rail-only network `c`: it swaps a spare of
+    the same HB domain into a failed GPU's rail links, so not where a domain is one GPU (no
+    spare beside it) or where rail-only needs no switch at all."""
+    return c.hb_domain > 1 and c.switches > 0
+
+
 def spares_per_domain(
     cluster: Cluster, ocs: OcsPrices | None, spare_per_swap_set: int | None
 ) -> int:
@@ -111,11 +120,12 @@ def spares_per_domain(
     per swap set, `spare_per_swap_set` each; None: one, or none where a set is a single GPU),
     so that rail-only+ocs is simulated with the spares it is priced with. A domain too large
     for one OCS has several swap sets, each with its own spares. Without an OCS model, the
-    same count for a domain (one swap set)."""
-    if ocs is not None:
-        from railplan.network.topology import rail_only
+    same count for a domain (one swap set), as where an OCS has nothing to do (`ocs_applies`)."""
+    from railplan.network.topology import rail_only
 
-        layer = ocs_layer(rail_only(cluster), ocs, spare_per_swap_set)
+    counts = rail_only(cluster)
+    if ocs is not None and ocs_applies(counts):
+        layer = ocs_layer(counts, ocs, spare_per_swap_set)
         return layer.spare_gpus * cluster.hb_domain // cluster.gpus
     if spare_per_swap_set is None:
         return min(1, cluster.hb_domain - 1)

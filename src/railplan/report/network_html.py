@@ -139,10 +139,15 @@ def failures_section(r: dict[str, Any], figs: dict[str, str]) -> str:
         f"<p>Failure rates: {esc(mc['rates']['source'])}; repair time {mc['repair_hours']:g} h "
         "(an assumption); rail-only+ocs adds a small optical circuit switch per rail so an idle "
         "GPU of the same domain can take a failed GPU's place. Every design holds "
-        f"{_spares(f['spare_per_domain'])} per HB domain, the spares the cost section counts "
-        "beside the OCS layer (one per swap set); rail-only cannot rewire a spare into a "
-        "failed GPU's rails, rail-optimized and rail-only+ocs can "
-        "(<code>railplan faults --spare-per-domain N</code> simulates N).</p>"
+        f"{_spares(f['spare_per_domain'])} per HB domain"
+        + (
+            ", the spares the cost section counts beside the OCS layer (one per swap set)"
+            if f["ocs_tradeoff"] is not None
+            else " (no OCS layer is priced here: a domain of one GPU, or one domain with no "
+            "rail switch)"
+        )
+        + "; rail-only cannot rewire a spare into a failed GPU's rails, rail-optimized and "
+        "rail-only+ocs can (<code>railplan faults --spare-per-domain N</code> simulates N).</p>"
         + mtable
         + _ocs_tradeoff(f["ocs_tradeoff"], mc["days"])
         + figs["fig-failures"]
@@ -160,11 +165,8 @@ def _ocs_tradeoff(t: dict[str, Any] | None, days: float) -> str:
         return ""
     price = "" if t["ocs_cost_usd"] is None else f" costs {fmt_usd(t['ocs_cost_usd'])} and"
     recovered = t["recovered_gpu_hours"]
-    if t["spare_gpus"] == 0 or recovered <= 0:
-        return (
-            f"<p>The OCS layer{price} recovers no idle GPU-hours here"
-            f"{'' if t['spare_gpus'] else ' (no spare GPUs: a domain of one GPU)'}.</p>"
-        )
+    if recovered <= 0:
+        return f"<p>The OCS layer{price} recovers no idle GPU-hours here.</p>"
     per_hour = t["ocs_usd_per_recovered_gpu_hour"]
     value = "" if per_hour is None else f": ${per_hour:,.0f} of OCS per GPU-hour recovered"
     return (
