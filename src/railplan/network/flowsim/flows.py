@@ -224,6 +224,8 @@ def flows_from_matrix(
             "gpus",
             f"the {step} step {how} and has {len(src):,} pair flows, past the per-pair limit "
             f"of {max_pairs:,} simulated one by one (128 GPUs' all-to-all; more can run for "
-            "minutes); use fewer GPUs or uniform traffic on a non-blocking fabric",
+            "minutes); use fewer GPUs, or a cluster whose leaves carry the same traffic each "
+            "(classes aggregate exactly when every leaf holds whole groups of GPUs that send "
+            "alike, e.g. leaves of R/2 ports that divide the GPUs of a rail)",
         )
     return route_pairs(net, src, dst, m[src, dst])
