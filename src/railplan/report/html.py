@@ -115,7 +115,13 @@ def _failure_answer(failures: dict[str, Any]) -> str:
         f"{v['rail-optimized']['expected_interruptions']:.0f} interruptions and "
         f"{fmt_int(v['rail-only']['expected_idle_gpu_hours'])} vs "
         f"{fmt_int(v['rail-optimized']['expected_idle_gpu_hours'])} idle GPU-hours "
-        "(rail-only first)" + _with_ocs(failures["spare_per_domain"], v["rail-only+ocs"]) + "."
+        "(rail-only first)"
+        + (
+            _with_ocs(failures["spare_per_domain"], v["rail-only+ocs"])
+            if failures["ocs_tradeoff"] is not None
+            else ""
+        )
+        + "."
     )
 
 
