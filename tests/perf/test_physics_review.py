@@ -44,3 +44,22 @@ def test_the_router_sees_its_ranks_tokens(
     st = Strategy(tp=tp, cp=cp, pp=1, dp=1, ep=1, sequence_parallel=tp > 1, global_batch=1)
     layer_time.moe_mlp_delta(m, load_system("hgx-h800"), from_strategies(st))
     assert seen and seen[0] == pytest.approx(m.seq / (tp * cp))
+
+
+@pytest.mark.parametrize(
+    ("sp", "scatter", "split"), [(False, False, False), (True, False, True), (False, True, True)]
+)
+def test_pipeline_sends_without_sequence_parallelism_carry_the_whole_activation(
+    sp: bool, scatter: bool, split: bool
+) -> None:
+    # Megatron-Core's get_tensor_shapes divides the sequence by tp only with sequence
+    # parallelism; Megatron-LM 2021-22 scattered the send over the tp ranks
+    from railplan.workload.comm import pp_message_bytes
+
+    m = load_model("llama-3-70b")
+    st = Strategy(
+        tp=8, pp=4, dp=1, sequence_parallel=sp, p2p_scatter_gather=scatter, global_batch=4
+    )
+    whole = m.seq * m.hidden * 2  # one micro-batch's [s, b, h] in bf16
+    expected = whole / 8 if split else whole
+    assert float(pp_message_bytes(m, from_strategies(st))) == pytest.approx(expected)

@@ -139,6 +139,14 @@ GradAccFusionOpt = Annotated[
         "micro-batch, as Megatron-LM of 2021)",
     ),
 ]
+P2pScatterGatherOpt = Annotated[
+    bool,
+    typer.Option(
+        "--p2p-scatter-gather/--no-p2p-scatter-gather",
+        help="without sequence parallelism, pipeline sends carry 1/tp of the activation each "
+        "(Megatron-LM 2021-22); off: the whole of it (Megatron-Core)",
+    ),
+]
 CpOpt = Annotated[
     int, typer.Option(help="context-parallel degree (ring attention); gpus = tp·cp·pp·dp")
 ]
@@ -386,9 +394,19 @@ class TrainingOptions(OptionGroup):
     ep: EpOpt = 1
     zero_shard: ZeroShardOpt = 0
     expert_tp: ExpertTpOpt = 0
+    p2p_scatter_gather: P2pScatterGatherOpt = False
 
     def strategy_fields(self, dp: int) -> dict[str, Any]:
-        """These options as `build_strategy` fields, with the data-parallel degree `dp`."""
+        """These options as `build_strategy` fields, with the data-parallel degree `dp`; an
+        option that would change nothing is refused."""
+        if self.p2p_scatter_gather and (self.sequence_parallel or self.pp == 1 or self.tp == 1):
+            from railplan.errors import RailplanError
+
+            raise RailplanError(
+                "p2p_scatter_gather",
+                "changes nothing here: it splits pipeline sends over tp > 1 ranks when pp > 1 "
+                "and sequence parallelism is off",
+            )
         fields = dataclasses.asdict(self) | {"dp": dp}
         for name in ("model", "gpus", "system"):
             del fields[name]

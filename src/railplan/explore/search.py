@@ -108,6 +108,9 @@ class SearchSpace:
     cross_entropy: str = "fused"
     # TE userbuffers for the forward TP collectives (a 2023+ stack; the paper's model has none)
     tp_comm_overlap: bool = True
+    # Megatron-LM 2021-22's scatter/gather of pipeline sends without sequence parallelism
+    # (Strategy.p2p_scatter_gather; off, as in Megatron-Core)
+    p2p_scatter_gather: bool = False
     # Megatron-Core defer_embedding_wgrad_compute / wgrad_deferral_limit (off by default, as
     # in Megatron-Core; no effect where pp = 1)
     defer_embedding_wgrad: bool = False
@@ -256,7 +259,8 @@ INT_LISTS = (
 # TP, PP, DP, interleaving, micro-batch, recompute (none / attention-only / full), sequence
 # parallelism, and the distributed optimizer (ZeRO-1); no ZeRO-2/3, no context parallelism, pp
 # dividing the layers; unfused attention and loss kernels (the paper's model is validated on
-# Korthikanti et al. 2022's Megatron runs, which ran both unfused); no micro-batch groups.
+# Korthikanti et al. 2022's Megatron runs, which ran both unfused); no micro-batch groups; the
+# pipeline sends scattered over tp (that code's scatter/gather optimization).
 MEGATRON_SPACE = SearchSpace(
     microbatch_groups=False,
     zero=(0, 1),
@@ -265,6 +269,7 @@ MEGATRON_SPACE = SearchSpace(
     attention="unfused",
     cross_entropy="unfused",
     tp_comm_overlap=False,
+    p2p_scatter_gather=True,  # the scatter/gather pipeline sends of Narayanan et al. 2021 §4.1
     expert_tp=(0,),
 )
 
@@ -571,6 +576,7 @@ def _fixed_codes(global_batch: int, space: SearchSpace) -> dict[str, int]:
         "optimizer_state": OPTIMIZER_STATE_CODES[space.optimizer_state],
         "cross_entropy": CROSS_ENTROPY_CODES[space.cross_entropy],
         "tp_comm_overlap": int(space.tp_comm_overlap),
+        "p2p_scatter_gather": int(space.p2p_scatter_gather),
         "defer_embedding_wgrad": int(space.defer_embedding_wgrad),
         "wgrad_deferral_limit": space.wgrad_deferral_limit,
         "overlap_ep": int(space.overlap_ep),

@@ -101,6 +101,7 @@ def fig2_cases() -> list[Case]:
             recompute="full",
             overlap_dp=False,
             grad_reduce_bytes=2,
+            p2p_scatter_gather=True,  # Narayanan et al. 2021 §4.1, as these runs sent
         )
         out.append(Case("fig2", f"{name} on {gpus} A100", model, strategy, k))
     return out
@@ -110,7 +111,14 @@ def fig4_case() -> Case:
     """GPT-1T on 16 DGX GH200: batch 4096, TP8 PP8 DP64; micro-batch 1, full recompute (as
     Megatron ran GPT-1T), fp32 gradient reduction (Strategy default for bf16)."""
     strategy = Strategy(
-        tp=8, pp=8, dp=64, micro_batch=1, global_batch=4096, recompute="full", grad_reduce_bytes=4
+        tp=8,
+        pp=8,
+        dp=64,
+        micro_batch=1,
+        global_batch=4096,
+        recompute="full",
+        grad_reduce_bytes=4,
+        p2p_scatter_gather=True,  # as Megatron ran GPT-1T (2021-22 code)
     )
     k = load_system("dgx-gh200").hb_domain
     return Case("fig4", "GPT-1T on 4096 GH200", load_model("gpt-1t"), strategy, k)

@@ -89,6 +89,7 @@ def _korthikanti_run(r: dict[str, str]) -> tuple[Model, Strategy]:
         overlap_tp=not selective,
         tp_comm_overlap=False,  # userbuffers came in 2023
         overlap_p2p=False,
+        p2p_scatter_gather=True,  # scatter_gather_tensors_in_pipeline, on in 2022's code
         grad_reduce_bytes=4,
         grad_accumulation_fusion=False,  # see the module doc
         attention="unfused",
@@ -111,6 +112,7 @@ def _narayanan_run(r: dict[str, str]) -> tuple[Model, Strategy]:
         overlap_tp=False,
         tp_comm_overlap=False,
         overlap_p2p=False,
+        p2p_scatter_gather=True,  # the paper's §4.1 scatter/gather optimization
         grad_reduce_bytes=2,
         grad_accumulation_fusion=False,
         attention="unfused",

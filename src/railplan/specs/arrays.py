@@ -67,6 +67,7 @@ class StrategyArrays:
     ep: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
     overlap_tp: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
     overlap_p2p: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
+    p2p_scatter_gather: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     tp_comm_overlap: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
     grad_accumulation_fusion: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
     cp: IntArray = field(default_factory=lambda: np.ones((), dtype=np.int64))
@@ -233,6 +234,7 @@ class StrategyArrays:
             ep=v["ep"],
             overlap_tp=bool(v["overlap_tp"]),
             overlap_p2p=bool(v["overlap_p2p"]),
+            p2p_scatter_gather=bool(v["p2p_scatter_gather"]),
             tp_comm_overlap=bool(v["tp_comm_overlap"]),
             grad_accumulation_fusion=bool(v["grad_accumulation_fusion"]),
             cp=v["cp"],
@@ -354,6 +356,7 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         ep=col(lambda s: s.ep),
         overlap_tp=col(lambda s: int(s.overlap_tp)),
         overlap_p2p=col(lambda s: int(s.overlap_p2p)),
+        p2p_scatter_gather=col(lambda s: int(s.p2p_scatter_gather)),
         tp_comm_overlap=col(lambda s: int(s.tp_comm_overlap)),
         grad_accumulation_fusion=col(lambda s: int(s.grad_accumulation_fusion)),
         cp=col(lambda s: s.cp),

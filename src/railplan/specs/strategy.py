@@ -68,6 +68,11 @@ class Strategy(Spec):
     they are exposed (no effect without sequence parallelism: TE requires it).
     `overlap_p2p` runs pipeline sends behind compute (Megatron `--overlap-p2p-communication`,
     2023); before that sends were blocking.
+    `p2p_scatter_gather`: without sequence parallelism each tp rank sends a 1/tp slice of the
+    stage's activation and the next stage all-gathers it over the HB domain (Megatron-LM of
+    2021-22, `scatter_gather_tensors_in_pipeline`; Narayanan et al. 2021 §4.1); off, as in
+    Megatron-Core, every tp rank sends the whole [s/cp, b, h]. With sequence parallelism the
+    activation is already split over tp either way.
     `grad_accumulation_fusion`: the weight-gradient GEMMs accumulate straight into the
     main-grad buffer (Megatron `--gradient-accumulation-fusion`, on by default since 2022);
     without it (Megatron-LM of 2021, many other stacks) every micro-batch's backward pass ends
@@ -212,6 +217,11 @@ class Strategy(Spec):
     overlap_p2p: bool = Field(
         default=True,
         description="pipeline sends overlap the next micro-batch's compute",
+    )
+    p2p_scatter_gather: bool = Field(
+        default=False,
+        description="without sequence parallelism, pipeline sends carry 1/tp of the activation "
+        "each (Megatron-LM 2021-22); off: the whole of it (Megatron-Core)",
     )
     ep: PositiveInt = Field(
         default=1, description="expert-parallel degree (MoE), taken from the dp·cp ranks"

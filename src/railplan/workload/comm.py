@@ -137,8 +137,12 @@ def expert_tp_ops_per_moe_layer(
 
 
 def pp_message_bytes(model: Model, s: StrategyArrays) -> FloatArray:
-    """Bytes one GPU sends to its next-stage peer per micro-batch and boundary, one way."""
-    return np.asarray(tp_message_bytes(model, s) / s.tp)
+    """Bytes one GPU sends to its next-stage peer per micro-batch and boundary, one way: 1/tp of
+    the stage's activation with sequence parallelism (already split) or Megatron-LM 2021-22's
+    scatter/gather (`Strategy.p2p_scatter_gather`), the whole of it otherwise (Megatron-Core's
+    `get_tensor_shapes`: the sequence is divided by tp only with sequence parallelism)."""
+    split = (s.sequence_parallel > 0) | (s.p2p_scatter_gather > 0)
+    return np.asarray(tp_message_bytes(model, s) / np.where(split, s.tp, 1))
 
 
 def pp_boundaries_per_micro_batch(s: StrategyArrays) -> FloatArray:
