@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from tests.conftest import Cli
+
 BASE = [
     "estimate",
     "--model",
@@ -280,3 +282,49 @@ def test_an_mfu_beyond_the_published_runs_is_flagged(cli) -> None:  # type: igno
     readme += ["--sequence-parallel", "--zero", "1", "--grad-reduce-bytes", "2"]
     r = cli(*readme, "--cross-entropy", "unfused")
     assert r.exit_code == 0 and "beyond published runs" not in r.stdout
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--tp", "8", "--pp", "4", "--sequence-parallel"],  # already split by SP
+        ["--tp", "8", "--pp", "1"],  # no pipeline
+        ["--tp", "1", "--pp", "4"],  # nothing to split
+    ],
+)
+def test_p2p_scatter_gather_is_refused_where_it_changes_nothing(cli: Cli, extra: list[str]) -> None:
+    r = cli(
+        "estimate",
+        "--model",
+        "gpt-22b",
+        "--gpus",
+        "32",
+        "--global-batch",
+        "32",
+        *extra,
+        "--p2p-scatter-gather",
+    )
+    assert r.exit_code == 2 and str(r.exception).startswith("p2p_scatter_gather")
+
+
+def test_p2p_scatter_gather_splits_the_pipeline_bytes_over_tp(cli: Cli) -> None:
+    # GPT-1T on 384 DGX A100 (the paper's Fig 2): 2021's scattered sends carry 1/8 of
+    # Megatron-Core's whole activations
+    args = [
+        "traffic",
+        "--model",
+        "gpt-1t",
+        "--gpus",
+        "3072",
+        "--tp",
+        "8",
+        "--pp",
+        "64",
+        "--global-batch",
+        "3072",
+        "--placement",
+        "rail-aligned",
+    ]
+    whole = cli.json(*args)["bytes_by_kind"]["pp"]
+    split = cli.json(*args, "--p2p-scatter-gather")["bytes_by_kind"]["pp"]
+    assert whole == pytest.approx(8 * split)

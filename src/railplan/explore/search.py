@@ -605,7 +605,8 @@ def _arrays(
 def _where_allowed(s: StrategyArrays) -> StrategyArrays:
     """DualPipeV asked for the whole space applies where it can run (`dualpipev_allowed`),
     the interleaved schedule elsewhere; `fp8_param_gather` on the FP8 candidates, and
-    `fp8_dispatch` on those that dispatch with DeepEP; `overlap_ep`
+    `fp8_dispatch` on those that dispatch with DeepEP; `p2p_scatter_gather` on the pipelined
+    tp > 1 candidates without sequence parallelism (elsewhere it changes nothing); `overlap_ep`
     where Megatron-Core allows it (ep > 1, interleaving when pp > 1, no full recompute), off
     elsewhere."""
     if bool(np.any(s.dualpipev)):
@@ -617,6 +618,9 @@ def _where_allowed(s: StrategyArrays) -> StrategyArrays:
     if bool(np.any(s.recompute_modules != DEFAULT_MODULES)):  # selective candidates only
         modules = np.where(s.recompute == SELECTIVE, s.recompute_modules, DEFAULT_MODULES)
         s = replace(s, recompute_modules=np.asarray(modules, dtype=np.int64))
+    if bool(np.any(s.p2p_scatter_gather)):  # pipelined tp > 1 candidates without SP only
+        on = (s.p2p_scatter_gather > 0) & (s.sequence_parallel == 0) & (s.pp > 1) & (s.tp > 1)
+        s = replace(s, p2p_scatter_gather=np.asarray(on, dtype=np.int64))
     if not bool(np.any(s.overlap_ep)):
         return s
     on = (s.overlap_ep > 0) & overlap_ep_allowed(s)

@@ -413,8 +413,9 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
         else 0.0
     )
     cp_layer = cp_comm_time_s(model, lk, s, lt, groups["cp"])
-    # Pipeline: activations (forward) and their gradients (backward) cross each boundary,
-    # scattered over the tp ranks (Narayanan et al. 2021 §4.1) or already split by SP.
+    # Pipeline: activations (forward) and their gradients (backward) cross each boundary, whole
+    # from every tp rank (Megatron-Core), or split by SP or the 2021-22 scatter/gather
+    # (Narayanan et al. 2021 §4.1): `comm.pp_message_bytes`.
     p2p = np.where(s.pp > 1, p2p_s(lk, comm.pp_message_bytes(model, s), groups["pp"]), 0.0)
     t_layer = lt["forward"] + lt["backward"] + lt["recompute"] + tp_layer + ep_layer + cp_layer
     logits = per_shape(lambda c: logits_times(model, system, c), s, classes)

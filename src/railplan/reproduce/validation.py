@@ -6,7 +6,9 @@ Rows: Korthikanti et al. 2022 Tables 3/5 (iteration time) and Narayanan et al. 2
 tuned), from the papers and the Megatron-LM code of the time:
 - the data-parallel gradient all-reduce ran after the backward pass (Megatron-LM overlapped it
   only from 2023, `--overlap-grad-reduce`; Korthikanti §6.3 says so for the 2,240-GPU run), no
-  ZeRO; pipeline sends were blocking (batch_isend_irecv + cuda synchronize);
+  ZeRO; pipeline sends were blocking (batch_isend_irecv + cuda synchronize) and, without
+  sequence parallelism, scattered over the tp ranks (`scatter_gather_tensors_in_pipeline`,
+  Narayanan §4.1: `p2p_scatter_gather=True`);
 - backward TP all-reduces overlapped the weight-gradient GEMM in Korthikanti's runs without
   sequence parallelism (§6.2); Megatron then disabled that asynchronous all-reduce when
   sequence parallelism was on (megatron/arguments.py of the time), and Narayanan's 2021 runs

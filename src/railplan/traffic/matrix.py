@@ -5,7 +5,8 @@ uses); who sends to whom comes from `railplan.traffic.placement` (ring, or hiera
 spans HB and NIC domains: SYSTEM.md formula 2, the algorithm `comm_time.group_collective_s` times).
 Per iteration and TP group: the stage's layers (`strategies.layers_of_stage`) · m micro-batches
 · (forward + recompute + backward) all-reduces of b·s·h activations, plus the sequence-parallel
-backward re-gathers; per pipeline boundary: b·s·h/t each way per micro-batch; per DP group: the
+backward re-gathers; per pipeline boundary: `comm.pp_message_bytes` each way per micro-batch
+(b·s·h, or b·s·h/t with SP or the 2021-22 scatter/gather); per DP group: the
 gradient and weight collectives of its ZeRO stage (`comm.dp_schedule`: ZeRO 2/3 communicate
 every micro-batch; with hybrid sharding within each shard group, then across the replicas);
 tied embeddings: first and last stage all-reduce the embedding gradient (counted as `dp`: it

@@ -6,9 +6,10 @@ Megatron-LM's pattern (Shoeybi 2019, Narayanan 2021, Korthikanti 2022):
   pass, 2 in the backward pass, 2 more when full recompute reruns the forward; with sequence
   parallelism each all-reduce becomes a reduce-scatter + all-gather of the same buffer, and the
   backward pass all-gathers the sharded inputs of QKV and MLP-up once more (2 all-gathers).
-- PP: per micro-batch and stage boundary, the activation forward and its gradient backward,
-  scattered over the tp ranks (each GPU sends b·s·h/t bf16 to its peer); v× more boundaries
-  with the interleaved schedule.
+- PP: per micro-batch and stage boundary, the activation forward and its gradient backward:
+  each GPU sends its peer b·s·h bf16, or b·s·h/t when sequence parallelism splits it or the
+  2021-22 scatter/gather does (`pp_message_bytes`); v× more boundaries with the interleaved
+  schedule.
 - DP: the gradients of the GPU's stage, by ZeRO stage as `dp_schedule` lists (ZeRO 0: one
   all-reduce; 1: reduce-scatter of gradients then all-gather of the bf16 weights; 2: gradients
   reduce-scattered every micro-batch; 3: weights also gathered every pass); with tied embeddings
