@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from railplan.inference.engine import Deployment
     from railplan.inference.estimate import InferenceResult
     from railplan.inference.serving import ServingResult
-    from railplan.specs.hardware import System
     from railplan.specs.model import Model
 
 PrecisionOpt = Annotated[str, typer.Option(help="bf16 | fp8 | fp4 (weights and GEMMs)")]
@@ -392,6 +391,7 @@ def infer_search(
             tpot_slo,
             speculative=speculation,
             custom_all_reduce=custom_all_reduce,
+            traffic=traffic,
         )
         for k in ks
     ]
@@ -399,17 +399,6 @@ def infer_search(
     buildable = prefer_buildable(found, lambda r: str(r["best"]["network"]))
     best = max(buildable, key=lambda r: r["best"]["tokens_per_s_per_gpu"]) if buildable else None
     top: dict[str, Any] | None = best["best"] | {"hb_domain": best["hb_domain"]} if best else None
-    if traffic and top is not None:
-        top["traffic"] = _best_traffic(
-            m,
-            with_hb_domain(base, top["hb_domain"]),
-            gpus,
-            precision,
-            top,
-            input_tokens,
-            speculation,
-            custom_all_reduce,
-        )
     out = {"best": top, "by_hb_domain": results}
     if as_json:
         print_json(out)
@@ -434,54 +423,8 @@ def infer_search(
             Console().print(line)
 
 
-def _best_traffic(
-    m: Model,
-    sy: System,
-    gpus: int,
-    precision: str,
-    best: dict[str, Any],
-    input_tokens: int,
-    speculation: tuple[int, float],
-    custom_all_reduce: bool,
-) -> dict[str, Any]:
-    """The best configuration's bytes (`inference.traffic`): one decode step at its batch on
-    the GPUs that decode (the decode instances of a disaggregated one) and, when disaggregated,
-    one prompt's KV cache from the prefill instances to the decode ones."""
-    from railplan.inference.engine import Deployment
-    from railplan.inference.traffic import decode_step_traffic, kv_transfer_traffic
-    from railplan.specs.catalog import load_network
-
-    def deployment(n: int) -> Deployment:
-        return Deployment(
-            m,
-            sy,
-            load_network(best["network"]),
-            n,
-            best["tp"],
-            best["pp"],
-            best["ep"],
-            precision,
-            best["two_batch_overlap"],
-            *speculation,
-            custom_all_reduce,
-        )
-
-    disaggregated = best["mode"] == "disaggregated"
-    decoding = deployment(best["decode_gpus"] if disaggregated else gpus)
-    out: dict[str, Any] = {"decode_step": decode_step_traffic(decoding, best["batch"]).summary()}
-    if disaggregated:
-        dep = deployment(gpus)
-        groups = best["prefill_gpus"] // dep.instance_gpus
-        # one prompt lives on one ep rank's tp·pp GPUs (attention data-parallel), whose stages
-        # hold the model's layers once (kv_bytes_per_token is the fullest stage's)
-        share = m.layers / (dep.pp * dep.stage_layers) / (groups * dep.ep)
-        kv = kv_transfer_traffic(dep, groups, share, input_tokens)
-        out["kv_transfer_per_prompt"] = kv.summary()
-    return out
-
-
 def _traffic_lines(t: dict[str, Any]) -> list[str]:
-    """One line per traffic summary of `_best_traffic`."""
+    """One line per traffic summary of `traffic.configuration_traffic`."""
     names = {"decode_step": "one decode step", "kv_transfer_per_prompt": "one prompt's KV cache"}
     return [
         f"{names[key]}: {fmt_bytes(s['total_bytes'])} ({fmt_bytes(s['hb_bytes'])} in HB "

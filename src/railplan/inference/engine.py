@@ -167,12 +167,7 @@ class Deployment:
             raise RailplanError(
                 "ep", f"must divide the model's {self.model.experts} experts (1 for dense models)"
             )
-        d = self.speculative_tokens
-        if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= MAX_SPECULATIVE_TOKENS:
-            raise RailplanError(
-                "speculative_tokens",
-                f"must be an integer in [0, {MAX_SPECULATIVE_TOKENS}]; got {d!r}",
-            )
+        d = check_int("speculative_tokens", self.speculative_tokens, 0, MAX_SPECULATIVE_TOKENS)
         if d and self.model.mtp_layers == 0:
             raise RailplanError(
                 "speculative_tokens",
@@ -678,6 +673,13 @@ def draft_s(dep: Deployment, load: StepLoad) -> FloatArray:
     return np.asarray(np.where(decode > 0, d * (layer + proj + st["logits"]), 0.0))
 
 
+def whole_share(n: Num, pp: float) -> FloatArray:
+    """What one of pp micro-batches carries of `n` sequences or prompts, none split: n/pp, or
+    one whole where fewer than pp run (all of them where less than one)."""
+    n = np.asarray(n, dtype=np.float64)
+    return np.asarray(np.maximum(n / pp, np.minimum(n, 1.0)))
+
+
 def micro_batch_load(load: StepLoad, pp: float) -> StepLoad:
     """One of the pp micro-batches in flight: a 1/pp share of the load, but a running sequence
     is not split: with fewer sequences than stages each micro-batch holds one, whose token
@@ -686,7 +688,7 @@ def micro_batch_load(load: StepLoad, pp: float) -> StepLoad:
     if pp == 1:
         return load
     dec = np.asarray(load.decode, dtype=np.float64)
-    whole = np.maximum(dec / pp, np.minimum(dec, 1.0))  # sequences per micro-batch
+    whole = whole_share(dec, pp)  # sequences per micro-batch
     by = np.where(dec > 0, whole / np.where(dec > 0, dec, 1.0), 1.0 / pp)
     return StepLoad(
         dec * by,
@@ -722,7 +724,7 @@ def prompt_traversal_s(dep: Deployment, load: StepLoad) -> FloatArray:
         return step_times(dep, load)[0]
     p = float(dep.pp)
     seqs = np.asarray(load.prefill_seqs, dtype=np.float64)
-    carried = np.maximum(seqs / p, np.minimum(seqs, 1.0))  # at least the whole prompt
+    carried = whole_share(seqs, p)  # at least the whole prompt
     running = micro_batch_load(load, p)  # its share of the running sequences, none split
     micro = StepLoad(
         decode=running.decode,

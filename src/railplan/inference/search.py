@@ -48,6 +48,7 @@ from railplan.inference.estimate import (
     steady_tokens_per_s,
 )
 from railplan.inference.serving import MAX_PREFILL_TOKENS
+from railplan.inference.traffic import configuration_traffic
 from railplan.limits import check_int
 from railplan.records import Record
 from railplan.specs import Model, Network, System, load_model, load_network, load_system
@@ -277,10 +278,12 @@ def search(
     networks: tuple[str, ...] | str = NETWORKS,
     speculative: tuple[int, float] = (0, DEFAULT_ACCEPTANCE),
     custom_all_reduce: bool = True,
+    traffic: bool = False,
 ) -> dict[str, Any]:
     """The best configuration on each network, the overall best and the spine verdict;
     `speculative`: draft tokens per step and their acceptance, `custom_all_reduce`: the serving
-    framework's all-reduce kernel where measured (`Deployment`)."""
+    framework's all-reduce kernel where measured (`Deployment`); `traffic`: each best's bytes
+    too (`traffic.configuration_traffic`, key `traffic`)."""
     input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
     check_decoding(output_tokens)
     ttft_slo_s = SLO.check("ttft_slo", ttft_slo_s)
@@ -337,6 +340,8 @@ def search(
             decode = decode_load(float(c.batch), input_tokens, output_tokens, dep.tokens_per_step)
             step, res["breakdown_s"] = step_time_s(dep, decode)
             res["step_s"] = step  # the decode instances' step, whose time the TPOT is
+        if traffic:
+            res["traffic"] = configuration_traffic(dep, c.batch, input_tokens, c.prefill_gpus)
         return res | own
 
     return {

@@ -13,7 +13,7 @@ j of a decode instance (round robin over the decode instances).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -130,3 +130,22 @@ def kv_transfer_traffic(
     size = prompts * input_tokens * dep.kv_bytes_per_token
     e = Edges(pre.ravel(), target.ravel(), np.ones(pre.size))
     return _build(dep, [(3, e, size)])
+
+
+def configuration_traffic(
+    dep: Deployment, batch: int, input_tokens: int, prefill_gpus: int = 0
+) -> dict[str, Any]:
+    """What a served configuration moves, summarized (`InferenceTraffic.summary`): one decode
+    step at `batch` on the GPUs that decode and, when `prefill_gpus` of `dep`'s GPUs prefill
+    (disaggregated), one prompt's KV cache shipped from a prefill instance to a decode one."""
+    if not prefill_gpus:
+        return {"decode_step": decode_step_traffic(dep, batch).summary()}
+    decoding = replace(dep, gpus=dep.gpus - prefill_gpus)
+    groups = prefill_gpus // dep.instance_gpus
+    # one prompt lives on one ep rank's tp·pp GPUs (attention data-parallel), whose stages hold
+    # the model's layers once (kv_bytes_per_token is the fullest stage's)
+    share = dep.model.layers / (dep.pp * dep.stage_layers) / (groups * dep.ep)
+    return {
+        "decode_step": decode_step_traffic(decoding, batch).summary(),
+        "kv_transfer_per_prompt": kv_transfer_traffic(dep, groups, share, input_tokens).summary(),
+    }
