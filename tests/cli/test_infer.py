@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.conftest import Cli
@@ -129,6 +130,26 @@ def test_infer_search_json(cli: Cli) -> None:
             "requests",
         ),
         (["infer", "--model", "llama-9"], "model"),
+        (["infer", "--gpus", "32", "--tp", "2", "--prefill-gpus", "3"], "prefill_gpus"),
+        (["infer", "--gpus", "32", "--tp", "2", "--prefill-gpus", "32"], "prefill_gpus"),
+        (["infer", "--gpus", "32", "--tp", "2", "--prefill-gpus", "0"], "prefill_gpus"),
+        (["infer", "--tp", "8", "--prefill-gpus", "8"], "prefill_gpus"),  # one instance
+        (
+            [
+                "infer",
+                "--gpus",
+                "32",
+                "--tp",
+                "2",
+                "--prefill-gpus",
+                "8",
+                "--arrival-rate",
+                "5",
+                "--dispatch",
+                "split",
+            ],
+            "dispatch",
+        ),
         (["infer-search", "--ttft-slo", "0"], "ttft_slo"),
         (["infer-search", "--hb-domains", "8,x"], "hb_domains"),
     ],
@@ -198,3 +219,53 @@ def test_infer_search_traffic_gives_the_best_configurations_bytes(cli: Cli) -> N
     expected = decode_step_traffic(dec, best["batch"]).summary()["total_bytes"]
     assert t["decode_step"]["total_bytes"] == pytest.approx(expected)
     assert "traffic" not in cli.json("infer-search", "--model", "llama-3.1-405b")["best"]
+
+
+def test_infer_disaggregated_steady_state_and_under_load(cli: Cli) -> None:
+    # 32 H100 at tp 2: 4 of the 16 instances prefill; the steady state is what infer-search
+    # reports for that split, and a light Poisson load keeps up with TTFT near its estimate
+    args = ["infer", "--gpus", "32", "--tp", "2", "--batch", "64", "--prefill-gpus", "8"]
+    out = cli.json(*args)
+    assert out["prefill_gpus"] == 8 and out["kv_transfer_s"] > 0
+    from railplan.inference.engine import Deployment
+    from railplan.inference.search import disaggregated_choices
+
+    dep = Deployment("llama-2-70b", "dgx-h100", "rail-optimized", 32, 2)
+    (c,) = disaggregated_choices(dep, np.asarray([64]), 1024, 256, prefill_instances=4)
+    assert out["ttft_s"] == pytest.approx(c.ttft_s) and out["tpot_s"] == pytest.approx(c.tpot_s)
+    assert out["tokens_per_s_per_gpu"] == pytest.approx(c.tokens_per_s_per_gpu)
+    rate = 0.3 * out["tokens_per_s"] / 256
+    loaded = cli.json(*args, "--arrival-rate", f"{rate:.3f}", "--requests", "400")
+    s = loaded["serving"][0]
+    assert loaded["dispatch"] == "least-busy" and s["prefill_gpus"] == 8
+    assert s["stable"] is True
+    assert s["tpot_mean_s"] <= out["tpot_s"]  # a lighter batch than the full 64
+    assert s["ttft_mean_s"] < 2.0 * out["ttft_s"]
+    text = cli(*args, "--traffic")
+    assert text.exit_code == 0 and "one prompt's KV cache" in text.output
+    assert "prefill:decode GPUs" in text.output and "8:24" in text.output
+
+
+def test_infer_search_proposes_a_load_check_that_runs(cli: Cli) -> None:
+    import shlex
+
+    out = cli.json(
+        "infer-search",
+        "--model",
+        "llama-2-70b",
+        "--system",
+        "dgx-h100",
+        "--gpus",
+        "16",
+        "--input-tokens",
+        "512",
+        "--output-tokens",
+        "128",
+    )
+    command = shlex.split(out["best"]["load_check_command"])
+    assert command[:2] == ["railplan", "infer"]
+    loaded = cli.json(*command[1:], "--requests", "300")
+    assert loaded["tp"] == out["best"]["tp"] and loaded["batch"] == out["best"]["batch"]
+    assert loaded["serving"][0]["arrival_rate"] == pytest.approx(
+        0.9 * out["best"]["tokens_per_s"] / 128, rel=1e-3
+    )

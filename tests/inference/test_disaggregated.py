@@ -10,7 +10,7 @@ import pytest
 
 from railplan.inference.engine import Deployment, StepLoad, step_time_s, step_times
 from railplan.inference.estimate import steady_load
-from railplan.inference.search import _disaggregated
+from railplan.inference.search import disaggregated_choices
 from railplan.inference.serving import MAX_PREFILL_TOKENS
 from railplan.specs import Network
 from railplan.specs.catalog import load_model, load_system
@@ -30,7 +30,7 @@ def _rates(batch: int, prompt: int, out: int) -> tuple[float, float]:
 @pytest.mark.parametrize("out", [2, 16, 256])
 def test_decode_holds_a_request_for_o_minus_one_tokens(out: int) -> None:
     batch, prompt = 64, 1024
-    (c,) = _disaggregated(DEP, np.asarray([batch]), prompt, out)
+    (c,) = disaggregated_choices(DEP, np.asarray([batch]), prompt, out)
     pre, dec = _rates(batch, prompt, out)
     groups = DEP.replicas  # 16 instances of tp 2
     p = int(np.clip(round(groups * dec / (pre + dec)), 1, groups - 1))
@@ -41,7 +41,7 @@ def test_decode_holds_a_request_for_o_minus_one_tokens(out: int) -> None:
 
 def test_one_output_token_needs_no_decoding() -> None:
     # the prefill yields the only token: all instances but one prefill
-    (c,) = _disaggregated(DEP, np.asarray([64]), 1024, 1)
+    (c,) = disaggregated_choices(DEP, np.asarray([64]), 1024, 1)
     pre, _ = _rates(64, 1024, 1)
     assert c.decode_gpus == 2 and c.prefill_gpus == 30
     assert c.tokens_per_s_per_gpu == pytest.approx(15 * pre / DEP.gpus)

@@ -111,6 +111,13 @@ def infer(
     acceptance: AcceptanceOpt = None,
     custom_all_reduce: CustomAllReduceOpt = True,
     hardware: HardwareOptions = HardwareOptions(),
+    prefill_gpus: Annotated[
+        int | None,
+        typer.Option(
+            help="disaggregated: GPUs (whole tp·pp·ep instances) that only prefill, the others "
+            "only decode, each prompt's KV cache shipped between them (infer-search's P:D)"
+        ),
+    ] = None,
     arrival_rate: Annotated[
         str | None,
         typer.Option(help="requests/s (Poisson); a comma list sweeps the rates"),
@@ -127,7 +134,7 @@ def infer(
         typer.Option(
             help="split: one replica simulated on its random share of the stream | least-busy: "
             "every replica, each request to the one with the fewest in flight (NVIDIA's MLPerf "
-            "harness); with --arrival-rate"
+            "harness; always, with --prefill-gpus); with --arrival-rate"
         ),
     ] = None,
     plot: Annotated[
@@ -144,6 +151,7 @@ def infer(
 ) -> None:
     """Serve a model: TTFT, TPOT, tokens/s per GPU, KV cache and the largest batch; under
     Poisson load with --arrival-rate (mean and p99, a sweep with a plot)."""
+    from railplan.inference import disaggregated
     from railplan.inference.engine import Deployment
     from railplan.inference.estimate import infer as run
     from railplan.inference.serving import MAX_NUM_TOKENS, rate_sweep
@@ -155,7 +163,16 @@ def infer(
     for name, given in (("requests", requests), ("dispatch", dispatch)):
         if given is not None and not rates:
             raise RailplanError(name, "takes effect only with --arrival-rate (the load simulation)")
-    dispatch = choice("dispatch", dispatch or "split", ("split", "least-busy"))
+    split = prefill_gpus is not None
+    dispatch = choice(
+        "dispatch", dispatch or ("least-busy" if split else "split"), ("split", "least-busy")
+    )
+    if split and dispatch == "split":
+        raise RailplanError(
+            "dispatch",
+            "a disaggregated run simulates every instance, each request sent to the least "
+            "busy: least-busy only with --prefill-gpus",
+        )
     _check_figures(plot, heatmap, rates)
     sy = hardware.system(system)  # refuses --nvls where the GPU has no NVLink SHARP
     if hardware.nvls:
@@ -178,10 +195,20 @@ def infer(
         *speculation,
         custom_all_reduce,
     )
-    r = run(dep, batch, input_tokens, output_tokens)
+    if prefill_gpus is not None:
+        p = disaggregated.prefill_instances_of(dep, prefill_gpus)
+        r = disaggregated.infer_disaggregated(dep, batch, input_tokens, output_tokens, p)
+        sweep = [
+            disaggregated.serve_disaggregated(
+                dep, p, rate, input_tokens, output_tokens, batch, requests
+            )
+            for rate in rates
+        ]
+    else:
+        r = run(dep, batch, input_tokens, output_tokens)
+        busy = dispatch == "least-busy"
+        sweep = rate_sweep(dep, rates, input_tokens, output_tokens, batch, requests, busy)
     out: dict[str, Any] = r.to_dict()
-    busy = dispatch == "least-busy"
-    sweep = rate_sweep(dep, rates, input_tokens, output_tokens, batch, requests, busy)
     notes = _context_notes(m, input_tokens, output_tokens)
     budgets = {s.step_budget_tokens for s in sweep} - {MAX_NUM_TOKENS}
     if budgets:
@@ -200,22 +227,32 @@ def infer(
         out["serving_max_batch"] = min(batch, r.max_batch) if batch is not None else r.max_batch
     if traffic or heatmap is not None:
         _decode_step(dep, r, out, traffic, heatmap)
+    ratio = f"{r.prefill_gpus}:{gpus - r.prefill_gpus}" if r.prefill_gpus else ""
     if plot is not None:
         from railplan.inference.plots import rate_sweep_plot
 
-        rate_sweep_plot(sweep, plot, f"{r.model} on {gpus}× {r.system} (tp{tp} pp{pp})")
+        rate_sweep_plot(
+            sweep,
+            plot,
+            f"{r.model} on {gpus}× {r.system} (tp{tp} pp{pp}"
+            f"{', disaggregated ' + ratio if ratio else ''})",
+        )
     if as_json:
         print_json(out)
         return
     _print_inference(
         f"{r.model} on {gpus} GPUs of {r.system} ({r.network}), tp {tp} pp {pp} ep {ep}"
         f"{', two-batch overlap' if two_batch_overlap else ''}"
-        f"{_drafts(speculative_tokens)}, "
+        f"{_drafts(speculative_tokens)}"
+        f"{', disaggregated ' + ratio + ' GPUs' if ratio else ''}, "
         f"{precision}, {input_tokens} in / {output_tokens} out",
         r,
         out.get("decode_step_traffic"),
         sweep,
     )
+    if "kv_transfer_traffic" in out:
+        for line in _traffic_lines({"kv_transfer_per_prompt": out["kv_transfer_traffic"]}):
+            Console().print(line)
     for note in notes:
         Console().print(f"[yellow]note:[/yellow] {note}")
     if capped:
@@ -259,12 +296,18 @@ def _check_figures(plot: str | None, heatmap: str | None, rates: list[float]) ->
 def _decode_step(
     dep: Deployment, r: InferenceResult, out: dict[str, Any], traffic: bool, heatmap: str | None
 ) -> None:
-    """Add one decode step's traffic summary to `out` (with --traffic) and draw its heatmap."""
-    from railplan.inference.traffic import decode_step_traffic
+    """Add one decode step's traffic summary to `out` (with --traffic) and draw its heatmap;
+    disaggregated, the step of the decode instances, and one prompt's KV transfer."""
+    from dataclasses import replace
 
-    step = decode_step_traffic(dep, r.batch)
+    from railplan.inference.traffic import configuration_traffic, decode_step_traffic
+
+    step = decode_step_traffic(replace(dep, gpus=dep.gpus - r.prefill_gpus), r.batch)
     if traffic:
         out["decode_step_traffic"] = step.summary()
+        if r.prefill_gpus:
+            both = configuration_traffic(dep, r.batch, r.input_tokens, r.prefill_gpus)
+            out["kv_transfer_traffic"] = both["kv_transfer_per_prompt"]
     if heatmap is not None:
         from railplan.traffic.plots import heatmap as draw
 
@@ -290,6 +333,11 @@ def _print_inference(
         ("TTFT (no queueing)", f"{r.ttft_s * 1e3:.1f} ms"),
         ("TPOT", f"{r.tpot_s * 1e3:.1f} ms"),
     ]
+    if r.prefill_gpus:
+        rows += [
+            ("prefill:decode GPUs", f"{r.prefill_gpus}:{r.gpus - r.prefill_gpus}"),
+            ("KV transfer (in TTFT)", f"{r.kv_transfer_s * 1e3:.2f} ms"),
+        ]
     if r.speculative_tokens:
         rows += [
             (
@@ -400,6 +448,10 @@ def infer_search(
     best = max(buildable, key=lambda r: r["best"]["tokens_per_s_per_gpu"]) if buildable else None
     top: dict[str, Any] | None = best["best"] | {"hb_domain": best["hb_domain"]} if best else None
     out = {"best": top, "by_hb_domain": results}
+    if top is not None:
+        top["load_check_command"] = _load_check_command(
+            model, system, top, speculative_tokens, acceptance, custom_all_reduce
+        )
     if as_json:
         print_json(out)
         return
@@ -421,6 +473,49 @@ def infer_search(
         )
         for line in _traffic_lines(top.get("traffic", {}) if top else {}):
             Console().print(line)
+        if top is not None:
+            Console().print(
+                "its TTFT holds no queueing; under Poisson load at 90 % of its capacity: "
+                + top["load_check_command"],
+                soft_wrap=True,
+            )
+
+
+#: the share of a configuration's capacity `infer-search` proposes to check it under load at
+LOAD_CHECK_SHARE = 0.9
+
+
+def _load_check_command(
+    model: str,
+    system: str,
+    best: dict[str, Any],
+    speculative_tokens: int,
+    acceptance: float | None,
+    custom_all_reduce: bool,
+) -> str:
+    """The `railplan infer` command that simulates `best` under Poisson arrivals at
+    LOAD_CHECK_SHARE of the requests/s it can serve."""
+    import shlex
+
+    rate = LOAD_CHECK_SHARE * best["tokens_per_s"] / best["output_tokens"]
+    args = [
+        "railplan infer",
+        f"--model {shlex.quote(model)}",
+        f"--system {shlex.quote(system)}",
+        f"--hb-domain {best['hb_domain']}",
+        f"--network {best['network']}",
+        f"--gpus {best['gpus']} --tp {best['tp']} --pp {best['pp']} --ep {best['ep']}",
+        "--two-batch-overlap" if best["two_batch_overlap"] else "",
+        f"--batch {best['batch']}",
+        f"--precision {best['precision']}",
+        f"--input-tokens {best['input_tokens']} --output-tokens {best['output_tokens']}",
+        f"--prefill-gpus {best['prefill_gpus']}" if best["prefill_gpus"] else "",
+        f"--speculative-tokens {speculative_tokens}" if speculative_tokens else "",
+        f"--acceptance {acceptance:g}" if acceptance is not None else "",
+        "" if custom_all_reduce else "--no-custom-all-reduce",
+        f"--arrival-rate {rate:.4g}",
+    ]
+    return " ".join(a for a in args if a)
 
 
 def _traffic_lines(t: dict[str, Any]) -> list[str]:

@@ -74,6 +74,8 @@ class Run:
     # serves at its full batch
     filled: bool = True
     full_tokens_per_s: float = 0.0
+    # per request, the prompt tokens of the step that admitted it (None: not recorded)
+    step_tokens: FloatArray | None = None
 
     @property
     def rising(self) -> bool:
@@ -148,9 +150,13 @@ def _tokens_per_s(ends: FloatArray, tokens: FloatArray, lo: float, hi: float) ->
 class _Replica:
     """One replica's queue (the requests dispatched to it, in order) and running batch."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, prefilled: bool = False, verified: int = 1) -> None:
         self.ids = np.zeros(capacity, dtype=np.int64)  # global request ids dispatched here
-        self.csum = np.zeros(capacity + 1)  # prompt tokens of the first k dispatched
+        # tokens each dispatched request puts through the step that admits it, summed over the
+        # first k: its prompt, or (`prefilled`: a disaggregated decode instance's requests,
+        # whose KV cache arrives from a prefill instance) its `verified` decode tokens
+        self.csum = np.zeros(capacity + 1)
+        self.prefilled, self.verified = prefilled, verified
         self.n = 0  # dispatched
         self.nxt = 0  # admitted
         self.t = 0.0  # end of the last step
@@ -169,7 +175,7 @@ class _Replica:
             self.ids = np.concatenate([self.ids, np.zeros_like(self.ids)])
             self.csum = np.concatenate([self.csum, np.zeros(self.n)])
         self.ids[self.n] = gid
-        self.csum[self.n + 1] = self.csum[self.n] + prompt
+        self.csum[self.n + 1] = self.csum[self.n] + (self.verified if self.prefilled else prompt)
         self.n += 1
 
     def in_flight(self, at: float) -> int:
@@ -194,6 +200,9 @@ class _Replica:
         running = self.run_id.size
         end = admit(csum, self.n, self.nxt, running, batch, budget, running * spec.verified)
         new = self.ids[self.nxt : end]
+        if self.prefilled:
+            self._decode_step(step_s, end, new, reqs, spec)
+            return
         load = StepLoad(
             decode=float(self.run_id.size),
             context_tokens=float(self.run_ctx.sum()),
@@ -213,6 +222,7 @@ class _Replica:
         self.run_ctx += gained
         first = self.t if first_s is None or not new.size else max(self.t, start + first_s(load))
         reqs.first[new] = first
+        reqs.step_tokens[new] = load.prefill_tokens
         # a prompt whose micro-batch comes out of the pipeline after the step's end is that much
         # behind for the rest of its tokens too
         reqs.lag[new] = first - self.t
@@ -226,6 +236,33 @@ class _Replica:
             insort(self.done, f)
         self.run_id, self.run_left, self.run_ctx = ids[~over], left[~over], ctx[~over]
 
+    def _decode_step(
+        self, step_s: StepFn, end: int, new: IntArray, reqs: _Requests, spec: Speculation
+    ) -> None:
+        """A disaggregated decode instance's step: the admitted requests arrived with their
+        prompt's KV cache and first token, and join the running sequences at once (no prompt
+        runs here); each makes its next tokens from this step on. `reqs.first` of a request
+        is when it was admitted (what its wait for a slot is measured by)."""
+        self.nxt = end
+        reqs.first[new] = self.t
+        ids = np.concatenate([self.run_id, new])
+        left = np.concatenate([self.run_left, reqs.output[new] - 1.0])
+        ctx = np.concatenate([self.run_ctx, reqs.prompt[new] + 1.0])
+        self.t += step_s(StepLoad(decode=float(ids.size), context_tokens=float(ctx.sum())))
+        if new.size and new[-1] == reqs.count - 1:
+            reqs.last_admitted = self.t
+        self.ends.append(self.t)
+        self.sizes.append(ids.size)
+        gained = np.minimum(left, spec.gain)
+        self.tokens.append(float(gained.sum()))
+        left -= gained
+        ctx += gained
+        over = left <= LEFT_TOLERANCE
+        reqs.finish[ids[over]] = self.t
+        for f in np.full(int(over.sum()), self.t).tolist():
+            insort(self.done, f)
+        self.run_id, self.run_left, self.run_ctx = ids[~over], left[~over], ctx[~over]
+
 
 class _Requests:
     """Every request's arrival, lengths, first-token and finish times."""
@@ -236,6 +273,7 @@ class _Requests:
         self.first = np.full(self.count, np.nan)
         self.finish = np.full(self.count, np.nan)
         self.lag = np.zeros(self.count)  # first token after its step's end by this much
+        self.step_tokens = np.zeros(self.count)  # prompt tokens of the step that took it
         self.last_admitted = 0.0
 
 
@@ -261,15 +299,20 @@ def least_busy(
     max_num_tokens: int,
     spec: Speculation = Speculation(),
     first_s: StepFn | None = None,
+    prefilled: bool = False,
 ) -> Run:
     """`serving.simulate`'s run for `replicas` engines sharing one stream at `rate_per_s` (the
     arrival times and each request's prompt and output tokens, as `simulate` drew them), each
     arrival dispatched to the replica with the fewest requests in flight. Throughput is that
-    of all replicas; `first_s` as `_Replica.step` takes it."""
+    of all replicas; `first_s` as `_Replica.step` takes it. `prefilled`: the engines are a
+    disaggregated deployment's decode instances, each arrival a request whose prompt's KV
+    cache and first token come from a prefill instance (`_Replica._decode_step`); the Run's
+    TTFT is then the wait for a slot, its TPOT from admission on."""
     requests = int(arrivals.size)
     reqs = _Requests(arrivals, prompt, output)
     # room for an even share each (a replica given more grows): not requests × replicas
-    reps = [_Replica(-(-requests // replicas)) for _ in range(replicas)]
+    size = -(-requests // replicas)
+    reps = [_Replica(size, prefilled, spec.verified) for _ in range(replicas)]
     heap = [(0.0, i) for i in range(replicas)]
     nxt, waiting_at_end = 0, -1
     while heap:
@@ -340,8 +383,10 @@ def _run(
     half = max(n // 2, 1)
     lifetime = float(np.median(reqs.finish[:half] - arrivals[:half]))
     settled = bool(arrivals[n // 2] >= lifetime)
-    # prompts an empty step may carry: what the token budget and the batch allow
-    per_step = max(1, min(batch, int(budget // reqs.prompt.mean())))
+    # prompts an empty step may carry (requests, on decode instances): what the token budget
+    # and the batch allow
+    cost = reps[0].verified if reps[0].prefilled else float(reqs.prompt.mean())
+    per_step = max(1, min(batch, int(budget // cost)))
 
     # the early window opens a request's lifetime after the start at the soonest (the batch
     # fills up before it), in the second quarter of the arrivals
@@ -363,7 +408,8 @@ def _run(
         ttft,
         tpot,
         tokens,
-        rate * float(reqs.output.mean()),
+        # (a decode instance makes all but the first token, which its prefill instance made)
+        rate * float(reqs.output.mean() - (1.0 if reps[0].prefilled else 0.0)),
         waiting,
         per_step,
         settled,
@@ -373,4 +419,5 @@ def _run(
         mean_count(quarters[2], quarters[3], first),
         filled,
         full_tokens,
+        reqs.step_tokens,
     )

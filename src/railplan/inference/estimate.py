@@ -69,6 +69,10 @@ class InferenceResult(Record):
     max_batch: int
     fits: bool
     breakdown_s: dict[str, float]
+    # disaggregated (`search.choice_result`): the GPUs of the prefill instances (0: aggregated)
+    # and the KV transfer in the TTFT
+    prefill_gpus: int = 0
+    kv_transfer_s: float = 0.0
 
 
 def decode_steps(output_tokens: int, tokens_per_step: float) -> float:

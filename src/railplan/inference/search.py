@@ -39,6 +39,7 @@ from railplan.inference.engine import (
 )
 from railplan.inference.estimate import (
     DEFAULT_MAX_BATCH,
+    InferenceResult,
     check_decoding,
     check_tokens,
     decode_steps,
@@ -52,7 +53,7 @@ from railplan.inference.traffic import configuration_traffic
 from railplan.limits import check_int
 from railplan.records import Record
 from railplan.specs import Model, Network, System, load_model, load_network, load_system
-from railplan.specs.arrays import IntArray
+from railplan.specs.arrays import FloatArray, IntArray
 from railplan.specs.base import Range
 
 SLO = Range(1e-4, 3600.0, "s")
@@ -102,10 +103,11 @@ def batches(most: int) -> IntArray:
     return np.unique(np.append(steps[steps <= top], top))
 
 
-def kv_transfer_s(dep: Deployment, prompts: float, input_tokens: int) -> float:
-    """Time to ship the KV cache of `prompts` prompts from prefill to decode GPUs (module doc)."""
+def kv_transfer_s(dep: Deployment, prompts: Num, input_tokens: Num) -> Num:
+    """Time to ship the KV cache of `prompts` prompts of `input_tokens` tokens each from
+    prefill to decode GPUs (module doc); arrays give arrays."""
     lk = dep.links
-    size = prompts * input_tokens * dep.kv_bytes_per_token
+    size = prompts * np.asarray(input_tokens, dtype=np.float64) * dep.kv_bytes_per_token
     k = float(np.max(lk.hb_domain))
     if dep.gpus <= k:
         return size / lk.hb_bw + lk.hb_lat_s
@@ -157,29 +159,86 @@ def _aggregated(
     ]
 
 
-def _disaggregated(
-    dep: Deployment, b: IntArray, input_tokens: int, output_tokens: int
-) -> list[Choice]:
-    groups = dep.replicas  # instances of tp·pp·ep GPUs; each of the ep ranks runs a batch
-    if groups < 2:
-        return []
-    decode = decode_load(b.astype(np.float64), input_tokens, output_tokens, dep.tokens_per_step)
+@dataclass(frozen=True)
+class Split:
+    """A disaggregated deployment's rates at batch `b` (arrays over the batches): its decode
+    instances' TPOT, the requests/s one prefill instance (`pre_rate`, prompts in chunks of
+    `chunk`, each chunk a step of `prefill_step_s`) and one decode instance (`dec_rate`) can
+    take, and one chunk's KV transfer (`kv_transfer_s`)."""
+
+    tpot_s: FloatArray
+    pre_rate: float
+    dec_rate: FloatArray
+    chunk: int
+    prefill_step_s: float
+    kv_transfer_s: float
+    decoded: int  # output tokens a decode instance makes per request (O − 1)
+
+
+def prefill_chunk(input_tokens: int) -> int:
+    """Prompts one prefill-only step carries: as many whole ones as MAX_PREFILL_TOKENS holds,
+    at least one."""
+    return max(1, MAX_PREFILL_TOKENS // input_tokens)
+
+
+def split_rates(dep: Deployment, b: Num, input_tokens: int, output_tokens: int) -> Split:
+    """The rates of `dep` run disaggregated with `b` sequences per decode rank (`Split`)."""
+    decode = decode_load(
+        np.asarray(b, dtype=np.float64), input_tokens, output_tokens, dep.tokens_per_step
+    )
     step = step_times(dep, decode)[0]
     # a request holds a decode slot for d steps and makes O − 1 tokens there
     tpot = step * decode_steps(output_tokens, dep.tokens_per_step) / max(output_tokens - 1, 1)
-    chunk = max(1, MAX_PREFILL_TOKENS // input_tokens)
+    chunk = prefill_chunk(input_tokens)
     t_pre = step_time_s(dep, StepLoad(prefill_tokens=chunk * input_tokens, prefill_seqs=chunk))[0]
     # requests/s per instance: the prefill yields a request's first token, so a decode slot
     # holds it for the other O − 1 (none when O = 1: the decode side then needs one instance)
-    pre_rate = dep.ep * chunk / t_pre
     decoded = output_tokens - 1
     dec_rate = dep.ep * b / (tpot * decoded) if decoded else np.full_like(tpot, np.inf)
-    share = dec_rate / (pre_rate + dec_rate) if decoded else np.ones_like(dec_rate)
-    p = np.clip(np.round(groups * share), 1, groups - 1)
-    requests_per_s = p * pre_rate
-    if decoded:
-        requests_per_s = np.minimum(requests_per_s, (groups - p) * dec_rate)
-    xfer = kv_transfer_s(dep, chunk, input_tokens)
+    return Split(
+        np.asarray(tpot),
+        dep.ep * chunk / t_pre,
+        np.asarray(dec_rate),
+        chunk,
+        t_pre,
+        float(kv_transfer_s(dep, chunk, input_tokens)),
+        decoded,
+    )
+
+
+def balanced_prefill_instances(dep: Deployment, split: Split) -> IntArray:
+    """Prefill instances of `dep.replicas` that balance the prefill and decode rates (at
+    least one of each)."""
+    pre, dec = split.pre_rate, split.dec_rate
+    share = dec / (pre + dec) if split.decoded else np.ones_like(dec)
+    return np.asarray(np.clip(np.round(dep.replicas * share), 1, dep.replicas - 1), dtype=np.int64)
+
+
+def disaggregated_choices(
+    dep: Deployment,
+    b: IntArray,
+    input_tokens: int,
+    output_tokens: int,
+    prefill_instances: int | None = None,
+) -> list[Choice]:
+    """`dep` run disaggregated at each batch of `b`: `prefill_instances` of its tp·pp·ep
+    instances prefill and the others decode (None: `balanced_prefill_instances`). TTFT is the
+    steady-state estimate without queueing (half a chunk's step of waiting, the step, the
+    pipeline fill and the KV transfer; `serving.serve_disaggregated` gives the loaded
+    values); requests/s the smaller of what the two sides take."""
+    groups = dep.replicas  # instances of tp·pp·ep GPUs; each of the ep ranks runs a batch
+    if groups < 2:
+        return []
+    sp = split_rates(dep, b.astype(np.float64), input_tokens, output_tokens)
+    if prefill_instances is None:
+        p = balanced_prefill_instances(dep, sp)
+    else:
+        p = np.full(b.shape, prefill_instances, dtype=np.int64)
+    requests_per_s = p * sp.pre_rate
+    if sp.decoded:
+        requests_per_s = np.minimum(requests_per_s, (groups - p) * sp.dec_rate)
+    t_pre, xfer = sp.prefill_step_s, sp.kv_transfer_s
+    ttft = 1.5 * t_pre + float(pipeline_fill_s(dep, t_pre, sp.chunk)) + xfer
     per = dep.instance_gpus
     tokens = requests_per_s * output_tokens / dep.gpus
     return [
@@ -192,12 +251,12 @@ def _disaggregated(
             int(bi),
             int(pi) * per,
             (groups - int(pi)) * per,
-            1.5 * t_pre + float(pipeline_fill_s(dep, t_pre, chunk)) + xfer,
+            ttft,
             float(t),
             float(x),
             xfer,
         )
-        for bi, pi, t, x in zip(b, p, tpot, tokens, strict=True)
+        for bi, pi, t, x in zip(b, p, sp.tpot_s, tokens, strict=True)
     ]
 
 
@@ -257,7 +316,7 @@ def candidates(
         b = batches(dep.max_batch(input_tokens + output_tokens))
         if b.size:
             out += _aggregated(dep, b, input_tokens, output_tokens)
-            out += _disaggregated(dep, b, input_tokens, output_tokens)
+            out += disaggregated_choices(dep, b, input_tokens, output_tokens)
     return out
 
 
@@ -334,15 +393,10 @@ def search(
             *speculative,
             custom_all_reduce,
         )
-        own = c.to_dict() | {"tokens_per_s": c.tokens_per_s_per_gpu * gpus}
-        res = infer(dep, c.batch, input_tokens, output_tokens).to_dict()
-        if c.mode == "disaggregated":
-            decode = decode_load(float(c.batch), input_tokens, output_tokens, dep.tokens_per_step)
-            step, res["breakdown_s"] = step_time_s(dep, decode)
-            res["step_s"] = step  # the decode instances' step, whose time the TPOT is
+        res = choice_result(dep, c, input_tokens, output_tokens).to_dict() | c.to_dict()
         if traffic:
             res["traffic"] = configuration_traffic(dep, c.batch, input_tokens, c.prefill_gpus)
-        return res | own
+        return res
 
     return {
         "system": system.name,
@@ -359,6 +413,28 @@ def search(
             f"({model.name}, {precision}): use more GPUs or a lower precision"
         ),
     }
+
+
+def choice_result(
+    dep: Deployment, c: Choice, input_tokens: int, output_tokens: int
+) -> InferenceResult:
+    """`infer`'s result for a choice evaluated on `dep`: the choice's TTFT, TPOT and tokens/s
+    win (they include the disaggregated split); for a disaggregated choice the step and its
+    breakdown are the decode instances' (no prompts), whose time the TPOT is."""
+    r = replace(
+        infer(dep, c.batch, input_tokens, output_tokens),
+        ttft_s=c.ttft_s,
+        tpot_s=c.tpot_s,
+        tokens_per_s_per_gpu=c.tokens_per_s_per_gpu,
+        tokens_per_s=c.tokens_per_s_per_gpu * dep.gpus,
+        prefill_gpus=c.prefill_gpus,
+        kv_transfer_s=c.kv_transfer_s,
+    )
+    if c.mode != "disaggregated":
+        return r
+    decode = decode_load(float(c.batch), input_tokens, output_tokens, dep.tokens_per_step)
+    step, parts = step_time_s(dep, decode)
+    return replace(r, step_s=step, breakdown_s=parts)
 
 
 def verdict(by_net: dict[str, Choice | None]) -> str:

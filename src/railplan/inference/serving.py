@@ -67,6 +67,10 @@ class ServingResult(Record):
     tokens_per_s_per_gpu: float
     stable: bool | None  # the queue kept up (Run.stable; None: too few requests to tell)
     step_budget_tokens: int = MAX_NUM_TOKENS  # tokens one step may carry (`step_budget`)
+    # disaggregated (`disaggregated.serve_disaggregated`): the prefill instances' GPUs (0:
+    # aggregated) and the KV transfer in each TTFT
+    prefill_gpus: int = 0
+    kv_transfer_s: float = 0.0
 
 
 #: a data set's prompt and output token counts, one pair per sample
