@@ -150,6 +150,10 @@ def test_infer_search_json(cli: Cli) -> None:
             ],
             "dispatch",
         ),
+        (
+            ["infer", "--gpus", "16", "--tp", "8", "--prefill-gpus", "8", "--chunked-prefill"],
+            "chunked_prefill",
+        ),
         (["infer-search", "--ttft-slo", "0"], "ttft_slo"),
         (["infer-search", "--hb-domains", "8,x"], "hb_domains"),
     ],
@@ -269,3 +273,17 @@ def test_infer_search_proposes_a_load_check_that_runs(cli: Cli) -> None:
     assert loaded["serving"][0]["arrival_rate"] == pytest.approx(
         0.9 * out["best"]["tokens_per_s"] / 128, rel=1e-3
     )
+
+
+def test_infer_chunked_prefill(cli: Cli) -> None:
+    # 16k prompts beside 64 sequences: whole, a step needs room for one (a note says the load
+    # simulation's budget is raised); chunked, the budget stays 8,192 and the prompt runs in two
+    args = ["infer", "--tp", "2", "--batch", "64", "--input-tokens", "16000"]
+    args += ["--output-tokens", "128", "--arrival-rate", "1", "--requests", "200"]
+    whole, chunked = cli.json(*args), cli.json(*args, "--chunked-prefill")
+    assert chunked["chunked_prefill"] and not whole["chunked_prefill"]
+    assert chunked["serving"][0]["step_budget_tokens"] == 8192
+    assert whole["serving"][0]["step_budget_tokens"] > 16000
+    assert chunked["ttft_s"] > whole["ttft_s"]  # two steps carry its prompt
+    text = cli(*args, "--chunked-prefill").output
+    assert "chunked prefill" in text and "step budget" not in text

@@ -111,6 +111,15 @@ def infer(
     acceptance: AcceptanceOpt = None,
     custom_all_reduce: CustomAllReduceOpt = True,
     hardware: HardwareOptions = HardwareOptions(),
+    chunked_prefill: Annotated[
+        bool,
+        typer.Option(
+            "--chunked-prefill",
+            help="run prompts in chunks of what the 8,192-token step budget leaves beside the "
+            "running sequences' tokens (vLLM's and SGLang's default); default: whole prompts, "
+            "as TensorRT-LLM without chunked context and the validated MLPerf runs",
+        ),
+    ] = False,
     prefill_gpus: Annotated[
         int | None,
         typer.Option(
@@ -195,6 +204,12 @@ def infer(
         *speculation,
         custom_all_reduce,
     )
+    if chunked_prefill and prefill_gpus is not None:
+        raise RailplanError(
+            "chunked_prefill",
+            "applies to engines that run prompts beside decoding: not with --prefill-gpus "
+            "(prefill instances take whole prompts up to 8,192 tokens a step)",
+        )
     if prefill_gpus is not None:
         p = disaggregated.prefill_instances_of(dep, prefill_gpus)
         r = disaggregated.infer_disaggregated(dep, batch, input_tokens, output_tokens, p)
@@ -205,13 +220,20 @@ def infer(
             for rate in rates
         ]
     else:
-        r = run(dep, batch, input_tokens, output_tokens)
+        r = run(dep, batch, input_tokens, output_tokens, chunked_prefill)
         busy = dispatch == "least-busy"
-        sweep = rate_sweep(dep, rates, input_tokens, output_tokens, batch, requests, busy)
+        sweep = rate_sweep(
+            dep, rates, input_tokens, output_tokens, batch, requests, busy, chunked_prefill
+        )
     out: dict[str, Any] = r.to_dict()
     notes = _context_notes(m, input_tokens, output_tokens)
     budgets = {s.step_budget_tokens for s in sweep} - {MAX_NUM_TOKENS}
-    if budgets:
+    if budgets and chunked_prefill:
+        notes.append(
+            f"the step budget is {max(budgets):,} tokens, not {MAX_NUM_TOKENS:,}: one more "
+            "than the full batch's decode tokens, so that prompts advance"
+        )
+    elif budgets:
         notes.append(
             f"the load simulation's step budget is {max(budgets):,} tokens, not "
             f"{MAX_NUM_TOKENS:,}: a {input_tokens:,}-token prompt must fit beside the running "
@@ -244,6 +266,7 @@ def infer(
         f"{r.model} on {gpus} GPUs of {r.system} ({r.network}), tp {tp} pp {pp} ep {ep}"
         f"{', two-batch overlap' if two_batch_overlap else ''}"
         f"{_drafts(speculative_tokens)}"
+        f"{', chunked prefill' if chunked_prefill else ''}"
         f"{', disaggregated ' + ratio + ' GPUs' if ratio else ''}, "
         f"{precision}, {input_tokens} in / {output_tokens} out",
         r,

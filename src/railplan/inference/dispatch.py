@@ -150,13 +150,19 @@ def _tokens_per_s(ends: FloatArray, tokens: FloatArray, lo: float, hi: float) ->
 class _Replica:
     """One replica's queue (the requests dispatched to it, in order) and running batch."""
 
-    def __init__(self, capacity: int, prefilled: bool = False, verified: int = 1) -> None:
+    def __init__(
+        self, capacity: int, prefilled: bool = False, verified: int = 1, chunked: bool = False
+    ) -> None:
         self.ids = np.zeros(capacity, dtype=np.int64)  # global request ids dispatched here
         # tokens each dispatched request puts through the step that admits it, summed over the
         # first k: its prompt, or (`prefilled`: a disaggregated decode instance's requests,
         # whose KV cache arrives from a prefill instance) its `verified` decode tokens
         self.csum = np.zeros(capacity + 1)
         self.prefilled, self.verified = prefilled, verified
+        # chunked prefill (`_chunked_step`): the request whose prompt is in progress (-1: none)
+        # and its prompt tokens already run
+        self.chunked = chunked
+        self.pre_id, self.pre_done = -1, 0
         self.n = 0  # dispatched
         self.nxt = 0  # admitted
         self.t = 0.0  # end of the last step
@@ -183,7 +189,7 @@ class _Replica:
         return self.n - bisect_right(self.done, at)
 
     def idle(self) -> bool:
-        return self.run_id.size == 0 and self.nxt == self.n
+        return self.run_id.size == 0 and self.nxt == self.n and self.pre_id < 0
 
     def step(
         self,
@@ -196,6 +202,9 @@ class _Replica:
     ) -> None:
         """One engine step at `self.t`, as serving.simulate takes it; `first_s`: the time from
         a step's start until its prompts' first tokens (default: the step's end)."""
+        if self.chunked:
+            self._chunked_step(step_s, batch, budget, reqs, spec, first_s)
+            return
         csum = self.csum[: self.n + 1]
         running = self.run_id.size
         end = admit(csum, self.n, self.nxt, running, batch, budget, running * spec.verified)
@@ -210,12 +219,85 @@ class _Replica:
             prefill_seqs=float(new.size),
         )
         self.nxt = end
+        self._advance(step_s, load, new, new.size, reqs, spec, first_s)
+
+    def _chunked_step(
+        self,
+        step_s: StepFn,
+        batch: int,
+        budget: int,
+        reqs: _Requests,
+        spec: Speculation,
+        first_s: StepFn | None,
+    ) -> None:
+        """One step with chunked prefill (vLLM's scheduler, TensorRT-LLM's chunked context):
+        the running sequences' decode tokens first, then what the budget leaves goes to prompt
+        tokens, first come first served: the prompt in progress, then new ones while the batch
+        has room, the last of them cut where the budget ends (it goes on in the next steps).
+        A prompt's first token comes at the end of the step that runs its last chunk."""
+        running = self.run_id.size
+        room = budget - running * spec.verified
+        chunks: list[tuple[int, float]] = []  # (tokens, tokens already cached) of each chunk
+        completed: list[int] = []
+        if self.pre_id >= 0 and room > 0:
+            rest = int(reqs.prompt[self.pre_id]) - self.pre_done
+            c = min(rest, room)
+            chunks.append((c, float(self.pre_done)))
+            room -= c
+            if c == rest:
+                completed.append(self.pre_id)
+                self.pre_id, self.pre_done = -1, 0
+            else:
+                self.pre_done += c
+        took_last = False
+        while room > 0 and self.pre_id < 0 and self.nxt < self.n:
+            if running + len(completed) >= batch:
+                break
+            gid = int(self.ids[self.nxt])
+            self.nxt += 1
+            took_last = took_last or gid == reqs.count - 1
+            prompt = int(reqs.prompt[gid])
+            c = min(prompt, room)
+            chunks.append((c, 0.0))
+            room -= c
+            if c == prompt:
+                completed.append(gid)
+            else:
+                self.pre_id, self.pre_done = gid, c
+        tokens = float(sum(c for c, _ in chunks))
+        load = StepLoad(
+            decode=float(running),
+            context_tokens=float(self.run_ctx.sum()),
+            prefill_tokens=tokens,
+            prefill_seqs=float(len(chunks)),
+            prefill_cross_tokens=float(sum(c * o for c, o in chunks)),
+        )
+        new = np.asarray(completed, dtype=np.int64)
+        sequences = new.size + (1 if self.pre_id >= 0 else 0)
+        self._advance(step_s, load, new, sequences, reqs, spec, first_s)
+        if took_last:
+            reqs.last_admitted = self.t  # the step that took the last prompt (its first chunk)
+
+    def _advance(
+        self,
+        step_s: StepFn,
+        load: StepLoad,
+        new: IntArray,
+        sequences: int,
+        reqs: _Requests,
+        spec: Speculation,
+        first_s: StepFn | None,
+    ) -> None:
+        """Run the step carrying `load`: the running sequences gain their tokens, and `new`,
+        the requests whose prompts it completes, their first; `sequences`: those it runs beside
+        the running ones (counted in `sizes`)."""
+        running = self.run_id.size
         start = self.t
         self.t += step_s(load)
-        if new.size and new[-1] == reqs.count - 1:
+        if not self.chunked and new.size and new[-1] == reqs.count - 1:
             reqs.last_admitted = self.t  # the step that took the last prompt
         self.ends.append(self.t)
-        self.sizes.append(running + new.size)
+        self.sizes.append(running + sequences)
         gained = np.minimum(self.run_left, spec.gain)  # the last step yields what is left
         self.tokens.append(float(gained.sum()) + new.size)
         self.run_left -= gained
@@ -300,6 +382,7 @@ def least_busy(
     spec: Speculation = Speculation(),
     first_s: StepFn | None = None,
     prefilled: bool = False,
+    chunked: bool = False,
 ) -> Run:
     """`serving.simulate`'s run for `replicas` engines sharing one stream at `rate_per_s` (the
     arrival times and each request's prompt and output tokens, as `simulate` drew them), each
@@ -307,12 +390,13 @@ def least_busy(
     of all replicas; `first_s` as `_Replica.step` takes it. `prefilled`: the engines are a
     disaggregated deployment's decode instances, each arrival a request whose prompt's KV
     cache and first token come from a prefill instance (`_Replica._decode_step`); the Run's
-    TTFT is then the wait for a slot, its TPOT from admission on."""
+    TTFT is then the wait for a slot, its TPOT from admission on. `chunked`: the engines run
+    chunked prefill (`_Replica._chunked_step`)."""
     requests = int(arrivals.size)
     reqs = _Requests(arrivals, prompt, output)
     # room for an even share each (a replica given more grows): not requests × replicas
     size = -(-requests // replicas)
-    reps = [_Replica(size, prefilled, spec.verified) for _ in range(replicas)]
+    reps = [_Replica(size, prefilled, spec.verified, chunked) for _ in range(replicas)]
     heap = [(0.0, i) for i in range(replicas)]
     nxt, waiting_at_end = 0, -1
     while heap:

@@ -344,13 +344,18 @@ def gemm_s(gpu: GPU, g: Gemm, peak_tflops: float, weight_bytes: Num | None) -> F
 class StepLoad:
     """What one engine step carries on one tp × pp group (one ep rank's share with ep > 1):
     `decode` running sequences whose KV caches hold `context_tokens` in all, and
-    `prefill_tokens` prompt tokens of `prefill_seqs` newly admitted sequences. Fields may be
-    numpy arrays (one load per element; the step times come back as arrays)."""
+    `prefill_tokens` prompt tokens of `prefill_seqs` prompts (whole, or with chunked prefill
+    chunks of them). `prefill_cross_tokens`: the query-key pairs of those prompt tokens with
+    their own prompts' tokens already in the KV cache (a chunk of c tokens after o cached ones:
+    c·o; 0 for whole prompts), which the attention kernel computes unmasked beside each chunk's
+    own causal c²/2. Fields may be numpy arrays (one load per element; the step times come back
+    as arrays)."""
 
     decode: Num = 0.0
     context_tokens: Num = 0.0
     prefill_tokens: Num = 0.0
     prefill_seqs: Num = 0.0
+    prefill_cross_tokens: Num = 0.0
 
     @property
     def tokens(self) -> Num:
@@ -363,6 +368,24 @@ class StepLoad:
         per = self.prefill_tokens / np.where(seqs > 0, seqs, 1.0)
         return np.asarray(np.where(seqs > 0, per, 0.0))
 
+    @property
+    def cross_per_prompt(self) -> FloatArray:
+        """`prefill_cross_tokens` per prompt (their mean; 0 where the step carries none)."""
+        seqs = np.asarray(self.prefill_seqs, dtype=np.float64)
+        per = self.prefill_cross_tokens / np.where(seqs > 0, seqs, 1.0)
+        return np.asarray(np.where(seqs > 0, per, 0.0))
+
+    def with_prompts(self, seqs: Num, decode: Num | None = None) -> StepLoad:
+        """The same running sequences (or `decode` of them) with `seqs` prompts of this load's
+        mean prompt (tokens and cached pairs)."""
+        return StepLoad(
+            self.decode if decode is None else decode,
+            self.context_tokens,
+            self.prompt_tokens * seqs,
+            seqs,
+            self.cross_per_prompt * seqs,
+        )
+
     def scaled(self, by: float) -> StepLoad:
         """This load's share `by` (every field times it): a micro-batch's."""
         return StepLoad(
@@ -370,6 +393,7 @@ class StepLoad:
             self.context_tokens * by,
             self.prefill_tokens * by,
             self.prefill_seqs * by,
+            self.prefill_cross_tokens * by,
         )
 
 
@@ -497,15 +521,22 @@ def stage_parts(dep: Deployment, load: StepLoad, queries: float | None = None) -
     prefill_len = load.prompt_tokens
     # Q·K over the query-key head width, P·V over the value width (MLA: 192 and 128)
     head_flops = 2.0 * (m.qk_head_dim + m.v_head_dim_)
-    unmasked_flops = head_flops * load.prefill_tokens * prefill_len * heads
+    # each chunk's own tokens causally (c² unmasked, half of it computed), and its cached
+    # prefix unmasked (c·o, counted twice here as the kernel time halves every unmasked FLOP)
+    own = np.asarray(load.prefill_tokens, dtype=np.float64) * prefill_len
+    cross = 2.0 * np.asarray(load.prefill_cross_tokens, dtype=np.float64)
+    unmasked_flops = head_flops * (own + cross) * heads
+    # the kernel's length: the chunk and the prefix its queries read (the prompt when whole)
+    kernel_len = prefill_len + load.cross_per_prompt / np.maximum(prefill_len, 1.0)
     # A steady-state step carries a fraction of a prompt (`estimate.steady_load`): the prompt
     # kernels then run on that share of the steps, each with a whole prompt's work.
     share = np.clip(np.asarray(load.prefill_seqs, dtype=np.float64), 0.0, 1.0)
     runs = np.where(share > 0, share, 1.0)  # the share of steps a prompt kernel runs on
     per_run = 1.0 / runs
-    prefill = flash_attention_time_s(gpu, unmasked_flops * per_run, np.maximum(prefill_len, 1.0))[
-        "forward"
-    ]
+    causal = np.where(own + cross > 0, own / np.where(own + cross > 0, own + cross, 1.0), 1.0)
+    prefill = flash_attention_time_s(
+        gpu, unmasked_flops * per_run, np.maximum(kernel_len, 1.0), causal_share=causal
+    )["forward"]
     pre_s = np.where(share > 0, share * prefill, 0.0)
     bf16 = gpu.peak_tflops * 1e12 * gpu.matmul_efficiency * gpu.sustained_tensor_fraction
     dec_flops = decode_head_flops(m) * load.context_tokens * heads * q
@@ -579,12 +610,11 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
     part = f > 0
     if not bool(np.any(part)):
         return overlapped_stage_time_s(dep, load)
-    length = np.asarray(load.prefill_tokens, dtype=np.float64) / np.where(n > 0, n, 1.0)
-    more = StepLoad(load.decode, load.context_tokens, (k + 1.0) * length, k + 1.0)
+    more = load.with_prompts(k + 1.0)
     decode = np.asarray(load.decode, dtype=np.float64)
     empty = (k == 0) & (decode <= 0)  # the steps with k prompts have nothing to run
     # (timed at one running sequence there, to keep 0/0 out of the GEMMs, and counted 0)
-    fewer = StepLoad(np.where(empty, 1.0, decode), load.context_tokens, k * length, k)
+    fewer = load.with_prompts(k, np.where(empty, 1.0, decode))
     a = overlapped_stage_time_s(dep, more)
     b = overlapped_stage_time_s(dep, fewer)
     whole = overlapped_stage_time_s(dep, load) if bool(np.any(~part)) else a
@@ -637,7 +667,13 @@ def overlapped_stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatA
     if seqs.ndim == 0:
         return stage_parts(dep, load).parts
     at = np.nonzero(alone)
-    fields = (load.decode, load.context_tokens, load.prefill_tokens, load.prefill_seqs)
+    fields = (
+        load.decode,
+        load.context_tokens,
+        load.prefill_tokens,
+        load.prefill_seqs,
+        load.prefill_cross_tokens,
+    )
     sub = StepLoad(
         *(np.broadcast_to(np.asarray(f, dtype=np.float64), seqs.shape)[at] for f in fields)
     )
@@ -695,6 +731,7 @@ def micro_batch_load(load: StepLoad, pp: float) -> StepLoad:
         np.asarray(load.context_tokens, dtype=np.float64) * by,
         np.asarray(load.prefill_tokens, dtype=np.float64) / pp,
         np.asarray(load.prefill_seqs, dtype=np.float64) / pp,
+        np.asarray(load.prefill_cross_tokens, dtype=np.float64) / pp,
     )
 
 
@@ -726,12 +763,8 @@ def prompt_traversal_s(dep: Deployment, load: StepLoad) -> FloatArray:
     seqs = np.asarray(load.prefill_seqs, dtype=np.float64)
     carried = whole_share(seqs, p)  # at least the whole prompt
     running = micro_batch_load(load, p)  # its share of the running sequences, none split
-    micro = StepLoad(
-        decode=running.decode,
-        context_tokens=running.context_tokens,
-        prefill_tokens=load.prompt_tokens * carried,
-        prefill_seqs=carried,
-    )
+    micro = load.with_prompts(carried, running.decode)
+    micro = replace(micro, context_tokens=running.context_tokens)
     # (a first token needs no drafting: the drafts of the step are not waited for)
     return np.asarray(p * np.asarray(sum(stage_time_s(dep, micro).values())))
 

@@ -30,6 +30,7 @@ from railplan.inference.engine import (
     step_time_s,
     step_times,
 )
+from railplan.inference.serving import chunked_budget
 from railplan.limits import MAX_GLOBAL_BATCH, MAX_TOKENS, check_int
 from railplan.records import Record
 from railplan.specs.arrays import FloatArray
@@ -73,6 +74,7 @@ class InferenceResult(Record):
     # and the KV transfer in the TTFT
     prefill_gpus: int = 0
     kv_transfer_s: float = 0.0
+    chunked_prefill: bool = False  # prompts run in chunks (`steady_times`)
 
 
 def decode_steps(output_tokens: int, tokens_per_step: float) -> float:
@@ -94,42 +96,80 @@ def steady_tokens_per_s(
     return np.asarray(per_step * d / (np.asarray(tpot_s) * (output_tokens - 1)))
 
 
+def chunks_per_prompt(input_tokens: int, chunk_tokens: Num | None) -> FloatArray:
+    """Chunks a prompt runs in with chunked prefill of at most `chunk_tokens` per step (1:
+    whole, also without chunking, None)."""
+    if chunk_tokens is None:
+        return np.asarray(1.0)
+    return np.asarray(np.ceil(input_tokens / np.maximum(chunk_tokens, 1.0)))
+
+
 def steady_load(
-    batch: Num, input_tokens: int, output_tokens: int, tokens_per_step: float = 1.0
+    batch: Num,
+    input_tokens: int,
+    output_tokens: int,
+    tokens_per_step: float = 1.0,
+    chunk_tokens: Num | None = None,
 ) -> StepLoad:
     """The load of one step of the offline steady state (module docstring); `batch` may be an
     array of batch sizes; `tokens_per_step` E: what a running sequence gains per step. A
     sequence lives 1 + d steps (its prompt's, which yields the first token, then `decode_steps`
     d = (O − 1)/E, at least one), so B/(1 + d) finish and as many start per step (B/O without
-    drafts)."""
+    drafts). With chunked prefill (`chunk_tokens`: the most prompt tokens a step runs) each
+    prompt runs as n = ⌈I / chunk⌉ equal chunks of I/n tokens, the j-th after j·I/n of its
+    tokens are cached: per prompt n chunks and (I/n)²·n(n − 1)/2 cached query-key pairs, so
+    that its attention work is the whole prompt's."""
     new = batch / (1.0 + decode_steps(output_tokens, tokens_per_step))
+    n = chunks_per_prompt(input_tokens, chunk_tokens)
+    piece = input_tokens / n
     return StepLoad(
         decode=batch,
         context_tokens=batch * (input_tokens + (output_tokens + 1) / 2.0),
         prefill_tokens=new * input_tokens,
-        prefill_seqs=new,
+        prefill_seqs=new * n,
+        prefill_cross_tokens=new * piece * piece * n * (n - 1.0) / 2.0,
     )
 
 
+def chunk_budget(dep: Deployment, batch: Num) -> FloatArray:
+    """Prompt tokens a step of `batch` running sequences has room for with chunked prefill:
+    what `serving.chunked_budget` leaves beside their decode tokens."""
+    decode = np.asarray(batch, dtype=np.float64) * dep.verified_tokens
+    return np.asarray(chunked_budget(decode) - decode)
+
+
 def steady_times(
-    dep: Deployment, batch: Num, input_tokens: int, output_tokens: int
+    dep: Deployment,
+    batch: Num,
+    input_tokens: int,
+    output_tokens: int,
+    chunked: bool = False,
 ) -> tuple[FloatArray, FloatArray, dict[str, FloatArray]]:
     """(TTFT without queueing, TPOT, the step by component) of the steady state, over `batch`
     (scalar or array): a new request waits half a step, then rides in a step with the
     batch − 1 others and the average number of newcomers, its prompt whole in one pipeline
     micro-batch that crosses every stage (`engine.prompt_traversal_s`; the step itself
-    without pipelining)."""
+    without pipelining). With `chunked` prefill its n chunks (`steady_load`, at the room
+    `chunk_budget` leaves) ride in n such steps, the last of them crossing the stages."""
     e = dep.tokens_per_step
-    step, parts = step_times(dep, steady_load(batch, input_tokens, output_tokens, e))
+    chunk = chunk_budget(dep, batch) if chunked else None
+    load = steady_load(batch, input_tokens, output_tokens, e, chunk)
+    step, parts = step_times(dep, load)
     others = np.asarray(batch, dtype=np.float64) - 1.0
     d = decode_steps(output_tokens, e)
     newcomers = others / (1.0 + d)
+    n = chunks_per_prompt(input_tokens, chunk)
+    piece = input_tokens / n
+    # a step carrying one of the request's chunks beside the others' average n·newcomers
+    chunks = 1.0 + n * newcomers
     join = replace(
-        steady_load(others, input_tokens, output_tokens, e),
-        prefill_tokens=input_tokens * (1.0 + newcomers),
-        prefill_seqs=1.0 + newcomers,
+        steady_load(others, input_tokens, output_tokens, e, chunk),
+        prefill_tokens=piece * chunks,
+        prefill_seqs=chunks,
+        prefill_cross_tokens=piece * piece * (n - 1.0) / 2.0 * chunks,
     )
-    return 0.5 * step + prompt_traversal_s(dep, join), step * d / (output_tokens - 1), parts
+    ttft = 0.5 * step + (n - 1.0) * step_times(dep, join)[0] + prompt_traversal_s(dep, join)
+    return np.asarray(ttft), step * d / (output_tokens - 1), parts
 
 
 def check_tokens(input_tokens: int, output_tokens: int) -> tuple[int, int]:
@@ -151,10 +191,14 @@ def check_decoding(output_tokens: int) -> None:
 
 
 def infer(
-    dep: Deployment, batch: int | None, input_tokens: int, output_tokens: int
+    dep: Deployment,
+    batch: int | None,
+    input_tokens: int,
+    output_tokens: int,
+    chunked: bool = False,
 ) -> InferenceResult:
     """Steady-state serving of `dep` with `batch` sequences per tp × pp group (None: the largest
-    that fits, at most DEFAULT_MAX_BATCH)."""
+    that fits, at most DEFAULT_MAX_BATCH); `chunked`: with chunked prefill (`steady_times`)."""
     input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
     check_decoding(output_tokens)
     seq = input_tokens + output_tokens
@@ -163,7 +207,7 @@ def infer(
         batch = max(1, min(most, DEFAULT_MAX_BATCH))
     else:
         batch = check_int("batch", batch, 1, MAX_GLOBAL_BATCH)
-    ttft_a, tpot_a, parts_a = steady_times(dep, batch, input_tokens, output_tokens)
+    ttft_a, tpot_a, parts_a = steady_times(dep, batch, input_tokens, output_tokens, chunked)
     ttft, tpot = float(ttft_a), float(tpot_a)
     parts = {k: float(v) for k, v in parts_a.items()}
     per_group = float(steady_tokens_per_s(batch, output_tokens, dep.tokens_per_step, tpot))
@@ -197,6 +241,7 @@ def infer(
         max_batch=most,
         fits=batch <= most,
         breakdown_s=parts,
+        chunked_prefill=chunked,
     )
 
 

@@ -31,9 +31,15 @@ import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.inference.dispatch import Run, Speculation, StepFn, least_busy
-from railplan.inference.engine import Deployment, StepLoad, cold_step_s, prompt_traversal_s
+from railplan.inference.engine import (
+    Deployment,
+    Num,
+    StepLoad,
+    cold_step_s,
+    prompt_traversal_s,
+)
 from railplan.records import Record
-from railplan.specs.arrays import IntArray
+from railplan.specs.arrays import FloatArray, IntArray
 
 #: tokens one step may carry (decode tokens and whole prompts): TensorRT-LLM's max_num_tokens
 #: default (8192)
@@ -139,12 +145,14 @@ def simulate(
     replicas: int = 1,
     spec: Speculation = Speculation(),
     first_s: StepFn | None = None,
+    chunked: bool = False,
 ) -> Run:
     """Every request's TTFT and TPOT on one engine whose step time is `step_s(load)`, and
     whether the queue kept up with the arrivals. Every request has `input_tokens` prompt and
     `output_tokens` output tokens, or, with `lengths` (a data set's prompt and output token
     counts), those of a sample drawn at random. With `replicas` > 1, that many engines share
-    the stream, each arrival dispatched to the least busy (`dispatch.least_busy`)."""
+    the stream, each arrival dispatched to the least busy (`dispatch.least_busy`). `chunked`:
+    the engine runs chunked prefill (`dispatch._Replica._chunked_step`)."""
     if replicas < 1:
         raise RailplanError("replicas", f"must be a positive integer; got {replicas!r}")
     _check_simulation(rate_per_s, -(-requests // replicas), max_batch, max_num_tokens)
@@ -168,6 +176,7 @@ def simulate(
         max_num_tokens,
         spec,
         first_s,
+        chunked=chunked,
     )
 
 
@@ -179,10 +188,20 @@ def rate_sweep(
     batch: int | None = None,
     requests: int | None = None,
     least_busy: bool = False,
+    chunked: bool = False,
 ) -> list[ServingResult]:
     """`serve` at each arrival rate: the throughput-latency curve."""
     return [
-        serve(dep, r, input_tokens, output_tokens, batch, requests, least_busy=least_busy)
+        serve(
+            dep,
+            r,
+            input_tokens,
+            output_tokens,
+            batch,
+            requests,
+            least_busy=least_busy,
+            chunked=chunked,
+        )
         for r in rates
     ]
 
@@ -198,12 +217,13 @@ def serve(
     max_num_tokens: int | None = None,
     lengths: Lengths | None = None,
     least_busy: bool = False,
+    chunked: bool = False,
 ) -> ServingResult:
     """Simulate `dep` under Poisson arrivals at `arrival_rate` requests/s (whole deployment),
-    each step carrying at most `max_num_tokens` tokens (None: `step_budget`). With `lengths` (a
-    data set's prompt and output token counts) each request draws one sample; `input_tokens`
-    and `output_tokens` then only size the KV-cache limit of the batch (their sum reserved per
-    sequence).
+    each step carrying at most `max_num_tokens` tokens (None: `step_budget`, or with `chunked`
+    prefill `chunked_budget`). With `lengths` (a data set's prompt and output token counts)
+    each request draws one sample; `input_tokens` and `output_tokens` then only size the
+    KV-cache limit of the batch (their sum reserved per sequence).
 
     By default one replica is simulated on its share of the stream (`requests` of them); with
     `least_busy` every replica is, each request dispatched to the one with the fewest in flight
@@ -212,7 +232,9 @@ def serve(
     groups = replica_count(dep, arrival_rate)
     limit = batch_limit(dep, input_tokens + output_tokens, batch)
     replicas = groups if least_busy else 1
-    if max_num_tokens is None:
+    if max_num_tokens is None and chunked:
+        max_num_tokens = int(chunked_budget(limit * dep.verified_tokens))
+    elif max_num_tokens is None:
         longest = int(np.max(lengths[0])) if lengths is not None else input_tokens
         max_num_tokens = step_budget(longest, limit * dep.verified_tokens)
     if requests is None:
@@ -230,6 +252,7 @@ def serve(
         replicas=replicas,
         spec=speculation(dep),
         first_s=first_token_fn(dep),
+        chunked=chunked,
     )
     out = result(dep, arrival_rate, requests, output_tokens, run, groups // replicas)
     return replace(out, step_budget_tokens=max_num_tokens)
@@ -247,6 +270,16 @@ def step_budget(longest_prompt: int, decode_tokens: int) -> int:
     of `infer`'s steady state, so a batch of long prompts may still turn over below its limit
     (`dispatch._full_from` counts it full once it does)."""
     return max(MAX_NUM_TOKENS, longest_prompt + decode_tokens)
+
+
+def chunked_budget(decode_tokens: Num) -> FloatArray:
+    """The token budget per step with chunked prefill: MAX_NUM_TOKENS (TensorRT-LLM's
+    max_num_tokens default; vLLM's max_num_batched_tokens for its API server on GPUs of 70 GiB or
+    more other than the A100: `EngineArgs.get_batch_defaults`), or one more than a full batch's
+    decode tokens if that is more, so that a prompt always advances (vLLM requires
+    max_num_batched_tokens ≥ max_num_seqs). Prompts get no room of their own: that is what
+    chunking is for."""
+    return np.asarray(np.maximum(MAX_NUM_TOKENS, np.asarray(decode_tokens) + 1.0))
 
 
 def default_requests(max_batch: int, replicas: int = 1) -> int:
@@ -279,9 +312,10 @@ def batch_limit(dep: Deployment, tokens_per_sequence: int, batch: int | None) ->
 
 
 def _cached(time_s: StepFn) -> StepFn:
-    """`time_s` of a step load, computed once per running batch, prompt count, 16 prompt tokens
-    and 256 context tokens (the step time changes by < 0.5 % within them)."""
-    cache: dict[tuple[int, int, int, int], float] = {}
+    """`time_s` of a step load, computed once per running batch, prompt count, 16 prompt tokens,
+    256 context tokens and 65,536 cached query-key pairs of chunked prompts (the step time
+    changes by < 0.5 % within them)."""
+    cache: dict[tuple[int, int, int, int, int], float] = {}
 
     def cached(load: StepLoad) -> float:
         key = (
@@ -289,6 +323,7 @@ def _cached(time_s: StepFn) -> StepFn:
             int(load.prefill_seqs),
             int(load.prefill_tokens) // 16,
             int(load.context_tokens) // 256,
+            int(load.prefill_cross_tokens) // 65536,
         )
         if key not in cache:
             cache[key] = time_s(load)

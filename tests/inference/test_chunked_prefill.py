@@ -1,0 +1,148 @@
+"""Chunked prefill: the step loop against steps by hand, every prompt token run once within the
+budget, the attention work of a chunked prompt that of the whole one, and the steady state."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from railplan.inference.dispatch import least_busy
+from railplan.inference.engine import Deployment, StepLoad, stage_parts
+from railplan.inference.estimate import infer, steady_load
+from railplan.inference.serving import chunked_budget, serve, simulate
+from railplan.specs import Network
+from railplan.specs.catalog import load_model, load_system
+
+
+def _recorder() -> tuple[list[StepLoad], Callable[[StepLoad], float]]:
+    loads: list[StepLoad] = []
+
+    def step(load: StepLoad) -> float:
+        loads.append(load)
+        return 0.01 + 1e-4 * float(load.decode) + 2e-5 * float(load.prefill_tokens)
+
+    return loads, step
+
+
+def test_a_long_prompt_runs_in_budget_sized_chunks() -> None:
+    # a 250-token prompt alone with a 100-token budget: chunks of 100 (nothing cached), 100
+    # (100 cached) and 50 (200 cached); its first token at the end of the third step
+    loads, step = _recorder()
+    args = (np.array([0.0]), np.array([250]), np.array([3]), 1, 8, 100)
+    run = least_busy(step, 1.0, *args, chunked=True)
+    prefill = [(ld.prefill_tokens, ld.prefill_cross_tokens) for ld in loads[:3]]
+    assert prefill == [(100.0, 0.0), (100.0, 100.0 * 100), (50.0, 50.0 * 200)]
+    assert run.ttft_s[0] == pytest.approx(3 * 0.01 + 2e-5 * 250)
+    assert [ld.decode for ld in loads[3:]] == [1.0, 1.0]  # then two decode steps
+
+
+def test_decode_tokens_come_first_and_a_new_prompt_takes_what_is_left() -> None:
+    # request 0 (prompt 60) runs alone; request 1 (prompt 80) arrives during its step: the next
+    # step carries 0's decode token and 79 of 1's prompt tokens, 1's last token the step after
+    loads, step = _recorder()
+    args = (np.array([0.0, 0.001]), np.array([60, 80]), np.array([4, 2]), 1, 8, 80)
+    least_busy(step, 1.0, *args, chunked=True)
+    assert (loads[0].decode, loads[0].prefill_tokens) == (0.0, 60.0)
+    assert (loads[1].decode, loads[1].prefill_tokens, loads[1].prefill_seqs) == (1.0, 79.0, 1.0)
+    assert (loads[2].prefill_tokens, loads[2].prefill_cross_tokens) == (1.0, 79.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    prompts=st.lists(st.integers(1, 3000), min_size=1, max_size=40),
+    budget=st.integers(16, 2048),
+    batch=st.integers(1, 16),
+    rate=st.floats(0.5, 200.0),
+)
+def test_every_prompt_token_runs_once_within_the_budget(
+    prompts: list[int], budget: int, batch: int, rate: float
+) -> None:
+    loads, step = _recorder()
+    n = len(prompts)
+    arrivals = np.cumsum(np.random.default_rng(1).exponential(1.0 / rate, n))
+    p = np.asarray(prompts)
+    run = least_busy(step, rate, arrivals, p, np.full(n, 3), 1, batch, budget, chunked=True)
+    assert np.isfinite(run.ttft_s).all() and np.isfinite(run.tpot_s).all()
+    assert sum(ld.prefill_tokens for ld in loads) == p.sum()
+    # the cached pairs of a prompt's chunks: each chunk times the tokens before it
+    assert sum(ld.prefill_cross_tokens for ld in loads) == pytest.approx(_cross(p, loads))
+    for ld in loads:
+        assert ld.decode + ld.prefill_tokens <= budget
+        # the running sequences and the prompts the step runs (done or in progress) fit the batch
+        assert ld.decode + ld.prefill_seqs <= batch
+
+
+def _cross(prompts: np.ndarray, loads: list[StepLoad]) -> float:
+    """Σ over prompts of Σ chunk × tokens before it, from the prompt tokens the steps ran:
+    prompts run first come first served, so the steps' tokens are one stream, prompt after
+    prompt, and a prompt's share of a step is one chunk."""
+    total = 0.0
+    k, done = 0, 0.0
+    for tokens in (float(ld.prefill_tokens) for ld in loads):
+        left = tokens
+        while left > 0:
+            rest = prompts[k] - done
+            c = min(rest, left)
+            total += c * done
+            done += c
+            left -= c
+            if done == prompts[k]:
+                k, done = k + 1, 0.0
+    return total
+
+
+def test_attention_work_of_a_chunked_prompt_is_the_whole_ones() -> None:
+    # MI300X has no fused-attention curve: its kernel runs at the GEMM efficiency, so kernel
+    # time is FLOPs over a constant rate plus the launch overhead
+    dep = Deployment(load_model("llama-3.1-8b"), load_system("mi300x"), Network(), 1, 1)
+    whole = stage_parts(dep, StepLoad(prefill_tokens=4096.0, prefill_seqs=1.0)).parts
+    n, c = 4, 1024.0
+    chunks = [
+        stage_parts(
+            dep, StepLoad(prefill_tokens=c, prefill_seqs=1.0, prefill_cross_tokens=c * c * j)
+        ).parts
+        for j in range(n)
+    ]
+    overhead = dep.model.layers * dep.system.gpu.kernel_overhead_us * 1e-6
+    assert sum(float(x["attention"]) - overhead for x in chunks) == pytest.approx(
+        float(whole["attention"]) - overhead, rel=1e-9
+    )
+    # and a steady-state load with chunks carries the same attention work as whole prompts
+    load = steady_load(64.0, 4096, 256, 1.0, chunk_tokens=1024.0)
+    assert float(load.prefill_seqs) == pytest.approx(4 * 64 / 256)
+    per_prompt = float(load.prefill_cross_tokens) / (64 / 256)
+    assert per_prompt == pytest.approx(sum(c * c * j for j in range(n)))
+
+
+def test_short_prompts_are_not_chunked_in_the_steady_state() -> None:
+    dep = Deployment(load_model("llama-2-70b"), load_system("dgx-h100"), Network(), 8, 2)
+    a, b = infer(dep, 64, 1024, 256), infer(dep, 64, 1024, 256, chunked=True)
+    assert (a.ttft_s, a.tpot_s) == (b.ttft_s, b.tpot_s) and b.chunked_prefill
+    # a 16k prompt runs in two chunks beside 64 sequences: a later first token
+    long = infer(dep, 64, 16_000, 256, chunked=True)
+    assert long.ttft_s > infer(dep, 64, 16_000, 256).ttft_s
+
+
+def test_chunked_budget_keeps_room_for_every_sequence_and_a_prompt_token() -> None:
+    assert int(chunked_budget(100)) == 8192
+    assert int(chunked_budget(9000)) == 9001
+
+
+def test_a_chunked_load_simulation_keeps_its_budget() -> None:
+    dep = Deployment(load_model("llama-3.1-8b"), load_system("dgx-h100"), Network(), 1, 1)
+    r = serve(dep, 0.3, 32_000, 200, requests=200, chunked=True)
+    assert r.step_budget_tokens == 8192 and r.stable is not False
+    whole = serve(dep, 0.3, 32_000, 200, requests=200)
+    assert whole.step_budget_tokens > 32_000  # whole prompts need room for one
+
+
+def test_simulate_takes_chunked() -> None:
+    run = simulate(
+        lambda load: 0.01, 5.0, 300, 500, 5, max_batch=8, max_num_tokens=128, chunked=True
+    )
+    assert np.isfinite(run.ttft_s).all()
+    assert run.ttft_s.min() >= 4 * 0.01 - 1e-12  # 500 tokens take four 128-token steps at least
