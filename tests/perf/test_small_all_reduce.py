@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from pydantic import ValidationError
 
+from railplan.errors import RailplanError
 from railplan.perf import collectives as c
 from railplan.perf.comm_time import group_collective_s, links
 from railplan.perf.layout import Shape
@@ -146,9 +146,9 @@ def test_custom_curve_only_on_the_measured_links() -> None:
 
 def test_custom_curve_rejects_misaligned_tables() -> None:
     good = CURVE.model_dump()
-    with pytest.raises(ValidationError, match="one list per rank count"):
+    with pytest.raises(RailplanError, match="one list per rank count"):
         CustomAllReduceCurve(**(good | {"latency_us": good["latency_us"][:2]}))
-    with pytest.raises(ValidationError, match="sizes_bytes must increase"):
+    with pytest.raises(RailplanError, match="sizes_bytes must increase"):
         CustomAllReduceCurve(**(good | {"sizes_bytes": list(reversed(good["sizes_bytes"]))}))
 
 

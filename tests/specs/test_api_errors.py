@@ -14,6 +14,10 @@ CASES: list[tuple[Callable[[], object], str]] = [
     (lambda: Strategy.parse({"tp": 0, "global_batch": 8}), "strategy.tp"),
     (lambda: Strategy.parse({"tpp": 2, "global_batch": 8}), "strategy.tpp"),
     (lambda: Network.parse({"architecture": "foo"}), "network.architecture"),
+    # constructors as parse: Strategy(tp=0) was pydantic's multi-line ValidationError
+    (lambda: Strategy(tp=0, global_batch=8), "strategy.tp"),
+    (lambda: Strategy(tpp=2, global_batch=8), "strategy.tpp"),  # type: ignore[call-arg]
+    (lambda: Network(architecture="foo"), "network.architecture"),  # type: ignore[arg-type]
     (lambda: load_model(None), "model"),  # type: ignore[arg-type]
     (lambda: load_system(3.5), "system"),  # type: ignore[arg-type]
     (lambda: estimate("gpt-22b", "dgx-a100", None), "strategy"),  # type: ignore[arg-type]

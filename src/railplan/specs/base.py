@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 from pydantic_core import core_schema
@@ -14,7 +14,27 @@ from railplan.errors import RailplanError
 T = TypeVar("T", bound="Spec")
 
 
-class Spec(pydantic.BaseModel):
+if TYPE_CHECKING:  # (pydantic's metaclass by name, for the type checker only)
+    from pydantic._internal._model_construction import ModelMetaclass as _ModelMeta
+else:
+    _ModelMeta = type(pydantic.BaseModel)
+
+
+class _SpecMeta(_ModelMeta):
+    """Calling a spec class (`Strategy(tp=0)`) fails as `Spec.parse` does: a one-line
+    RailplanError naming the field ("strategy.tp: Input should be greater than 0"), not
+    pydantic's multi-line report. (On the metaclass, not `__init__`: pydantic validates
+    through a model's own `__init__`, nested specs and `parse` included, so an error raised
+    there would come back wrapped in the parent's report.)"""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except pydantic.ValidationError as err:
+            raise from_validation_error(err, cls.__name__.lower()) from None
+
+
+class Spec(pydantic.BaseModel, metaclass=_SpecMeta):
     """Immutable value object; unknown keys are an error (typos must not pass silently)."""
 
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
