@@ -3,6 +3,7 @@ sweep of rates) and `infer-search` (the best serving configuration per network).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -163,7 +164,7 @@ def infer(
     from railplan.inference import disaggregated
     from railplan.inference.engine import Deployment
     from railplan.inference.estimate import infer as run
-    from railplan.inference.serving import MAX_NUM_TOKENS, rate_sweep
+    from railplan.inference.serving import MAX_NUM_TOKENS, serve
     from railplan.specs.build import choice
     from railplan.specs.catalog import load_model
 
@@ -213,18 +214,28 @@ def infer(
     if prefill_gpus is not None:
         p = disaggregated.prefill_instances_of(dep, prefill_gpus)
         r = disaggregated.infer_disaggregated(dep, batch, input_tokens, output_tokens, p)
-        sweep = [
-            disaggregated.serve_disaggregated(
+
+        def one(rate: float) -> ServingResult:
+            return disaggregated.serve_disaggregated(
                 dep, p, rate, input_tokens, output_tokens, batch, requests
             )
-            for rate in rates
-        ]
     else:
         r = run(dep, batch, input_tokens, output_tokens, chunked_prefill)
         busy = dispatch == "least-busy"
-        sweep = rate_sweep(
-            dep, rates, input_tokens, output_tokens, batch, requests, busy, chunked_prefill
-        )
+
+        def one(rate: float) -> ServingResult:
+            return serve(
+                dep,
+                rate,
+                input_tokens,
+                output_tokens,
+                batch,
+                requests,
+                least_busy=busy,
+                chunked=chunked_prefill,
+            )
+
+    sweep = _simulate(rates, one)
     out: dict[str, Any] = r.to_dict()
     notes = _context_notes(m, input_tokens, output_tokens)
     budgets = {s.step_budget_tokens for s in sweep} - {MAX_NUM_TOKENS}
@@ -286,6 +297,19 @@ def infer(
     for path in (heatmap, plot):
         if path is not None:
             Console().print(f"wrote {path}")
+
+
+def _simulate(rates: list[float], one: Callable[[float], ServingResult]) -> list[ServingResult]:
+    """`one` at each rate, in order, saying on stderr which rate it is at (a load simulation
+    of many requests takes seconds to minutes)."""
+    out: list[ServingResult] = []
+    if not rates:
+        return out
+    with Console(stderr=True).status("") as status:
+        for i, rate in enumerate(rates):
+            status.update(f"simulating {rate:g} requests/s ({i + 1} of {len(rates)})")
+            out.append(one(rate))
+    return out
 
 
 def _context_notes(m: Model, input_tokens: int, output_tokens: int) -> list[str]:

@@ -180,32 +180,6 @@ def simulate(
     )
 
 
-def rate_sweep(
-    dep: Deployment,
-    rates: list[float],
-    input_tokens: int,
-    output_tokens: int,
-    batch: int | None = None,
-    requests: int | None = None,
-    least_busy: bool = False,
-    chunked: bool = False,
-) -> list[ServingResult]:
-    """`serve` at each arrival rate: the throughput-latency curve."""
-    return [
-        serve(
-            dep,
-            r,
-            input_tokens,
-            output_tokens,
-            batch,
-            requests,
-            least_busy=least_busy,
-            chunked=chunked,
-        )
-        for r in rates
-    ]
-
-
 def serve(
     dep: Deployment,
     arrival_rate: float,
