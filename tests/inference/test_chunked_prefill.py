@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from railplan.inference.dispatch import least_busy
-from railplan.inference.engine import Deployment, StepLoad, stage_parts
+from railplan.inference.engine import Deployment, StepLoad, stage_parts, step_time_s
 from railplan.inference.estimate import infer, steady_load
 from railplan.inference.serving import chunked_budget, serve, simulate
 from railplan.specs import Network
@@ -122,9 +122,19 @@ def test_short_prompts_are_not_chunked_in_the_steady_state() -> None:
     dep = Deployment(load_model("llama-2-70b"), load_system("dgx-h100"), Network(), 8, 2)
     a, b = infer(dep, 64, 1024, 256), infer(dep, 64, 1024, 256, chunked=True)
     assert (a.ttft_s, a.tpot_s) == (b.ttft_s, b.tpot_s) and b.chunked_prefill
-    # a 16k prompt runs in two chunks beside 64 sequences: a later first token
+    # a 16k prompt runs in two chunks of 8,000 beside the 63 other sequences, one step each:
+    # its first token comes after both steps, at least (plus half a step of waiting)
     long = infer(dep, 64, 16_000, 256, chunked=True)
-    assert long.ttft_s > infer(dep, 64, 16_000, 256).ttft_s
+    ctx = 63 * (16_000 + 257 / 2)
+    own = [
+        step_time_s(
+            dep,
+            StepLoad(63.0, ctx, 8000.0, 1.0, prefill_cross_tokens=8000.0 * 8000.0 * j),
+        )[0]
+        for j in (0, 1)
+    ]
+    assert long.ttft_s >= 0.5 * long.step_s + sum(own)
+    assert long.ttft_s < 0.5 * long.step_s + 1.2 * sum(own)  # the room holds little else
 
 
 def test_chunked_budget_keeps_room_for_every_sequence_and_a_prompt_token() -> None:
@@ -146,3 +156,28 @@ def test_simulate_takes_chunked() -> None:
     )
     assert np.isfinite(run.ttft_s).all()
     assert run.ttft_s.min() >= 4 * 0.01 - 1e-12  # 500 tokens take four 128-token steps at least
+
+
+def test_with_pipelining_each_chunk_crosses_every_stage_before_the_next() -> None:
+    # a 32k prompt on tp 2 × pp 4 beside one decoding sequence: four chunks of about 8,191
+    # tokens, each through all four stages before the next is scheduled (a request rides in
+    # one micro-batch at a time), so its first token comes after four traversals at least
+    from railplan.inference.engine import prompt_traversal_s
+    from railplan.inference.serving import first_token_fn, step_fn
+
+    dep = Deployment(load_model("llama-3-70b"), load_system("dgx-h100"), Network(), 8, 2, 4)
+    arrivals = np.array([0.0, 0.001])
+    run = least_busy(
+        step_fn(dep),
+        1.0,
+        arrivals,
+        np.array([100, 32_000]),
+        np.array([2000, 2]),
+        1,
+        8,
+        8192,
+        first_s=first_token_fn(dep),
+        chunked=True,
+    )
+    chunk = StepLoad(1.0, 200.0, 8191.0, 1.0)
+    assert run.ttft_s[1] >= 3 * float(prompt_traversal_s(dep, chunk))

@@ -117,7 +117,7 @@ def infer(
         typer.Option(
             "--chunked-prefill",
             help="run prompts in chunks of what the 8,192-token step budget leaves beside the "
-            "running sequences' tokens (vLLM's and SGLang's default); default: whole prompts, "
+            "running sequences' tokens (vLLM V1's scheduler); default: whole prompts, "
             "as TensorRT-LLM without chunked context and the validated MLPerf runs",
         ),
     ] = False,
@@ -163,6 +163,7 @@ def infer(
     Poisson load with --arrival-rate (mean and p99, a sweep with a plot)."""
     from railplan.inference import disaggregated
     from railplan.inference.engine import Deployment
+    from railplan.inference.estimate import DEFAULT_MAX_BATCH
     from railplan.inference.estimate import infer as run
     from railplan.inference.serving import MAX_NUM_TOKENS, serve
     from railplan.specs.build import choice
@@ -238,6 +239,14 @@ def infer(
     sweep = _simulate(rates, one)
     out: dict[str, Any] = r.to_dict()
     notes = _context_notes(m, input_tokens, output_tokens)
+    asked = batch if batch is not None else max(1, min(r.max_batch, DEFAULT_MAX_BATCH))
+    if chunked_prefill and r.batch < asked:
+        notes.append(
+            f"with chunked prefill the {MAX_NUM_TOKENS:,}-token step budget sustains "
+            f"{r.batch:,} running sequences at these lengths (a step carries the prompts of "
+            f"the sequences that start beside a token of each): the steady state runs "
+            f"{r.batch:,}, not {asked:,}"
+        )
     budgets = {s.step_budget_tokens for s in sweep} - {MAX_NUM_TOKENS}
     if budgets and chunked_prefill:
         notes.append(

@@ -17,13 +17,15 @@ stream of requests, as an operator's load test would:
 2. **KV transfer.** The prompt's KV cache then goes to a decode instance, with those of the
    other prompts of its prefill step, sharing the links (`search.kv_transfer_s` of the step's
    prompt tokens: NVLink inside an HB domain, else the NIC, on rail-only with the forwarding
-   hop where the instances do not start at the same local rank). TTFT = the first token's
-   time plus the transfer − the arrival (the first token is returned with the request's KV
-   cache, as `infer-search` counts it).
+   hop where the instances do not start at the same local rank).
 3. **Decode.** The request joins the least busy decode rank at the next step boundary, if its
    batch has room (`dispatch._Replica._decode_step`: no prompt runs there), and makes its
-   other O − 1 tokens there. TPOT = (finish − KV arrival) / (O − 1): a wait for a decode slot
-   counts in it.
+   other O − 1 tokens there. TTFT = that admission − the arrival: the first token reaches the
+   user from the decode side once the request holds a slot there with its KV cache (vLLM's,
+   SGLang's and NVIDIA Dynamo's disaggregated serving stream the output from the decode
+   instance), so a wait for a decode slot counts in TTFT; `infer-search`'s TTFT counts the
+   transfer and no wait. TPOT = (finish − admission) / (O − 1). A one-token answer is done at
+   its prefill.
 
 Stability: the run kept up when both sides did (`dispatch.Run.stable`); output tokens/s is then
 the offered load, else the smaller of what the two sides served. A decode instance that starts
@@ -188,11 +190,14 @@ def simulate_disaggregated(
         spec,
         prefilled=True,
     )
+    # the first token reaches the user once the request holds a decode slot with its KV cache
+    # (the decode side streams the output); a one-token answer is done at its prefill
+    ttft = np.array(pre.ttft_s, dtype=np.float64)
+    ttft[order] = kv_at[order] + dec.ttft_s - arrivals[order]
+    keep = output > 1  # TPOT of the requests that have a second token: from the slot on
     tpot = np.zeros(requests)
-    finish = kv_at[order] + dec.ttft_s + dec.tpot_s * np.maximum(output[order] - 1, 1)
-    tpot[order] = (finish - kv_at[order]) / np.maximum(output[order] - 1, 1)
-    keep = output > 1  # TPOT of the requests that have a second token
-    return DisaggregatedRun(pre, dec, kv_at - arrivals, tpot[keep], xfer)
+    tpot[order] = dec.tpot_s
+    return DisaggregatedRun(pre, dec, ttft, tpot[keep], xfer)
 
 
 def serve_disaggregated(

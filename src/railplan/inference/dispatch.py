@@ -162,7 +162,9 @@ class _Replica:
         # chunked prefill (`_chunked_step`): the request whose prompt is in progress (-1: none)
         # and its prompt tokens already run
         self.chunked = chunked
-        self.pre_id, self.pre_done = -1, 0
+        # chunked prefill: the prompts in progress, first come first served, each as [request,
+        # prompt tokens run, when its last chunk has crossed every stage]
+        self.partials: list[list[float]] = []
         self.n = 0  # dispatched
         self.nxt = 0  # admitted
         self.t = 0.0  # end of the last step
@@ -189,7 +191,7 @@ class _Replica:
         return self.n - bisect_right(self.done, at)
 
     def idle(self) -> bool:
-        return self.run_id.size == 0 and self.nxt == self.n and self.pre_id < 0
+        return self.run_id.size == 0 and self.nxt == self.n and not self.partials
 
     def step(
         self,
@@ -212,11 +214,13 @@ class _Replica:
         if self.prefilled:
             self._decode_step(step_s, end, new, reqs, spec)
             return
+        prompts = reqs.prompt[new].astype(np.float64)
         load = StepLoad(
             decode=float(self.run_id.size),
             context_tokens=float(self.run_ctx.sum()),
             prefill_tokens=float(csum[end] - csum[self.nxt]) if new.size else 0.0,
             prefill_seqs=float(new.size),
+            prefill_square_tokens=float(np.dot(prompts, prompts)),
         )
         self.nxt = end
         self._advance(step_s, load, new, new.size, reqs, spec, first_s)
@@ -232,26 +236,35 @@ class _Replica:
     ) -> None:
         """One step with chunked prefill (vLLM's scheduler, TensorRT-LLM's chunked context):
         the running sequences' decode tokens first, then what the budget leaves goes to prompt
-        tokens, first come first served: the prompt in progress, then new ones while the batch
-        has room, the last of them cut where the budget ends (it goes on in the next steps).
-        A prompt's first token comes at the end of the step that runs its last chunk."""
+        tokens, first come first served: the prompts in progress, then new ones while the
+        batch has room, the last of them cut where the budget ends (it goes on in the next
+        steps). A prompt's first token comes at the end of the step that runs its last chunk.
+        With pipelining a prompt's next chunk waits until its last one has crossed every stage
+        (vLLM schedules a request in one micro-batch at a time), while other prompts' chunks
+        fill the steps in between; without it every prompt in progress is ready each step, so
+        at most one is ever cut."""
         running = self.run_id.size
         room = budget - running * spec.verified
         chunks: list[tuple[int, float]] = []  # (tokens, tokens already cached) of each chunk
         completed: list[int] = []
-        if self.pre_id >= 0 and room > 0:
-            rest = int(reqs.prompt[self.pre_id]) - self.pre_done
+        cut: list[list[float]] = []  # the prompts in progress that ran a chunk here
+        for entry in list(self.partials):
+            gid, done, ready = int(entry[0]), int(entry[1]), entry[2]
+            if room <= 0 or self.t < ready:
+                continue
+            rest = int(reqs.prompt[gid]) - done
             c = min(rest, room)
-            chunks.append((c, float(self.pre_done)))
+            chunks.append((c, float(done)))
             room -= c
             if c == rest:
-                completed.append(self.pre_id)
-                self.pre_id, self.pre_done = -1, 0
+                completed.append(gid)
+                self.partials.remove(entry)
             else:
-                self.pre_done += c
+                entry[1] = done + c
+                cut.append(entry)
         took_last = False
-        while room > 0 and self.pre_id < 0 and self.nxt < self.n:
-            if running + len(completed) >= batch:
+        while room > 0 and self.nxt < self.n:
+            if running + len(completed) + len(self.partials) >= batch:
                 break
             gid = int(self.ids[self.nxt])
             self.nxt += 1
@@ -263,18 +276,26 @@ class _Replica:
             if c == prompt:
                 completed.append(gid)
             else:
-                self.pre_id, self.pre_done = gid, c
-        tokens = float(sum(c for c, _ in chunks))
+                entry = [float(gid), float(c), 0.0]
+                self.partials.append(entry)
+                cut.append(entry)
+        if not chunks and running == 0:  # only chunks in flight: nothing runs until one is out
+            self.t = min(e[2] for e in self.partials)
+            return
         load = StepLoad(
             decode=float(running),
             context_tokens=float(self.run_ctx.sum()),
-            prefill_tokens=tokens,
+            prefill_tokens=float(sum(c for c, _ in chunks)),
             prefill_seqs=float(len(chunks)),
             prefill_cross_tokens=float(sum(c * o for c, o in chunks)),
+            prefill_square_tokens=float(sum(c * c for c, _ in chunks)),
         )
         new = np.asarray(completed, dtype=np.int64)
-        sequences = new.size + (1 if self.pre_id >= 0 else 0)
-        self._advance(step_s, load, new, sequences, reqs, spec, first_s)
+        start = self.t
+        self._advance(step_s, load, new, new.size + len(self.partials), reqs, spec, first_s)
+        out = self.t if first_s is None or not cut else max(self.t, start + first_s(load))
+        for entry in cut:  # when these chunks are out of the pipeline
+            entry[2] = out
         if took_last:
             reqs.last_admitted = self.t  # the step that took the last prompt (its first chunk)
 

@@ -348,14 +348,16 @@ class StepLoad:
     chunks of them). `prefill_cross_tokens`: the query-key pairs of those prompt tokens with
     their own prompts' tokens already in the KV cache (a chunk of c tokens after o cached ones:
     c·o; 0 for whole prompts), which the attention kernel computes unmasked beside each chunk's
-    own causal c²/2. Fields may be numpy arrays (one load per element; the step times come back
-    as arrays)."""
+    own causal c²/2. `prefill_square_tokens`: Σ c² over those prompts or chunks, where their
+    lengths differ (0: all of the mean length, `prefill_tokens²/prefill_seqs`). Fields may be
+    numpy arrays (one load per element; the step times come back as arrays)."""
 
     decode: Num = 0.0
     context_tokens: Num = 0.0
     prefill_tokens: Num = 0.0
     prefill_seqs: Num = 0.0
     prefill_cross_tokens: Num = 0.0
+    prefill_square_tokens: Num = 0.0
 
     @property
     def tokens(self) -> Num:
@@ -366,6 +368,21 @@ class StepLoad:
         """Tokens per admitted prompt (their mean; 0 where the step admits none)."""
         seqs = np.asarray(self.prefill_seqs, dtype=np.float64)
         per = self.prefill_tokens / np.where(seqs > 0, seqs, 1.0)
+        return np.asarray(np.where(seqs > 0, per, 0.0))
+
+    @property
+    def own_pairs(self) -> FloatArray:
+        """Σ c² over the prompts (or chunks): `prefill_square_tokens`, or where not given
+        prompts of the mean length."""
+        given = np.asarray(self.prefill_square_tokens, dtype=np.float64)
+        mean = np.asarray(self.prefill_tokens, dtype=np.float64) * self.prompt_tokens
+        return np.asarray(np.where(given > 0, given, mean))
+
+    @property
+    def square_per_prompt(self) -> FloatArray:
+        """`own_pairs` per prompt (0 where the step carries none)."""
+        seqs = np.asarray(self.prefill_seqs, dtype=np.float64)
+        per = self.own_pairs / np.where(seqs > 0, seqs, 1.0)
         return np.asarray(np.where(seqs > 0, per, 0.0))
 
     @property
@@ -384,6 +401,7 @@ class StepLoad:
             self.prompt_tokens * seqs,
             seqs,
             self.cross_per_prompt * seqs,
+            self.square_per_prompt * seqs,
         )
 
     def scaled(self, by: float) -> StepLoad:
@@ -394,6 +412,7 @@ class StepLoad:
             self.prefill_tokens * by,
             self.prefill_seqs * by,
             self.prefill_cross_tokens * by,
+            self.prefill_square_tokens * by,
         )
 
 
@@ -516,18 +535,20 @@ def stage_parts(dep: Deployment, load: StepLoad, queries: float | None = None) -
     # the kernel's measured speed for the prompt length), then the decode kernel: every running
     # sequence's KV cache read from HBM (its FLOPs at the MAMF rate, a bound it never reaches)
     heads = math.ceil(m.heads / t)
-    # the prompts' length (a step carrying a share of a prompt, or half of one in a two-batch
-    # overlap's micro-batch, still runs the whole prompt's causal kernel on that share)
-    prefill_len = load.prompt_tokens
     # Q·K over the query-key head width, P·V over the value width (MLA: 192 and 128)
     head_flops = 2.0 * (m.qk_head_dim + m.v_head_dim_)
     # each chunk's own tokens causally (c² unmasked, half of it computed), and its cached
     # prefix unmasked (c·o, counted twice here as the kernel time halves every unmasked FLOP)
-    own = np.asarray(load.prefill_tokens, dtype=np.float64) * prefill_len
-    cross = 2.0 * np.asarray(load.prefill_cross_tokens, dtype=np.float64)
+    own = load.own_pairs
+    cached = np.asarray(load.prefill_cross_tokens, dtype=np.float64)
+    cross = 2.0 * cached
     unmasked_flops = head_flops * (own + cross) * heads
-    # the kernel's length: the chunk and the prefix its queries read (the prompt when whole)
-    kernel_len = prefill_len + load.cross_per_prompt / np.maximum(prefill_len, 1.0)
+    # the kernel's length, as its query tokens see it: the chunk (the prompt when whole) and
+    # the prefix their queries read; for a step of equal prompts, their length (a step
+    # carrying a share of a prompt, or half of one in a two-batch overlap's micro-batch, still
+    # runs the whole prompt's kernel on that share)
+    tokens_in = np.asarray(load.prefill_tokens, dtype=np.float64)
+    kernel_len = (own + cached) / np.where(tokens_in > 0, tokens_in, 1.0)
     # A steady-state step carries a fraction of a prompt (`estimate.steady_load`): the prompt
     # kernels then run on that share of the steps, each with a whole prompt's work.
     share = np.clip(np.asarray(load.prefill_seqs, dtype=np.float64), 0.0, 1.0)
@@ -673,6 +694,7 @@ def overlapped_stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatA
         load.prefill_tokens,
         load.prefill_seqs,
         load.prefill_cross_tokens,
+        load.prefill_square_tokens,
     )
     sub = StepLoad(
         *(np.broadcast_to(np.asarray(f, dtype=np.float64), seqs.shape)[at] for f in fields)
@@ -732,6 +754,7 @@ def micro_batch_load(load: StepLoad, pp: float) -> StepLoad:
         np.asarray(load.prefill_tokens, dtype=np.float64) / pp,
         np.asarray(load.prefill_seqs, dtype=np.float64) / pp,
         np.asarray(load.prefill_cross_tokens, dtype=np.float64) / pp,
+        np.asarray(load.prefill_square_tokens, dtype=np.float64) / pp,
     )
 
 

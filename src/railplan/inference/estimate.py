@@ -30,7 +30,7 @@ from railplan.inference.engine import (
     step_time_s,
     step_times,
 )
-from railplan.inference.serving import chunked_budget
+from railplan.inference.serving import MAX_NUM_TOKENS, chunked_budget
 from railplan.limits import MAX_GLOBAL_BATCH, MAX_TOKENS, check_int
 from railplan.records import Record
 from railplan.specs.arrays import FloatArray
@@ -160,16 +160,31 @@ def steady_times(
     newcomers = others / (1.0 + d)
     n = chunks_per_prompt(input_tokens, chunk)
     piece = input_tokens / n
-    # a step carrying one of the request's chunks beside the others' average n·newcomers
+    # a step carrying one of the request's chunks beside the others' average n·newcomers (with
+    # chunking, as many of theirs as the room leaves)
     chunks = 1.0 + n * newcomers
+    if chunk is not None:
+        chunks = 1.0 + np.minimum(n * newcomers, np.maximum(chunk - piece, 0.0) / piece)
     join = replace(
         steady_load(others, input_tokens, output_tokens, e, chunk),
         prefill_tokens=piece * chunks,
         prefill_seqs=chunks,
         prefill_cross_tokens=piece * piece * (n - 1.0) / 2.0 * chunks,
     )
-    ttft = 0.5 * step + (n - 1.0) * step_times(dep, join)[0] + prompt_traversal_s(dep, join)
+    # each of its n chunks crosses every stage before the next runs (one step each without
+    # pipelining)
+    ttft = 0.5 * step + n * prompt_traversal_s(dep, join)
     return np.asarray(ttft), step * d / (output_tokens - 1), parts
+
+
+def chunked_batch_limit(dep: Deployment, input_tokens: int, output_tokens: int) -> int:
+    """The most running sequences a chunked-prefill step budget sustains at these lengths:
+    each step carries the prompts of the B/(1 + d) sequences that start (`steady_load`) beside
+    the B·v tokens of the running ones, within MAX_NUM_TOKENS (`serving.chunked_budget`; v:
+    the tokens a running sequence puts through a step)."""
+    d = decode_steps(output_tokens, dep.tokens_per_step)
+    per_sequence = input_tokens / (1.0 + d) + dep.verified_tokens
+    return max(1, int(MAX_NUM_TOKENS // per_sequence))
 
 
 def check_tokens(input_tokens: int, output_tokens: int) -> tuple[int, int]:
@@ -198,7 +213,8 @@ def infer(
     chunked: bool = False,
 ) -> InferenceResult:
     """Steady-state serving of `dep` with `batch` sequences per tp × pp group (None: the largest
-    that fits, at most DEFAULT_MAX_BATCH); `chunked`: with chunked prefill (`steady_times`)."""
+    that fits, at most DEFAULT_MAX_BATCH); `chunked`: with chunked prefill (`steady_times`),
+    at most the batch its step budget sustains (`chunked_batch_limit`)."""
     input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
     check_decoding(output_tokens)
     seq = input_tokens + output_tokens
@@ -207,6 +223,8 @@ def infer(
         batch = max(1, min(most, DEFAULT_MAX_BATCH))
     else:
         batch = check_int("batch", batch, 1, MAX_GLOBAL_BATCH)
+    if chunked:  # the step budget, not only the KV cache, bounds what runs
+        batch = min(batch, chunked_batch_limit(dep, input_tokens, output_tokens))
     ttft_a, tpot_a, parts_a = steady_times(dep, batch, input_tokens, output_tokens, chunked)
     ttft, tpot = float(ttft_a), float(tpot_a)
     parts = {k: float(v) for k, v in parts_a.items()}
