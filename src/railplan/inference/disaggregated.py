@@ -34,7 +34,7 @@ from idle does not pay the pipeline fill (its steps are periods).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -60,6 +60,7 @@ from railplan.inference.serving import (
     speculation,
     step_budget,
     step_fn,
+    summary,
 )
 from railplan.limits import check_int
 from railplan.specs.arrays import FloatArray
@@ -248,17 +249,9 @@ def serve_disaggregated(
             made(run.prefill, mean_out),
             made(run.decode, mean_out / max(mean_out - 1.0, 1e-9)),
         )
-    ttft, tpot = run.ttft_s, run.tpot_s
-    return ServingResult(
-        arrival_rate=arrival_rate,
-        requests=requests,
-        ttft_mean_s=float(ttft.mean()),
-        ttft_p99_s=float(np.quantile(ttft, 0.99)),
-        tpot_mean_s=float(tpot.mean()),
-        tpot_p99_s=float(np.quantile(tpot, 0.99)),
-        tokens_per_s=served,
-        tokens_per_s_per_gpu=served / dep.gpus,
-        stable=stable,
+    out = summary(dep, arrival_rate, requests, run.ttft_s, run.tpot_s, served, stable)
+    return replace(
+        out,
         step_budget_tokens=MAX_PREFILL_TOKENS,
         prefill_gpus=p * dep.instance_gpus,
         kv_transfer_s=float(np.mean(run.kv_transfer_s)),

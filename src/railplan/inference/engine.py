@@ -363,12 +363,16 @@ class StepLoad:
     def tokens(self) -> Num:
         return self.decode + self.prefill_tokens
 
+    def _per_prompt(self, total: Num) -> FloatArray:
+        """`total` per prompt (or chunk) the step carries: their mean, 0 where it carries none."""
+        seqs = np.asarray(self.prefill_seqs, dtype=np.float64)
+        per = np.asarray(total, dtype=np.float64) / np.where(seqs > 0, seqs, 1.0)
+        return np.asarray(np.where(seqs > 0, per, 0.0))
+
     @property
     def prompt_tokens(self) -> FloatArray:
         """Tokens per admitted prompt (their mean; 0 where the step admits none)."""
-        seqs = np.asarray(self.prefill_seqs, dtype=np.float64)
-        per = self.prefill_tokens / np.where(seqs > 0, seqs, 1.0)
-        return np.asarray(np.where(seqs > 0, per, 0.0))
+        return self._per_prompt(self.prefill_tokens)
 
     @property
     def own_pairs(self) -> FloatArray:
@@ -381,16 +385,12 @@ class StepLoad:
     @property
     def square_per_prompt(self) -> FloatArray:
         """`own_pairs` per prompt (0 where the step carries none)."""
-        seqs = np.asarray(self.prefill_seqs, dtype=np.float64)
-        per = self.own_pairs / np.where(seqs > 0, seqs, 1.0)
-        return np.asarray(np.where(seqs > 0, per, 0.0))
+        return self._per_prompt(self.own_pairs)
 
     @property
     def cross_per_prompt(self) -> FloatArray:
         """`prefill_cross_tokens` per prompt (their mean; 0 where the step carries none)."""
-        seqs = np.asarray(self.prefill_seqs, dtype=np.float64)
-        per = self.prefill_cross_tokens / np.where(seqs > 0, seqs, 1.0)
-        return np.asarray(np.where(seqs > 0, per, 0.0))
+        return self._per_prompt(self.prefill_cross_tokens)
 
     def with_prompts(self, seqs: Num, decode: Num | None = None) -> StepLoad:
         """The same running sequences (or `decode` of them) with `seqs` prompts of this load's

@@ -339,14 +339,27 @@ def result(
         served = arrival_rate * output_tokens
     else:
         served = (run.full_tokens_per_s if run.stable is False else run.tokens_per_s) * scale
+    return summary(dep, arrival_rate, requests, ttft, tpot, served, run.stable)
+
+
+def summary(
+    dep: Deployment,
+    arrival_rate: float,
+    requests: int,
+    ttft_s: FloatArray,
+    tpot_s: FloatArray,
+    tokens_per_s: float,
+    stable: bool | None,
+) -> ServingResult:
+    """The ServingResult of per-request TTFTs and TPOTs: their means and 99th percentiles."""
     return ServingResult(
         arrival_rate=arrival_rate,
         requests=requests,
-        ttft_mean_s=float(ttft.mean()),
-        ttft_p99_s=float(np.quantile(ttft, 0.99)),
-        tpot_mean_s=float(tpot.mean()),
-        tpot_p99_s=float(np.quantile(tpot, 0.99)),
-        tokens_per_s=served,
-        tokens_per_s_per_gpu=served / dep.gpus,
-        stable=run.stable,
+        ttft_mean_s=float(ttft_s.mean()),
+        ttft_p99_s=float(np.quantile(ttft_s, 0.99)),
+        tpot_mean_s=float(tpot_s.mean()),
+        tpot_p99_s=float(np.quantile(tpot_s, 0.99)),
+        tokens_per_s=tokens_per_s,
+        tokens_per_s_per_gpu=tokens_per_s / dep.gpus,
+        stable=stable,
     )
