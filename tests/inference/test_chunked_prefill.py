@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from railplan.inference.dispatch import least_busy
 from railplan.inference.engine import Deployment, StepLoad, stage_parts, step_time_s
-from railplan.inference.estimate import infer, steady_load
-from railplan.inference.serving import chunked_budget, serve, simulate
+from railplan.inference.estimate import chunked_batch_limit, infer, steady_load
+from railplan.inference.serving import serve, simulate
 from railplan.specs import Network
 from railplan.specs.catalog import load_model, load_system
 
@@ -137,9 +137,28 @@ def test_short_prompts_are_not_chunked_in_the_steady_state() -> None:
     assert long.ttft_s < 0.5 * long.step_s + 1.2 * sum(own)  # the room holds little else
 
 
-def test_chunked_budget_keeps_room_for_every_sequence_and_a_prompt_token() -> None:
-    assert int(chunked_budget(100)) == 8192
-    assert int(chunked_budget(9000)) == 9001
+def test_the_budget_caps_the_steady_batch() -> None:
+    # a step carries the prompts of the B/(1 + d) sequences that start beside the B running
+    # ones' tokens: 1,024 / 256 tokens (d = 255) fit 8,192 / (1,024/256 + 1) = 1,638 sequences
+    dep = Deployment(load_model("llama-3-8b"), load_system("dgx-h100"), Network(), 1, 1)
+    assert chunked_batch_limit(dep, 1024, 256) == 1638
+    assert infer(dep, 9000, 1024, 256, chunked=True).batch == 1638
+    assert infer(dep, 9000, 1024, 256).batch == 9000  # whole prompts: the batch asked for
+
+
+def test_prompts_of_different_lengths_cost_their_own_attention() -> None:
+    # two prompts of 100 and 16,000 tokens against two of 8,050: the same tokens, but
+    # 100² + 16,000² against 2 · 8,050² query-key pairs
+    dep = Deployment(load_model("llama-3.1-8b"), load_system("mi300x"), Network(), 1, 1)
+    uneven = StepLoad(
+        prefill_tokens=16_100.0, prefill_seqs=2.0, prefill_square_tokens=100.0**2 + 16_000.0**2
+    )
+    even = StepLoad(prefill_tokens=16_100.0, prefill_seqs=2.0)
+    t_uneven = float(stage_parts(dep, uneven).parts["attention"])
+    t_even = float(stage_parts(dep, even).parts["attention"])
+    overhead = dep.model.layers * dep.system.gpu.kernel_overhead_us * 1e-6
+    ratio = (100.0**2 + 16_000.0**2) / (2 * 8050.0**2)
+    assert (t_uneven - overhead) / (t_even - overhead) == pytest.approx(ratio, rel=1e-9)
 
 
 def test_a_chunked_load_simulation_keeps_its_budget() -> None:
@@ -181,3 +200,26 @@ def test_with_pipelining_each_chunk_crosses_every_stage_before_the_next() -> Non
     )
     chunk = StepLoad(1.0, 200.0, 8191.0, 1.0)
     assert run.ttft_s[1] >= 3 * float(prompt_traversal_s(dep, chunk))
+
+
+def test_a_short_prompt_does_not_wait_behind_a_long_one_in_an_empty_pipeline() -> None:
+    # a 32k prompt alone on tp 2 × pp 4, then a 100-token one 50 ms later: while the long
+    # prompt's chunk crosses the stages the pipeline takes the short one (steps are pipeline
+    # periods), so its first token comes in a fraction of a second, not after the long prompt
+    from railplan.inference.serving import first_token_fn, period_fn
+
+    dep = Deployment(load_model("llama-3-70b"), load_system("dgx-h100"), Network(), 8, 2, 4)
+    run = least_busy(
+        period_fn(dep),
+        1.0,
+        np.array([0.0, 0.05]),
+        np.array([32_000, 100]),
+        np.array([2, 2]),
+        1,
+        8,
+        8192,
+        first_s=first_token_fn(dep),
+        chunked=True,
+    )
+    assert run.ttft_s[1] < 0.5
+    assert run.ttft_s[0] > 4 * 0.9 * 0.762  # four chunks, each crossing the stages (≈ 0.76 s)

@@ -244,16 +244,11 @@ def infer(
         notes.append(
             f"with chunked prefill the {MAX_NUM_TOKENS:,}-token step budget sustains "
             f"{r.batch:,} running sequences at these lengths (a step carries the prompts of "
-            f"the sequences that start beside a token of each): the steady state runs "
+            f"the sequences that start beside the running ones' tokens): the steady state runs "
             f"{r.batch:,}, not {asked:,}"
         )
     budgets = {s.step_budget_tokens for s in sweep} - {MAX_NUM_TOKENS}
-    if budgets and chunked_prefill:
-        notes.append(
-            f"the step budget is {max(budgets):,} tokens, not {MAX_NUM_TOKENS:,}: one more "
-            "than the full batch's decode tokens, so that prompts advance"
-        )
-    elif budgets:
+    if budgets:
         notes.append(
             f"the load simulation's step budget is {max(budgets):,} tokens, not "
             f"{MAX_NUM_TOKENS:,}: a {input_tokens:,}-token prompt must fit beside the running "

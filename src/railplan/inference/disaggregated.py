@@ -40,7 +40,7 @@ import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.inference.dispatch import Run, StepFn, least_busy
-from railplan.inference.engine import Deployment, StepLoad, pipeline_fill_s, step_time_s
+from railplan.inference.engine import Deployment, StepLoad, pipeline_fill_s
 from railplan.inference.estimate import InferenceResult, check_decoding, check_tokens, infer
 from railplan.inference.search import (
     choice_result,
@@ -57,6 +57,7 @@ from railplan.inference.serving import (
     _lengths,
     batch_limit,
     default_requests,
+    period_fn,
     speculation,
     step_budget,
     step_fn,
@@ -80,7 +81,7 @@ class DisaggregatedRun:
 def prefill_step_fns(dep: Deployment) -> tuple[StepFn, StepFn | None]:
     """A prefill instance's step (a pipeline period) and the time from a step's start to its
     prompts' first tokens (None without pipelining: the step's end), both cached."""
-    period = _cached(lambda load: step_time_s(dep, load)[0])
+    period = period_fn(dep)
     if dep.pp == 1:
         return period, None
 

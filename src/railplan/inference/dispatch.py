@@ -201,11 +201,14 @@ class _Replica:
         reqs: _Requests,
         spec: Speculation,
         first_s: StepFn | None = None,
+        next_arrival: float = math.inf,
     ) -> None:
         """One engine step at `self.t`, as serving.simulate takes it; `first_s`: the time from
-        a step's start until its prompts' first tokens (default: the step's end)."""
+        a step's start until its prompts' first tokens (default: the step's end);
+        `next_arrival`: the stream's next arrival not yet dispatched (chunked prefill waits at
+        most until then when only chunks in flight are left)."""
         if self.chunked:
-            self._chunked_step(step_s, batch, budget, reqs, spec, first_s)
+            self._chunked_step(step_s, batch, budget, reqs, spec, first_s, next_arrival)
             return
         csum = self.csum[: self.n + 1]
         running = self.run_id.size
@@ -233,6 +236,7 @@ class _Replica:
         reqs: _Requests,
         spec: Speculation,
         first_s: StepFn | None,
+        next_arrival: float = math.inf,
     ) -> None:
         """One step with chunked prefill (vLLM's scheduler, TensorRT-LLM's chunked context):
         the running sequences' decode tokens first, then what the budget leaves goes to prompt
@@ -279,8 +283,8 @@ class _Replica:
                 entry = [float(gid), float(c), 0.0]
                 self.partials.append(entry)
                 cut.append(entry)
-        if not chunks and running == 0:  # only chunks in flight: nothing runs until one is out
-            self.t = min(e[2] for e in self.partials)
+        if not chunks and running == 0:  # only chunks in flight: wait for one, or an arrival
+            self.t = max(self.t, min(min(e[2] for e in self.partials), next_arrival))
             return
         load = StepLoad(
             decode=float(running),
@@ -429,7 +433,8 @@ def least_busy(
                 rep.t = max(rep.t, float(arrivals[nxt]))
                 heapq.heappush(heap, (rep.t, i))
             continue
-        rep.step(step_s, max_batch, max_num_tokens, reqs, spec, first_s)
+        coming = float(arrivals[nxt]) if nxt < requests else math.inf
+        rep.step(step_s, max_batch, max_num_tokens, reqs, spec, first_s, coming)
         heapq.heappush(heap, (rep.t, i))
         if waiting_at_end < 0 and t >= arrivals[-1]:  # arrived, not admitted, as arrivals stop
             waiting_at_end = sum(r.n - r.nxt for r in reps)

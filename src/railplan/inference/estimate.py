@@ -30,7 +30,7 @@ from railplan.inference.engine import (
     step_time_s,
     step_times,
 )
-from railplan.inference.serving import MAX_NUM_TOKENS, chunked_budget
+from railplan.inference.serving import MAX_NUM_TOKENS
 from railplan.limits import MAX_GLOBAL_BATCH, MAX_TOKENS, check_int
 from railplan.records import Record
 from railplan.specs.arrays import FloatArray
@@ -133,9 +133,10 @@ def steady_load(
 
 def chunk_budget(dep: Deployment, batch: Num) -> FloatArray:
     """Prompt tokens a step of `batch` running sequences has room for with chunked prefill:
-    what `serving.chunked_budget` leaves beside their decode tokens."""
+    what MAX_NUM_TOKENS leaves beside their decode tokens (at least one: the batch is at most
+    `chunked_batch_limit`)."""
     decode = np.asarray(batch, dtype=np.float64) * dep.verified_tokens
-    return np.asarray(chunked_budget(decode) - decode)
+    return np.asarray(np.maximum(MAX_NUM_TOKENS - decode, 1.0))
 
 
 def steady_times(
@@ -180,7 +181,7 @@ def steady_times(
 def chunked_batch_limit(dep: Deployment, input_tokens: int, output_tokens: int) -> int:
     """The most running sequences a chunked-prefill step budget sustains at these lengths:
     each step carries the prompts of the B/(1 + d) sequences that start (`steady_load`) beside
-    the B·v tokens of the running ones, within MAX_NUM_TOKENS (`serving.chunked_budget`; v:
+    the B·v tokens of the running ones, within MAX_NUM_TOKENS (the chunked step budget; v:
     the tokens a running sequence puts through a step)."""
     d = decode_steps(output_tokens, dep.tokens_per_step)
     per_sequence = input_tokens / (1.0 + d) + dep.verified_tokens

@@ -33,16 +33,17 @@ from railplan.errors import RailplanError
 from railplan.inference.dispatch import Run, Speculation, StepFn, least_busy
 from railplan.inference.engine import (
     Deployment,
-    Num,
     StepLoad,
     cold_step_s,
     prompt_traversal_s,
+    step_time_s,
 )
 from railplan.records import Record
 from railplan.specs.arrays import FloatArray, IntArray
 
-#: tokens one step may carry (decode tokens and whole prompts): TensorRT-LLM's max_num_tokens
-#: default (8192)
+#: tokens one step may carry (decode tokens and whole prompts, or chunks of them): TensorRT-LLM's
+#: max_num_tokens default (8192), and vLLM's max_num_batched_tokens for its API server on GPUs of
+#: 70 GiB or more other than the A100 (`EngineArgs.get_batch_defaults`)
 MAX_NUM_TOKENS = 8192
 #: prompt tokens one prefill-only step carries (disaggregated prefill instances): the same budget
 MAX_PREFILL_TOKENS = MAX_NUM_TOKENS
@@ -195,7 +196,7 @@ def serve(
 ) -> ServingResult:
     """Simulate `dep` under Poisson arrivals at `arrival_rate` requests/s (whole deployment),
     each step carrying at most `max_num_tokens` tokens (None: `step_budget`, or with `chunked`
-    prefill `chunked_budget`). With `lengths` (a data set's prompt and output token counts)
+    prefill MAX_NUM_TOKENS). With `lengths` (a data set's prompt and output token counts)
     each request draws one sample; `input_tokens` and `output_tokens` then only size the
     KV-cache limit of the batch (their sum reserved per sequence).
 
@@ -207,14 +208,16 @@ def serve(
     limit = batch_limit(dep, input_tokens + output_tokens, batch)
     replicas = groups if least_busy else 1
     if max_num_tokens is None and chunked:
-        max_num_tokens = int(chunked_budget(limit * dep.verified_tokens))
+        # prompts get no room of their own: that is what chunking is for (a batch whose decode
+        # tokens would fill the budget admits no more prompts: `estimate.chunked_batch_limit`)
+        max_num_tokens = MAX_NUM_TOKENS
     elif max_num_tokens is None:
         longest = int(np.max(lengths[0])) if lengths is not None else input_tokens
         max_num_tokens = step_budget(longest, limit * dep.verified_tokens)
     if requests is None:
         requests = default_requests(limit, replicas)
     run = simulate(
-        step_fn(dep),
+        period_fn(dep) if chunked else step_fn(dep),
         arrival_rate * replicas / groups,
         requests * replicas,
         input_tokens,
@@ -244,16 +247,6 @@ def step_budget(longest_prompt: int, decode_tokens: int) -> int:
     of `infer`'s steady state, so a batch of long prompts may still turn over below its limit
     (`dispatch._full_from` counts it full once it does)."""
     return max(MAX_NUM_TOKENS, longest_prompt + decode_tokens)
-
-
-def chunked_budget(decode_tokens: Num) -> FloatArray:
-    """The token budget per step with chunked prefill: MAX_NUM_TOKENS (TensorRT-LLM's
-    max_num_tokens default; vLLM's max_num_batched_tokens for its API server on GPUs of 70 GiB or
-    more other than the A100: `EngineArgs.get_batch_defaults`), or one more than a full batch's
-    decode tokens if that is more, so that a prompt always advances (vLLM requires
-    max_num_batched_tokens ≥ max_num_seqs). Prompts get no room of their own: that is what
-    chunking is for."""
-    return np.asarray(np.maximum(MAX_NUM_TOKENS, np.asarray(decode_tokens) + 1.0))
 
 
 def default_requests(max_batch: int, replicas: int = 1) -> int:
@@ -287,9 +280,9 @@ def batch_limit(dep: Deployment, tokens_per_sequence: int, batch: int | None) ->
 
 def _cached(time_s: StepFn) -> StepFn:
     """`time_s` of a step load, computed once per running batch, prompt count, 16 prompt tokens,
-    256 context tokens and 65,536 cached query-key pairs of chunked prompts (the step time
-    changes by < 0.5 % within them)."""
-    cache: dict[tuple[int, int, int, int, int], float] = {}
+    256 context tokens and 65,536 of the prompts' own and cached query-key pairs (Σ c², Σ c·o:
+    the step time changes by < 0.5 % within them)."""
+    cache: dict[tuple[int, int, int, int, int, int], float] = {}
 
     def cached(load: StepLoad) -> float:
         key = (
@@ -298,6 +291,7 @@ def _cached(time_s: StepFn) -> StepFn:
             int(load.prefill_tokens) // 16,
             int(load.context_tokens) // 256,
             int(load.prefill_cross_tokens) // 65536,
+            int(load.prefill_square_tokens) // 65536,
         )
         if key not in cache:
             cache[key] = time_s(load)
@@ -311,6 +305,13 @@ def step_fn(dep: Deployment) -> StepFn:
     sequence runs (the pipeline is empty) the fill the step's prompts wait for too
     (`engine.cold_step_s`; 0 without pipelining)."""
     return _cached(lambda load: cold_step_s(dep, load))
+
+
+def period_fn(dep: Deployment) -> StepFn:
+    """The engine model's step as a pipeline period, cached, also when no sequence runs: a
+    chunked prompt's or a prefill instance's step, after which the next micro-batch enters
+    while this one's prompts cross the other stages (their first tokens: `first_token_fn`)."""
+    return _cached(lambda load: step_time_s(dep, load)[0])
 
 
 def speculation(dep: Deployment) -> Speculation:
