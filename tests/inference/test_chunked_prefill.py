@@ -223,3 +223,34 @@ def test_a_short_prompt_does_not_wait_behind_a_long_one_in_an_empty_pipeline() -
     )
     assert run.ttft_s[1] < 0.5
     assert run.ttft_s[0] > 4 * 0.9 * 0.762  # four chunks, each crossing the stages (≈ 0.76 s)
+
+
+def test_short_prompts_beside_a_long_chunk_neither_speed_it_up_nor_wait_for_it() -> None:
+    # each chunk crosses the stages in a micro-batch of its own: adding 1-token prompts at the
+    # same time cannot make the 32k prompt's first token sooner, and theirs come out with the
+    # step (a pipeline period, ≈ 0.19 s beside an 8k chunk), not after the mean prompt's
+    # crossing (≈ 0.39 s) or the long chunk's (≈ 0.76 s)
+    from railplan.inference.serving import first_token_fn, period_fn
+
+    dep = Deployment(load_model("llama-3-70b"), load_system("dgx-h100"), Network(), 8, 2, 4)
+
+    def ttft(prompts: list[int]) -> np.ndarray:
+        n = len(prompts)
+        run = least_busy(
+            period_fn(dep),
+            1.0,
+            np.zeros(n),
+            np.asarray(prompts),
+            np.full(n, 2),
+            1,
+            16,
+            8192,
+            first_s=first_token_fn(dep),
+            chunked=True,
+        )
+        return run.ttft_s
+
+    alone = ttft([32_000])[0]
+    crowded = ttft([1] * 7 + [32_000])
+    assert crowded[-1] >= alone * 0.999
+    assert crowded[:7].max() < 0.25

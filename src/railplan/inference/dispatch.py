@@ -159,9 +159,7 @@ class _Replica:
         # whose KV cache arrives from a prefill instance) its `verified` decode tokens
         self.csum = np.zeros(capacity + 1)
         self.prefilled, self.verified = prefilled, verified
-        # chunked prefill (`_chunked_step`): the request whose prompt is in progress (-1: none)
-        # and its prompt tokens already run
-        self.chunked = chunked
+        self.chunked = chunked  # chunked prefill (`_chunked_step`)
         # chunked prefill: the prompts in progress, first come first served, each as [request,
         # prompt tokens run, when its last chunk has crossed every stage]
         self.partials: list[list[float]] = []
@@ -252,6 +250,7 @@ class _Replica:
         chunks: list[tuple[int, float]] = []  # (tokens, tokens already cached) of each chunk
         completed: list[int] = []
         cut: list[list[float]] = []  # the prompts in progress that ran a chunk here
+        own: dict[int, tuple[int, float]] = {}  # each request's chunk in this step
         for entry in list(self.partials):
             gid, done, ready = int(entry[0]), int(entry[1]), entry[2]
             if room <= 0 or self.t < ready:
@@ -259,6 +258,7 @@ class _Replica:
             rest = int(reqs.prompt[gid]) - done
             c = min(rest, room)
             chunks.append((c, float(done)))
+            own[gid] = chunks[-1]
             room -= c
             if c == rest:
                 completed.append(gid)
@@ -276,6 +276,7 @@ class _Replica:
             prompt = int(reqs.prompt[gid])
             c = min(prompt, room)
             chunks.append((c, 0.0))
+            own[gid] = chunks[-1]
             room -= c
             if c == prompt:
                 completed.append(gid)
@@ -284,6 +285,7 @@ class _Replica:
                 self.partials.append(entry)
                 cut.append(entry)
         if not chunks and running == 0:  # only chunks in flight: wait for one, or an arrival
+            # (`least_busy` has dispatched every arrival up to `self.t`: the next is later)
             self.t = max(self.t, min(min(e[2] for e in self.partials), next_arrival))
             return
         load = StepLoad(
@@ -296,10 +298,26 @@ class _Replica:
         )
         new = np.asarray(completed, dtype=np.int64)
         start = self.t
-        self._advance(step_s, load, new, new.size + len(self.partials), reqs, spec, first_s)
-        out = self.t if first_s is None or not cut else max(self.t, start + first_s(load))
+        crossed: dict[int, float] = {}  # when each chunk is out of the last stage
+        if first_s is not None:
+            # each chunk rides in a micro-batch of its own, with its share of the running
+            # sequences (`engine.prompt_traversal_s` of a load carrying that chunk alone; the
+            # stagger of the step's micro-batches entering one after another is not counted)
+            for gid, (c, o) in own.items():
+                alone = StepLoad(
+                    decode=load.decode,
+                    context_tokens=load.context_tokens,
+                    prefill_tokens=float(c),
+                    prefill_seqs=1.0,
+                    prefill_cross_tokens=c * o,
+                    prefill_square_tokens=float(c * c),
+                )
+                crossed[gid] = start + first_s(alone)
+        first_at = np.asarray([crossed.get(int(g), 0.0) for g in new]) if crossed else None
+        sequences = new.size + len(self.partials)
+        self._advance(step_s, load, new, sequences, reqs, spec, first_s, first_at)
         for entry in cut:  # when these chunks are out of the pipeline
-            entry[2] = out
+            entry[2] = max(self.t, crossed.get(int(entry[0]), self.t))
         if took_last:
             reqs.last_admitted = self.t  # the step that took the last prompt (its first chunk)
 
@@ -312,10 +330,12 @@ class _Replica:
         reqs: _Requests,
         spec: Speculation,
         first_s: StepFn | None,
+        first_at: FloatArray | None = None,
     ) -> None:
         """Run the step carrying `load`: the running sequences gain their tokens, and `new`,
         the requests whose prompts it completes, their first; `sequences`: those it runs beside
-        the running ones (counted in `sizes`)."""
+        the running ones (counted in `sizes`); `first_at`: when each of `new` comes out of the
+        last stage, if known (default: `first_s` of the whole load after the step's start)."""
         running = self.run_id.size
         start = self.t
         self.t += step_s(load)
@@ -327,7 +347,12 @@ class _Replica:
         self.tokens.append(float(gained.sum()) + new.size)
         self.run_left -= gained
         self.run_ctx += gained
-        first = self.t if first_s is None or not new.size else max(self.t, start + first_s(load))
+        if first_at is not None:
+            first: float | FloatArray = np.maximum(self.t, first_at)
+        elif first_s is None or not new.size:
+            first = self.t
+        else:
+            first = max(self.t, start + first_s(load))
         reqs.first[new] = first
         reqs.step_tokens[new] = load.prefill_tokens
         # a prompt whose micro-batch comes out of the pipeline after the step's end is that much
