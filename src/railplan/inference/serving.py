@@ -1,20 +1,21 @@
 """Serving under load: continuous batching with Poisson arrivals, step by step.
 
-One replica (tp × pp group) is simulated; `gpus / (tp·pp)` replicas share the arrivals evenly
-(a Poisson stream split at random stays Poisson, at rate λ / replicas). The engine runs
-iteration-level scheduling (Orca, OSDI'22; vLLM; TensorRT-LLM in-flight batching): at every
-step boundary the waiting requests that have arrived are admitted, first come first served,
-while the batch has room (`max_batch`) and the step's token budget allows (`max_num_tokens`:
-TensorRT-LLM counts every token of the step against it, one per running sequence plus the
-admitted prompts — "Tuning Max Batch Size and Max Num Tokens" in its performance guide); prompts
-are admitted whole (no chunked context: NVIDIA's MLPerf v4.1 harness sets none), and an empty
-engine always takes the next one. Their prompts ride in that step together with one decode token
+One replica (tp × pp group) is simulated; `gpus / (tp·pp)` replicas share the arrivals evenly (a
+Poisson stream split at random stays Poisson, at rate λ / replicas). The engine runs
+iteration-level scheduling (Orca, OSDI'22; vLLM; TensorRT-LLM in-flight batching): at every step
+boundary the waiting requests that have arrived are admitted, first come first served, while the
+batch has room (`max_batch`) and the step's token budget allows (`max_num_tokens`: TensorRT-LLM
+counts every token of the step against it, one per running sequence plus the admitted prompts —
+"Tuning Max Batch Size and Max Num Tokens" in its performance guide); prompts are admitted whole
+(no chunked context: NVIDIA's MLPerf v4.1 harness sets none), and an empty engine always takes the
+next one; with `chunked` prefill they run in chunks of what the budget leaves
+(`dispatch._Replica._chunked_step`). Their prompts ride in that step together with one decode token
 of every running sequence. A request's first token comes at the end of the step that carried its
 prompt (TTFT = that time − arrival); each later step gives one more token (TPOT = (finish − first
-token) / (output − 1)), or with speculative decoding `Deployment.tokens_per_step` on average
-(each running sequence then counts its token and its drafts against the budget). When nothing
-runs, the engine idles until the next arrival; the step that then starts it also waits for
-its prompts to cross every pipeline stage (`serving.step_fn`).
+token) / (output − 1)), or with speculative decoding `Deployment.tokens_per_step` on average (each
+running sequence then counts its token and its drafts against the budget). When nothing runs, the
+engine idles until the next arrival; the step that then starts it also waits for its prompts to
+cross every pipeline stage (`serving.step_fn`).
 
 The events are the engine steps themselves, so a plain loop over steps is the discrete-event
 simulation (a process library would add nothing: there is one server and no other resource);
@@ -242,10 +243,10 @@ def step_budget(longest_prompt: int, decode_tokens: int) -> int:
     longest prompt beside the running batch admits it only into an empty engine, which then
     serves one sequence at a time while `infer`'s steady state fuses the prompts into full
     steps. Raising the budget so is railplan's assumption: an engine configured for these
-    prompts at this batch (chunked context, which splits a prompt over steps instead, is not
-    modelled). It makes room for one prompt per step, not for the B·I/O prompt tokens per step
-    of `infer`'s steady state, so a batch of long prompts may still turn over below its limit
-    (`dispatch._full_from` counts it full once it does)."""
+    prompts at this batch (chunked context splits a prompt over steps instead: `serve`'s
+    `chunked`, whose budget stays MAX_NUM_TOKENS). It makes room for one prompt per step, not
+    for the B·I/O prompt tokens per step of `infer`'s steady state, so a batch of long prompts
+    may still turn over below its limit (`dispatch._full_from` counts it full once it does)."""
     return max(MAX_NUM_TOKENS, longest_prompt + decode_tokens)
 
 
