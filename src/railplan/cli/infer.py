@@ -163,7 +163,7 @@ def infer(
     Poisson load with --arrival-rate (mean and p99, a sweep with a plot)."""
     from railplan.inference import disaggregated
     from railplan.inference.engine import Deployment
-    from railplan.inference.estimate import DEFAULT_MAX_BATCH
+    from railplan.inference.estimate import default_batch
     from railplan.inference.estimate import infer as run
     from railplan.inference.serving import MAX_NUM_TOKENS, serve
     from railplan.specs.build import choice
@@ -239,7 +239,7 @@ def infer(
     sweep = _simulate(rates, one)
     out: dict[str, Any] = r.to_dict()
     notes = _context_notes(m, input_tokens, output_tokens)
-    asked = batch if batch is not None else max(1, min(r.max_batch, DEFAULT_MAX_BATCH))
+    asked = batch if batch is not None else default_batch(r.max_batch)
     if chunked_prefill and r.batch < asked:
         notes.append(
             f"with chunked prefill the {MAX_NUM_TOKENS:,}-token step budget sustains "
@@ -351,14 +351,14 @@ def _decode_step(
     disaggregated, the step of the decode instances, and one prompt's KV transfer."""
     from dataclasses import replace
 
-    from railplan.inference.traffic import configuration_traffic, decode_step_traffic
+    from railplan.inference.traffic import decode_step_traffic, prompt_kv_traffic
 
     step = decode_step_traffic(replace(dep, gpus=dep.gpus - r.prefill_gpus), r.batch)
     if traffic:
         out["decode_step_traffic"] = step.summary()
         if r.prefill_gpus:
-            both = configuration_traffic(dep, r.batch, r.input_tokens, r.prefill_gpus)
-            out["kv_transfer_traffic"] = both["kv_transfer_per_prompt"]
+            kv = prompt_kv_traffic(dep, r.input_tokens, r.prefill_gpus)
+            out["kv_transfer_traffic"] = kv.summary()
     if heatmap is not None:
         from railplan.traffic.plots import heatmap as draw
 

@@ -130,7 +130,7 @@ def infer_disaggregated(
     p = check_split(dep, prefill_instances)
     r = infer(dep, batch, input_tokens, output_tokens)
     (c,) = disaggregated_choices(dep, np.asarray([r.batch]), r.input_tokens, r.output_tokens, p)
-    return choice_result(dep, c, r.input_tokens, r.output_tokens)
+    return choice_result(dep, c, r.input_tokens, r.output_tokens, r)
 
 
 def simulate_disaggregated(

@@ -361,6 +361,11 @@ class _Replica:
         ids = np.concatenate([self.run_id, new])
         left = np.concatenate([self.run_left, reqs.output[new] - 1.0])
         ctx = np.concatenate([self.run_ctx, reqs.prompt[new] + 1.0])
+        self._retire(ids, left, ctx, reqs)
+
+    def _retire(self, ids: IntArray, left: FloatArray, ctx: FloatArray, reqs: _Requests) -> None:
+        """After a step: the sequences `ids` with no tokens `left` finish (at the step's end,
+        a pipelined prompt's lag later), the others run on with their contexts `ctx`."""
         over = left <= LEFT_TOLERANCE  # fractional gains sum with rounding errors
         done = self.t + reqs.lag[ids[over]]
         reqs.finish[ids[over]] = done
@@ -389,11 +394,7 @@ class _Replica:
         self.tokens.append(float(gained.sum()))
         left -= gained
         ctx += gained
-        over = left <= LEFT_TOLERANCE
-        reqs.finish[ids[over]] = self.t
-        for f in np.full(int(over.sum()), self.t).tolist():
-            insort(self.done, f)
-        self.run_id, self.run_left, self.run_ctx = ids[~over], left[~over], ctx[~over]
+        self._retire(ids, left, ctx, reqs)  # (no lag here: no prompt runs on these ranks)
 
 
 class _Requests:

@@ -206,6 +206,12 @@ def check_decoding(output_tokens: int) -> None:
         )
 
 
+def default_batch(max_batch: int) -> int:
+    """The batch `infer` runs when none is given: the most that fits, at most DEFAULT_MAX_BATCH
+    (and one sequence where none fits)."""
+    return max(1, min(max_batch, DEFAULT_MAX_BATCH))
+
+
 def infer(
     dep: Deployment,
     batch: int | None,
@@ -220,10 +226,8 @@ def infer(
     check_decoding(output_tokens)
     seq = input_tokens + output_tokens
     most = dep.max_batch(seq)
-    if batch is None:
-        batch = max(1, min(most, DEFAULT_MAX_BATCH))
-    else:
-        batch = check_int("batch", batch, 1, MAX_GLOBAL_BATCH)
+    given = batch is not None
+    batch = check_int("batch", batch, 1, MAX_GLOBAL_BATCH) if given else default_batch(most)
     if chunked:  # the step budget, not only the KV cache, bounds what runs
         batch = min(batch, chunked_batch_limit(dep, input_tokens, output_tokens))
     ttft_a, tpot_a, parts_a = steady_times(dep, batch, input_tokens, output_tokens, chunked)

@@ -416,13 +416,18 @@ def search(
 
 
 def choice_result(
-    dep: Deployment, c: Choice, input_tokens: int, output_tokens: int
+    dep: Deployment,
+    c: Choice,
+    input_tokens: int,
+    output_tokens: int,
+    steady: InferenceResult | None = None,
 ) -> InferenceResult:
-    """`infer`'s result for a choice evaluated on `dep`: the choice's TTFT, TPOT and tokens/s
-    win (they include the disaggregated split); for a disaggregated choice the step and its
-    breakdown are the decode instances' (no prompts), whose time the TPOT is."""
+    """`infer`'s result for a choice evaluated on `dep` (`steady`, if already computed at the
+    choice's batch): the choice's TTFT, TPOT and tokens/s win (they include the disaggregated
+    split); for a disaggregated choice the step and its breakdown are the decode instances'
+    (no prompts), whose time the TPOT is."""
     r = replace(
-        infer(dep, c.batch, input_tokens, output_tokens),
+        steady if steady is not None else infer(dep, c.batch, input_tokens, output_tokens),
         ttft_s=c.ttft_s,
         tpot_s=c.tpot_s,
         tokens_per_s_per_gpu=c.tokens_per_s_per_gpu,

@@ -141,11 +141,17 @@ def configuration_traffic(
     if not prefill_gpus:
         return {"decode_step": decode_step_traffic(dep, batch).summary()}
     decoding = replace(dep, gpus=dep.gpus - prefill_gpus)
+    return {
+        "decode_step": decode_step_traffic(decoding, batch).summary(),
+        "kv_transfer_per_prompt": prompt_kv_traffic(dep, input_tokens, prefill_gpus).summary(),
+    }
+
+
+def prompt_kv_traffic(dep: Deployment, input_tokens: int, prefill_gpus: int) -> InferenceTraffic:
+    """Pair bytes of one prompt's KV cache shipped from a prefill instance (`prefill_gpus` of
+    `dep`'s GPUs prefill) to a decode instance."""
     groups = prefill_gpus // dep.instance_gpus
     # one prompt lives on one ep rank's tp·pp GPUs (attention data-parallel), whose stages hold
     # the model's layers once (kv_bytes_per_token is the fullest stage's)
     share = dep.model.layers / (dep.pp * dep.stage_layers) / (groups * dep.ep)
-    return {
-        "decode_step": decode_step_traffic(decoding, batch).summary(),
-        "kv_transfer_per_prompt": kv_transfer_traffic(dep, groups, share, input_tokens).summary(),
-    }
+    return kv_transfer_traffic(dep, groups, share, input_tokens)
