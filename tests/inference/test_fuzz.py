@@ -86,5 +86,12 @@ def test_serving_is_finite(rate: float, requests: int, prompt: int, output: int)
         1,
     )
     r = serve(d, rate, prompt, output, requests=requests)
-    for v in (r.ttft_mean_s, r.ttft_p99_s, r.tpot_mean_s, r.tpot_p99_s, r.tokens_per_s):
+    for v in (
+        r.ttft_mean_s,
+        r.ttft_p99_s,
+        r.tpot_mean_s,
+        r.tpot_p99_s,
+        r.itl_p99_s,
+        r.tokens_per_s,
+    ):
         assert math.isfinite(v) and v >= 0

@@ -426,7 +426,16 @@ def _sweep_table(sweep: list[ServingResult]) -> Table:
     stable = {True: "yes", False: "no (queue grows)", None: "? (more --requests)"}
     return table(
         "Poisson arrivals, continuous batching",
-        ("req/s", "tokens/s/GPU", "TTFT mean", "TTFT p99", "TPOT mean", "TPOT p99", "stable"),
+        (
+            "req/s",
+            "tokens/s/GPU",
+            "TTFT mean",
+            "TTFT p99",
+            "TPOT mean",
+            "TPOT p99",
+            "ITL p99",
+            "stable",
+        ),
         [
             (
                 f"{s.arrival_rate:g}",
@@ -435,6 +444,7 @@ def _sweep_table(sweep: list[ServingResult]) -> Table:
                 f"{s.ttft_p99_s * 1e3:.0f} ms",
                 f"{s.tpot_mean_s * 1e3:.1f} ms",
                 f"{s.tpot_p99_s * 1e3:.1f} ms",
+                f"{s.itl_p99_s * 1e3:.1f} ms",
                 stable[s.stable],
             )
             for s in sweep

@@ -250,7 +250,7 @@ def serve_disaggregated(
             made(run.prefill, mean_out),
             made(run.decode, mean_out / max(mean_out - 1.0, 1e-9)),
         )
-    out = summary(dep, arrival_rate, requests, run.ttft_s, run.tpot_s, served, stable)
+    out = summary(dep, arrival_rate, requests, run.decode, run.ttft_s, run.tpot_s, served, stable)
     return replace(
         out,
         step_budget_tokens=MAX_PREFILL_TOKENS,

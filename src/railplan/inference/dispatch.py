@@ -76,6 +76,10 @@ class Run:
     full_tokens_per_s: float = 0.0
     # per request, the prompt tokens of the step that admitted it (None: not recorded)
     step_tokens: FloatArray | None = None
+    # inter-token latency: the gaps between a sequence's successive tokens, over every token
+    # after a first (each step's time, once per sequence it gave a further token; `_itl`)
+    itl_mean_s: float = 0.0
+    itl_p99_s: float = 0.0
 
     @property
     def rising(self) -> bool:
@@ -175,6 +179,10 @@ class _Replica:
         self.done: list[float] = []
         self.tokens: list[float] = []  # tokens each step produced
         self.sizes: list[int] = []  # sequences each step ran (running and newly admitted)
+        # each step's time and the sequences it gave a token after an earlier one (the gaps
+        # of `Run.itl_mean_s`)
+        self.gap_s: list[float] = []
+        self.gap_seqs: list[int] = []
 
     def take(self, gid: int, prompt: int) -> None:
         if self.n == self.ids.size:  # grow by doubling: a replica's share is not known ahead
@@ -343,6 +351,8 @@ class _Replica:
             reqs.last_admitted = self.t  # the step that took the last prompt
         self.ends.append(self.t)
         self.sizes.append(running + sequences)
+        self.gap_s.append(self.t - start)
+        self.gap_seqs.append(running)
         gained = np.minimum(self.run_left, spec.gain)  # the last step yields what is left
         self.tokens.append(float(gained.sum()) + new.size)
         self.run_left -= gained
@@ -385,11 +395,15 @@ class _Replica:
         ids = np.concatenate([self.run_id, new])
         left = np.concatenate([self.run_left, reqs.output[new] - 1.0])
         ctx = np.concatenate([self.run_ctx, reqs.prompt[new] + 1.0])
-        self.t += step_s(StepLoad(decode=float(ids.size), context_tokens=float(ctx.sum())))
+        took = step_s(StepLoad(decode=float(ids.size), context_tokens=float(ctx.sum())))
+        self.t += took
         if new.size and new[-1] == reqs.count - 1:
             reqs.last_admitted = self.t
         self.ends.append(self.t)
         self.sizes.append(ids.size)
+        # (every sequence here had its first token before: the admitted ones from prefill)
+        self.gap_s.append(took)
+        self.gap_seqs.append(ids.size)
         gained = np.minimum(left, spec.gain)
         self.tokens.append(float(gained.sum()))
         left -= gained
@@ -540,6 +554,7 @@ def _run(
         return float(np.mean(arrived - np.searchsorted(done, at, side="right")))
 
     finish, first = np.sort(reqs.finish), np.sort(reqs.first)
+    itl_mean, itl_p99 = _itl(reps)
     return Run(
         ttft,
         tpot,
@@ -556,4 +571,24 @@ def _run(
         filled,
         full_tokens,
         reqs.step_tokens,
+        itl_mean,
+        itl_p99,
     )
+
+
+def _itl(reps: list[_Replica]) -> tuple[float, float]:
+    """Mean and 99th percentile of the gaps between successive tokens of a sequence, over
+    every token after a sequence's first: each step's time, counted once per sequence that it
+    gave a further token (a step that carries a prompt whole stalls every running sequence for
+    its length: what chunked prefill bounds). With speculative decoding a gap is a step, which
+    yields `Speculation.gain` tokens on average. (0, 0) when no sequence had a second token."""
+    gaps = np.concatenate([np.asarray(r.gap_s, dtype=np.float64) for r in reps])
+    seqs = np.concatenate([np.asarray(r.gap_seqs, dtype=np.float64) for r in reps])
+    total = float(seqs.sum())
+    if total <= 0:
+        return 0.0, 0.0
+    order = np.argsort(gaps, kind="stable")
+    cum = np.cumsum(seqs[order])
+    # the smallest gap with at least 99 % of the tokens at or below it (inverted CDF)
+    p99 = float(gaps[order][int(np.searchsorted(cum, 0.99 * total, side="left"))])
+    return float(np.dot(gaps, seqs) / total), p99

@@ -79,6 +79,11 @@ class ServingResult(Record):
     # aggregated) and the KV transfer in each TTFT
     prefill_gpus: int = 0
     kv_transfer_s: float = 0.0
+    # inter-token latency: the gaps between successive tokens of a sequence, over every token
+    # after a first (`dispatch.Run.itl_mean_s`); TPOT is a request's mean gap, which hides a
+    # stall of one long step
+    itl_mean_s: float = 0.0
+    itl_p99_s: float = 0.0
 
 
 #: a data set's prompt and output token counts, one pair per sample
@@ -341,19 +346,21 @@ def result(
         served = arrival_rate * output_tokens
     else:
         served = (run.full_tokens_per_s if run.stable is False else run.tokens_per_s) * scale
-    return summary(dep, arrival_rate, requests, ttft, tpot, served, run.stable)
+    return summary(dep, arrival_rate, requests, run, ttft, tpot, served, run.stable)
 
 
 def summary(
     dep: Deployment,
     arrival_rate: float,
     requests: int,
+    gaps: Run,
     ttft_s: FloatArray,
     tpot_s: FloatArray,
     tokens_per_s: float,
     stable: bool | None,
 ) -> ServingResult:
-    """The ServingResult of per-request TTFTs and TPOTs: their means and 99th percentiles."""
+    """The ServingResult of per-request TTFTs and TPOTs (their means and 99th percentiles),
+    with the inter-token latency of the run that made the tokens after the first (`gaps`)."""
     return ServingResult(
         arrival_rate=arrival_rate,
         requests=requests,
@@ -364,4 +371,6 @@ def summary(
         tokens_per_s=tokens_per_s,
         tokens_per_s_per_gpu=tokens_per_s / dep.gpus,
         stable=stable,
+        itl_mean_s=gaps.itl_mean_s,
+        itl_p99_s=gaps.itl_p99_s,
     )
