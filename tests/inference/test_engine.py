@@ -232,13 +232,14 @@ def test_prefill_runs_deepeps_normal_kernels() -> None:
     both = StepLoad(decode=128, context_tokens=128 * 512, prefill_tokens=4096, prefill_seqs=2)
     want = step_time_s(d, prefill)[1]["ep_comm"] + step_time_s(d, decode)[1]["ep_comm"]
     assert step_time_s(d, both)[1]["ep_comm"] == pytest.approx(want)
-    # a steady-state step carries a share of a prompt: the prompt's all-to-all runs on that
-    # share of the steps, at a whole prompt's bytes (its latencies not paid on every step)
+    # a steady-state step carries a share of a prompt: the prompt's all-to-all runs on the
+    # steps where any of the 16 ranks, stepping together, carries one (each in 1/8 of the
+    # steps), at a whole prompt's bytes (its latencies not paid on every step)
     whole = step_time_s(d, StepLoad(prefill_tokens=2048, prefill_seqs=1))[1]["ep_comm"]
     part = StepLoad(
         decode=128, context_tokens=128 * 512, prefill_tokens=2048 / 8, prefill_seqs=1 / 8
     )
-    want = step_time_s(d, decode)[1]["ep_comm"] + whole / 8
+    want = step_time_s(d, decode)[1]["ep_comm"] + whole * (1 - (7 / 8) ** 16)
     assert step_time_s(d, part)[1]["ep_comm"] == pytest.approx(want)
 
 

@@ -189,9 +189,24 @@ def test_steady_state_admits_what_finishes(e: float, output: int) -> None:
 
 
 def test_tpot_never_rises_with_acceptance() -> None:
-    for batch, d in ((32, 1), (128, 2), (256, 1)):
+    # a sequence gains more per step, so a rank starts more prompts per step (B·gain/O); its
+    # ep ranks step together, and a step lasts as long as one carrying a prompt wherever any
+    # rank carries one, 1 − (1 − f)^ep of the steps, which per prompt, (1 − (1 − f)^ep) / f,
+    # falls as f grows: TPOT never rises while each rank starts under one prompt per step
+    for batch, d in ((32, 1), (64, 2), (96, 1)):
+        assert batch * (1 + d) / 256 < 1
         tpots = [infer(dep(d, a, tbo=True), batch, 1024, 256).tpot_s for a in np.linspace(0, 1, 21)]
         assert all(b <= a * (1 + 1e-12) for a, b in itertools.pairwise(tpots))
+
+
+def test_past_one_prompt_per_step_the_ranks_fall_out_of_balance() -> None:
+    # 256 sequences of 256 tokens: without drafts every rank starts exactly one prompt per
+    # step, all alike; a drafted token accepted 5 % of the time makes it 1.05, and in
+    # 1 − 0.95^32 = 81 % of the steps some rank carries two, which the others wait for
+    steady = infer(dep(1, 0.0, tbo=True), 256, 1024, 256)
+    more = infer(dep(1, 0.05, tbo=True), 256, 1024, 256)
+    assert more.step_s > 1.2 * steady.step_s
+    assert more.tpot_s > steady.tpot_s
 
 
 def test_the_batch_fills_while_drafts_run() -> None:

@@ -14,6 +14,7 @@ from railplan.inference.engine import (
     DEEPEP_NORMAL_SMS,
     Deployment,
     StepLoad,
+    expert_stage_s,
     logits_s,
     stage_parts,
     stage_time_s,
@@ -191,11 +192,27 @@ def test_the_overlap_keeps_a_single_prompts_attention_whole() -> None:
 @pytest.mark.parametrize("tbo", [False, True])
 @pytest.mark.parametrize("share", [0.05, 0.5, 0.9])
 def test_a_share_of_a_prompt_is_a_mixture_of_steps(tbo: bool, share: float) -> None:
-    # n of the steps carry the whole prompt, 1 − n none: every component is that mixture
+    # each of the 32 ep ranks carries the whole prompt in `share` of the steps, none in the
+    # others, independently; the ranks step together, so 1 − (1 − share)^32 of the steps last
+    # as long as one carrying it, the rest as one carrying none: every component is that
+    # mixture, but the experts of the long steps see the ranks' mean load (the mixture of the
+    # two loads' expert GEMMs at `share`), not the prompt rank's
     d = dep(tbo)
     mixed = stage_time_s(d, StepLoad(64, 64 * 2048, share * 2048, share))
     whole = stage_time_s(d, StepLoad(64, 64 * 2048, 2048, 1.0))
     none = stage_time_s(d, StepLoad(64, 64 * 2048))
+    ours, others = expert_stage_s(d, 64 + 2048, 65), expert_stage_s(d, 64, 64)
+    slow = 1 - (1 - share) ** 32
+    for k, v in mixed.items():
+        long = float(whole[k])
+        if k == "gemm":
+            long += float((1 - share) * (others - ours))
+        assert float(v) == pytest.approx(slow * long + (1 - slow) * float(none[k]))
+    # a dense model's (or one rank's) steps: the plain mixture
+    dense = Deployment(load_model("llama-3.1-70b"), load_system("dgx-h100"), Network(), 8, 8)
+    mixed = stage_time_s(dense, StepLoad(64, 64 * 2048, share * 2048, share))
+    whole = stage_time_s(dense, StepLoad(64, 64 * 2048, 2048, 1.0))
+    none = stage_time_s(dense, StepLoad(64, 64 * 2048))
     for k, v in mixed.items():
         assert float(v) == pytest.approx(share * float(whole[k]) + (1 - share) * float(none[k]))
 

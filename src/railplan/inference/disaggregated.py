@@ -57,6 +57,7 @@ from railplan.inference.serving import (
     _lengths,
     batch_limit,
     default_requests,
+    lockstep_fn,
     period_fn,
     speculation,
     step_budget,
@@ -169,6 +170,8 @@ def simulate_disaggregated(
         MAX_PREFILL_TOKENS,
         MAX_PREFILL_TOKENS,
         first_s=first,
+        lockstep=dep.ep,
+        lockstep_s=lockstep_fn(dep, period),
     )
     # the KV caches of a step's prompts leave together once its first tokens are out
     assert pre.step_tokens is not None  # (least_busy records them)
@@ -180,8 +183,9 @@ def simulate_disaggregated(
     spec = speculation(dep)
     if order.size == 0:  # (a data set of one-token answers: nothing decodes)
         raise RailplanError("lengths", "every request has one output token: nothing to decode")
+    decode_s = step_fn(dep)
     dec = least_busy(
-        step_fn(dep),
+        decode_s,
         rate_per_s * order.size / requests,
         kv_at[order],
         prompt[order],
@@ -191,6 +195,8 @@ def simulate_disaggregated(
         step_budget(0, max_batch * spec.verified),
         spec,
         prefilled=True,
+        lockstep=dep.ep,
+        lockstep_s=lockstep_fn(dep, decode_s),
     )
     # the first token reaches the user once the request holds a decode slot with its KV cache
     # (the decode side streams the output); a one-token answer is done at its prefill
@@ -223,7 +229,7 @@ def serve_disaggregated(
     dec_ranks = (dep.replicas - p) * dep.ep
     limit = batch_limit(dep, input_tokens + output_tokens, batch)
     if requests is None:
-        requests = default_requests(limit, dec_ranks)
+        requests = default_requests(limit, dec_ranks, dep.ep)
     requests = check_int("requests", requests, 1, MAX_SIMULATED_REQUESTS)
     total = requests * dec_ranks
     if total > MAX_SIMULATED_REQUESTS:

@@ -49,6 +49,15 @@ class Speculation:
 
 
 @dataclass(frozen=True)
+class _Pending:
+    """A step a replica has admitted and loaded, not yet run: `run(took)` runs it for `took`
+    seconds (its own step time, or with lockstep ep ranks the instance's)."""
+
+    load: StepLoad
+    run: Callable[[float], None]
+
+
+@dataclass(frozen=True)
 class Run:
     """One simulation: per-request TTFT and TPOT (s), output tokens/s between the middle and
     the last arrival, the requests still waiting when the arrivals stopped, and whether the
@@ -213,37 +222,63 @@ class _Replica:
         a step's start until its prompts' first tokens (default: the step's end);
         `next_arrival`: the stream's next arrival not yet dispatched (chunked prefill waits at
         most until then when only chunks in flight are left)."""
+        pending = self.prepare(batch, budget, reqs, spec, first_s, next_arrival)
+        if isinstance(pending, _Pending):
+            pending.run(step_s(pending.load))
+        else:
+            self.t = max(self.t, pending)
+
+    def prepare(
+        self,
+        batch: int,
+        budget: int,
+        reqs: _Requests,
+        spec: Speculation,
+        first_s: StepFn | None = None,
+        next_arrival: float = math.inf,
+    ) -> _Pending | float:
+        """The step at `self.t`: what it admits (done here) and the load it carries, to be run
+        for as long as the step takes (`_Pending.run`: with lockstep ep ranks, the slowest
+        rank's time); or, when nothing can run (chunked prefill with only chunks in flight, or
+        an idle replica), the time to wait until (`self.t` when idle)."""
         if self.chunked:
-            self._chunked_step(step_s, batch, budget, reqs, spec, first_s, next_arrival)
-            return
+            return self._chunked_step(batch, budget, reqs, spec, first_s, next_arrival)
+        if self.idle():
+            return self.t
         csum = self.csum[: self.n + 1]
         running = self.run_id.size
-        end = admit(csum, self.n, self.nxt, running, batch, budget, running * spec.verified)
+        if self.nxt == self.n:  # nothing waits: the running sequences alone
+            end = self.nxt
+        else:
+            end = admit(csum, self.n, self.nxt, running, batch, budget, running * spec.verified)
         new = self.ids[self.nxt : end]
         if self.prefilled:
-            self._decode_step(step_s, end, new, reqs, spec)
-            return
-        prompts = reqs.prompt[new].astype(np.float64)
-        load = StepLoad(
-            decode=float(self.run_id.size),
-            context_tokens=float(self.run_ctx.sum()),
-            prefill_tokens=float(csum[end] - csum[self.nxt]) if new.size else 0.0,
-            prefill_seqs=float(new.size),
-            prefill_square_tokens=float(np.dot(prompts, prompts)),
-        )
+            return self._decode_step(end, new, reqs, spec)
+        if new.size:
+            prompts = reqs.prompt[new].astype(np.float64)
+            load = StepLoad(
+                decode=float(running),
+                context_tokens=float(self.run_ctx.sum()),
+                prefill_tokens=float(csum[end] - csum[self.nxt]),
+                prefill_seqs=float(new.size),
+                prefill_square_tokens=float(np.dot(prompts, prompts)),
+            )
+        else:
+            load = StepLoad(decode=float(running), context_tokens=float(self.run_ctx.sum()))
         self.nxt = end
-        self._advance(step_s, load, new, new.size, reqs, spec, first_s)
+        return _Pending(
+            load, lambda took: self._advance(took, load, new, new.size, reqs, spec, first_s)
+        )
 
     def _chunked_step(
         self,
-        step_s: StepFn,
         batch: int,
         budget: int,
         reqs: _Requests,
         spec: Speculation,
         first_s: StepFn | None,
         next_arrival: float = math.inf,
-    ) -> None:
+    ) -> _Pending | float:
         """One step with chunked prefill (vLLM's scheduler, TensorRT-LLM's chunked context):
         the running sequences' decode tokens first, then what the budget leaves goes to prompt
         tokens, first come first served: the prompts in progress, then new ones while the
@@ -294,8 +329,9 @@ class _Replica:
                 cut.append(entry)
         if not chunks and running == 0:  # only chunks in flight: wait for one, or an arrival
             # (`least_busy` has dispatched every arrival up to `self.t`: the next is later)
-            self.t = max(self.t, min(min(e[2] for e in self.partials), next_arrival))
-            return
+            if not self.partials:
+                return self.t  # (idle)
+            return max(self.t, min(min(e[2] for e in self.partials), next_arrival))
         load = StepLoad(
             decode=float(running),
             context_tokens=float(self.run_ctx.sum()),
@@ -323,15 +359,19 @@ class _Replica:
                 crossed[gid] = start + first_s(alone)
         first_at = np.asarray([crossed.get(int(g), 0.0) for g in new]) if crossed else None
         sequences = new.size + len(self.partials)
-        self._advance(step_s, load, new, sequences, reqs, spec, first_s, first_at)
-        for entry in cut:  # when these chunks are out of the pipeline
-            entry[2] = max(self.t, crossed.get(int(entry[0]), self.t))
-        if took_last:
-            reqs.last_admitted = self.t  # the step that took the last prompt (its first chunk)
+
+        def run(took: float) -> None:
+            self._advance(took, load, new, sequences, reqs, spec, first_s, first_at)
+            for entry in cut:  # when these chunks are out of the pipeline
+                entry[2] = max(self.t, crossed.get(int(entry[0]), self.t))
+            if took_last:
+                reqs.last_admitted = self.t  # the step that took the last prompt (first chunk)
+
+        return _Pending(load, run)
 
     def _advance(
         self,
-        step_s: StepFn,
+        took: float,
         load: StepLoad,
         new: IntArray,
         sequences: int,
@@ -340,23 +380,32 @@ class _Replica:
         first_s: StepFn | None,
         first_at: FloatArray | None = None,
     ) -> None:
-        """Run the step carrying `load`: the running sequences gain their tokens, and `new`,
-        the requests whose prompts it completes, their first; `sequences`: those it runs beside
+        """Run the step carrying `load` for `took` seconds: the running sequences gain their
+        tokens, and `new`, the requests whose prompts it completes, their first; `sequences`:
+        those it runs beside
         the running ones (counted in `sizes`); `first_at`: when each of `new` comes out of the
         last stage, if known (default: `first_s` of the whole load after the step's start)."""
         running = self.run_id.size
         start = self.t
-        self.t += step_s(load)
+        self.t += took
         if not self.chunked and new.size and new[-1] == reqs.count - 1:
             reqs.last_admitted = self.t  # the step that took the last prompt
         self.ends.append(self.t)
         self.sizes.append(running + sequences)
         self.gap_s.append(self.t - start)
         self.gap_seqs.append(running)
-        gained = np.minimum(self.run_left, spec.gain)  # the last step yields what is left
-        self.tokens.append(float(gained.sum()) + new.size)
-        self.run_left -= gained
-        self.run_ctx += gained
+        if spec.gain == 1.0:  # (a running sequence has a whole token or more still to come)
+            self.tokens.append(float(running + new.size))
+            self.run_left -= 1.0
+            self.run_ctx += 1.0
+        else:
+            gained = np.minimum(self.run_left, spec.gain)  # the last step yields what is left
+            self.tokens.append(float(gained.sum()) + new.size)
+            self.run_left -= gained
+            self.run_ctx += gained
+        if not new.size:
+            self._retire(self.run_id, self.run_left, self.run_ctx, reqs)
+            return
         if first_at is not None:
             first: float | FloatArray = np.maximum(self.t, first_at)
         elif first_s is None or not new.size:
@@ -377,15 +426,16 @@ class _Replica:
         """After a step: the sequences `ids` with no tokens `left` finish (at the step's end,
         a pipelined prompt's lag later), the others run on with their contexts `ctx`."""
         over = left <= LEFT_TOLERANCE  # fractional gains sum with rounding errors
+        if not over.any():
+            self.run_id, self.run_left, self.run_ctx = ids, left, ctx
+            return
         done = self.t + reqs.lag[ids[over]]
         reqs.finish[ids[over]] = done
         for f in done.tolist():  # later than every earlier finish but those still lagging
             insort(self.done, f)
         self.run_id, self.run_left, self.run_ctx = ids[~over], left[~over], ctx[~over]
 
-    def _decode_step(
-        self, step_s: StepFn, end: int, new: IntArray, reqs: _Requests, spec: Speculation
-    ) -> None:
+    def _decode_step(self, end: int, new: IntArray, reqs: _Requests, spec: Speculation) -> _Pending:
         """A disaggregated decode instance's step: the admitted requests arrived with their
         prompt's KV cache and first token, and join the running sequences at once (no prompt
         runs here); each makes its next tokens from this step on. `reqs.first` of a request
@@ -395,20 +445,23 @@ class _Replica:
         ids = np.concatenate([self.run_id, new])
         left = np.concatenate([self.run_left, reqs.output[new] - 1.0])
         ctx = np.concatenate([self.run_ctx, reqs.prompt[new] + 1.0])
-        took = step_s(StepLoad(decode=float(ids.size), context_tokens=float(ctx.sum())))
-        self.t += took
-        if new.size and new[-1] == reqs.count - 1:
-            reqs.last_admitted = self.t
-        self.ends.append(self.t)
-        self.sizes.append(ids.size)
-        # (every sequence here had its first token before: the admitted ones from prefill)
-        self.gap_s.append(took)
-        self.gap_seqs.append(ids.size)
-        gained = np.minimum(left, spec.gain)
-        self.tokens.append(float(gained.sum()))
-        left -= gained
-        ctx += gained
-        self._retire(ids, left, ctx, reqs)  # (no lag here: no prompt runs on these ranks)
+        load = StepLoad(decode=float(ids.size), context_tokens=float(ctx.sum()))
+
+        def run(took: float) -> None:
+            self.t += took
+            if new.size and new[-1] == reqs.count - 1:
+                reqs.last_admitted = self.t
+            self.ends.append(self.t)
+            self.sizes.append(ids.size)
+            # (every sequence here had its first token before: the admitted ones from prefill)
+            self.gap_s.append(took)
+            self.gap_seqs.append(ids.size)
+            gained = np.minimum(left, spec.gain)
+            self.tokens.append(float(gained.sum()))
+            # (no lag here: no prompt runs on these ranks)
+            self._retire(ids, left - gained, ctx + gained, reqs)
+
+        return _Pending(load, run)
 
 
 class _Requests:
@@ -424,15 +477,26 @@ class _Requests:
         self.last_admitted = 0.0
 
 
-def _dispatch_until(reps: list[_Replica], reqs: _Requests, nxt: int, until: float) -> int:
+def _dispatch_until(
+    reps: list[_Replica], reqs: _Requests, nxt: int, until: float, round_robin: bool = False
+) -> int:
     """Dispatch arrivals nxt, nxt+1, … up to time `until` to the least busy replica (the first
-    of them on a tie); returns the first arrival not dispatched."""
+    of them on a tie), or with `round_robin` to each in turn; returns the first arrival not
+    dispatched."""
     while nxt < reqs.count and reqs.arrivals[nxt] <= until:
-        at = float(reqs.arrivals[nxt])
-        busy = [r.in_flight(at) for r in reps]
-        reps[busy.index(min(busy))].take(nxt, int(reqs.prompt[nxt]))
+        if round_robin:
+            reps[nxt % len(reps)].take(nxt, int(reqs.prompt[nxt]))
+        else:
+            at = float(reqs.arrivals[nxt])
+            busy = [r.in_flight(at) for r in reps]
+            reps[busy.index(min(busy))].take(nxt, int(reqs.prompt[nxt]))
         nxt += 1
     return nxt
+
+
+#: one step of ranks that step together: their loads (an empty one for a rank with nothing to
+#: run) to the step's time (`serving.lockstep_fn`)
+LockstepFn = Callable[[list[StepLoad]], float]
 
 
 def least_busy(
@@ -448,37 +512,83 @@ def least_busy(
     first_s: StepFn | None = None,
     prefilled: bool = False,
     chunked: bool = False,
+    lockstep: int = 1,
+    lockstep_s: LockstepFn | None = None,
+    round_robin: bool = False,
 ) -> Run:
     """`serving.simulate`'s run for `replicas` engines sharing one stream at `rate_per_s` (the
     arrival times and each request's prompt and output tokens, as `simulate` drew them), each
-    arrival dispatched to the replica with the fewest requests in flight. Throughput is that
-    of all replicas; `first_s` as `_Replica.step` takes it. `prefilled`: the engines are a
-    disaggregated deployment's decode instances, each arrival a request whose prompt's KV
-    cache and first token come from a prefill instance (`_Replica._decode_step`); the Run's
-    TTFT is then the wait for a slot, its TPOT from admission on. `chunked`: the engines run
-    chunked prefill (`_Replica._chunked_step`)."""
+    arrival dispatched to the replica with the fewest requests in flight (`round_robin`: to
+    each in turn). Throughput is that of all replicas; `first_s` as `_Replica.step` takes it.
+    `prefilled`: the engines are a disaggregated deployment's decode instances, each arrival a
+    request whose prompt's KV cache and first token come from a prefill instance
+    (`_Replica._decode_step`); the Run's TTFT is then the wait for a slot, its TPOT from
+    admission on. `chunked`: the engines run chunked prefill (`_Replica._chunked_step`).
+
+    `lockstep` > 1: the replicas are the ep ranks of instances of that many, each rank with
+    its own batch and queue, every instance's ranks stepping together: each step admits on
+    every rank, then lasts `lockstep_s` of their loads (the slowest rank's,
+    `engine.lockstep_step_s`); a rank with nothing to run waits the step out. An instance
+    waits for an arrival only when all its ranks are idle."""
     requests = int(arrivals.size)
     reqs = _Requests(arrivals, prompt, output)
     # room for an even share each (a replica given more grows): not requests × replicas
     size = -(-requests // replicas)
     reps = [_Replica(size, prefilled, spec.verified, chunked) for _ in range(replicas)]
-    heap = [(0.0, i) for i in range(replicas)]
+    width = lockstep if lockstep > 1 else 1
+    if replicas % width or (width > 1 and lockstep_s is None):
+        raise ValueError("lockstep needs whole instances and their step function")
+    heap = [(0.0, i) for i in range(replicas // width)]
     nxt, waiting_at_end = 0, -1
     while heap:
         t, i = heapq.heappop(heap)
-        nxt = _dispatch_until(reps, reqs, nxt, t)
-        rep = reps[i]
-        if rep.idle():
-            if nxt < requests:  # wait for the next arrival
-                rep.t = max(rep.t, float(arrivals[nxt]))
-                heapq.heappush(heap, (rep.t, i))
-            continue
+        nxt = _dispatch_until(reps, reqs, nxt, t, round_robin)
+        ranks = reps[i * width : (i + 1) * width]
         coming = float(arrivals[nxt]) if nxt < requests else math.inf
-        rep.step(step_s, max_batch, max_num_tokens, reqs, spec, first_s, coming)
-        heapq.heappush(heap, (rep.t, i))
+        if all(r.idle() for r in ranks):
+            if nxt < requests:  # wait for the next arrival
+                for r in ranks:
+                    r.t = max(r.t, coming)
+                heapq.heappush(heap, (ranks[0].t, i))
+            continue
+        if width == 1:
+            ranks[0].step(step_s, max_batch, max_num_tokens, reqs, spec, first_s, coming)
+        else:
+            assert lockstep_s is not None
+            _lockstep(ranks, lockstep_s, max_batch, max_num_tokens, reqs, spec, first_s, coming)
+        heapq.heappush(heap, (ranks[0].t, i))
         if waiting_at_end < 0 and t >= arrivals[-1]:  # arrived, not admitted, as arrivals stop
             waiting_at_end = sum(r.n - r.nxt for r in reps)
     return _run(reqs, reps, rate_per_s, max(waiting_at_end, 0), max_num_tokens, max_batch)
+
+
+def _lockstep(
+    ranks: list[_Replica],
+    lockstep_s: LockstepFn,
+    batch: int,
+    budget: int,
+    reqs: _Requests,
+    spec: Speculation,
+    first_s: StepFn | None,
+    coming: float,
+) -> None:
+    """One step of an instance's ranks together (`least_busy`'s `lockstep`): each admits and
+    loads its step, all run for the instance's step time; when none can run (chunked prefill
+    with only chunks in flight), all wait for the first to be ready, or the next arrival."""
+    t = ranks[0].t
+    steps = [r.prepare(batch, budget, reqs, spec, first_s, coming) for r in ranks]
+    loads = [p.load if isinstance(p, _Pending) else StepLoad() for p in steps]
+    if not any(isinstance(p, _Pending) for p in steps):
+        wake = min((p for p in steps if isinstance(p, float) and p > t), default=coming)
+        for r in ranks:
+            r.t = wake
+        return
+    took = lockstep_s(loads)
+    for r, p in zip(ranks, steps, strict=True):
+        if isinstance(p, _Pending):
+            p.run(took)
+        else:
+            r.t = t + took
 
 
 #: sequence lifetimes an overloaded run must spend at its full batch to measure what it serves

@@ -33,6 +33,7 @@ deployment change the step: DeepSeek's two-batch overlap of the expert all-to-al
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -492,6 +493,34 @@ def logits_s(dep: Deployment, load: StepLoad, queries: float = 1.0) -> FloatArra
     return gemm_s(gpu, g, gpu.peak_tflops, WEIGHT_BYTES["bf16"])
 
 
+def expert_layer_s(dep: Deployment, tokens: FloatArray) -> FloatArray:
+    """One MoE layer's expert GEMMs on one ep rank when every ep rank carries `tokens` tokens:
+    the routed experts, the shared experts and the router."""
+    m, gpu, t = dep.model, dep.system.gpu, dep.tp
+    peak, wb = dep.peak_tflops, WEIGHT_BYTES[dep.precision]
+    one = dep.token_model  # shapes per token: b = tokens, s = 1
+    zero = np.zeros_like(tokens)
+    # Each ep rank receives tokens·top_k routed tokens over its E/ep experts; at small batch
+    # only the experts some token picks are read: each of the ep ranks' tokens picks top_k
+    # distinct experts of E, so an expert goes unread with (1 − top_k/E)^(tokens·ep)
+    touched = 1.0 - (1.0 - m.top_k / m.experts) ** (tokens * dep.ep)
+    # the grouped GEMM runs the touched experts only (an expert with no token has no tile),
+    # each on its share of the routed tokens
+    share = np.where(touched > 0, touched, 1.0)  # (no token: nothing to divide)
+    active = [
+        replace(g, batch=g.batch * share, m=g.m / share)
+        for g in expert_gemms(one, tokens, t, dep.ep)
+    ]
+    experts = sum((gemm_s(gpu, g, peak, wb) for g in active), zero)
+    # every token also passes the shared experts (a dense MLP of shared × expert width, split
+    # by tp as the dense MLP is) and the router (h → E, bf16), as in training
+    shared_width = m.shared_experts * m.expert_ffn_
+    if m.shared_experts:
+        shared = mlp_gemms(one, tokens, t, shared_width)
+        experts = experts + sum((gemm_s(gpu, g, peak, wb) for g in shared), zero)
+    return np.asarray(experts + gemm_s(gpu, router_gemm(one, tokens), gpu.peak_tflops, ACT_BYTES))
+
+
 def stage_parts(dep: Deployment, load: StepLoad, queries: float | None = None) -> StageParts:
     """Time of one pipeline stage for `load` (loads with at least one token), by component;
     each running sequence puts `queries` tokens through it (default
@@ -509,28 +538,8 @@ def stage_parts(dep: Deployment, load: StepLoad, queries: float | None = None) -
     dense_mlp = sum((gemm_s(gpu, g, peak, wb) for g in mlp_gemms(one, tokens, t)), zero)
     per_layer = sum((gemm_s(gpu, g, peak, wb) for g in projections), zero)
     gemm = layers * per_layer + (layers - moe_layers) * dense_mlp
-    experts = zero
-    if moe_layers:
-        # Each ep rank receives tokens·top_k routed tokens over its E/ep experts; at small
-        # batch only the experts some token picks are read: each of the ep ranks' tokens picks
-        # top_k distinct experts of E, so an expert goes unread with (1 − top_k/E)^(tokens·ep)
-        touched = 1.0 - (1.0 - m.top_k / m.experts) ** (tokens * dep.ep)
-        # the grouped GEMM runs the touched experts only (an expert with no token has no tile),
-        # each on its share of the routed tokens
-        share = np.where(touched > 0, touched, 1.0)  # (no token: nothing to divide)
-        active = [
-            replace(g, batch=g.batch * share, m=g.m / share)
-            for g in expert_gemms(one, tokens, t, dep.ep)
-        ]
-        experts = sum((gemm_s(gpu, g, peak, wb) for g in active), zero)
-        # every token also passes the shared experts (a dense MLP of shared × expert width,
-        # split by tp as the dense MLP is) and the router (h → E, bf16), as in training
-        shared_width = m.shared_experts * m.expert_ffn_
-        if m.shared_experts:
-            shared = mlp_gemms(one, tokens, t, shared_width)
-            experts = experts + sum((gemm_s(gpu, g, peak, wb) for g in shared), zero)
-        experts = experts + gemm_s(gpu, router_gemm(one, tokens), gpu.peak_tflops, ACT_BYTES)
-        gemm = gemm + moe_layers * experts
+    experts = expert_layer_s(dep, tokens) if moe_layers else zero
+    gemm = gemm + moe_layers * experts
     # attention: the prompts' fused causal kernel, timed as in training (the forward pass at
     # the kernel's measured speed for the prompt length), then the decode kernel: every running
     # sequence's KV cache read from HBM (its FLOPs at the MAMF rate, a bound it never reaches)
@@ -623,8 +632,10 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
     state's average step, a pipeline stage's micro-batch) stands for f of the steps carrying
     k + 1 prompts and 1 − f carrying k, each prompt of the load's mean length: every component
     is that mixture, since a step is not a step with a fraction of a prompt (its GEMMs may be
-    compute-bound where the others stream weights). The step itself is
-    `overlapped_stage_time_s`."""
+    compute-bound where the others stream weights). With ep > 1 the ranks step together
+    (`lockstep_step_s`): the steps carrying k + 1 prompts are those where any of the ep ranks
+    carries one, 1 − (1 − f)^ep of them, their experts at the ranks' mean tokens. The step
+    itself is `overlapped_stage_time_s`."""
     n = np.asarray(load.prefill_seqs, dtype=np.float64)
     k = np.floor(n)
     f = n - k
@@ -639,6 +650,19 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
     a = overlapped_stage_time_s(dep, more)
     b = overlapped_stage_time_s(dep, fewer)
     whole = overlapped_stage_time_s(dep, load) if bool(np.any(~part)) else a
+    if dep.ep > 1:
+        # the ep ranks step together (`lockstep_step_s`), each carrying the k + 1st prompt in
+        # f of the steps, independently: a step lasts as long as one carrying it wherever any
+        # rank does, 1 − (1 − f)^ep of the steps, and its experts see the ranks' mean load
+        # (the same mixture of the two steps' expert GEMMs: f of k + 1 prompts, 1 − f of k)
+        q = dep.verified_tokens
+        fewer_tokens = decode * q + np.asarray(fewer.prefill_tokens, dtype=np.float64)
+        more_tokens = decode * q + np.asarray(more.prefill_tokens, dtype=np.float64)
+        ours = expert_stage_s(dep, more_tokens, decode + k + 1.0)
+        others = expert_stage_s(dep, np.where(empty, 0.0, fewer_tokens), decode + k)
+        a = dict(a)
+        a["gemm"] = a["gemm"] + np.where(part, (1.0 - f) * (others - ours), 0.0)
+        f = 1.0 - (1.0 - f) ** dep.ep
     return {
         key: np.asarray(
             np.where(part, f * v + (1.0 - f) * np.where(empty, 0.0, b[key]), whole[key])
@@ -815,3 +839,56 @@ def step_time_s(dep: Deployment, load: StepLoad) -> tuple[float, dict[str, float
     """`step_times` of one (scalar) load, in seconds."""
     total, parts = step_times(dep, load)
     return float(total), {k: float(v) for k, v in parts.items()}
+
+
+def expert_tokens(dep: Deployment, load: StepLoad) -> tuple[float, float]:
+    """Tokens and sequences of one stage micro-batch of a step carrying `load`
+    (`micro_batch_load`'s share), as each MoE layer sees them: every running sequence puts its
+    `Deployment.verified_tokens` through."""
+    share = micro_batch_load(load, float(dep.pp))
+    tokens = float(share.decode) * dep.verified_tokens + float(share.prefill_tokens)
+    return tokens, float(share.decode) + float(share.prefill_seqs)
+
+
+def expert_stage_s(dep: Deployment, tokens: Num, sequences: Num) -> FloatArray:
+    """The expert GEMMs of one stage's micro-batch that puts `tokens` tokens of `sequences`
+    sequences through each MoE layer, on every ep rank: the stage's MoE layers, with
+    `two_batch_overlap` each as two halves (a lone sequence is not split), as `stage_parts`
+    and `overlapped_stage_time_s` count them; 0 for a dense model or no token."""
+    tok = np.asarray(tokens, dtype=np.float64)
+    if not dep.stage_moe_layers:
+        return np.zeros_like(tok)
+    safe = np.where(tok > 0, tok, 1.0)  # (timed at one token where none runs, masked below)
+    per = expert_layer_s(dep, safe)
+    if dep.two_batch_overlap:
+        split = np.asarray(sequences, dtype=np.float64) >= 2.0
+        per = np.where(split, 2.0 * expert_layer_s(dep, np.asarray(0.5 * safe)), per)
+    return np.asarray(np.where(tok > 0, dep.stage_moe_layers * per, 0.0))
+
+
+def expert_step_s(dep: Deployment, tokens: float, sequences: float) -> float:
+    """`expert_stage_s` over a step's pp stage times (`step_times` counts each stage's
+    micro-batch pp times), for `expert_tokens` of a step's load."""
+    return float(dep.pp * expert_stage_s(dep, tokens, sequences))
+
+
+def lockstep_step_s(
+    dep: Deployment,
+    loads: list[StepLoad],
+    rank_s: list[float],
+    experts_s: Callable[[float, float], float] | None = None,
+) -> float:
+    """One step of an instance whose ep ranks step together, each with its own batch (`loads`;
+    an empty load for a rank with nothing to run) that alone would take `rank_s`: the slowest
+    rank, since every MoE layer's dispatch waits for all of them (DeepSeek-style data-parallel
+    attention with expert parallelism: SGLang's DP attention runs an idle batch on a rank with
+    no request so that the others' all-to-alls complete). Its experts do not see its own
+    tokens but the mean of all ranks' (tokens are routed over every rank's experts), so each
+    rank's time has its own expert GEMMs (`expert_step_s`) replaced by the mean's. The rest of a
+    rank's step (its attention, dense layers, all-to-alls of its own tokens) stays its own.
+    `experts_s`: `expert_step_s` of (tokens, sequences), cached by the caller (default: it)."""
+    ex = experts_s or (lambda t, n: expert_step_s(dep, t, n))
+    tokens, seqs = zip(*(expert_tokens(dep, ld) for ld in loads), strict=True)
+    mean = ex(float(np.mean(tokens)), float(np.mean(seqs)))
+    busy = [s - ex(t, n) + mean for s, t, n in zip(rank_s, tokens, seqs, strict=True) if t > 0]
+    return max(busy, default=0.0)

@@ -1,7 +1,10 @@
 """Serving under load: continuous batching with Poisson arrivals, step by step.
 
 One replica (tp × pp group) is simulated; `gpus / (tp·pp)` replicas share the arrivals evenly (a
-Poisson stream split at random stays Poisson, at rate λ / replicas). The engine runs
+Poisson stream split at random stays Poisson, at rate λ / replicas). With ep > 1 a replica is one
+ep rank of an instance, and the instance's ep ranks are simulated together: each has its own
+queue and batch, the arrivals go to them in turn, and they step together (`lockstep_fn`,
+`engine.lockstep_step_s`). The engine runs
 iteration-level scheduling (Orca, OSDI'22; vLLM; TensorRT-LLM in-flight batching): at every step
 boundary the waiting requests that have arrived are admitted, first come first served, while the
 batch has room (`max_batch`) and the step's token budget allows (`max_num_tokens`: TensorRT-LLM
@@ -31,11 +34,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from railplan.errors import RailplanError
-from railplan.inference.dispatch import Run, Speculation, StepFn, least_busy
+from railplan.inference.dispatch import LockstepFn, Run, Speculation, StepFn, least_busy
 from railplan.inference.engine import (
     Deployment,
     StepLoad,
     cold_step_s,
+    expert_step_s,
+    lockstep_step_s,
     prompt_traversal_s,
     step_time_s,
 )
@@ -153,13 +158,18 @@ def simulate(
     spec: Speculation = Speculation(),
     first_s: StepFn | None = None,
     chunked: bool = False,
+    lockstep: int = 1,
+    lockstep_s: LockstepFn | None = None,
+    round_robin: bool = False,
 ) -> Run:
     """Every request's TTFT and TPOT on one engine whose step time is `step_s(load)`, and
     whether the queue kept up with the arrivals. Every request has `input_tokens` prompt and
     `output_tokens` output tokens, or, with `lengths` (a data set's prompt and output token
     counts), those of a sample drawn at random. With `replicas` > 1, that many engines share
-    the stream, each arrival dispatched to the least busy (`dispatch.least_busy`). `chunked`:
-    the engine runs chunked prefill (`dispatch._Replica._chunked_step`)."""
+    the stream, each arrival dispatched to the least busy (`dispatch.least_busy`), or with
+    `round_robin` to each in turn; with `lockstep` > 1 they are the ep ranks of instances of
+    that many, stepping together (`lockstep_s`). `chunked`: the engine runs chunked prefill
+    (`dispatch._Replica._chunked_step`)."""
     if replicas < 1:
         raise RailplanError("replicas", f"must be a positive integer; got {replicas!r}")
     _check_simulation(rate_per_s, -(-requests // replicas), max_batch, max_num_tokens)
@@ -184,6 +194,9 @@ def simulate(
         spec,
         first_s,
         chunked=chunked,
+        lockstep=lockstep,
+        lockstep_s=lockstep_s,
+        round_robin=round_robin,
     )
 
 
@@ -206,13 +219,16 @@ def serve(
     each request draws one sample; `input_tokens` and `output_tokens` then only size the
     KV-cache limit of the batch (their sum reserved per sequence).
 
-    By default one replica is simulated on its share of the stream (`requests` of them); with
-    `least_busy` every replica is, each request dispatched to the one with the fewest in flight
-    (`simulate` with `replicas`; `requests` per replica, requests × replicas in all; None:
-    `default_requests`)."""
+    By default one replica is simulated on its share of the stream (`requests` of them; with
+    ep > 1 its ep ranks, stepping together, each arrival sent to the next rank in turn, as
+    SGLang's data-parallel attention controller does by default, `load_balance_method`
+    round_robin); with `least_busy` every replica is, each request dispatched to the rank with
+    the fewest in flight (`simulate` with `replicas`; `requests` per rank, requests × ranks in
+    all; None: `default_requests`)."""
     groups = replica_count(dep, arrival_rate)
     limit = batch_limit(dep, input_tokens + output_tokens, batch)
-    replicas = groups if least_busy else 1
+    # one instance (its ep ranks, stepping together), or every one
+    replicas = groups if least_busy else dep.ep
     if max_num_tokens is None and chunked:
         # prompts get no room of their own: that is what chunking is for (a batch whose decode
         # tokens would fill the budget admits no more prompts: `estimate.chunked_batch_limit`)
@@ -221,9 +237,10 @@ def serve(
         longest = int(np.max(lengths[0])) if lengths is not None else input_tokens
         max_num_tokens = step_budget(longest, limit * dep.verified_tokens)
     if requests is None:
-        requests = default_requests(limit, replicas)
+        requests = default_requests(limit, replicas, dep.ep)
+    rank_s = period_fn(dep) if chunked else step_fn(dep)
     run = simulate(
-        period_fn(dep) if chunked else step_fn(dep),
+        rank_s,
         arrival_rate * replicas / groups,
         requests * replicas,
         input_tokens,
@@ -236,6 +253,9 @@ def serve(
         spec=speculation(dep),
         first_s=first_token_fn(dep),
         chunked=chunked,
+        lockstep=dep.ep,
+        lockstep_s=lockstep_fn(dep, rank_s),
+        round_robin=not least_busy,
     )
     out = result(dep, arrival_rate, requests, output_tokens, run, groups // replicas)
     return replace(out, step_budget_tokens=max_num_tokens)
@@ -255,11 +275,12 @@ def step_budget(longest_prompt: int, decode_tokens: int) -> int:
     return max(MAX_NUM_TOKENS, longest_prompt + decode_tokens)
 
 
-def default_requests(max_batch: int, replicas: int = 1) -> int:
-    """Requests per replica a load simulation takes by default: DEFAULT_REQUESTS, or
-    BATCH_TURNOVERS batches of `max_batch` if more (an overloaded run must fill its batch to
-    show what the engine serves), within what one simulation of `replicas` takes."""
-    wanted = max(DEFAULT_REQUESTS, BATCH_TURNOVERS * max_batch)
+def default_requests(max_batch: int, replicas: int = 1, ranks: int = 1) -> int:
+    """Requests per replica (per rank, with `ranks` ep ranks per instance) a load simulation
+    takes by default: DEFAULT_REQUESTS per instance, or BATCH_TURNOVERS batches of `max_batch`
+    per rank if more (an overloaded run must fill its batch to show what the engine serves),
+    within what one simulation of `replicas` ranks in all takes."""
+    wanted = max(-(-DEFAULT_REQUESTS // ranks), BATCH_TURNOVERS * max_batch)
     return max(1, min(wanted, MAX_REQUESTS, MAX_SIMULATED_REQUESTS // replicas))
 
 
@@ -318,6 +339,28 @@ def period_fn(dep: Deployment) -> StepFn:
     chunked prompt's or a prefill instance's step, after which the next micro-batch enters
     while this one's prompts cross the other stages (their first tokens: `first_token_fn`)."""
     return _cached(lambda load: step_time_s(dep, load)[0])
+
+
+def lockstep_fn(dep: Deployment, rank_s: StepFn) -> LockstepFn | None:
+    """With ep > 1, one step of an instance's ep ranks together (`engine.lockstep_step_s`),
+    each rank's own time `rank_s` (`step_fn`, `period_fn`: cached), the expert GEMMs cached per
+    16 tokens; None without expert parallelism (the ranks are the instances)."""
+    if dep.ep == 1:
+        return None
+    experts: dict[tuple[int, int], float] = {}
+
+    def expert_s(tokens: float, seqs: float) -> float:
+        key = (int(tokens) // 16, int(seqs >= 2.0))
+        if key not in experts:
+            experts[key] = expert_step_s(dep, 16.0 * key[0] + 8.0, 2.0 if key[1] else 1.0)
+        return experts[key]
+
+    def step(loads: list[StepLoad]) -> float:
+        return lockstep_step_s(
+            dep, loads, [rank_s(ld) if float(ld.tokens) > 0 else 0.0 for ld in loads], expert_s
+        )
+
+    return step
 
 
 def speculation(dep: Deployment) -> Speculation:

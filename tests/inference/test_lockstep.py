@@ -1,0 +1,148 @@
+"""Expert-parallel ranks step together: the instance's step by hand, the loop against steps by
+hand, and what one rank's prompt costs the others under load."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from railplan.inference.dispatch import least_busy
+from railplan.inference.engine import (
+    Deployment,
+    StepLoad,
+    expert_step_s,
+    expert_tokens,
+    lockstep_step_s,
+    step_time_s,
+)
+from railplan.inference.estimate import infer
+from railplan.inference.serving import lockstep_fn, serve, step_fn
+from railplan.specs import Network
+from railplan.specs.catalog import load_model, load_system
+
+
+@cache
+def moe(ep: int = 8) -> Deployment:
+    return Deployment(
+        load_model("deepseek-v3"), load_system("hgx-h800"), Network(), ep, 1, 1, ep, "fp8"
+    )
+
+
+def test_equal_ranks_step_as_one() -> None:
+    d = moe()
+    load = StepLoad(decode=32, context_tokens=32 * 1024, prefill_tokens=512, prefill_seqs=1)
+    alone = step_time_s(d, load)[0]
+    assert lockstep_step_s(d, [load] * 8, [alone] * 8) == pytest.approx(alone)
+
+
+def test_a_prompt_on_one_rank_by_hand() -> None:
+    # seven ranks decode 32 sequences, one also runs a 2,048-token prompt: the step is that
+    # rank's, with its experts at the ranks' mean tokens ((7·32 + 32 + 2048) / 8) instead of
+    # its own 2,080
+    d = moe()
+    dec = StepLoad(decode=32, context_tokens=32 * 1024)
+    pre = StepLoad(decode=32, context_tokens=32 * 1024, prefill_tokens=2048, prefill_seqs=1)
+    loads = [pre] + [dec] * 7
+    own = [step_time_s(d, ld)[0] for ld in loads]
+    mean = (8 * 32 + 2048) / 8
+    want = own[0] - expert_step_s(d, 2080, 33) + expert_step_s(d, mean, 33 + 7 * 32)
+    # (the sequences' mean decides only whether a two-batch overlap splits: not here)
+    assert expert_tokens(d, pre) == (2080.0, 33.0)
+    assert lockstep_step_s(d, loads, own) == pytest.approx(want)
+    assert want > own[1]  # the decoding ranks wait for the prompt
+    assert want < own[0]  # and the prompt's tokens spread over every rank's experts
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    decodes=st.lists(st.integers(0, 64), min_size=4, max_size=4),
+    prompt=st.integers(1, 4096),
+    at=st.integers(0, 3),
+)
+def test_more_work_on_a_rank_never_shortens_the_step(
+    decodes: list[int], prompt: int, at: int
+) -> None:
+    d = moe(4)
+    loads = [StepLoad(decode=float(n), context_tokens=512.0 * n) for n in decodes]
+    if not any(decodes):
+        loads[0] = StepLoad(decode=1.0, context_tokens=512.0)
+    more = list(loads)
+    more[at] = StepLoad(
+        decode=loads[at].decode,
+        context_tokens=loads[at].context_tokens,
+        prefill_tokens=float(prompt),
+        prefill_seqs=1.0,
+    )
+
+    def own(lds: list[StepLoad]) -> list[float]:
+        return [step_time_s(d, ld)[0] if float(ld.tokens) > 0 else 0.0 for ld in lds]
+
+    assert lockstep_step_s(d, more, own(more)) >= lockstep_step_s(d, loads, own(loads)) - 1e-12
+
+
+def test_the_loop_steps_the_ranks_together_by_hand() -> None:
+    # two ranks; a request of 3 tokens on each (round robin), the second's prompt 10× longer:
+    # a step takes 0.01 s per prompt token / 100 and 0.01 per running sequence, and the pair
+    # takes the longer rank's. Step 1 (t = 0): rank 0 prefills 100 tokens (0.01 s), rank 1
+    # 1,000 (0.1 s): both take 0.1 s. Steps 2 and 3 decode one sequence each: 0.01 s.
+    def rank(load: StepLoad) -> float:
+        return 1e-4 * float(load.prefill_tokens) + 0.01 * float(load.decode)
+
+    def pair(loads: list[StepLoad]) -> float:
+        return max(rank(ld) for ld in loads)
+
+    run = least_busy(
+        rank,
+        1.0,
+        np.array([0.0, 0.0]),
+        np.array([100, 1000]),
+        np.array([3, 3]),
+        2,
+        8,
+        4096,
+        lockstep=2,
+        lockstep_s=pair,
+        round_robin=True,
+    )
+    assert run.ttft_s.tolist() == pytest.approx([0.1, 0.1])  # rank 0 waited for rank 1
+    assert run.tpot_s.tolist() == pytest.approx([0.01, 0.01])
+
+
+def test_an_idle_rank_waits_out_the_step() -> None:
+    # rank 1 gets nothing: rank 0's requests run alone, and the idle rank never delays them
+    def rank(load: StepLoad) -> float:
+        return 0.01
+
+    run = least_busy(
+        rank,
+        1.0,
+        np.array([0.0, 0.5]),
+        np.array([10, 10]),
+        np.array([2, 2]),
+        2,
+        8,
+        4096,
+        lockstep=2,
+        lockstep_s=lambda loads: max(rank(ld) for ld in loads if float(ld.tokens) > 0),
+        round_robin=False,  # least busy: both go to rank 0 after the first finishes
+    )
+    assert run.ttft_s.tolist() == pytest.approx([0.01, 0.01])
+
+
+def test_prompts_on_other_ranks_stall_the_decoding_ones() -> None:
+    # DeepSeek-V3 on 32 H800, ep 32: at 16 requests/s most steps carry some rank's prompt,
+    # which every rank waits for; the steady state counts the same (1 − (1 − f)^32 of the
+    # steps carry a prompt), and both are far above a decode step
+    d = moe(32)
+    loaded = serve(d, 16.0, 2048, 256, batch=64, requests=64, seed=1)
+    steady = infer(d, 64, 2048, 256)
+    decode_only = step_fn(d)(StepLoad(decode=2.0, context_tokens=2.0 * 2200))
+    assert loaded.tpot_mean_s > 3 * decode_only
+    assert steady.tpot_s > 3 * decode_only
+    assert lockstep_fn(d, step_fn(d)) is not None
+    dense = Deployment(load_model("llama-3.1-8b"), load_system("dgx-h100"), Network(), 8, 1)
+    assert lockstep_fn(dense, step_fn(dense)) is None
