@@ -96,3 +96,44 @@ def test_a_slowly_growing_queue_is_not_stable(rate: float, stable: bool) -> None
     run = simulate(lambda load: 0.01, rate, 20_000, 1000, 10, 10, max_num_tokens=2000, seed=3)
     assert run.waiting_at_end < 1000
     assert run.stable is stable
+
+
+def test_a_steps_prompts_leave_the_pipeline_a_stage_time_apart() -> None:
+    # four 2,000-token prompts start an empty 4-stage pipeline: one micro-batch each, entering
+    # a stage time (the period / 4) apart; the first comes out after its traversal, the last
+    # when the cold step (the period and the fill) ends
+    from railplan.inference.engine import cold_step_s, prompt_exits_s, step_time_s
+
+    dep = _dep(2, 4)
+    four = StepLoad(prefill_tokens=8000.0, prefill_seqs=4.0)
+    exits = prompt_exits_s(dep, four)
+    stage = step_time_s(dep, four)[0] / 4
+    assert exits[0] == pytest.approx(float(prompt_traversal_s(dep, four)))
+    assert np.diff(exits) == pytest.approx([stage] * 3)
+    assert exits[-1] == pytest.approx(cold_step_s(dep, four), rel=1e-9)
+    # beside running sequences the step's micro-batches are pp, whatever the prompts: two
+    # prompts take the first two
+    busy = StepLoad(
+        decode=64.0, context_tokens=64 * 1000.0, prefill_tokens=4000.0, prefill_seqs=2.0
+    )
+    exits = prompt_exits_s(dep, busy)
+    assert exits[1] - exits[0] == pytest.approx(step_time_s(dep, busy)[0] / 4)
+
+
+def test_aggregated_and_disaggregated_prompts_leave_by_one_rule() -> None:
+    # a lone burst of four prompts into an idle aggregated engine and into a prefill instance
+    # of the same shape: the same first tokens (the aggregated step then waits for the last
+    # one before decoding; the prefill instance's next step need not)
+    from railplan.inference.disaggregated import prefill_step_fns
+    from railplan.inference.dispatch import least_busy
+    from railplan.inference.engine import prompt_exits_s
+    from railplan.inference.serving import first_token_fn, step_fn
+
+    dep = _dep(2, 4, 16)
+    args = (1.0, np.zeros(4), np.full(4, 2000), np.full(4, 1), 1, 64, 8192)
+    period, first = prefill_step_fns(dep)
+    pre = least_busy(period, *args, first_s=first)
+    agg = least_busy(step_fn(dep), *args, first_s=first_token_fn(dep))
+    want = prompt_exits_s(dep, StepLoad(prefill_tokens=8000.0, prefill_seqs=4.0))
+    assert pre.ttft_s == pytest.approx(want)
+    assert agg.ttft_s == pytest.approx(want)

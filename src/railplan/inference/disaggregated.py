@@ -12,8 +12,9 @@ stream of requests, as an operator's load test would:
    so; `dispatch.least_busy`). A prefill rank is the step loop of `serving` on requests of one
    output token: each step takes the waiting prompts whole, as many as MAX_PREFILL_TOKENS
    holds (an idle one takes the next prompt however long), and yields their first tokens. A
-   busy pipeline starts a step every period (`engine.step_time_s`); a step's first tokens come
-   out when its last prompt has crossed every stage (`engine.pipeline_fill_s` later).
+   busy pipeline starts a step every period (`engine.step_time_s`); each prompt's first token
+   comes out when its micro-batch has crossed every stage, the step's micro-batches entering
+   a stage time apart (`engine.prompt_exits_s`, the aggregated engine's rule).
 2. **KV transfer.** The prompt's KV cache then goes to a decode instance, with those of the
    other prompts of its prefill step, sharing the links (`search.kv_transfer_s` of the step's
    prompt tokens: NVLink inside an HB domain, else the NIC, on rail-only with the forwarding
@@ -39,8 +40,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from railplan.errors import RailplanError
-from railplan.inference.dispatch import Run, StepFn, least_busy
-from railplan.inference.engine import Deployment, StepLoad, pipeline_fill_s
+from railplan.inference.dispatch import FirstFn, Run, StepFn, least_busy
+from railplan.inference.engine import Deployment
 from railplan.inference.estimate import InferenceResult, check_decoding, check_tokens, infer
 from railplan.inference.search import (
     choice_result,
@@ -52,11 +53,11 @@ from railplan.inference.serving import (
     MAX_SIMULATED_REQUESTS,
     Lengths,
     ServingResult,
-    _cached,
     _check_simulation,
     _lengths,
     batch_limit,
     default_requests,
+    first_token_fn,
     lockstep_fn,
     period_fn,
     speculation,
@@ -79,18 +80,11 @@ class DisaggregatedRun:
     kv_transfer_s: FloatArray  # per request
 
 
-def prefill_step_fns(dep: Deployment) -> tuple[StepFn, StepFn | None]:
-    """A prefill instance's step (a pipeline period) and the time from a step's start to its
-    prompts' first tokens (None without pipelining: the step's end), both cached."""
-    period = period_fn(dep)
-    if dep.pp == 1:
-        return period, None
-
-    def first(load: StepLoad) -> float:
-        step = period(load)
-        return step + float(pipeline_fill_s(dep, step, load.prefill_seqs))
-
-    return period, _cached(first)
+def prefill_step_fns(dep: Deployment) -> tuple[StepFn, FirstFn | None]:
+    """A prefill instance's step (a pipeline period) and the time from a step's start to each
+    of its prompts' first tokens (`serving.first_token_fn`, the aggregated engine's rule; None
+    without pipelining: the step's end), both cached."""
+    return period_fn(dep), first_token_fn(dep)
 
 
 def check_split(dep: Deployment, prefill_instances: int) -> int:

@@ -32,6 +32,9 @@ from railplan.inference.engine import StepLoad
 from railplan.specs.arrays import FloatArray, IntArray
 
 StepFn = Callable[[StepLoad], float]
+#: a step load to the time from the step's start until each of its prompts' first tokens, in
+#: admission order (`serving.first_token_fn`)
+FirstFn = Callable[[StepLoad], FloatArray]
 #: output tokens still to come below which a sequence is done (speculative decoding's mean gains
 #: are fractional, and their running sum rounds)
 LEFT_TOLERANCE = 1e-6
@@ -130,6 +133,13 @@ class Run:
         return True
 
 
+def _exits(first_s: FirstFn, load: StepLoad, prompts: int) -> FloatArray:
+    """`first_s` of a step's load for its `prompts` prompts, in admission order (one value:
+    the same for every prompt)."""
+    exits = np.atleast_1d(np.asarray(first_s(load), dtype=np.float64))
+    return exits[:prompts] if exits.size > 1 else np.full(prompts, float(exits[0]))
+
+
 def admit(
     csum: FloatArray,
     arrived: int,
@@ -215,7 +225,7 @@ class _Replica:
         budget: int,
         reqs: _Requests,
         spec: Speculation,
-        first_s: StepFn | None = None,
+        first_s: FirstFn | None = None,
         next_arrival: float = math.inf,
     ) -> None:
         """One engine step at `self.t`, as serving.simulate takes it; `first_s`: the time from
@@ -234,7 +244,7 @@ class _Replica:
         budget: int,
         reqs: _Requests,
         spec: Speculation,
-        first_s: StepFn | None = None,
+        first_s: FirstFn | None = None,
         next_arrival: float = math.inf,
     ) -> _Pending | float:
         """The step at `self.t`: what it admits (done here) and the load it carries, to be run
@@ -276,7 +286,7 @@ class _Replica:
         budget: int,
         reqs: _Requests,
         spec: Speculation,
-        first_s: StepFn | None,
+        first_s: FirstFn | None,
         next_arrival: float = math.inf,
     ) -> _Pending | float:
         """One step with chunked prefill (vLLM's scheduler, TensorRT-LLM's chunked context):
@@ -343,11 +353,14 @@ class _Replica:
         new = np.asarray(completed, dtype=np.int64)
         start = self.t
         crossed: dict[int, float] = {}  # when each chunk is out of the last stage
-        if first_s is not None:
+        if first_s is not None and own:
             # each chunk rides in a micro-batch of its own, with its share of the running
-            # sequences (`engine.prompt_traversal_s` of a load carrying that chunk alone; the
-            # stagger of the step's micro-batches entering one after another is not counted)
-            for gid, (c, o) in own.items():
+            # sequences (`engine.prompt_exits_s` of a load carrying that chunk alone), which
+            # enters the first stage when its turn among the step's micro-batches comes (the
+            # step's own exits, less the first's)
+            exits = _exits(first_s, load, len(own))
+            entries = exits - exits[0]
+            for i, (gid, (c, o)) in enumerate(own.items()):
                 alone = StepLoad(
                     decode=load.decode,
                     context_tokens=load.context_tokens,
@@ -356,7 +369,7 @@ class _Replica:
                     prefill_cross_tokens=c * o,
                     prefill_square_tokens=float(c * c),
                 )
-                crossed[gid] = start + first_s(alone)
+                crossed[gid] = start + float(_exits(first_s, alone, 1)[0]) + float(entries[i])
         first_at = np.asarray([crossed.get(int(g), 0.0) for g in new]) if crossed else None
         sequences = new.size + len(self.partials)
 
@@ -377,7 +390,7 @@ class _Replica:
         sequences: int,
         reqs: _Requests,
         spec: Speculation,
-        first_s: StepFn | None,
+        first_s: FirstFn | None,
         first_at: FloatArray | None = None,
     ) -> None:
         """Run the step carrying `load` for `took` seconds: the running sequences gain their
@@ -407,11 +420,11 @@ class _Replica:
             self._retire(self.run_id, self.run_left, self.run_ctx, reqs)
             return
         if first_at is not None:
-            first: float | FloatArray = np.maximum(self.t, first_at)
-        elif first_s is None or not new.size:
+            first: float | FloatArray = first_at
+        elif first_s is None:
             first = self.t
-        else:
-            first = max(self.t, start + first_s(load))
+        else:  # (in admission order, as `new` is)
+            first = start + _exits(first_s, load, new.size)
         reqs.first[new] = first
         reqs.step_tokens[new] = load.prefill_tokens
         # a prompt whose micro-batch comes out of the pipeline after the step's end is that much
@@ -509,7 +522,7 @@ def least_busy(
     max_batch: int,
     max_num_tokens: int,
     spec: Speculation = Speculation(),
-    first_s: StepFn | None = None,
+    first_s: FirstFn | None = None,
     prefilled: bool = False,
     chunked: bool = False,
     lockstep: int = 1,
@@ -569,7 +582,7 @@ def _lockstep(
     budget: int,
     reqs: _Requests,
     spec: Speculation,
-    first_s: StepFn | None,
+    first_s: FirstFn | None,
     coming: float,
 ) -> None:
     """One step of an instance's ranks together (`least_busy`'s `lockstep`): each admits and

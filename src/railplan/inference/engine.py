@@ -816,6 +816,33 @@ def prompt_traversal_s(dep: Deployment, load: StepLoad) -> FloatArray:
     return np.asarray(p * np.asarray(sum(stage_time_s(dep, micro).values())))
 
 
+def micro_batch_entries_s(dep: Deployment, load: StepLoad, prompts: int) -> FloatArray:
+    """When each of a step's `prompts` prompts (or chunks), in admission order, enters the
+    first stage after the step's start: the step's micro-batches enter one stage time apart,
+    m = pp of them where sequences run (`micro_batch_load`), else one per prompt, at most pp
+    (`pipeline_fill_s`), each a stage time of period / m, and the prompts take them in turn
+    (vLLM gives each new request to a micro-batch's scheduler in turn). All 0 without
+    pipelining."""
+    if dep.pp == 1 or prompts <= 0:
+        return np.zeros(max(prompts, 0))
+    running = float(np.asarray(load.decode)) > 0
+    m = dep.pp if running else min(prompts, dep.pp)
+    stage = step_time_s(dep, load)[0] / m
+    return np.asarray((np.arange(prompts) % m) * stage)
+
+
+def prompt_exits_s(dep: Deployment, load: StepLoad) -> FloatArray:
+    """Time from the start of a step carrying `load` (whole prompts, `prefill_seqs` of them)
+    until each prompt's first token comes out of the last stage, in admission order: its
+    micro-batch's entry (`micro_batch_entries_s`) and its crossing of every stage
+    (`prompt_traversal_s`). The first prompt's is the traversal; in a step that starts an
+    empty pipeline the last one's is the step and its fill (`cold_step_s`). Without pipelining
+    each is the step."""
+    n = round(float(np.asarray(load.prefill_seqs)))
+    cross = float(prompt_traversal_s(dep, load))
+    return np.asarray(cross + micro_batch_entries_s(dep, load, n))
+
+
 def pipeline_fill_s(dep: Deployment, step_s: Num, prompts: Num) -> FloatArray:
     """What the last of a step's micro-batches waits beyond the step (`step_times`: a pipeline
     period) when `prompts` prompts start an empty pipeline alone, as a lone request or a

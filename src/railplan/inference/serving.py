@@ -29,19 +29,21 @@ stream, dispatched least-busy).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import numpy as np
 
 from railplan.errors import RailplanError
-from railplan.inference.dispatch import LockstepFn, Run, Speculation, StepFn, least_busy
+from railplan.inference.dispatch import FirstFn, LockstepFn, Run, Speculation, StepFn, least_busy
 from railplan.inference.engine import (
     Deployment,
     StepLoad,
     cold_step_s,
     expert_step_s,
     lockstep_step_s,
-    prompt_traversal_s,
+    prompt_exits_s,
     step_time_s,
 )
 from railplan.records import Record
@@ -156,7 +158,7 @@ def simulate(
     lengths: Lengths | None = None,
     replicas: int = 1,
     spec: Speculation = Speculation(),
-    first_s: StepFn | None = None,
+    first_s: FirstFn | None = None,
     chunked: bool = False,
     lockstep: int = 1,
     lockstep_s: LockstepFn | None = None,
@@ -305,13 +307,16 @@ def batch_limit(dep: Deployment, tokens_per_sequence: int, batch: int | None) ->
     return most if batch is None else min(batch, most)
 
 
-def _cached(time_s: StepFn) -> StepFn:
+T = TypeVar("T")
+
+
+def _cached(time_s: Callable[[StepLoad], T]) -> Callable[[StepLoad], T]:
     """`time_s` of a step load, computed once per running batch, prompt count, 16 prompt tokens,
     256 context tokens and 65,536 of the prompts' own and cached query-key pairs (Σ c², Σ c·o:
     the step time changes by < 0.5 % within them)."""
-    cache: dict[tuple[int, int, int, int, int, int], float] = {}
+    cache: dict[tuple[int, int, int, int, int, int], T] = {}
 
-    def cached(load: StepLoad) -> float:
+    def cached(load: StepLoad) -> T:
         key = (
             int(load.decode),
             int(load.prefill_seqs),
@@ -368,13 +373,15 @@ def speculation(dep: Deployment) -> Speculation:
     return Speculation(dep.verified_tokens, dep.tokens_per_step)
 
 
-def first_token_fn(dep: Deployment) -> StepFn | None:
-    """With pipelining, the time from a step's start until its prompts' first tokens
-    (`engine.prompt_traversal_s`: each prompt crosses every stage whole in one micro-batch),
-    cached as `step_fn` is; None without pipelining (the step's end)."""
+def first_token_fn(dep: Deployment) -> FirstFn | None:
+    """With pipelining, the time from a step's start until each of its prompts' first tokens,
+    in admission order (`engine.prompt_exits_s`: each prompt crosses every stage whole in one
+    micro-batch, the step's micro-batches entering a stage time apart), cached as `step_fn` is;
+    None without pipelining (the step's end). The one rule for aggregated engines, chunks and
+    disaggregated prefill instances alike."""
     if dep.pp == 1:
         return None
-    return _cached(lambda load: float(prompt_traversal_s(dep, load)))
+    return _cached(lambda load: prompt_exits_s(dep, load))
 
 
 def result(
