@@ -135,8 +135,9 @@ def infer(
     requests: Annotated[
         int | None,
         typer.Option(
-            help="with --arrival-rate: requests per rate and replica (1-200000; default "
-            "2000, or four batches' worth if more, within 250000 simulated in all)"
+            help="with --arrival-rate: requests per rate and replica, or ep rank (1-200000; "
+            "default 2000 per replica, or four batches' worth per rank if more, within 250000 "
+            "simulated in all)"
         ),
     ] = None,
     dispatch: Annotated[
@@ -160,7 +161,8 @@ def infer(
     as_json: JsonOpt = False,
 ) -> None:
     """Serve a model: TTFT, TPOT, tokens/s per GPU, KV cache and the largest batch; under
-    Poisson load with --arrival-rate (mean and p99, a sweep with a plot)."""
+    Poisson load with --arrival-rate (mean and p99, the inter-token latency's p99, a sweep
+    with a plot)."""
     from railplan.inference import disaggregated
     from railplan.inference.engine import Deployment
     from railplan.inference.estimate import default_batch
