@@ -14,9 +14,9 @@ from railplan.inference.dispatch import least_busy
 from railplan.inference.engine import (
     Deployment,
     StepLoad,
-    expert_step_s,
-    expert_tokens,
+    experts_s,
     lockstep_step_s,
+    mean_load,
     step_time_s,
 )
 from railplan.inference.estimate import infer
@@ -41,17 +41,20 @@ def test_equal_ranks_step_as_one() -> None:
 
 def test_a_prompt_on_one_rank_by_hand() -> None:
     # seven ranks decode 32 sequences, one also runs a 2,048-token prompt: the step is that
-    # rank's, with its experts at the ranks' mean tokens ((7·32 + 32 + 2048) / 8) instead of
-    # its own 2,080
+    # rank's, with its experts at the ranks' mean load (32 sequences, 1/8 of the prompt: 1/8
+    # of a step carrying it) instead of its own
     d = moe()
     dec = StepLoad(decode=32, context_tokens=32 * 1024)
     pre = StepLoad(decode=32, context_tokens=32 * 1024, prefill_tokens=2048, prefill_seqs=1)
     loads = [pre] + [dec] * 7
     own = [step_time_s(d, ld)[0] for ld in loads]
-    mean = (8 * 32 + 2048) / 8
-    want = own[0] - expert_step_s(d, 2080, 33) + expert_step_s(d, mean, 33 + 7 * 32)
-    # (the sequences' mean decides only whether a two-batch overlap splits: not here)
-    assert expert_tokens(d, pre) == (2080.0, 33.0)
+    mean = mean_load(loads)
+    assert (float(mean.decode), float(mean.prefill_seqs)) == (32.0, 1 / 8)
+    carrying = float(experts_s(d, pre))
+    assert float(experts_s(d, mean)) == pytest.approx(
+        carrying / 8 + 7 / 8 * float(experts_s(d, dec))
+    )
+    want = own[0] - carrying + float(experts_s(d, mean))
     assert lockstep_step_s(d, loads, own) == pytest.approx(want)
     assert want > own[1]  # the decoding ranks wait for the prompt
     assert want < own[0]  # and the prompt's tokens spread over every rank's experts
@@ -131,6 +134,27 @@ def test_an_idle_rank_waits_out_the_step() -> None:
         round_robin=False,  # least busy: both go to rank 0 after the first finishes
     )
     assert run.ttft_s.tolist() == pytest.approx([0.01, 0.01])
+
+
+def test_a_rank_with_nothing_to_run_keeps_the_instances_clock() -> None:
+    # two ranks, round robin: requests 0 and 1 (2 and 8 tokens) at t = 0, request 2 at 35 ms
+    # to rank 0, which has been idle since its request finished at 20 ms; steps of 10 ms. The
+    # idle rank waits out the steps of the other, so request 2 starts at the instance's step
+    # boundary (40 ms), not on its arrival: TTFT 15 ms
+    run = least_busy(
+        lambda load: 0.01,
+        1.0,
+        np.array([0.0, 0.0, 0.035]),
+        np.full(3, 10),
+        np.array([2, 8, 2]),
+        2,
+        8,
+        4096,
+        lockstep=2,
+        lockstep_s=lambda loads: 0.01,
+        round_robin=True,
+    )
+    assert run.ttft_s.tolist() == pytest.approx([0.01, 0.01, 0.015])
 
 
 def test_prompts_on_other_ranks_stall_the_decoding_ones() -> None:

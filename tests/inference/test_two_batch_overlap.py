@@ -15,6 +15,7 @@ from railplan.inference.engine import (
     Deployment,
     StepLoad,
     expert_stage_s,
+    experts_s,
     logits_s,
     stage_parts,
     stage_time_s,
@@ -198,16 +199,25 @@ def test_a_share_of_a_prompt_is_a_mixture_of_steps(tbo: bool, share: float) -> N
     # mixture, but the experts of the long steps see the ranks' mean load (the mixture of the
     # two loads' expert GEMMs at `share`), not the prompt rank's
     d = dep(tbo)
-    mixed = stage_time_s(d, StepLoad(64, 64 * 2048, share * 2048, share))
-    whole = stage_time_s(d, StepLoad(64, 64 * 2048, 2048, 1.0))
-    none = stage_time_s(d, StepLoad(64, 64 * 2048))
+    mixed = step_time_s(d, StepLoad(64, 64 * 2048, share * 2048, share))[1]
+    whole_load = StepLoad(64, 64 * 2048, 2048, 1.0)
+    whole = step_time_s(d, whole_load)[1]
+    none = step_time_s(d, StepLoad(64, 64 * 2048))[1]
     ours, others = expert_stage_s(d, 64 + 2048, 65), expert_stage_s(d, 64, 64)
+    assert float(experts_s(d, whole_load)) == pytest.approx(float(ours))
     slow = 1 - (1 - share) ** 32
+    carrying = share / slow  # the ranks carrying the prompt, in a step where one does
     for k, v in mixed.items():
         long = float(whole[k])
         if k == "gemm":
-            long += float((1 - share) * (others - ours))
+            long += float((1 - carrying) * (others - ours))
         assert float(v) == pytest.approx(slow * long + (1 - slow) * float(none[k]))
+    # one rank's own pipeline stage: the plain mixture
+    mixed = stage_time_s(d, StepLoad(64, 64 * 2048, share * 2048, share))
+    whole = stage_time_s(d, whole_load)
+    none = stage_time_s(d, StepLoad(64, 64 * 2048))
+    for k, v in mixed.items():
+        assert float(v) == pytest.approx(share * float(whole[k]) + (1 - share) * float(none[k]))
     # a dense model's (or one rank's) steps: the plain mixture
     dense = Deployment(load_model("llama-3.1-70b"), load_system("dgx-h100"), Network(), 8, 8)
     mixed = stage_time_s(dense, StepLoad(64, 64 * 2048, share * 2048, share))

@@ -167,7 +167,8 @@ def simulate_disaggregated(
         lockstep=dep.ep,
         lockstep_s=lockstep_fn(dep, period),
     )
-    # the KV caches of a step's prompts leave together once its first tokens are out
+    # each prompt's KV cache leaves once its first token is out, timed as sharing the links
+    # with the rest of its step's prompts (the whole step's prompt tokens)
     assert pre.step_tokens is not None  # (least_busy records them)
     xfer = np.asarray(kv_transfer_s(dep, 1.0, pre.step_tokens))
     kv_at = arrivals + pre.ttft_s + xfer  # when each request's KV cache is on a decode GPU

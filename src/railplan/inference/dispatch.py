@@ -57,7 +57,10 @@ class _Pending:
     seconds (its own step time, or with lockstep ep ranks the instance's)."""
 
     load: StepLoad
-    run: Callable[[float], None]
+    #: run(took, stretch): the step lasts `took`; its prompts' first tokens come `stretch` times
+    #: as long after its start as the replica's own step would give them (the slowest rank sets
+    #: a lockstep instance's pace, every layer of the others waiting for it)
+    run: Callable[[float, float], None]
 
 
 @dataclass(frozen=True)
@@ -88,8 +91,9 @@ class Run:
     full_tokens_per_s: float = 0.0
     # per request, the prompt tokens of the step that admitted it (None: not recorded)
     step_tokens: FloatArray | None = None
-    # inter-token latency: the gaps between a sequence's successive tokens, over every token
-    # after a first (each step's time, once per sequence it gave a further token; `_itl`)
+    # inter-token latency: the gaps between a sequence's successive tokens, one per step after
+    # its first token (each step's time, once per sequence it gave a further token; with
+    # speculative decoding a step yields `Speculation.gain` tokens on average; `_itl`)
     itl_mean_s: float = 0.0
     itl_p99_s: float = 0.0
 
@@ -234,7 +238,7 @@ class _Replica:
         most until then when only chunks in flight are left)."""
         pending = self.prepare(batch, budget, reqs, spec, first_s, next_arrival)
         if isinstance(pending, _Pending):
-            pending.run(step_s(pending.load))
+            pending.run(step_s(pending.load), 1.0)
         else:
             self.t = max(self.t, pending)
 
@@ -277,7 +281,10 @@ class _Replica:
             load = StepLoad(decode=float(running), context_tokens=float(self.run_ctx.sum()))
         self.nxt = end
         return _Pending(
-            load, lambda took: self._advance(took, load, new, new.size, reqs, spec, first_s)
+            load,
+            lambda took, stretch: self._advance(
+                took, load, new, new.size, reqs, spec, first_s, stretch=stretch
+            ),
         )
 
     def _chunked_step(
@@ -352,7 +359,7 @@ class _Replica:
         )
         new = np.asarray(completed, dtype=np.int64)
         start = self.t
-        crossed: dict[int, float] = {}  # when each chunk is out of the last stage
+        crossed: dict[int, float] = {}  # when each chunk is out of the last stage, from `start`
         if first_s is not None and own:
             # each chunk rides in a micro-batch of its own, with its share of the running
             # sequences (`engine.prompt_exits_s` of a load carrying that chunk alone), which
@@ -369,14 +376,15 @@ class _Replica:
                     prefill_cross_tokens=c * o,
                     prefill_square_tokens=float(c * c),
                 )
-                crossed[gid] = start + float(_exits(first_s, alone, 1)[0]) + float(entries[i])
-        first_at = np.asarray([crossed.get(int(g), 0.0) for g in new]) if crossed else None
+                crossed[gid] = float(_exits(first_s, alone, 1)[0]) + float(entries[i])
         sequences = new.size + len(self.partials)
 
-        def run(took: float) -> None:
+        def run(took: float, stretch: float) -> None:
+            at = {g: start + stretch * c for g, c in crossed.items()}
+            first_at = np.asarray([at.get(int(g), 0.0) for g in new]) if at else None
             self._advance(took, load, new, sequences, reqs, spec, first_s, first_at)
             for entry in cut:  # when these chunks are out of the pipeline
-                entry[2] = max(self.t, crossed.get(int(entry[0]), self.t))
+                entry[2] = max(self.t, at.get(int(entry[0]), self.t))
             if took_last:
                 reqs.last_admitted = self.t  # the step that took the last prompt (first chunk)
 
@@ -392,12 +400,14 @@ class _Replica:
         spec: Speculation,
         first_s: FirstFn | None,
         first_at: FloatArray | None = None,
+        stretch: float = 1.0,
     ) -> None:
         """Run the step carrying `load` for `took` seconds: the running sequences gain their
         tokens, and `new`, the requests whose prompts it completes, their first; `sequences`:
         those it runs beside
         the running ones (counted in `sizes`); `first_at`: when each of `new` comes out of the
-        last stage, if known (default: `first_s` of the whole load after the step's start)."""
+        last stage, if known (default: `first_s` of the whole load after the step's start, times
+        `stretch`: `_Pending.run`)."""
         running = self.run_id.size
         start = self.t
         self.t += took
@@ -424,12 +434,14 @@ class _Replica:
         elif first_s is None:
             first = self.t
         else:  # (in admission order, as `new` is)
-            first = start + _exits(first_s, load, new.size)
+            first = start + stretch * _exits(first_s, load, new.size)
         reqs.first[new] = first
         reqs.step_tokens[new] = load.prefill_tokens
         # a prompt whose micro-batch comes out of the pipeline after the step's end is that much
-        # behind for the rest of its tokens too
-        reqs.lag[new] = first - self.t
+        # behind for the rest of its tokens too; one out before it (a step that started an empty
+        # pipeline, which lasts until its last prompt is out) makes its next token with the
+        # next step all the same
+        reqs.lag[new] = np.maximum(first - self.t, 0.0)
         ids = np.concatenate([self.run_id, new])
         left = np.concatenate([self.run_left, reqs.output[new] - 1.0])
         ctx = np.concatenate([self.run_ctx, reqs.prompt[new] + 1.0])
@@ -442,8 +454,11 @@ class _Replica:
         if not over.any():
             self.run_id, self.run_left, self.run_ctx = ids, left, ctx
             return
-        done = self.t + reqs.lag[ids[over]]
-        reqs.finish[ids[over]] = done
+        gone = ids[over]
+        # (a one-token answer is done when its first token is out, which may be before the end
+        # of a step that started an empty pipeline)
+        done = np.where(reqs.output[gone] == 1, reqs.first[gone], self.t + reqs.lag[gone])
+        reqs.finish[gone] = done
         for f in done.tolist():  # later than every earlier finish but those still lagging
             insort(self.done, f)
         self.run_id, self.run_left, self.run_ctx = ids[~over], left[~over], ctx[~over]
@@ -460,7 +475,7 @@ class _Replica:
         ctx = np.concatenate([self.run_ctx, reqs.prompt[new] + 1.0])
         load = StepLoad(decode=float(ids.size), context_tokens=float(ctx.sum()))
 
-        def run(took: float) -> None:
+        def run(took: float, stretch: float) -> None:
             self.t += took
             if new.size and new[-1] == reqs.count - 1:
                 reqs.last_admitted = self.t
@@ -568,7 +583,9 @@ def least_busy(
             ranks[0].step(step_s, max_batch, max_num_tokens, reqs, spec, first_s, coming)
         else:
             assert lockstep_s is not None
-            _lockstep(ranks, lockstep_s, max_batch, max_num_tokens, reqs, spec, first_s, coming)
+            _lockstep(
+                ranks, step_s, lockstep_s, max_batch, max_num_tokens, reqs, spec, first_s, coming
+            )
         heapq.heappush(heap, (ranks[0].t, i))
         if waiting_at_end < 0 and t >= arrivals[-1]:  # arrived, not admitted, as arrivals stop
             waiting_at_end = sum(r.n - r.nxt for r in reps)
@@ -577,6 +594,7 @@ def least_busy(
 
 def _lockstep(
     ranks: list[_Replica],
+    step_s: StepFn,
     lockstep_s: LockstepFn,
     batch: int,
     budget: int,
@@ -586,8 +604,10 @@ def _lockstep(
     coming: float,
 ) -> None:
     """One step of an instance's ranks together (`least_busy`'s `lockstep`): each admits and
-    loads its step, all run for the instance's step time; when none can run (chunked prefill
-    with only chunks in flight), all wait for the first to be ready, or the next arrival."""
+    loads its step, all run for the instance's step time, each rank's first tokens stretched
+    as its step is (its own time `step_s` to the instance's); when none can run (chunked
+    prefill with only chunks in flight), all wait for the first to be ready, or the next
+    arrival."""
     t = ranks[0].t
     steps = [r.prepare(batch, budget, reqs, spec, first_s, coming) for r in ranks]
     loads = [p.load if isinstance(p, _Pending) else StepLoad() for p in steps]
@@ -599,7 +619,8 @@ def _lockstep(
     took = lockstep_s(loads)
     for r, p in zip(ranks, steps, strict=True):
         if isinstance(p, _Pending):
-            p.run(took)
+            own = step_s(p.load)
+            p.run(took, took / own if own > 0 else 1.0)
         else:
             r.t = t + took
 

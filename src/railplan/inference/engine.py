@@ -632,10 +632,8 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
     state's average step, a pipeline stage's micro-batch) stands for f of the steps carrying
     k + 1 prompts and 1 − f carrying k, each prompt of the load's mean length: every component
     is that mixture, since a step is not a step with a fraction of a prompt (its GEMMs may be
-    compute-bound where the others stream weights). With ep > 1 the ranks step together
-    (`lockstep_step_s`): the steps carrying k + 1 prompts are those where any of the ep ranks
-    carries one, 1 − (1 − f)^ep of them, their experts at the ranks' mean tokens. The step
-    itself is `overlapped_stage_time_s`."""
+    compute-bound where the others stream weights). The step itself is
+    `overlapped_stage_time_s`."""
     n = np.asarray(load.prefill_seqs, dtype=np.float64)
     k = np.floor(n)
     f = n - k
@@ -650,19 +648,6 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
     a = overlapped_stage_time_s(dep, more)
     b = overlapped_stage_time_s(dep, fewer)
     whole = overlapped_stage_time_s(dep, load) if bool(np.any(~part)) else a
-    if dep.ep > 1:
-        # the ep ranks step together (`lockstep_step_s`), each carrying the k + 1st prompt in
-        # f of the steps, independently: a step lasts as long as one carrying it wherever any
-        # rank does, 1 − (1 − f)^ep of the steps, and its experts see the ranks' mean load
-        # (the same mixture of the two steps' expert GEMMs: f of k + 1 prompts, 1 − f of k)
-        q = dep.verified_tokens
-        fewer_tokens = decode * q + np.asarray(fewer.prefill_tokens, dtype=np.float64)
-        more_tokens = decode * q + np.asarray(more.prefill_tokens, dtype=np.float64)
-        ours = expert_stage_s(dep, more_tokens, decode + k + 1.0)
-        others = expert_stage_s(dep, np.where(empty, 0.0, fewer_tokens), decode + k)
-        a = dict(a)
-        a["gemm"] = a["gemm"] + np.where(part, (1.0 - f) * (others - ours), 0.0)
-        f = 1.0 - (1.0 - f) ** dep.ep
     return {
         key: np.asarray(
             np.where(part, f * v + (1.0 - f) * np.where(empty, 0.0, b[key]), whole[key])
@@ -787,7 +772,44 @@ def step_times(dep: Deployment, load: StepLoad) -> tuple[FloatArray, dict[str, F
     stages, each with the batch split in pp micro-batches in flight. A running sequence gains
     one token per step, or `Deployment.tokens_per_step` on average with speculative decoding:
     then every step verifies each running sequence's drafts with its token and drafts the next
-    ones on the last stage (`draft`, `draft_s`)."""
+    ones on the last stage (`draft`, `draft_s`).
+
+    With ep > 1 the ep ranks step together (`lockstep_step_s`). A steady-state load of
+    n = k + f prompts per rank (0 < f < 1: each rank carries the k + 1st prompt in f of the
+    steps, independently of the others) then stands for F = 1 − (1 − f)^ep of the steps
+    lasting as long as a rank's step with k + 1 prompts, the steps where any rank carries one,
+    and 1 − F as one with k; in the former the experts see the ranks' mean load, f/F of them
+    carrying the k + 1st prompt (`experts_s`). A load of whole prompts is one rank's step."""
+    n = np.asarray(load.prefill_seqs, dtype=np.float64)
+    k = np.floor(n)
+    f = n - k
+    part = f > 0
+    if dep.ep == 1 or not bool(np.any(part)):
+        return _rank_step_times(dep, load)
+    decode = np.asarray(load.decode, dtype=np.float64)
+    empty = (k == 0) & (decode <= 0)  # the steps with k prompts have nothing to run
+    more = load.with_prompts(k + 1.0)
+    # (timed at one running sequence where empty, to keep 0/0 out of the GEMMs, counted 0)
+    fewer = load.with_prompts(k, np.where(empty, 1.0, decode))
+    _, a = _rank_step_times(dep, more)
+    _, b = _rank_step_times(dep, fewer)
+    whole = _rank_step_times(dep, load)[1] if bool(np.any(~part)) else a
+    slow = 1.0 - (1.0 - f) ** dep.ep
+    carrying = f / np.where(slow > 0, slow, 1.0)
+    others = np.where(empty, 0.0, experts_s(dep, fewer))
+    a = dict(a)
+    a["gemm"] = a["gemm"] + np.where(part, (1.0 - carrying) * (others - experts_s(dep, more)), 0.0)
+    parts = {
+        key: np.asarray(
+            np.where(part, slow * v + (1.0 - slow) * np.where(empty, 0.0, b[key]), whole[key])
+        )
+        for key, v in a.items()
+    }
+    return np.asarray(sum(parts.values())), parts
+
+
+def _rank_step_times(dep: Deployment, load: StepLoad) -> tuple[FloatArray, dict[str, FloatArray]]:
+    """`step_times` of one rank's own load, however its ep peers' steps go."""
     p = float(dep.pp)
     share = micro_batch_load(load, p)
     parts = {k: p * v for k, v in stage_time_s(dep, share).items()}
@@ -868,15 +890,6 @@ def step_time_s(dep: Deployment, load: StepLoad) -> tuple[float, dict[str, float
     return float(total), {k: float(v) for k, v in parts.items()}
 
 
-def expert_tokens(dep: Deployment, load: StepLoad) -> tuple[float, float]:
-    """Tokens and sequences of one stage micro-batch of a step carrying `load`
-    (`micro_batch_load`'s share), as each MoE layer sees them: every running sequence puts its
-    `Deployment.verified_tokens` through."""
-    share = micro_batch_load(load, float(dep.pp))
-    tokens = float(share.decode) * dep.verified_tokens + float(share.prefill_tokens)
-    return tokens, float(share.decode) + float(share.prefill_seqs)
-
-
 def expert_stage_s(dep: Deployment, tokens: Num, sequences: Num) -> FloatArray:
     """The expert GEMMs of one stage's micro-batch that puts `tokens` tokens of `sequences`
     sequences through each MoE layer, on every ep rank: the stage's MoE layers, with
@@ -893,29 +906,61 @@ def expert_stage_s(dep: Deployment, tokens: Num, sequences: Num) -> FloatArray:
     return np.asarray(np.where(tok > 0, dep.stage_moe_layers * per, 0.0))
 
 
-def expert_step_s(dep: Deployment, tokens: float, sequences: float) -> float:
-    """`expert_stage_s` over a step's pp stage times (`step_times` counts each stage's
-    micro-batch pp times), for `expert_tokens` of a step's load."""
-    return float(dep.pp * expert_stage_s(dep, tokens, sequences))
+def experts_s(dep: Deployment, load: StepLoad) -> FloatArray:
+    """The expert GEMMs of a step carrying `load` on one ep rank, as `step_times` counts them
+    for a rank's own load: pp micro-batches over the stage's MoE layers (`expert_stage_s`),
+    a micro-batch carrying a share of a prompt as that mixture of its steps
+    (`stage_time_s`); 0 for a dense model."""
+    p = float(dep.pp)
+    share = micro_batch_load(load, p)
+    q = dep.verified_tokens
+    decode = np.asarray(share.decode, dtype=np.float64)
+    n = np.asarray(share.prefill_seqs, dtype=np.float64)
+    k = np.floor(n)
+    f = n - k
+    per = share.prompt_tokens  # tokens per prompt
+    whole = expert_stage_s(dep, decode * q + np.asarray(share.prefill_tokens), decode + n)
+    more = expert_stage_s(dep, decode * q + (k + 1.0) * per, decode + k + 1.0)
+    fewer = expert_stage_s(dep, decode * q + k * per, decode + k)
+    return np.asarray(p * np.where(f > 0, f * more + (1.0 - f) * fewer, whole))
+
+
+def mean_load(loads: list[StepLoad]) -> StepLoad:
+    """The ranks' mean load, field by field (what each rank's experts see, tokens being routed
+    over every rank's experts)."""
+    count = float(len(loads))
+    names = (
+        "decode",
+        "context_tokens",
+        "prefill_tokens",
+        "prefill_seqs",
+        "prefill_cross_tokens",
+        "prefill_square_tokens",
+    )
+    return StepLoad(*(sum(float(getattr(ld, f)) for ld in loads) / count for f in names))
 
 
 def lockstep_step_s(
     dep: Deployment,
     loads: list[StepLoad],
     rank_s: list[float],
-    experts_s: Callable[[float, float], float] | None = None,
+    experts: Callable[[StepLoad], float] | None = None,
 ) -> float:
     """One step of an instance whose ep ranks step together, each with its own batch (`loads`;
     an empty load for a rank with nothing to run) that alone would take `rank_s`: the slowest
     rank, since every MoE layer's dispatch waits for all of them (DeepSeek-style data-parallel
     attention with expert parallelism: SGLang's DP attention runs an idle batch on a rank with
     no request so that the others' all-to-alls complete). Its experts do not see its own
-    tokens but the mean of all ranks' (tokens are routed over every rank's experts), so each
-    rank's time has its own expert GEMMs (`expert_step_s`) replaced by the mean's. The rest of a
-    rank's step (its attention, dense layers, all-to-alls of its own tokens) stays its own.
-    `experts_s`: `expert_step_s` of (tokens, sequences), cached by the caller (default: it)."""
-    ex = experts_s or (lambda t, n: expert_step_s(dep, t, n))
-    tokens, seqs = zip(*(expert_tokens(dep, ld) for ld in loads), strict=True)
-    mean = ex(float(np.mean(tokens)), float(np.mean(seqs)))
-    busy = [s - ex(t, n) + mean for s, t, n in zip(rank_s, tokens, seqs, strict=True) if t > 0]
+    tokens but the ranks' mean load (tokens are routed over every rank's experts), so each
+    rank's time has its own expert GEMMs (`experts_s`) replaced by the mean load's
+    (`mean_load`; a prompt on one of ep ranks counts as that share of a step carrying it, the
+    mixture of `stage_time_s`, which overstates the experts' time where they stream their
+    weights whatever the tokens: by ≈ 1/ep of a prompt step's expert GEMMs). The rest of
+    a rank's step (its attention, dense layers, all-to-alls of its own tokens) stays its own.
+    With the two-batch overlap the expert GEMMs are taken as additive, though an all-to-all
+    longer than a layer's compute would hide a change in them. `experts`: `experts_s` of a
+    load, cached by the caller (default: it)."""
+    ex = experts or (lambda ld: float(experts_s(dep, ld)))
+    mean = ex(mean_load(loads))
+    busy = [s - ex(ld) + mean for ld, s in zip(loads, rank_s, strict=True) if float(ld.tokens) > 0]
     return max(busy, default=0.0)

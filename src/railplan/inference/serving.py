@@ -41,7 +41,7 @@ from railplan.inference.engine import (
     Deployment,
     StepLoad,
     cold_step_s,
-    expert_step_s,
+    experts_s,
     lockstep_step_s,
     prompt_exits_s,
     step_time_s,
@@ -348,22 +348,31 @@ def period_fn(dep: Deployment) -> StepFn:
 
 def lockstep_fn(dep: Deployment, rank_s: StepFn) -> LockstepFn | None:
     """With ep > 1, one step of an instance's ep ranks together (`engine.lockstep_step_s`),
-    each rank's own time `rank_s` (`step_fn`, `period_fn`: cached), the expert GEMMs cached per
-    16 tokens; None without expert parallelism (the ranks are the instances)."""
+    each rank's own time `rank_s` (`step_fn`, `period_fn`: cached), the expert GEMMs of each
+    rank's load and of the ranks' mean (`engine.experts_s`) cached as the step time is, keyed
+    by ep times the load (whole sequences and prompts for the mean too); None without expert
+    parallelism (the ranks are the instances)."""
     if dep.ep == 1:
         return None
-    experts: dict[tuple[int, int], float] = {}
+    ranks = float(dep.ep)
+    # keyed by the ranks' sums, whole numbers of sequences and prompts for the mean as for a
+    # rank's own load (ep times it)
+    total = _cached(lambda sums: float(experts_s(dep, sums.scaled(1.0 / ranks))))
 
-    def expert_s(tokens: float, seqs: float) -> float:
-        key = (int(tokens) // 16, int(seqs >= 2.0))
-        if key not in experts:
-            experts[key] = expert_step_s(dep, 16.0 * key[0] + 8.0, 2.0 if key[1] else 1.0)
-        return experts[key]
+    def experts(load: StepLoad) -> float:
+        fields = (
+            load.decode,
+            load.context_tokens,
+            load.prefill_tokens,
+            load.prefill_seqs,
+            load.prefill_cross_tokens,
+            load.prefill_square_tokens,
+        )
+        return total(StepLoad(*(float(round(ranks * float(v))) for v in fields)))
 
     def step(loads: list[StepLoad]) -> float:
-        return lockstep_step_s(
-            dep, loads, [rank_s(ld) if float(ld.tokens) > 0 else 0.0 for ld in loads], expert_s
-        )
+        times = [rank_s(ld) if float(ld.tokens) > 0 else 0.0 for ld in loads]
+        return lockstep_step_s(dep, loads, times, experts)
 
     return step
 
