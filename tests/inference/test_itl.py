@@ -39,21 +39,24 @@ def test_one_token_answers_have_no_gaps() -> None:
     rate=st.floats(1.0, 200.0),
     out=st.integers(2, 40),
     chunked=st.booleans(),
-    pipelined=st.booleans(),
+    pipelined=st.sampled_from(["no", "late", "early"]),
     prompt=st.integers(1, 3000),
     seed=st.integers(0, 10),
 )
 def test_gaps_add_up_to_every_requests_decode_time(
-    rate: float, out: int, chunked: bool, pipelined: bool, prompt: int, seed: int
+    rate: float, out: int, chunked: bool, pipelined: str, prompt: int, seed: int
 ) -> None:
     # each gap is a step after a sequence's first token and before its last: over all tokens
     # after the first, the gaps sum to Σ (finish − first token) = Σ TPOT · (O − 1), also when
     # a pipelined prompt's first token comes out after its step's end (its later ones lag too)
+    # or before it (its second waits for the next step: that first gap is longer)
     def step(load: StepLoad) -> float:
         return 0.005 + 1e-4 * float(load.decode) + 1e-6 * float(load.prefill_tokens)
 
-    def first(load: StepLoad) -> float:
-        return 2.5 * step(load)
+    def first(load: StepLoad) -> np.ndarray:
+        n = max(round(float(load.prefill_seqs)), 1)
+        by = 2.5 if pipelined == "late" else 0.3
+        return step(load) * (by + 0.1 * np.arange(n))
 
     run = simulate(
         step,
@@ -65,7 +68,7 @@ def test_gaps_add_up_to_every_requests_decode_time(
         max_num_tokens=2048,
         seed=seed,
         chunked=chunked,
-        first_s=first if pipelined else None,
+        first_s=None if pipelined == "no" else first,
     )
     decode_s = float(np.sum(run.tpot_s * (out - 1)))
     assert run.itl_mean_s * 300 * (out - 1) == pytest.approx(decode_s, rel=1e-9)

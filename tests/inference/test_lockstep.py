@@ -170,3 +170,36 @@ def test_prompts_on_other_ranks_stall_the_decoding_ones() -> None:
     assert lockstep_fn(d, step_fn(d)) is not None
     dense = Deployment(load_model("llama-3.1-8b"), load_system("dgx-h100"), Network(), 8, 1)
     assert lockstep_fn(dense, step_fn(dense)) is None
+
+
+def test_a_joining_prompt_on_one_rank_by_expectation() -> None:
+    # the steady state's TTFT rides the request's prompt on one rank (1 + f prompts: its own and
+    # the k + 1st in f of the steps) while the other seven carry the steady f each: the
+    # traversal is the expectation, over which ranks carry one, of the lockstep step
+    from dataclasses import replace
+    from math import comb
+
+    from railplan.inference.engine import prompt_traversal_s
+    from railplan.inference.estimate import steady_load
+
+    d = Deployment(
+        load_model("deepseek-v3"), load_system("hgx-h800"), Network(), 16, 2, 1, 8, "fp8"
+    )
+    steady = steady_load(64.0, 2000, 500)
+    f = float(steady.prefill_seqs)
+    join = replace(steady_load(63.0, 2000, 500), prefill_tokens=2000 * (1 + f), prefill_seqs=1 + f)
+
+    def rank(prompts: int) -> StepLoad:
+        return replace(steady, prefill_tokens=2000.0 * prompts, prefill_seqs=float(prompts))
+
+    want = 0.0
+    for x in (0, 1):
+        for y in range(8):
+            p = (f if x else 1 - f) * comb(7, y) * f**y * (1 - f) ** (7 - y)
+            loads = [replace(rank(1 + x), decode=63.0)] + [rank(1)] * y + [rank(0)] * (7 - y)
+            own = [step_time_s(d, ld)[0] for ld in loads]
+            want += p * lockstep_step_s(d, loads, own)
+    assert float(prompt_traversal_s(d, join, steady)) == pytest.approx(want, rel=1e-3)
+    # the rank's own step, were the others carrying what it does, is slower: the symmetric
+    # steady state's rule does not time a prompt one rank carries alone
+    assert float(prompt_traversal_s(d, join)) > 1.1 * want

@@ -206,6 +206,8 @@ class _Replica:
         # of `Run.itl_mean_s`)
         self.gap_s: list[float] = []
         self.gap_seqs: list[int] = []
+        # sequences whose first token came out before their step's end, by how much (`_gaps`)
+        self.early: dict[int, float] = {}
 
     def take(self, gid: int, prompt: int) -> None:
         if self.n == self.ids.size:  # grow by doubling: a replica's share is not known ahead
@@ -415,8 +417,7 @@ class _Replica:
             reqs.last_admitted = self.t  # the step that took the last prompt
         self.ends.append(self.t)
         self.sizes.append(running + sequences)
-        self.gap_s.append(self.t - start)
-        self.gap_seqs.append(running)
+        self._gaps(took, running)
         if spec.gain == 1.0:  # (a running sequence has a whole token or more still to come)
             self.tokens.append(float(running + new.size))
             self.run_left -= 1.0
@@ -442,10 +443,33 @@ class _Replica:
         # pipeline, which lasts until its last prompt is out) makes its next token with the
         # next step all the same
         reqs.lag[new] = np.maximum(first - self.t, 0.0)
+        # a first token out before the step's end waits for the next step for its second: that
+        # gap is the next step and this much more
+        early = self.t - first
+        if np.any(early > 0):
+            ahead = np.broadcast_to(early, new.shape)
+            for g, e, out in zip(
+                new.tolist(), ahead.tolist(), reqs.output[new].tolist(), strict=True
+            ):
+                if e > 0 and out > 1:
+                    self.early[g] = e
         ids = np.concatenate([self.run_id, new])
         left = np.concatenate([self.run_left, reqs.output[new] - 1.0])
         ctx = np.concatenate([self.run_ctx, reqs.prompt[new] + 1.0])
         self._retire(ids, left, ctx, reqs)
+
+    def _gaps(self, took: float, running: int) -> None:
+        """Record a step of `took` s that gave `running` sequences a further token: one gap
+        each, longer by how early its first token was for a sequence in its first decode step
+        (`early`: all of them run in this replica's next step)."""
+        if self.early:
+            for e in self.early.values():
+                self.gap_s.append(took + e)
+                self.gap_seqs.append(1)
+            running -= len(self.early)
+            self.early.clear()
+        self.gap_s.append(took)
+        self.gap_seqs.append(running)
 
     def _retire(self, ids: IntArray, left: FloatArray, ctx: FloatArray, reqs: _Requests) -> None:
         """After a step: the sequences `ids` with no tokens `left` finish (at the step's end,
@@ -482,8 +506,7 @@ class _Replica:
             self.ends.append(self.t)
             self.sizes.append(ids.size)
             # (every sequence here had its first token before: the admitted ones from prefill)
-            self.gap_s.append(took)
-            self.gap_seqs.append(ids.size)
+            self._gaps(took, ids.size)
             gained = np.minimum(left, spec.gain)
             self.tokens.append(float(gained.sum()))
             # (no lag here: no prompt runs on these ranks)

@@ -818,24 +818,44 @@ def _rank_step_times(dep: Deployment, load: StepLoad) -> tuple[FloatArray, dict[
     return np.asarray(sum(parts.values())), parts
 
 
-def prompt_traversal_s(dep: Deployment, load: StepLoad) -> FloatArray:
+def prompt_traversal_s(
+    dep: Deployment, load: StepLoad, peers: StepLoad | None = None
+) -> FloatArray:
     """Time from the start of a step carrying `load` until its prompts' first tokens come out
     of the last stage: the micro-batch that carries a prompt takes it whole (serving engines
     do not split a prompt over pipeline micro-batches: vLLM and TensorRT-LLM schedule whole
     requests per micro-batch), with its share of the running sequences (`micro_batch_load`: at
     least one whole sequence where any runs) and its 1/pp share of the step's other prompts,
     and crosses all pp stages at that micro-batch's stage time. Without pipelining it is the
-    step itself (`step_times`)."""
-    if dep.pp == 1:
-        return step_times(dep, load)[0]
+    rank's own step (`step_times` of its load).
+
+    With ep > 1 the rank's expert GEMMs see the ranks' mean load, its own and that of its
+    ep − 1 `peers` (default: the same as its own), micro-batch by micro-batch
+    (`lockstep_step_s`); a rank carrying a prompt the others do not is the slowest."""
     p = float(dep.pp)
-    seqs = np.asarray(load.prefill_seqs, dtype=np.float64)
-    carried = whole_share(seqs, p)  # at least the whole prompt
-    running = micro_batch_load(load, p)  # its share of the running sequences, none split
-    micro = load.with_prompts(carried, running.decode)
-    micro = replace(micro, context_tokens=running.context_tokens)
-    # (a first token needs no drafting: the drafts of the step are not waited for)
-    return np.asarray(p * np.asarray(sum(stage_time_s(dep, micro).values())))
+    if dep.pp == 1:
+        micro = load
+        total = _rank_step_times(dep, load)[0]
+    else:
+        seqs = np.asarray(load.prefill_seqs, dtype=np.float64)
+        carried = whole_share(seqs, p)  # at least the whole prompt
+        running = micro_batch_load(load, p)  # its share of the running sequences, none split
+        micro = load.with_prompts(carried, running.decode)
+        micro = replace(micro, context_tokens=running.context_tokens)
+        # (a first token needs no drafting: the drafts of the step are not waited for)
+        total = p * np.asarray(sum(stage_time_s(dep, micro).values()))
+    if dep.ep == 1 or peers is None:
+        return np.asarray(total)
+    theirs = micro_batch_load(peers, p) if dep.pp > 1 else peers
+    ranks = float(dep.ep)
+    mean = StepLoad(
+        *(
+            (np.asarray(a, dtype=np.float64) + (ranks - 1.0) * np.asarray(b, dtype=np.float64))
+            / ranks
+            for a, b in zip(_fields(micro), _fields(theirs), strict=True)
+        )
+    )
+    return np.asarray(total + p * (stage_experts_s(dep, mean) - stage_experts_s(dep, micro)))
 
 
 def micro_batch_entries_s(dep: Deployment, load: StepLoad, prompts: int) -> FloatArray:
@@ -908,36 +928,44 @@ def expert_stage_s(dep: Deployment, tokens: Num, sequences: Num) -> FloatArray:
 
 def experts_s(dep: Deployment, load: StepLoad) -> FloatArray:
     """The expert GEMMs of a step carrying `load` on one ep rank, as `step_times` counts them
-    for a rank's own load: pp micro-batches over the stage's MoE layers (`expert_stage_s`),
-    a micro-batch carrying a share of a prompt as that mixture of its steps
-    (`stage_time_s`); 0 for a dense model."""
+    for a rank's own load: pp micro-batches (`micro_batch_load`) over the stage's MoE layers
+    (`stage_experts_s`); 0 for a dense model."""
     p = float(dep.pp)
-    share = micro_batch_load(load, p)
+    return np.asarray(p * stage_experts_s(dep, micro_batch_load(load, p)))
+
+
+def stage_experts_s(dep: Deployment, micro: StepLoad) -> FloatArray:
+    """The expert GEMMs of one stage's micro-batch `micro` (`expert_stage_s`), one carrying a
+    share of a prompt as that mixture of its steps (`stage_time_s`)."""
     q = dep.verified_tokens
-    decode = np.asarray(share.decode, dtype=np.float64)
-    n = np.asarray(share.prefill_seqs, dtype=np.float64)
+    decode = np.asarray(micro.decode, dtype=np.float64)
+    n = np.asarray(micro.prefill_seqs, dtype=np.float64)
     k = np.floor(n)
     f = n - k
-    per = share.prompt_tokens  # tokens per prompt
-    whole = expert_stage_s(dep, decode * q + np.asarray(share.prefill_tokens), decode + n)
+    per = micro.prompt_tokens  # tokens per prompt
+    whole = expert_stage_s(dep, decode * q + np.asarray(micro.prefill_tokens), decode + n)
     more = expert_stage_s(dep, decode * q + (k + 1.0) * per, decode + k + 1.0)
     fewer = expert_stage_s(dep, decode * q + k * per, decode + k)
-    return np.asarray(p * np.where(f > 0, f * more + (1.0 - f) * fewer, whole))
+    return np.asarray(np.where(f > 0, f * more + (1.0 - f) * fewer, whole))
+
+
+def _fields(load: StepLoad) -> tuple[Num, ...]:
+    return (
+        load.decode,
+        load.context_tokens,
+        load.prefill_tokens,
+        load.prefill_seqs,
+        load.prefill_cross_tokens,
+        load.prefill_square_tokens,
+    )
 
 
 def mean_load(loads: list[StepLoad]) -> StepLoad:
     """The ranks' mean load, field by field (what each rank's experts see, tokens being routed
     over every rank's experts)."""
     count = float(len(loads))
-    names = (
-        "decode",
-        "context_tokens",
-        "prefill_tokens",
-        "prefill_seqs",
-        "prefill_cross_tokens",
-        "prefill_square_tokens",
-    )
-    return StepLoad(*(sum(float(getattr(ld, f)) for ld in loads) / count for f in names))
+    columns = zip(*map(_fields, loads), strict=True)
+    return StepLoad(*(sum(float(v) for v in vs) / count for vs in columns))
 
 
 def lockstep_step_s(

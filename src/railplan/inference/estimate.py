@@ -174,7 +174,9 @@ def steady_times(
     )
     # each of its n chunks crosses every stage before the next runs (one step each without
     # pipelining)
-    ttft = 0.5 * step + n * prompt_traversal_s(dep, join)
+    # (with ep > 1 the other ranks carry the steady load: this rank, with the prompt, is the
+    # slowest of the step, its experts at the ranks' mean)
+    ttft = 0.5 * step + n * prompt_traversal_s(dep, join, load)
     return np.asarray(ttft), step * d / (output_tokens - 1), parts
 
 

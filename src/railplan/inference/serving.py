@@ -355,20 +355,19 @@ def lockstep_fn(dep: Deployment, rank_s: StepFn) -> LockstepFn | None:
     if dep.ep == 1:
         return None
     ranks = float(dep.ep)
-    # keyed by the ranks' sums, whole numbers of sequences and prompts for the mean as for a
-    # rank's own load (ep times it)
-    total = _cached(lambda sums: float(experts_s(dep, sums.scaled(1.0 / ranks))))
+    # keyed by ep times the load: whole numbers of sequences and prompts for the ranks' mean as
+    # for a rank's own load, and only what the expert GEMMs read (`engine.experts_s`)
+    cache: dict[tuple[int, int, int], float] = {}
 
     def experts(load: StepLoad) -> float:
-        fields = (
-            load.decode,
-            load.context_tokens,
-            load.prefill_tokens,
-            load.prefill_seqs,
-            load.prefill_cross_tokens,
-            load.prefill_square_tokens,
+        key = (
+            round(ranks * float(load.decode)),
+            round(ranks * float(load.prefill_seqs)),
+            round(ranks * float(load.prefill_tokens)) // 16,
         )
-        return total(StepLoad(*(float(round(ranks * float(v))) for v in fields)))
+        if key not in cache:
+            cache[key] = float(experts_s(dep, load))
+        return cache[key]
 
     def step(loads: list[StepLoad]) -> float:
         times = [rank_s(ld) if float(ld.tokens) > 0 else 0.0 for ld in loads]
