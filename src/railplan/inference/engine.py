@@ -417,6 +417,18 @@ class StepLoad:
         )
 
 
+def _fields(load: StepLoad) -> tuple[Num, ...]:
+    """A load's fields, in StepLoad's order."""
+    return (
+        load.decode,
+        load.context_tokens,
+        load.prefill_tokens,
+        load.prefill_seqs,
+        load.prefill_cross_tokens,
+        load.prefill_square_tokens,
+    )
+
+
 def ep_pair_bytes(dep: Deployment, tokens: Num) -> dict[str, FloatArray]:
     """Bytes one ep rank sends to each ep rank (itself included) in the `dispatch` of `tokens`
     tokens' top_k copies to their experts and in the `combine` of the experts' outputs: a
@@ -697,16 +709,8 @@ def overlapped_stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatA
     if seqs.ndim == 0:
         return stage_parts(dep, load).parts
     at = np.nonzero(alone)
-    fields = (
-        load.decode,
-        load.context_tokens,
-        load.prefill_tokens,
-        load.prefill_seqs,
-        load.prefill_cross_tokens,
-        load.prefill_square_tokens,
-    )
     sub = StepLoad(
-        *(np.broadcast_to(np.asarray(f, dtype=np.float64), seqs.shape)[at] for f in fields)
+        *(np.broadcast_to(np.asarray(f, dtype=np.float64), seqs.shape)[at] for f in _fields(load))
     )
     one = stage_parts(dep, sub).parts
     out = {}
@@ -947,17 +951,6 @@ def stage_experts_s(dep: Deployment, micro: StepLoad) -> FloatArray:
     more = expert_stage_s(dep, decode * q + (k + 1.0) * per, decode + k + 1.0)
     fewer = expert_stage_s(dep, decode * q + k * per, decode + k)
     return np.asarray(np.where(f > 0, f * more + (1.0 - f) * fewer, whole))
-
-
-def _fields(load: StepLoad) -> tuple[Num, ...]:
-    return (
-        load.decode,
-        load.context_tokens,
-        load.prefill_tokens,
-        load.prefill_seqs,
-        load.prefill_cross_tokens,
-        load.prefill_square_tokens,
-    )
 
 
 def mean_load(loads: list[StepLoad]) -> StepLoad:
