@@ -406,10 +406,9 @@ class _Replica:
     ) -> None:
         """Run the step carrying `load` for `took` seconds: the running sequences gain their
         tokens, and `new`, the requests whose prompts it completes, their first; `sequences`:
-        those it runs beside
-        the running ones (counted in `sizes`); `first_at`: when each of `new` comes out of the
-        last stage, if known (default: `first_s` of the whole load after the step's start, times
-        `stretch`: `_Pending.run`)."""
+        those it runs beside the running ones (counted in `sizes`); `first_at`: when each of
+        `new` comes out of the last stage, if known (default: `first_s` of the whole load after
+        the step's start, times `stretch`: `_Pending.run`)."""
         running = self.run_id.size
         start = self.t
         self.t += took

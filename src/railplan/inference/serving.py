@@ -86,8 +86,8 @@ class ServingResult(Record):
     # aggregated) and the KV transfer in each TTFT
     prefill_gpus: int = 0
     kv_transfer_s: float = 0.0
-    # inter-token latency: the gaps between successive tokens of a sequence, over every token
-    # after a first (`dispatch.Run.itl_mean_s`); TPOT is a request's mean gap, which hides a
+    # inter-token latency: the gaps between successive tokens of a sequence, one per step after
+    # its first token (`dispatch.Run.itl_mean_s`); TPOT is a request's mean gap, which hides a
     # stall of one long step
     itl_mean_s: float = 0.0
     itl_p99_s: float = 0.0
