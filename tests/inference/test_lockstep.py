@@ -203,3 +203,20 @@ def test_a_joining_prompt_on_one_rank_by_expectation() -> None:
     # the rank's own step, were the others carrying what it does, is slower: the symmetric
     # steady state's rule does not time a prompt one rank carries alone
     assert float(prompt_traversal_s(d, join)) > 1.1 * want
+
+
+def test_default_requests_follow_what_the_rate_keeps_in_flight() -> None:
+    # 32 ranks of batch 128: 2,000 per instance where a low rate keeps few in flight (four
+    # batches per rank were 16,384 requests, hours of simulated arrivals), four times the
+    # sequences in flight where the rate keeps more, at most four batches
+    from railplan.errors import RailplanError
+    from railplan.inference.serving import default_requests, in_flight
+
+    assert default_requests(128, 32, 32, held=2.0) == 63
+    assert default_requests(128, 32, 32, held=100.0) == 400
+    assert default_requests(128, 32, 32, held=1e6) == 512
+    assert default_requests(1024, 1) == 4096  # one rank: four batches if more, as before
+    d = moe(32)
+    assert in_flight(d, 0.125, 128, 2048, 256) < 10 < in_flight(d, 5.0, 128, 2048, 256)
+    with pytest.raises(RailplanError, match=r"requests: must be in \[1, 7,812\] here"):
+        serve(d, 16.0, 2048, 256, batch=64, requests=10_000)

@@ -135,9 +135,9 @@ def infer(
     requests: Annotated[
         int | None,
         typer.Option(
-            help="with --arrival-rate: requests per rate and replica, or ep rank (1-200000; "
-            "default 2000 per replica, or four batches' worth per rank if more, within 250000 "
-            "simulated in all)"
+            help="with --arrival-rate: requests per rate and replica, or ep rank, simulated "
+            "(at most 250000 ÷ the ranks simulated; default 2000 per replica, or four batches' "
+            "worth per rank where the rate fills them, if more)"
         ),
     ] = None,
     dispatch: Annotated[
@@ -430,7 +430,7 @@ def _sweep_table(sweep: list[ServingResult]) -> Table:
         "Poisson arrivals, continuous batching",
         (
             "req/s",
-            "tokens/s/GPU",
+            "tok/s/GPU",
             "TTFT mean",
             "TTFT p99",
             "TPOT mean",

@@ -58,6 +58,7 @@ from railplan.inference.serving import (
     batch_limit,
     default_requests,
     first_token_fn,
+    in_flight,
     lockstep_fn,
     period_fn,
     speculation,
@@ -224,14 +225,15 @@ def serve_disaggregated(
     dec_ranks = (dep.replicas - p) * dep.ep
     limit = batch_limit(dep, input_tokens + output_tokens, batch)
     if requests is None:
-        requests = default_requests(limit, dec_ranks, dep.ep)
+        held = in_flight(dep, arrival_rate / dec_ranks, limit, input_tokens, output_tokens)
+        requests = default_requests(limit, dec_ranks, dep.ep, held)
     requests = check_int("requests", requests, 1, MAX_SIMULATED_REQUESTS)
     total = requests * dec_ranks
     if total > MAX_SIMULATED_REQUESTS:
         raise RailplanError(
             "requests",
-            f"{dec_ranks:,} decode ranks × {requests:,} requests each is {total:,} simulated "
-            f"requests; at most {MAX_SIMULATED_REQUESTS:,} (use fewer)",
+            f"must be in [1, {MAX_SIMULATED_REQUESTS // dec_ranks:,}] here ({dec_ranks:,} "
+            f"decode ranks, at most {MAX_SIMULATED_REQUESTS:,} requests in all); got {requests:,}",
         )
     run = simulate_disaggregated(
         dep, p, arrival_rate, total, input_tokens, output_tokens, limit, seed, lengths

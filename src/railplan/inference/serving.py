@@ -29,6 +29,7 @@ stream, dispatched least-busy).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -73,7 +74,7 @@ MAX_SIMULATED_REQUESTS = 250_000
 @dataclass(frozen=True)
 class ServingResult(Record):
     arrival_rate: float  # requests/s offered to the whole deployment
-    requests: int  # simulated (on one replica)
+    requests: int  # simulated per replica (per ep rank with ep > 1)
     ttft_mean_s: float
     ttft_p99_s: float
     tpot_mean_s: float
@@ -176,10 +177,11 @@ def simulate(
         raise RailplanError("replicas", f"must be a positive integer; got {replicas!r}")
     _check_simulation(rate_per_s, -(-requests // replicas), max_batch, max_num_tokens)
     if requests > MAX_SIMULATED_REQUESTS:
+        most = MAX_SIMULATED_REQUESTS // replicas
         raise RailplanError(
             "requests",
-            f"{replicas:,} replicas × {-(-requests // replicas):,} requests each is "
-            f"{requests:,} simulated requests; at most {MAX_SIMULATED_REQUESTS:,} (use fewer)",
+            f"must be in [1, {most:,}] here ({replicas:,} ranks simulated, at most "
+            f"{MAX_SIMULATED_REQUESTS:,} requests in all); got {-(-requests // replicas):,}",
         )
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1.0 / rate_per_s, requests))
@@ -239,7 +241,8 @@ def serve(
         longest = int(np.max(lengths[0])) if lengths is not None else input_tokens
         max_num_tokens = step_budget(longest, limit * dep.verified_tokens)
     if requests is None:
-        requests = default_requests(limit, replicas, dep.ep)
+        held = in_flight(dep, arrival_rate / groups, limit, input_tokens, output_tokens)
+        requests = default_requests(limit, replicas, dep.ep, held)
     rank_s = period_fn(dep) if chunked else step_fn(dep)
     run = simulate(
         rank_s,
@@ -277,13 +280,30 @@ def step_budget(longest_prompt: int, decode_tokens: int) -> int:
     return max(MAX_NUM_TOKENS, longest_prompt + decode_tokens)
 
 
-def default_requests(max_batch: int, replicas: int = 1, ranks: int = 1) -> int:
+def default_requests(
+    max_batch: int, replicas: int = 1, ranks: int = 1, held: float | None = None
+) -> int:
     """Requests per replica (per rank, with `ranks` ep ranks per instance) a load simulation
     takes by default: DEFAULT_REQUESTS per instance, or BATCH_TURNOVERS batches of `max_batch`
     per rank if more (an overloaded run must fill its batch to show what the engine serves),
-    within what one simulation of `replicas` ranks in all takes."""
-    wanted = max(-(-DEFAULT_REQUESTS // ranks), BATCH_TURNOVERS * max_batch)
+    within what one simulation of `replicas` ranks in all takes. With several ranks, the
+    batches only as full as the offered load keeps them (`held` sequences per rank,
+    `in_flight`): ep ranks × four batches of a low-rate run would simulate hours of arrivals
+    for nothing."""
+    full = max_batch if held is None or ranks == 1 else min(max_batch, math.ceil(held))
+    wanted = max(-(-DEFAULT_REQUESTS // ranks), BATCH_TURNOVERS * full)
     return max(1, min(wanted, MAX_REQUESTS, MAX_SIMULATED_REQUESTS // replicas))
+
+
+def in_flight(
+    dep: Deployment, rate_per_rank: float, batch: int, input_tokens: int, output_tokens: int
+) -> float:
+    """The sequences `rate_per_rank` requests/s keep in flight on a rank by Little's law: the
+    rate times a request's lifetime, its output tokens at the step of a full batch of `batch`
+    (no queue and no prompt stalls: a lower bound, up to the batch)."""
+    context = float(batch) * (input_tokens + 0.5 * output_tokens)
+    step = step_time_s(dep, StepLoad(decode=float(batch), context_tokens=context))[0]
+    return rate_per_rank * output_tokens * step
 
 
 def replica_count(dep: Deployment, arrival_rate: float) -> int:
