@@ -859,7 +859,8 @@ def prompt_traversal_s(
             for a, b in zip(_fields(micro), _fields(theirs), strict=True)
         )
     )
-    return np.asarray(total + p * (stage_experts_s(dep, mean) - stage_experts_s(dep, micro)))
+    swap = micro_batch_experts_s(dep, mean) - micro_batch_experts_s(dep, micro)
+    return np.asarray(total + p * swap)
 
 
 def micro_batch_entries_s(dep: Deployment, load: StepLoad, prompts: int) -> FloatArray:
@@ -933,12 +934,12 @@ def expert_stage_s(dep: Deployment, tokens: Num, sequences: Num) -> FloatArray:
 def experts_s(dep: Deployment, load: StepLoad) -> FloatArray:
     """The expert GEMMs of a step carrying `load` on one ep rank, as `step_times` counts them
     for a rank's own load: pp micro-batches (`micro_batch_load`) over the stage's MoE layers
-    (`stage_experts_s`); 0 for a dense model."""
+    (`micro_batch_experts_s`); 0 for a dense model."""
     p = float(dep.pp)
-    return np.asarray(p * stage_experts_s(dep, micro_batch_load(load, p)))
+    return np.asarray(p * micro_batch_experts_s(dep, micro_batch_load(load, p)))
 
 
-def stage_experts_s(dep: Deployment, micro: StepLoad) -> FloatArray:
+def micro_batch_experts_s(dep: Deployment, micro: StepLoad) -> FloatArray:
     """The expert GEMMs of one stage's micro-batch `micro` (`expert_stage_s`), one carrying a
     share of a prompt as that mixture of its steps (`stage_time_s`)."""
     q = dep.verified_tokens
