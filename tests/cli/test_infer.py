@@ -275,6 +275,17 @@ def test_infer_search_proposes_a_load_check_that_runs(cli: Cli) -> None:
     )
 
 
+def test_infer_search_says_when_lockstep_ranks_serve_less_under_load(cli: Cli) -> None:
+    # an aggregated best with ep > 1 (DeepSeek-V3 on 32 H800): its capacity gives every rank the
+    # same prompts per step; a dense best has no ep ranks to say it of
+    moe = cli("infer-search", "--model", "deepseek-v3", "--system", "hgx-h800", "--gpus", "32")
+    assert moe.exit_code == 0, moe.output
+    assert "best: K = 8, rail-optimized, aggregated" in moe.output
+    assert "note: its ep ranks step together" in moe.output
+    dense = cli("infer-search", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--gpus", "8")
+    assert dense.exit_code == 0 and "ep ranks step together" not in dense.output
+
+
 def test_infer_chunked_prefill(cli: Cli) -> None:
     # 16k prompts beside 64 sequences: whole, a step needs room for one (a note says the load
     # simulation's budget is raised); chunked, the budget stays 8,192 and the prompt runs in two

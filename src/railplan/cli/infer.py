@@ -542,6 +542,13 @@ def infer_search(
                 + top["load_check_command"],
                 soft_wrap=True,
             )
+            if top["mode"] == "aggregated" and top["ep"] > 1:
+                Console().print(
+                    "note: its ep ranks step together, and this capacity gives each the same "
+                    "prompts per step; under Poisson arrivals the busiest rank sets the step, "
+                    "so it serves less (docs/inference.md, 'Disaggregated, under load')",
+                    soft_wrap=True,
+                )
 
 
 #: the share of a configuration's capacity `infer-search` proposes to check it under load at
