@@ -54,7 +54,7 @@ from railplan.perf.compute import flash_attention_time_s, gemm_efficiency, memor
 from railplan.perf.layer_time import ELEMENTWISE_KERNELS_PER_LAYER
 from railplan.perf.layout import Shape, worst_shape
 from railplan.specs import GPU, Model, Network, System, load_model, load_network, load_system
-from railplan.specs.arrays import FloatArray
+from railplan.specs.arrays import BoolArray, FloatArray
 from railplan.specs.hardware import CustomAllReduceCurve
 from railplan.workload.comm import FP8_DISPATCH_BYTES
 from railplan.workload.gemms import (
@@ -637,6 +637,32 @@ def tp_all_reduce_s(dep: Deployment, size_bytes: FloatArray) -> FloatArray:
     return np.asarray(np.minimum(nccl, curve.time_s(shape.x, size_bytes)))
 
 
+@dataclass(frozen=True)
+class PromptSplit:
+    """A load of n = k + f prompts (k whole) as the two loads it stands for: `more` with
+    k + 1 prompts, in the share `f` of the steps (`part`: where 0 < f), and `fewer` with k,
+    timed at one running sequence where that leaves nothing to run (`empty`: to keep 0/0 out
+    of the GEMMs; such steps count 0)."""
+
+    f: FloatArray
+    part: BoolArray
+    empty: BoolArray
+    more: StepLoad
+    fewer: StepLoad
+
+
+def split_prompts(load: StepLoad) -> PromptSplit:
+    """`load`'s share of a prompt as the steps with one more and one fewer (`PromptSplit`)."""
+    n = np.asarray(load.prefill_seqs, dtype=np.float64)
+    k = np.floor(n)
+    f = n - k
+    decode = np.asarray(load.decode, dtype=np.float64)
+    empty = (k == 0) & (decode <= 0)
+    more = load.with_prompts(k + 1.0)
+    fewer = load.with_prompts(k, np.where(empty, 1.0, decode))
+    return PromptSplit(f, np.asarray(f > 0), np.asarray(empty), more, fewer)
+
+
 def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
     """Time of one pipeline stage for `load` (loads with at least one token), by component.
 
@@ -646,19 +672,12 @@ def stage_time_s(dep: Deployment, load: StepLoad) -> dict[str, FloatArray]:
     is that mixture, since a step is not a step with a fraction of a prompt (its GEMMs may be
     compute-bound where the others stream weights). The step itself is
     `overlapped_stage_time_s`."""
-    n = np.asarray(load.prefill_seqs, dtype=np.float64)
-    k = np.floor(n)
-    f = n - k
-    part = f > 0
+    sp = split_prompts(load)
+    f, part, empty = sp.f, sp.part, sp.empty
     if not bool(np.any(part)):
         return overlapped_stage_time_s(dep, load)
-    more = load.with_prompts(k + 1.0)
-    decode = np.asarray(load.decode, dtype=np.float64)
-    empty = (k == 0) & (decode <= 0)  # the steps with k prompts have nothing to run
-    # (timed at one running sequence there, to keep 0/0 out of the GEMMs, and counted 0)
-    fewer = load.with_prompts(k, np.where(empty, 1.0, decode))
-    a = overlapped_stage_time_s(dep, more)
-    b = overlapped_stage_time_s(dep, fewer)
+    a = overlapped_stage_time_s(dep, sp.more)
+    b = overlapped_stage_time_s(dep, sp.fewer)
     whole = overlapped_stage_time_s(dep, load) if bool(np.any(~part)) else a
     return {
         key: np.asarray(
@@ -784,25 +803,19 @@ def step_times(dep: Deployment, load: StepLoad) -> tuple[FloatArray, dict[str, F
     lasting as long as a rank's step with k + 1 prompts, the steps where any rank carries one,
     and 1 − F as one with k; in the former the experts see the ranks' mean load, f/F of them
     carrying the k + 1st prompt (`experts_s`). A load of whole prompts is one rank's step."""
-    n = np.asarray(load.prefill_seqs, dtype=np.float64)
-    k = np.floor(n)
-    f = n - k
-    part = f > 0
+    sp = split_prompts(load)
+    f, part, empty = sp.f, sp.part, sp.empty
     if dep.ep == 1 or not bool(np.any(part)):
         return _rank_step_times(dep, load)
-    decode = np.asarray(load.decode, dtype=np.float64)
-    empty = (k == 0) & (decode <= 0)  # the steps with k prompts have nothing to run
-    more = load.with_prompts(k + 1.0)
-    # (timed at one running sequence where empty, to keep 0/0 out of the GEMMs, counted 0)
-    fewer = load.with_prompts(k, np.where(empty, 1.0, decode))
-    _, a = _rank_step_times(dep, more)
-    _, b = _rank_step_times(dep, fewer)
+    _, a = _rank_step_times(dep, sp.more)
+    _, b = _rank_step_times(dep, sp.fewer)
     whole = _rank_step_times(dep, load)[1] if bool(np.any(~part)) else a
     slow = 1.0 - (1.0 - f) ** dep.ep
     carrying = f / np.where(slow > 0, slow, 1.0)
-    others = np.where(empty, 0.0, experts_s(dep, fewer))
+    others = np.where(empty, 0.0, experts_s(dep, sp.fewer))
     a = dict(a)
-    a["gemm"] = a["gemm"] + np.where(part, (1.0 - carrying) * (others - experts_s(dep, more)), 0.0)
+    swap = (1.0 - carrying) * (others - experts_s(dep, sp.more))
+    a["gemm"] = a["gemm"] + np.where(part, swap, 0.0)
     parts = {
         key: np.asarray(
             np.where(part, slow * v + (1.0 - slow) * np.where(empty, 0.0, b[key]), whole[key])
@@ -851,14 +864,7 @@ def prompt_traversal_s(
     if dep.ep == 1 or peers is None:
         return np.asarray(total)
     theirs = micro_batch_load(peers, p) if dep.pp > 1 else peers
-    ranks = float(dep.ep)
-    mean = StepLoad(
-        *(
-            (np.asarray(a, dtype=np.float64) + (ranks - 1.0) * np.asarray(b, dtype=np.float64))
-            / ranks
-            for a, b in zip(_fields(micro), _fields(theirs), strict=True)
-        )
-    )
+    mean = mean_load([micro, theirs], [1.0, dep.ep - 1.0])
     swap = micro_batch_experts_s(dep, mean) - micro_batch_experts_s(dep, micro)
     return np.asarray(total + p * swap)
 
@@ -943,23 +949,36 @@ def micro_batch_experts_s(dep: Deployment, micro: StepLoad) -> FloatArray:
     """The expert GEMMs of one stage's micro-batch `micro` (`expert_stage_s`), one carrying a
     share of a prompt as that mixture of its steps (`stage_time_s`)."""
     q = dep.verified_tokens
-    decode = np.asarray(micro.decode, dtype=np.float64)
-    n = np.asarray(micro.prefill_seqs, dtype=np.float64)
-    k = np.floor(n)
-    f = n - k
-    per = micro.prompt_tokens  # tokens per prompt
-    whole = expert_stage_s(dep, decode * q + np.asarray(micro.prefill_tokens), decode + n)
-    more = expert_stage_s(dep, decode * q + (k + 1.0) * per, decode + k + 1.0)
-    fewer = expert_stage_s(dep, decode * q + k * per, decode + k)
-    return np.asarray(np.where(f > 0, f * more + (1.0 - f) * fewer, whole))
+
+    def experts(ld: StepLoad) -> FloatArray:
+        decode = np.asarray(ld.decode, dtype=np.float64)
+        tokens = decode * q + np.asarray(ld.prefill_tokens, dtype=np.float64)
+        return expert_stage_s(dep, tokens, decode + np.asarray(ld.prefill_seqs))
+
+    sp = split_prompts(micro)
+    fewer = np.where(sp.empty, 0.0, experts(sp.fewer))
+    return np.asarray(
+        np.where(sp.part, sp.f * experts(sp.more) + (1.0 - sp.f) * fewer, experts(micro))
+    )
 
 
-def mean_load(loads: list[StepLoad]) -> StepLoad:
+def mean_load(loads: list[StepLoad], ranks: list[float] | None = None) -> StepLoad:
     """The ranks' mean load, field by field (what each rank's experts see, tokens being routed
-    over every rank's experts)."""
-    count = float(len(loads))
+    over every rank's experts), each load standing for `ranks` of them (default one each);
+    fields may be arrays."""
+    weights = ranks if ranks is not None else [1.0] * len(loads)
+    total = float(sum(weights))
     columns = zip(*map(_fields, loads), strict=True)
-    return StepLoad(*(sum(float(v) for v in vs) / count for vs in columns))
+    return StepLoad(
+        *(
+            sum(
+                (w * np.asarray(v, dtype=np.float64) for w, v in zip(weights, vs, strict=True)),
+                np.zeros(()),
+            )
+            / total
+            for vs in columns
+        )
+    )
 
 
 def lockstep_step_s(
