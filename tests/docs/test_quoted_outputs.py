@@ -19,8 +19,13 @@ from tests.cli.fuzz_cases import run_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-#: quoted commands that run for minutes on 2 cores (search over many K, a full report)
-SLOW = ("reproduce fig8", "report ")
+#: quoted commands that run for minutes on 2 cores (search over many K, a full report), or
+#: about one (a wide-EP search under load)
+SLOW = (
+    "reproduce fig8",
+    "report ",
+    "infer-search --model deepseek-v3 --system hgx-h800 --gpus 32 --precision fp8 --under-load",
+)
 NUMBER = re.compile(r"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?")
 
 

@@ -478,11 +478,20 @@ def infer_search(
             "from a prefill to a decode instance (HB, NIC, cross-rail)",
         ),
     ] = False,
+    under_load: Annotated[
+        bool,
+        typer.Option(
+            "--under-load",
+            help="also simulate the best configurations under Poisson load: the most requests/s "
+            "with p99 TTFT and TPOT within the limits (MLPerf's server rule), and the verdict "
+            "on those (seconds to a minute)",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """The configuration (tp/pp/ep/batch, aggregated or disaggregated prefill/decode) with
     the most output tokens/s per GPU within the TTFT/TPOT limits, on each network; does
-    serving need a spine?"""
+    serving need a spine? With --under-load, also under Poisson load."""
     from railplan.cli.network import _int_list
     from railplan.inference.search import prefer_buildable, search, with_hb_domain
     from railplan.specs.catalog import load_model, load_system
@@ -490,27 +499,37 @@ def infer_search(
     speculation = _speculation(speculative_tokens, acceptance)
     m, base = load_model(model), load_system(system)
     ks = _int_list("hb_domains", hb_domains) if hb_domains else [base.hb_domain]
-    results = [
-        search(
-            m,
-            with_hb_domain(base, k),
-            gpus,
-            precision,
-            input_tokens,
-            output_tokens,
-            ttft_slo,
-            tpot_slo,
-            speculative=speculation,
-            custom_all_reduce=custom_all_reduce,
-            traffic=traffic,
-        )
-        for k in ks
-    ]
+    with Console(stderr=True).status("") as status:
+
+        def told(k: int) -> Callable[[str], None]:
+            return lambda what: status.update(f"K = {k}, simulating {what}")
+
+        results = [
+            search(
+                m,
+                with_hb_domain(base, k),
+                gpus,
+                precision,
+                input_tokens,
+                output_tokens,
+                ttft_slo,
+                tpot_slo,
+                speculative=speculation,
+                custom_all_reduce=custom_all_reduce,
+                traffic=traffic,
+                under_load=under_load,
+                progress=told(k),
+            )
+            for k in ks
+        ]
     found = [r for r in results if r["best"]]
     buildable = prefer_buildable(found, lambda r: str(r["best"]["network"]))
     best = max(buildable, key=lambda r: r["best"]["tokens_per_s_per_gpu"]) if buildable else None
     top: dict[str, Any] | None = best["best"] | {"hb_domain": best["hb_domain"]} if best else None
     out = {"best": top, "by_hb_domain": results}
+    loaded_top = _best_under_load(results) if under_load else None
+    if under_load:
+        out["best_under_load"] = loaded_top
     if top is not None:
         top["load_check_command"] = _load_check_command(
             model, system, top, speculative_tokens, acceptance, custom_all_reduce
@@ -529,14 +548,12 @@ def infer_search(
     if best:
         Console().print(
             f"best: K = {best['hb_domain']}, {best['best']['network']}, "
-            f"{best['best']['mode']} tp {best['best']['tp']} "
-            f"pp {best['best']['pp']} ep {best['best']['ep']}"
-            f"{', two-batch overlap' if best['best']['two_batch_overlap'] else ''}, "
+            f"{_configuration_words(best['best'])}, "
             f"{best['best']['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU"
         )
         for line in _traffic_lines(top.get("traffic", {}) if top else {}):
             Console().print(line)
-        if top is not None:
+        if top is not None and not under_load:
             Console().print(
                 "its TTFT holds no queueing; under Poisson load at 90 % of its capacity: "
                 + top["load_check_command"],
@@ -549,6 +566,70 @@ def infer_search(
                     "so it serves less (docs/inference.md, 'Disaggregated, under load')",
                     soft_wrap=True,
                 )
+    if under_load:
+        Console(width=max(Console().width, 136)).print(_loaded_table(results))
+        for r in results:
+            Console().print(f"K = {r['hb_domain']}: {r['under_load']['verdict']}")
+        if loaded_top is not None:
+            load = loaded_top["load"]
+            Console().print(
+                f"best under load: K = {loaded_top['hb_domain']}, {loaded_top['network']}, "
+                f"{_configuration_words(loaded_top)}, batch {loaded_top['batch']}, "
+                f"{load['arrival_rate']:.4g} requests/s ({load['capacity_share']:.1%} of its "
+                f"capacity), {load['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU"
+            )
+
+
+def _configuration_words(c: dict[str, Any]) -> str:
+    """'aggregated tp 1 pp 2 ep 16, two-batch overlap' or 'disaggregated 16:16 tp 1 …'."""
+    split = f" {c['prefill_gpus']}:{c['decode_gpus']}" if c["prefill_gpus"] else ""
+    return (
+        f"{c['mode']}{split} tp {c['tp']} pp {c['pp']} ep {c['ep']}"
+        f"{', two-batch overlap' if c['two_batch_overlap'] else ''}"
+    )
+
+
+def _best_under_load(results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The most tokens/s per GPU under load over the HB-domain sizes (buildable networks
+    first), with its K."""
+    from railplan.inference.search import prefer_buildable
+
+    found = [(r["hb_domain"], b) for r in results if (b := r["under_load"]["best"]) is not None]
+    buildable = prefer_buildable(found, lambda kb: str(kb[1]["network"]))
+    if not buildable:
+        return None
+    k, b = max(buildable, key=lambda kb: kb[1]["load"]["tokens_per_s_per_gpu"])
+    return dict(b) | {"hb_domain": k}
+
+
+def _loaded_table(results: list[dict[str, Any]]) -> Table:
+    """Per HB-domain size and network, the configuration that serves the most under Poisson
+    load with p99 TTFT and TPOT within the limits."""
+    columns = ("K", "network", "mode", "tp", "pp", "ep", "TBO", "batch", "P:D GPUs")
+    rows = []
+    for r in results:
+        ul = r["under_load"]
+        for net, c in ul["by_network"].items():
+            if c is None:
+                rows.append((str(r["hb_domain"]), net, "none meets the limits", *[""] * 11))
+                continue
+            load = c["load"]
+            rows.append(
+                (
+                    *_configuration_row(str(r["hb_domain"]), net, c)[:9],
+                    f"{load['arrival_rate']:.4g}",
+                    f"{load['capacity_share']:.0%}",
+                    f"{load['ttft_p99_s']:.2f} s",
+                    f"{load['tpot_p99_s'] * 1e3:.0f} ms",
+                    f"{load['tokens_per_s_per_gpu']:,.0f}",
+                )
+            )
+    title = (
+        "under Poisson load: the most requests/s with p99 TTFT and TPOT within the limits "
+        f"(of each network's first {results[0]['under_load']['candidates']} configurations)"
+    )
+    extra = ("req/s", "of cap.", "TTFT p99", "TPOT p99", "tok/s/GPU")
+    return table(title, (*columns, *extra), rows)
 
 
 #: the share of a configuration's capacity `infer-search` proposes to check it under load at

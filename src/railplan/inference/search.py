@@ -320,9 +320,24 @@ def candidates(
     return out
 
 
-def best(choices: list[Choice], ttft_slo_s: float, tpot_slo_s: float) -> Choice | None:
+def ranked(choices: list[Choice], ttft_slo_s: float, tpot_slo_s: float) -> list[Choice]:
+    """The configurations (mode, tp, pp, ep, two-batch overlap) that meet the limits, each at
+    its batch (and prefill:decode split) with the most tokens/s per GPU, most first."""
     ok = [c for c in choices if c.ttft_s <= ttft_slo_s and c.tpot_s <= tpot_slo_s]
-    return max(ok, key=lambda c: c.tokens_per_s_per_gpu) if ok else None
+    ok.sort(key=lambda c: -c.tokens_per_s_per_gpu)
+    seen: set[tuple[Any, ...]] = set()
+    out: list[Choice] = []
+    for c in ok:
+        key = (c.mode, c.tp, c.pp, c.ep, c.two_batch_overlap)
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
+def best(choices: list[Choice], ttft_slo_s: float, tpot_slo_s: float) -> Choice | None:
+    first = ranked(choices, ttft_slo_s, tpot_slo_s)[:1]
+    return first[0] if first else None
 
 
 def search(
@@ -338,11 +353,15 @@ def search(
     speculative: tuple[int, float] = (0, DEFAULT_ACCEPTANCE),
     custom_all_reduce: bool = True,
     traffic: bool = False,
+    under_load: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """The best configuration on each network, the overall best and the spine verdict;
     `speculative`: draft tokens per step and their acceptance, `custom_all_reduce`: the serving
     framework's all-reduce kernel where measured (`Deployment`); `traffic`: each best's bytes
-    too (`traffic.configuration_traffic`, key `traffic`)."""
+    too (`traffic.configuration_traffic`, key `traffic`); `under_load`: also the best under
+    Poisson load within the limits at p99 (`loaded.best_under_load`, key `under_load`),
+    telling `progress` what it simulates."""
     input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
     check_decoding(output_tokens)
     ttft_slo_s = SLO.check("ttft_slo", ttft_slo_s)
@@ -353,6 +372,7 @@ def search(
         networks = (networks,)
     nets = {arch: load_network(arch) for arch in networks}  # one-line errors for a bad name
     by_net: dict[str, Choice | None] = {}
+    ranks: dict[str, list[Choice]] = {}
     evaluated = 0
     for arch, network in nets.items():
         cs = candidates(
@@ -367,23 +387,17 @@ def search(
             custom_all_reduce,
         )
         evaluated += len(cs)
-        by_net[arch] = best(cs, ttft_slo_s, tpot_slo_s)
+        ranks[arch] = ranked(cs, ttft_slo_s, tpot_slo_s)
+        by_net[arch] = ranks[arch][0] if ranks[arch] else None
     found = [(k, c) for k, c in by_net.items() if c is not None]
     buildable = prefer_buildable(found, lambda kc: kc[0])
     top = max(buildable, key=lambda kc: kc[1].tokens_per_s_per_gpu) if buildable else None
 
-    def full(arch: str, c: Choice | None) -> dict[str, Any] | None:
-        """The choice with the keys of `railplan infer` for its tp/pp/ep/batch; the choice's own
-        TTFT, TPOT and tokens/s win (they include the disaggregated split); `breakdown_s` is
-        the step of the choice's batch: for a disaggregated choice the decode instances' step
-        (no prompts), whose time the TPOT is."""
-        if c is None:
-            return None
-        net = nets[arch]
-        dep = Deployment(
+    def deployment(arch: str, c: Choice) -> Deployment:
+        return Deployment(
             model,
             system,
-            net,
+            nets[arch],
             gpus,
             c.tp,
             c.pp,
@@ -393,12 +407,21 @@ def search(
             *speculative,
             custom_all_reduce,
         )
+
+    def full(arch: str, c: Choice | None) -> dict[str, Any] | None:
+        """The choice with the keys of `railplan infer` for its tp/pp/ep/batch; the choice's own
+        TTFT, TPOT and tokens/s win (they include the disaggregated split); `breakdown_s` is
+        the step of the choice's batch: for a disaggregated choice the decode instances' step
+        (no prompts), whose time the TPOT is."""
+        if c is None:
+            return None
+        dep = deployment(arch, c)
         res = choice_result(dep, c, input_tokens, output_tokens).to_dict() | c.to_dict()
         if traffic:
             res["traffic"] = configuration_traffic(dep, c.batch, input_tokens, c.prefill_gpus)
         return res
 
-    return {
+    out = {
         "system": system.name,
         "hb_domain": system.hb_domain,
         "gpus": gpus,
@@ -406,13 +429,28 @@ def search(
         "best": full(*top) if top else None,
         "by_network": {k: full(k, v) for k, v in by_net.items()},
         "verdict": (
-            verdict(by_net)
+            verdict({k: c.tokens_per_s_per_gpu if c else None for k, c in by_net.items()})
             if evaluated
             else f"no configuration fits in memory on {gpus:,} GPU{'s' * (gpus != 1)} of "
             f"{system.name} "
             f"({model.name}, {precision}): use more GPUs or a lower precision"
         ),
     }
+    if under_load:
+        # `loaded` builds on this module (its simulations import `disaggregated`, which does)
+        from railplan.inference.loaded import best_under_load
+
+        out["under_load"] = best_under_load(
+            ranks,
+            deployment,
+            full,
+            input_tokens,
+            output_tokens,
+            ttft_slo_s,
+            tpot_slo_s,
+            progress,
+        )
+    return out
 
 
 def choice_result(
@@ -442,16 +480,25 @@ def choice_result(
     return replace(r, step_s=step, breakdown_s=parts)
 
 
-def verdict(by_net: dict[str, Choice | None]) -> str:
-    ro, rl = by_net.get("rail-optimized"), by_net.get("rail-only")
+def verdict(tokens_per_s_per_gpu: dict[str, float | None], under_load: bool = False) -> str:
+    """Whether serving needs a spine: what each network's best serves per GPU (None: nothing
+    meets the limits), rail-only against rail-optimized; `under_load`: figures of
+    `loaded.best_under_load`."""
+    ro, rl = tokens_per_s_per_gpu.get("rail-optimized"), tokens_per_s_per_gpu.get("rail-only")
     if ro is None or rl is None:
-        return "no configuration meets the limits on " + (
-            "rail-optimized" if ro is None else "rail-only"
+        return (
+            "no configuration meets the limits "
+            + "under load " * under_load
+            + "on "
+            + ("rail-optimized" if ro is None else "rail-only")
         )
-    loss = 1.0 - rl.tokens_per_s_per_gpu / ro.tokens_per_s_per_gpu
+    loss = 1.0 - rl / ro
+    where = " under load" if under_load else ""
     if loss > SPINE_THRESHOLD:
-        return f"serving needs a spine: rail-only serves {loss:.1%} fewer tokens/s per GPU"
-    return f"serving needs no spine: rail-only is within {max(loss, 0.0):.1%} of rail-optimized"
+        return f"serving needs a spine{where}: rail-only serves {loss:.1%} fewer tokens/s per GPU"
+    return (
+        f"serving needs no spine{where}: rail-only is within {max(loss, 0.0):.1%} of rail-optimized"
+    )
 
 
 def with_hb_domain(system: System, k: int) -> System:

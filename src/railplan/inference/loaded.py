@@ -1,0 +1,240 @@
+"""A serving configuration under Poisson load: the highest arrival rate at which it keeps its
+p99 TTFT and p99 TPOT within limits, as MLPerf Inference's server scenario rates a system (the
+query rate a submitter may claim is one whose 99th-percentile latencies meet the scenario's
+limits).
+
+The steady state (`estimate`, `search`) takes a full batch turning over evenly: no queue, and
+every step alike. Under Poisson arrivals requests wait, steps carrying several prompts stall
+the batch, and an instance's ep ranks step as the busiest one does. `highest_rate` finds the
+rate by bisection over load simulations (`serving.serve`, `disaggregated.serve_disaggregated`),
+between a floor that must be met and the configuration's steady-state capacity, which bounds
+it: the engine never holds more than its batch, and the steady state is that batch full.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from railplan.inference.disaggregated import serve_disaggregated
+from railplan.inference.engine import Deployment
+from railplan.inference.search import Choice, prefer_buildable, verdict
+from railplan.inference.serving import ServingResult, serve
+from railplan.records import Record
+
+#: bisection steps: the rate to 1/64 (1.6 %) of the steady-state capacity, at most 63/64 of it
+LOAD_ITERATIONS = 6
+#: steady-state candidates per network `search` simulates under load, best first
+LOAD_CANDIDATES = 4
+
+
+@dataclass(frozen=True)
+class Loaded(Record):
+    """What a configuration serves under Poisson load within the limits (`highest_rate`)."""
+
+    arrival_rate: float  # requests/s offered to the whole deployment
+    tokens_per_s_per_gpu: float  # output tokens/s per GPU served at that rate
+    ttft_mean_s: float
+    ttft_p99_s: float
+    tpot_mean_s: float
+    tpot_p99_s: float
+    itl_p99_s: float
+    capacity_share: float  # the rate over the steady-state capacity's requests/s
+    simulations: int  # load simulations the bisection ran
+
+
+def simulate(
+    dep: Deployment,
+    rate: float,
+    input_tokens: int,
+    output_tokens: int,
+    batch: int,
+    prefill_instances: int = 0,
+    seed: int = 0,
+) -> ServingResult:
+    """`dep` at `rate` requests/s as `railplan infer --arrival-rate` runs it: aggregated, one
+    instance on its share of the stream (`serving.serve`); with `prefill_instances`, every
+    instance, each request sent to the least busy (`serve_disaggregated`); `batch` sequences
+    per (decode) rank at most, the default requests."""
+    if prefill_instances:
+        return serve_disaggregated(
+            dep, prefill_instances, rate, input_tokens, output_tokens, batch, seed=seed
+        )
+    return serve(dep, rate, input_tokens, output_tokens, batch, seed=seed)
+
+
+def within(r: ServingResult, ttft_slo_s: float, tpot_slo_s: float) -> bool:
+    """The run kept up (`ServingResult.stable`: True, not a run too short to tell) and its p99
+    TTFT and p99 TPOT are within the limits."""
+    return r.stable is True and r.ttft_p99_s <= ttft_slo_s and r.tpot_p99_s <= tpot_slo_s
+
+
+def highest_rate(
+    run: Callable[[float], ServingResult],
+    ok: Callable[[ServingResult], bool],
+    capacity: float,
+    floor: float = 0.0,
+    iterations: int = LOAD_ITERATIONS,
+) -> tuple[tuple[float, ServingResult] | None, int]:
+    """The highest rate above `floor` (requests/s) of capacity · j / 2**iterations, j = 1 …
+    2**iterations − 1, whose run is `ok`, with its run; and the runs made. With a floor its
+    first run is at the lowest of those rates above it, and ends the search if not ok; then
+    bisection over j. The capacity itself is never claimed: a Poisson queue offered exactly
+    what its server takes has no steady state (it grows with the run's length), so a finite
+    run there proves nothing. None when no rate above the floor is ok. Assumes `ok` holds
+    below any rate where it holds (latencies grow with the load)."""
+    steps = 1 << iterations
+    lo = math.floor(floor * steps / capacity)  # j ≤ lo: at or below the floor
+    if lo >= steps - 1:
+        return None, 0
+
+    def rate(j: int) -> float:
+        return capacity * j / steps
+
+    runs = 0
+    best: tuple[float, ServingResult] | None = None
+    if floor > 0.0:
+        r = run(rate(lo + 1))
+        runs += 1
+        if not ok(r):
+            return None, runs
+        lo, best = lo + 1, (rate(lo + 1), r)
+    hi = steps  # j = lo is ok (or at most the floor), j = hi is not (or the capacity)
+    j = steps - 1
+    while j > lo:
+        r = run(rate(j))
+        runs += 1
+        if ok(r):
+            lo, best = j, (rate(j), r)
+        else:
+            hi = j
+        j = (lo + hi) // 2
+    return best, runs
+
+
+def loaded(
+    rate: float, r: ServingResult, gpus: int, output_tokens: int, capacity: float, runs: int
+) -> Loaded:
+    """`Loaded` from the run that met the limits at `rate` (every request served: the rate's
+    output tokens)."""
+    return Loaded(
+        arrival_rate=rate,
+        tokens_per_s_per_gpu=rate * output_tokens / gpus,
+        ttft_mean_s=r.ttft_mean_s,
+        ttft_p99_s=r.ttft_p99_s,
+        tpot_mean_s=r.tpot_mean_s,
+        tpot_p99_s=r.tpot_p99_s,
+        itl_p99_s=r.itl_p99_s,
+        capacity_share=rate / capacity,
+        simulations=runs,
+    )
+
+
+def best_under_load(
+    ranked: dict[str, list[Choice]],
+    deployment: Callable[[str, Choice], Deployment],
+    full: Callable[[str, Choice], dict[str, Any] | None],
+    input_tokens: int,
+    output_tokens: int,
+    ttft_slo_s: float,
+    tpot_slo_s: float,
+    progress: Callable[[str], None] | None = None,
+    candidates: int = LOAD_CANDIDATES,
+) -> dict[str, Any]:
+    """Per network, of its first `candidates` configurations in the steady state's order
+    (`search.ranked`), the one that serves the most requests/s under Poisson load with p99
+    TTFT and TPOT within the limits (`highest_rate`, each at its steady-state batch and
+    prefill:decode split), with `full`'s keys and `load` (`Loaded`); the best of the buildable
+    networks and the spine verdict on those figures. A candidate is simulated above the best
+    rate so far only if it meets the limits there, and not at all if its capacity is below it:
+    the first candidate takes up to LOAD_ITERATIONS + 1 simulations, the others mostly one.
+    `tried` lists, per network, each candidate with the highest rate found for it above the
+    best before it (`beats`; `arrival_rate` None: none above it met the limits)."""
+    by_net: dict[str, dict[str, Any] | None] = {}
+    runs: dict[tuple[Any, ...], ServingResult] = {}
+    tried: dict[str, list[dict[str, Any]]] = {}
+    for arch, choices in ranked.items():
+        floor, found = 0.0, None
+        tried[arch] = []
+        for c in choices[:candidates]:
+            dep = deployment(arch, c)
+            gpus = dep.gpus
+            capacity = c.tokens_per_s_per_gpu * gpus / output_tokens
+            p = c.prefill_gpus // dep.instance_gpus
+
+            def sim(rate: float, dep: Deployment = dep, c: Choice = c, p: int = p) -> ServingResult:
+                return simulate(dep, rate, input_tokens, output_tokens, c.batch, p)
+
+            told = _told(sim, progress, f"{arch}: {_words(c)}, batch {c.batch}")
+            # inside one HB domain the network is never reached: the same runs on every one
+            where = "hb" if gpus <= dep.system.hb_domain else arch
+            run = _cached(runs, (where, c), told)
+            hit, made = highest_rate(
+                run, lambda r: within(r, ttft_slo_s, tpot_slo_s), capacity, floor
+            )
+            tried[arch].append(
+                {
+                    "configuration": c.to_dict(),  # with its steady-state figures
+                    "arrival_rate": hit[0] if hit else None,
+                    "beats": floor,
+                    "simulations": made,
+                }
+            )
+            if hit is not None:
+                floor = hit[0]
+                found = (c, loaded(hit[0], hit[1], gpus, output_tokens, capacity, made))
+        entry = full(arch, found[0]) if found else None
+        if entry is not None and found is not None:
+            entry["load"] = found[1].to_dict()
+        by_net[arch] = entry
+    rates = {
+        k: (float(v["load"]["tokens_per_s_per_gpu"]) if v else None) for k, v in by_net.items()
+    }
+    found_nets = [(k, v) for k, v in by_net.items() if v is not None]
+    buildable = prefer_buildable(found_nets, lambda kv: kv[0])
+    top = (
+        max(buildable, key=lambda kv: kv[1]["load"]["tokens_per_s_per_gpu"]) if buildable else None
+    )
+    return {
+        "best": top[1] if top else None,
+        "by_network": by_net,
+        "verdict": verdict(rates, under_load=True),
+        "candidates": candidates,
+        "simulations": len(runs),
+        "tried": tried,
+    }
+
+
+def _cached(
+    runs: dict[tuple[Any, ...], ServingResult],
+    key: tuple[Any, ...],
+    run: Callable[[float], ServingResult],
+) -> Callable[[float], ServingResult]:
+    """`run`, each rate's result kept in `runs` under `key` + the rate."""
+
+    def cached(rate: float) -> ServingResult:
+        if (*key, rate) not in runs:
+            runs[(*key, rate)] = run(rate)
+        return runs[(*key, rate)]
+
+    return cached
+
+
+def _told(
+    run: Callable[[float], ServingResult], progress: Callable[[str], None] | None, what: str
+) -> Callable[[float], ServingResult]:
+    """`run`, telling `progress` (if any) what it runs first."""
+
+    def told(rate: float) -> ServingResult:
+        if progress is not None:
+            progress(f"{what}, at {rate:.4g} requests/s")
+        return run(rate)
+
+    return told
+
+
+def _words(c: Choice) -> str:
+    split = f" {c.prefill_gpus}:{c.decode_gpus}" if c.prefill_gpus else ""
+    return f"{c.mode}{split} tp {c.tp} pp {c.pp} ep {c.ep}"
