@@ -24,10 +24,19 @@ from railplan.units import fmt_bytes
 if TYPE_CHECKING:
     from railplan.inference.engine import Deployment
     from railplan.inference.estimate import InferenceResult
+    from railplan.inference.loaded import Loaded
     from railplan.inference.serving import ServingResult
     from railplan.specs.model import Model
 
 PrecisionOpt = Annotated[str, typer.Option(help="bf16 | fp8 | fp4 (weights and GEMMs)")]
+MinDurationOpt = Annotated[
+    float | None,
+    typer.Option(
+        help="seconds of Poisson arrivals each load simulation of --max-rate / --under-load "
+        "covers at least (default 600, MLPerf's Server runs); shorter is faster and sees less "
+        "of a queue near capacity"
+    ),
+]
 SpeculativeOpt = Annotated[
     int,
     typer.Option(
@@ -148,6 +157,22 @@ def infer(
             "harness; always, with --prefill-gpus); with --arrival-rate"
         ),
     ] = None,
+    max_rate: Annotated[
+        bool,
+        typer.Option(
+            "--max-rate",
+            help="find the most requests/s whose load simulation keeps up with p99 TTFT and TPOT "
+            "within --ttft-slo and --tpot-slo (MLPerf's server rule; bisection, 1/64 of the "
+            "steady-state capacity)",
+        ),
+    ] = False,
+    ttft_slo: Annotated[
+        float | None, typer.Option(help="with --max-rate: p99 TTFT limit, s (default 6)")
+    ] = None,
+    tpot_slo: Annotated[
+        float | None, typer.Option(help="with --max-rate: p99 TPOT limit, s (default 0.175)")
+    ] = None,
+    min_duration: MinDurationOpt = None,
     plot: Annotated[
         str | None, typer.Option(help="throughput-latency plot of the sweep (PNG or SVG)")
     ] = None,
@@ -167,6 +192,7 @@ def infer(
     from railplan.inference.engine import Deployment
     from railplan.inference.estimate import default_batch
     from railplan.inference.estimate import infer as run
+    from railplan.inference.search import MLPERF_SERVER_TPOT_S, MLPERF_SERVER_TTFT_S, SLO
     from railplan.inference.serving import MAX_NUM_TOKENS, serve
     from railplan.specs.build import choice
     from railplan.specs.catalog import load_model
@@ -174,8 +200,24 @@ def infer(
     speculation = _speculation(speculative_tokens, acceptance)
     rates = _floats("arrival_rate", arrival_rate) if arrival_rate is not None else []
     for name, given in (("requests", requests), ("dispatch", dispatch)):
-        if given is not None and not rates:
-            raise RailplanError(name, "takes effect only with --arrival-rate (the load simulation)")
+        if given is not None and not rates and not max_rate:
+            raise RailplanError(
+                name, "takes effect only with --arrival-rate or --max-rate (the load simulation)"
+            )
+    for name, limit in (
+        ("ttft_slo", ttft_slo),
+        ("tpot_slo", tpot_slo),
+        ("min_duration", min_duration),
+    ):
+        if limit is not None and not max_rate:
+            raise RailplanError(name, "takes effect only with --max-rate")
+    from railplan.inference.loaded import DURATION, MIN_DURATION_S
+
+    min_s = DURATION.check("min_duration", MIN_DURATION_S if min_duration is None else min_duration)
+    limits = (
+        SLO.check("ttft_slo", MLPERF_SERVER_TTFT_S if ttft_slo is None else ttft_slo),
+        SLO.check("tpot_slo", MLPERF_SERVER_TPOT_S if tpot_slo is None else tpot_slo),
+    )
     split = prefill_gpus is not None
     dispatch = choice(
         "dispatch", dispatch or ("least-busy" if split else "split"), ("split", "least-busy")
@@ -218,27 +260,44 @@ def infer(
         p = disaggregated.prefill_instances_of(dep, prefill_gpus)
         r = disaggregated.infer_disaggregated(dep, batch, input_tokens, output_tokens, p)
 
-        def one(rate: float) -> ServingResult:
+        def one_of(rate: float, n: int | None, min_s: float = 0.0) -> ServingResult:
             return disaggregated.serve_disaggregated(
-                dep, p, rate, input_tokens, output_tokens, batch, requests
+                dep, p, rate, input_tokens, output_tokens, batch, n, min_duration_s=min_s
             )
     else:
         r = run(dep, batch, input_tokens, output_tokens, chunked_prefill)
         busy = dispatch == "least-busy"
 
-        def one(rate: float) -> ServingResult:
+        def one_of(rate: float, n: int | None, min_s: float = 0.0) -> ServingResult:
             return serve(
                 dep,
                 rate,
                 input_tokens,
                 output_tokens,
                 batch,
-                requests,
+                n,
                 least_busy=busy,
                 chunked=chunked_prefill,
+                min_duration_s=min_s,
             )
 
+    def one(rate: float) -> ServingResult:
+        return one_of(rate, requests)
+
     sweep = _simulate(rates, one)
+    highest = None
+    if max_rate:
+        from railplan.inference.loaded import most_requests, settled
+
+        most = most_requests(dep, r.prefill_gpus // dep.instance_gpus, dispatch == "least-busy")
+
+        def longer(rate: float) -> ServingResult:
+            # the given requests; by default, longer runs where one cannot tell ("?")
+            if requests is not None:
+                return one_of(rate, requests)
+            return settled(lambda n: one_of(rate, n, min_s), most)
+
+        highest = _max_rate(r, gpus, output_tokens, longer, limits)
     out: dict[str, Any] = r.to_dict()
     notes = _context_notes(m, input_tokens, output_tokens)
     asked = batch if batch is not None else default_batch(r.max_batch)
@@ -258,9 +317,13 @@ def infer(
         )
     if notes:
         out["notes"] = notes
-    capped = sweep and batch is not None and batch > r.max_batch
+    if max_rate:
+        out["max_rate"] = highest.to_dict() if highest is not None else None
+        out["max_rate_limits_s"] = {"ttft_p99": limits[0], "tpot_p99": limits[1]}
+    capped = (sweep or max_rate) and batch is not None and batch > r.max_batch
     if sweep:
         out["serving"] = [s.to_dict() for s in sweep]
+    if sweep or max_rate:
         out["dispatch"] = dispatch
         # the simulated engine admits no more sequences than its KV cache holds
         out["serving_max_batch"] = min(batch, r.max_batch) if batch is not None else r.max_batch
@@ -293,6 +356,8 @@ def infer(
     if "kv_transfer_traffic" in out:
         for line in _traffic_lines({"kv_transfer_per_prompt": out["kv_transfer_traffic"]}):
             Console().print(line)
+    if max_rate:
+        Console().print(_max_rate_line(highest, limits), soft_wrap=True)
     for note in notes:
         Console().print(f"[yellow]note:[/yellow] {note}")
     if capped:
@@ -303,6 +368,42 @@ def infer(
     for path in (heatmap, plot):
         if path is not None:
             Console().print(f"wrote {path}")
+
+
+def _max_rate(
+    r: InferenceResult,
+    gpus: int,
+    output_tokens: int,
+    one: Callable[[float], ServingResult],
+    limits: tuple[float, float],
+) -> Loaded | None:
+    """The most requests/s (`loaded.highest_rate`, on a grid of the steady state's capacity)
+    whose run by `one` keeps up with p99 TTFT and TPOT within `limits`, saying on stderr which
+    rate it is at."""
+    from railplan.inference.loaded import highest_rate, loaded, within
+
+    capacity = r.tokens_per_s / output_tokens
+    with Console(stderr=True).status("") as status:
+
+        def told(rate: float) -> ServingResult:
+            status.update(f"simulating {rate:.4g} requests/s (finding the highest within limits)")
+            return one(rate)
+
+        hit, runs = highest_rate(told, lambda s: within(s, *limits), capacity)
+    return loaded(hit[0], hit[1], gpus, output_tokens, capacity, runs) if hit else None
+
+
+def _max_rate_line(highest: Loaded | None, limits: tuple[float, float]) -> str:
+    within_s = f"p99 TTFT ≤ {limits[0]:g} s and TPOT ≤ {limits[1] * 1e3:g} ms"
+    if highest is None:
+        return f"no rate down to 1/64 of the steady state's capacity keeps up with {within_s}"
+    return (
+        f"highest rate with {within_s}: {highest.arrival_rate:.4g} requests/s "
+        f"({highest.capacity_share:.1%} of the steady state's capacity), "
+        f"{highest.tokens_per_s_per_gpu:,.0f} tokens/s per GPU; there TTFT p99 "
+        f"{highest.ttft_p99_s * 1e3:.0f} ms, TPOT p99 {highest.tpot_p99_s * 1e3:.1f} ms "
+        f"({highest.simulations} rates simulated; this one over --requests {highest.requests})"
+    )
 
 
 def _simulate(rates: list[float], one: Callable[[float], ServingResult]) -> list[ServingResult]:
@@ -487,6 +588,7 @@ def infer_search(
             "on those (seconds to a minute)",
         ),
     ] = False,
+    min_duration: MinDurationOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The configuration (tp/pp/ep/batch, aggregated or disaggregated prefill/decode) with
@@ -499,6 +601,8 @@ def infer_search(
     speculation = _speculation(speculative_tokens, acceptance)
     m, base = load_model(model), load_system(system)
     ks = _int_list("hb_domains", hb_domains) if hb_domains else [base.hb_domain]
+    if min_duration is not None and not under_load:
+        raise RailplanError("min_duration", "takes effect only with --under-load")
     with Console(stderr=True).status("") as status:
 
         def told(k: int) -> Callable[[str], None]:
@@ -519,6 +623,7 @@ def infer_search(
                 traffic=traffic,
                 under_load=under_load,
                 progress=told(k),
+                min_duration_s=min_duration,
             )
             for k in ks
         ]
@@ -528,6 +633,10 @@ def infer_search(
     top: dict[str, Any] | None = best["best"] | {"hb_domain": best["hb_domain"]} if best else None
     out = {"best": top, "by_hb_domain": results}
     loaded_top = _best_under_load(results) if under_load else None
+    if loaded_top is not None:
+        loaded_top["load_check_command"] = _load_check_command(
+            model, system, loaded_top, speculative_tokens, acceptance, custom_all_reduce
+        )
     if under_load:
         out["best_under_load"] = loaded_top
     if top is not None:
@@ -576,7 +685,9 @@ def infer_search(
                 f"best under load: K = {loaded_top['hb_domain']}, {loaded_top['network']}, "
                 f"{_configuration_words(loaded_top)}, batch {loaded_top['batch']}, "
                 f"{load['arrival_rate']:.4g} requests/s ({load['capacity_share']:.1%} of its "
-                f"capacity), {load['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU"
+                f"capacity), {load['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU; its run: "
+                + loaded_top["load_check_command"],
+                soft_wrap=True,
             )
 
 
@@ -611,7 +722,8 @@ def _loaded_table(results: list[dict[str, Any]]) -> Table:
         ul = r["under_load"]
         for net, c in ul["by_network"].items():
             if c is None:
-                rows.append((str(r["hb_domain"]), net, "none meets the limits", *[""] * 11))
+                what = "none meets the limits" if r["evaluated"] else "none fits in memory"
+                rows.append((str(r["hb_domain"]), net, what, *[""] * 11))
                 continue
             load = c["load"]
             rows.append(
@@ -644,11 +756,17 @@ def _load_check_command(
     acceptance: float | None,
     custom_all_reduce: bool,
 ) -> str:
-    """The `railplan infer` command that simulates `best` under Poisson arrivals at
-    LOAD_CHECK_SHARE of the requests/s it can serve."""
+    """The `railplan infer` command that simulates `best` under Poisson arrivals: at
+    LOAD_CHECK_SHARE of the requests/s it can serve, or, for a best under load (`load`), at
+    the rate found, over the requests that run took."""
     import shlex
 
-    rate = LOAD_CHECK_SHARE * best["tokens_per_s"] / best["output_tokens"]
+    load = best.get("load")
+    rate = (
+        load["arrival_rate"]
+        if load
+        else LOAD_CHECK_SHARE * best["tokens_per_s"] / best["output_tokens"]
+    )
     args = [
         "railplan infer",
         f"--model {shlex.quote(model)}",
@@ -664,7 +782,8 @@ def _load_check_command(
         f"--speculative-tokens {speculative_tokens}" if speculative_tokens else "",
         f"--acceptance {acceptance:g}" if acceptance is not None else "",
         "" if custom_all_reduce else "--no-custom-all-reduce",
-        f"--arrival-rate {rate:.4g}",
+        f"--arrival-rate {rate!r}" if load else f"--arrival-rate {rate:.4g}",
+        f"--requests {load['requests']}" if load else "",
     ]
     return " ".join(a for a in args if a)
 

@@ -57,6 +57,7 @@ from railplan.inference.serving import (
     _lengths,
     batch_limit,
     default_requests,
+    duration_requests,
     first_token_fn,
     in_flight,
     lockstep_fn,
@@ -214,11 +215,12 @@ def serve_disaggregated(
     requests: int | None = None,
     seed: int = 0,
     lengths: Lengths | None = None,
+    min_duration_s: float = 0.0,
 ) -> ServingResult:
     """`dep` run disaggregated under Poisson arrivals at `arrival_rate` requests/s (module
     docstring); `batch`: sequences per decode rank (None: the most the KV cache holds);
-    `requests` per decode rank (None: `serving.default_requests`), within what one simulation
-    takes in all."""
+    `requests` per decode rank (None: `serving.default_requests`, or enough for
+    `min_duration_s` seconds of arrivals if more), within what one simulation takes in all."""
     input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
     check_decoding(output_tokens)
     p = check_split(dep, prefill_instances)
@@ -227,6 +229,7 @@ def serve_disaggregated(
     if requests is None:
         held = in_flight(dep, arrival_rate / dec_ranks, limit, input_tokens, output_tokens)
         requests = default_requests(limit, dec_ranks, dep.ep, held)
+        requests = duration_requests(requests, min_duration_s, arrival_rate / dec_ranks, dec_ranks)
     requests = check_int("requests", requests, 1, MAX_SIMULATED_REQUESTS)
     total = requests * dec_ranks
     if total > MAX_SIMULATED_REQUESTS:

@@ -8,7 +8,10 @@ every step alike. Under Poisson arrivals requests wait, steps carrying several p
 the batch, and an instance's ep ranks step as the busiest one does. `highest_rate` finds the
 rate by bisection over load simulations (`serving.serve`, `disaggregated.serve_disaggregated`),
 between a floor that must be met and the configuration's steady-state capacity, which bounds
-it: the engine never holds more than its batch, and the steady state is that batch full.
+it to within a few percent: the engine never holds more than its batch, and the steady state is
+that batch full. Each run covers at least MIN_DURATION_S of arrivals, MLPerf's own minimum, and
+is made longer where it cannot tell whether its queue stays level (`settled`): near capacity a
+short run decides by its length, not by the configuration.
 """
 
 from __future__ import annotations
@@ -21,13 +24,26 @@ from typing import Any
 from railplan.inference.disaggregated import serve_disaggregated
 from railplan.inference.engine import Deployment
 from railplan.inference.search import Choice, prefer_buildable, verdict
-from railplan.inference.serving import ServingResult, serve
+from railplan.inference.serving import MAX_REQUESTS, MAX_SIMULATED_REQUESTS, ServingResult, serve
 from railplan.records import Record
+from railplan.specs.base import Range
 
 #: bisection steps: the rate to 1/64 (1.6 %) of the steady-state capacity, at most 63/64 of it
 LOAD_ITERATIONS = 6
 #: steady-state candidates per network `search` simulates under load, best first
 LOAD_CANDIDATES = 4
+#: seconds of arrivals a load simulation covers at least: MLPerf's Server runs last at least
+#: 600 s (mlcommons/inference loadgen `mlperf.conf`: *.Server.min_duration = 600000 ms); near
+#: capacity a shorter run can neither show a level queue nor a p99 that a long one would see
+MIN_DURATION_S = 600.0
+#: the durations a caller may ask for: up to a day of arrivals (a run is bounded by what one
+#: simulation takes anyway, `serving.duration_requests`)
+DURATION = Range(0.0, 86_400.0, "s")
+#: a run too short to tell whether its queue stays level ("?": `ServingResult.stable` None) is
+#: made again on SETTLE_FACTOR times its requests, up to SETTLE_TRIES times, within what one
+#: simulation takes (`most_requests`); one that still cannot tell counts as not keeping up
+SETTLE_FACTOR = 4
+SETTLE_TRIES = 2
 
 
 @dataclass(frozen=True)
@@ -42,7 +58,8 @@ class Loaded(Record):
     tpot_p99_s: float
     itl_p99_s: float
     capacity_share: float  # the rate over the steady-state capacity's requests/s
-    simulations: int  # load simulations the bisection ran
+    simulations: int  # rates the bisection simulated
+    requests: int  # the run's requests per simulated rank (`--requests` reruns it)
 
 
 def simulate(
@@ -53,16 +70,55 @@ def simulate(
     batch: int,
     prefill_instances: int = 0,
     seed: int = 0,
+    requests: int | None = None,
+    min_duration_s: float = MIN_DURATION_S,
 ) -> ServingResult:
     """`dep` at `rate` requests/s as `railplan infer --arrival-rate` runs it: aggregated, one
     instance on its share of the stream (`serving.serve`); with `prefill_instances`, every
     instance, each request sent to the least busy (`serve_disaggregated`); `batch` sequences
-    per (decode) rank at most, the default requests."""
+    per (decode) rank at most; `requests` per simulated rank (None: the default, or enough
+    for `min_duration_s` of arrivals if more)."""
     if prefill_instances:
         return serve_disaggregated(
-            dep, prefill_instances, rate, input_tokens, output_tokens, batch, seed=seed
+            dep,
+            prefill_instances,
+            rate,
+            input_tokens,
+            output_tokens,
+            batch,
+            requests,
+            seed,
+            min_duration_s=min_duration_s,
         )
-    return serve(dep, rate, input_tokens, output_tokens, batch, seed=seed)
+    return serve(
+        dep, rate, input_tokens, output_tokens, batch, requests, seed, min_duration_s=min_duration_s
+    )
+
+
+def most_requests(dep: Deployment, prefill_instances: int = 0, least_busy: bool = False) -> int:
+    """The most requests per simulated rank one simulation of `dep` takes: MAX_REQUESTS, and
+    MAX_SIMULATED_REQUESTS over the ranks it simulates (one instance's ep ranks; every
+    replica with `least_busy`; every decode rank with `prefill_instances`)."""
+    if prefill_instances:
+        ranks = (dep.replicas - prefill_instances) * dep.ep
+    elif least_busy:
+        ranks = dep.gpus // (dep.tp * dep.pp)
+    else:
+        ranks = dep.ep
+    return max(1, min(MAX_REQUESTS, MAX_SIMULATED_REQUESTS // max(ranks, 1)))
+
+
+def settled(run: Callable[[int | None], ServingResult], most: int) -> ServingResult:
+    """`run(None)` (its default requests), then, while it cannot tell whether the queue stays
+    level (`stable` None), `run` on SETTLE_FACTOR times the requests, up to SETTLE_TRIES times
+    and `most`: near capacity a batch takes long to settle, and a run of the default length
+    says "?" where a longer one shows a level queue."""
+    r = run(None)
+    for _ in range(SETTLE_TRIES):
+        if r.stable is not None or r.requests >= most:
+            break
+        r = run(min(most, r.requests * SETTLE_FACTOR))
+    return r
 
 
 def within(r: ServingResult, ttft_slo_s: float, tpot_slo_s: float) -> bool:
@@ -86,7 +142,8 @@ def highest_rate(
     run there proves nothing. None when no rate above the floor is ok. Assumes `ok` holds
     below any rate where it holds (latencies grow with the load)."""
     steps = 1 << iterations
-    lo = math.floor(floor * steps / capacity)  # j ≤ lo: at or below the floor
+    # j ≤ lo: at or below the floor (a floor on this grid, up to rounding, is at its own j)
+    lo = math.floor(floor * steps / capacity + 1e-9)
     if lo >= steps - 1:
         return None, 0
 
@@ -129,6 +186,7 @@ def loaded(
         itl_p99_s=r.itl_p99_s,
         capacity_share=rate / capacity,
         simulations=runs,
+        requests=r.requests,
     )
 
 
@@ -142,11 +200,13 @@ def best_under_load(
     tpot_slo_s: float,
     progress: Callable[[str], None] | None = None,
     candidates: int = LOAD_CANDIDATES,
+    min_duration_s: float = MIN_DURATION_S,
 ) -> dict[str, Any]:
     """Per network, of its first `candidates` configurations in the steady state's order
     (`search.ranked`), the one that serves the most requests/s under Poisson load with p99
     TTFT and TPOT within the limits (`highest_rate`, each at its steady-state batch and
-    prefill:decode split), with `full`'s keys and `load` (`Loaded`); the best of the buildable
+    prefill:decode split, each run at least `min_duration_s` of arrivals long and longer where
+    it cannot tell, `settled`), with `full`'s keys and `load` (`Loaded`); the best of the buildable
     networks and the spine verdict on those figures. A candidate is simulated above the best
     rate so far only if it meets the limits there, and not at all if its capacity is below it:
     the first candidate takes up to LOAD_ITERATIONS + 1 simulations, the others mostly one.
@@ -165,7 +225,12 @@ def best_under_load(
             p = c.prefill_gpus // dep.instance_gpus
 
             def sim(rate: float, dep: Deployment = dep, c: Choice = c, p: int = p) -> ServingResult:
-                return simulate(dep, rate, input_tokens, output_tokens, c.batch, p)
+                def one(n: int | None) -> ServingResult:
+                    return simulate(
+                        dep, rate, input_tokens, output_tokens, c.batch, p, 0, n, min_duration_s
+                    )
+
+                return settled(one, most_requests(dep, p))
 
             told = _told(sim, progress, f"{arch}: {_words(c)}, batch {c.batch}")
             # inside one HB domain the network is never reached: the same runs on every one

@@ -355,13 +355,15 @@ def search(
     traffic: bool = False,
     under_load: bool = False,
     progress: Callable[[str], None] | None = None,
+    min_duration_s: float | None = None,
 ) -> dict[str, Any]:
     """The best configuration on each network, the overall best and the spine verdict;
     `speculative`: draft tokens per step and their acceptance, `custom_all_reduce`: the serving
     framework's all-reduce kernel where measured (`Deployment`); `traffic`: each best's bytes
     too (`traffic.configuration_traffic`, key `traffic`); `under_load`: also the best under
-    Poisson load within the limits at p99 (`loaded.best_under_load`, key `under_load`),
-    telling `progress` what it simulates."""
+    Poisson load within the limits at p99 (`loaded.best_under_load`, key `under_load`; each
+    run at least `min_duration_s` of arrivals long, None: `loaded.MIN_DURATION_S`), telling
+    `progress` what it simulates."""
     input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
     check_decoding(output_tokens)
     ttft_slo_s = SLO.check("ttft_slo", ttft_slo_s)
@@ -421,7 +423,7 @@ def search(
             res["traffic"] = configuration_traffic(dep, c.batch, input_tokens, c.prefill_gpus)
         return res
 
-    out = {
+    out: dict[str, Any] = {
         "system": system.name,
         "hb_domain": system.hb_domain,
         "gpus": gpus,
@@ -438,7 +440,7 @@ def search(
     }
     if under_load:
         # `loaded` builds on this module (its simulations import `disaggregated`, which does)
-        from railplan.inference.loaded import best_under_load
+        from railplan.inference.loaded import DURATION, MIN_DURATION_S, best_under_load
 
         out["under_load"] = best_under_load(
             ranks,
@@ -449,7 +451,12 @@ def search(
             ttft_slo_s,
             tpot_slo_s,
             progress,
+            min_duration_s=DURATION.check(
+                "min_duration", MIN_DURATION_S if min_duration_s is None else min_duration_s
+            ),
         )
+        if not evaluated:  # nothing fits: say that, not that nothing meets the limits
+            out["under_load"]["verdict"] = out["verdict"]
     return out
 
 

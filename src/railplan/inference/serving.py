@@ -216,6 +216,7 @@ def serve(
     lengths: Lengths | None = None,
     least_busy: bool = False,
     chunked: bool = False,
+    min_duration_s: float = 0.0,
 ) -> ServingResult:
     """Simulate `dep` under Poisson arrivals at `arrival_rate` requests/s (whole deployment),
     each step carrying at most `max_num_tokens` tokens (None: `step_budget`, or with `chunked`
@@ -228,7 +229,8 @@ def serve(
     SGLang's data-parallel attention controller does by default, `load_balance_method`
     round_robin); with `least_busy` every replica is, each request dispatched to the rank with
     the fewest in flight (`simulate` with `replicas`; `requests` per rank, requests × ranks in
-    all; None: `default_requests`)."""
+    all; None: `default_requests`, or with `min_duration_s` enough for that many seconds of
+    arrivals if more, `duration_requests`)."""
     groups = replica_count(dep, arrival_rate)
     limit = batch_limit(dep, input_tokens + output_tokens, batch)
     # one instance (its ep ranks, stepping together), or every one
@@ -243,6 +245,7 @@ def serve(
     if requests is None:
         held = in_flight(dep, arrival_rate / groups, limit, input_tokens, output_tokens)
         requests = default_requests(limit, replicas, dep.ep, held)
+        requests = duration_requests(requests, min_duration_s, arrival_rate / groups, replicas)
     rank_s = period_fn(dep) if chunked else step_fn(dep)
     run = simulate(
         rank_s,
@@ -293,6 +296,16 @@ def default_requests(
     full = max_batch if held is None or ranks == 1 else min(max_batch, math.ceil(held))
     wanted = max(-(-DEFAULT_REQUESTS // ranks), BATCH_TURNOVERS * full)
     return max(1, min(wanted, MAX_REQUESTS, MAX_SIMULATED_REQUESTS // replicas))
+
+
+def duration_requests(
+    requests: int, min_duration_s: float, rate_per_rank: float, replicas: int = 1
+) -> int:
+    """`requests` per rank, or as many as `rate_per_rank` brings in `min_duration_s` seconds if
+    more (MLPerf's Server runs last at least 600 s, loadgen's `min_duration`), within what one
+    simulation of `replicas` ranks takes."""
+    wanted = math.ceil(min_duration_s * rate_per_rank)
+    return max(requests, min(wanted, MAX_REQUESTS, MAX_SIMULATED_REQUESTS // replicas))
 
 
 def in_flight(

@@ -117,6 +117,86 @@ def rows(requests: int = 4000) -> list[dict[str, Any]]:
     return out
 
 
+#: MLPerf Inference's Server limits for Llama 2 70B, at the 99th percentile (mlcommons/inference
+#: `loadgen/mlperf.conf`: llama2-70b.Server.ttft_latency = 2000, tpot_latency = 200, in ms)
+MLPERF_LLAMA2_TTFT_P99_S = 2.0
+MLPERF_LLAMA2_TPOT_P99_S = 0.2
+
+
+def server_rate_rows() -> list[dict[str, Any]]:
+    """Per server row, held out: the highest Poisson rate at which the row's simulation (its
+    batch, step budget, dispatch, data-set lengths and its run's queries per replica) keeps up
+    with p99 TTFT and TPOT within MLPerf's Llama 2 70B limits (`loaded.highest_rate`, on 1/64
+    of the steady state's capacity at the row's batch), against the rate loadgen issued in the
+    run, which passed them (a lower bound of the system's own highest: submitters choose a rate
+    that passes, with what margin they choose)."""
+    from railplan.inference.loaded import highest_rate, within
+
+    out: list[dict[str, Any]] = []
+    for r in read_rows(DATA):
+        if r["scenario"] != "server" or not r.get("arrival_per_s"):
+            continue
+        dep = Deployment(
+            load_model(r["model"]),
+            load_system(r["system"]),
+            Network(),
+            int(r["gpus"]),
+            int(r["tp"]),
+            int(r["pp"]),
+            1,
+            r["precision"],
+        )
+        b, i, o = int(r["batch"]), int(r["input_tokens"]), int(r["output_tokens"])
+        budget = int(r["max_num_tokens"]) if r.get("max_num_tokens") else MAX_NUM_TOKENS
+        lengths = data_set_lengths(r["lengths"], o) if r.get("lengths") else None
+        least_busy = r.get("dispatch") == "least-busy"
+        requests = round(int(r["queries"]) / dep.replicas)
+
+        def run(
+            rate: float,
+            dep: Deployment = dep,
+            sizes: tuple[int, int, int, int] = (i, o, b, budget),
+            lengths: Lengths | None = lengths,
+            least_busy: bool = least_busy,
+            requests: int = requests,
+        ) -> Any:
+            i, o, b, budget = sizes
+            return serve(
+                dep,
+                rate,
+                i,
+                o,
+                b,
+                requests,
+                max_num_tokens=budget,
+                lengths=lengths,
+                least_busy=least_busy,
+            )
+
+        capacity = infer(dep, b, i, o).tokens_per_s / o
+        hit, runs = highest_rate(
+            run,
+            lambda s: within(s, MLPERF_LLAMA2_TTFT_P99_S, MLPERF_LLAMA2_TPOT_P99_S),
+            capacity,
+        )
+        measured = float(r["arrival_per_s"])
+        predicted = hit[0] if hit else 0.0
+        out.append(
+            {
+                "id": r["id"],
+                "quantity": "server rate (req/s)",
+                "measured": measured,
+                "predicted": predicted,
+                "error_pct": _pct(predicted, measured),
+                "capacity": capacity,
+                "simulations": runs,
+                "ttft_p99_s": hit[1].ttft_p99_s if hit else None,
+                "tpot_p99_s": hit[1].tpot_p99_s if hit else None,
+            }
+        )
+    return out
+
+
 PAIRS = "mlperf41_llama2_server_offline.csv"
 
 
