@@ -103,8 +103,6 @@ def test_a_deployment_inside_one_hb_domain_is_simulated_once_for_every_network(
     # 8 GPUs in one DGX H100: the network is never reached, and the three networks' answers
     # are the same runs, made once: as many as one network's search makes
     ul = loaded_search["under_load"]
-    nets = ul["by_network"]
-    assert nets["rail-optimized"]["load"] == nets["rail-only"]["load"] == nets["ideal"]["load"]
     told: list[str] = []
     one = search(
         *ARGS, networks="rail-only", under_load=True, progress=told.append, min_duration_s=SHORT_S
@@ -171,8 +169,17 @@ def test_infer_search_under_load_prints_and_returns_it(cli: Cli) -> None:
     assert "under Poisson load" in text.output and "best under load: K = 8" in text.output
     assert "under Poisson load at 90 %" not in text.output  # no load check to propose
     out = cli.json(*args)
-    assert out["best_under_load"]["hb_domain"] == 8
-    assert out["best_under_load"]["load"]["ttft_p99_s"] <= 2.0
+    best = out["best_under_load"]
+    assert best["hb_domain"] == 8 and best["load"]["ttft_p99_s"] <= 2.0
+    # its own command reruns its run
+    command = shlex.split(best["load_check_command"])
+    assert command[:2] == ["railplan", "infer"] and "--requests" in command
+    at = cli.json(*command[1:])["serving"][0]
+    assert (at["ttft_p99_s"], at["tpot_p99_s"]) == (
+        best["load"]["ttft_p99_s"],
+        best["load"]["tpot_p99_s"],
+    )
+    assert at["stable"] is True and at["requests"] == best["load"]["requests"]
     plain = cli.json(*args[:-3])
     assert "best_under_load" not in plain and "under_load" not in plain["by_hb_domain"][0]
 
@@ -313,6 +320,8 @@ def test_infer_max_rate_text_and_limits_without_it(cli: Cli) -> None:
     assert str(bad.exception) == "min_duration: takes effect only with --max-rate"
     bad = cli(*MAX_RATE, "--max-rate", "--min-duration", "-1")
     assert bad.exit_code == 2 and str(bad.exception).startswith("min_duration: must be")
+    bad = cli(*MAX_RATE, "--max-rate", "--min-duration", "60", "--requests", "100")
+    assert bad.exit_code == 2 and str(bad.exception).startswith("min_duration: takes no effect")
 
 
 @pytest.mark.parametrize(
@@ -355,3 +364,39 @@ def test_a_run_covers_the_minimum_duration_of_arrivals() -> None:
     r = serve(dep, 20.0, 512, 64, 64, min_duration_s=600.0)
     assert r.requests == math.ceil(600.0 * 20.0 / 2) == 6000
     assert serve(dep, 20.0, 512, 64, 64).requests < 6000  # without it, the default
+
+
+def test_the_ranks_a_run_shares_and_what_one_simulation_takes() -> None:
+    from railplan.inference.engine import Deployment
+    from railplan.inference.loaded import most_requests, sharing_ranks
+    from railplan.inference.serving import MAX_REQUESTS, MAX_SIMULATED_REQUESTS
+    from railplan.specs import Network
+    from railplan.specs.catalog import load_model, load_system
+
+    dense = Deployment(
+        load_model("llama-3.1-8b"), load_system("dgx-h100"), Network(), 64, 2, 1, 1, "fp8"
+    )
+    moe = Deployment(
+        load_model("mixtral-8x7b"), load_system("dgx-h100"), Network(), 64, 1, 1, 8, "fp8"
+    )
+    assert sharing_ranks(dense) == 32 and sharing_ranks(moe) == 64  # ep ranks count one each
+    assert sharing_ranks(dense, 12) == 20 and sharing_ranks(moe, 3) == 40  # decode ranks
+    assert most_requests(dense) == MAX_REQUESTS  # split: one replica simulated
+    assert most_requests(moe) == MAX_SIMULATED_REQUESTS // 8  # one instance's 8 ranks
+    assert most_requests(dense, least_busy=True) == MAX_SIMULATED_REQUESTS // 32
+    assert most_requests(moe, 3) == MAX_SIMULATED_REQUESTS // 40
+
+
+def test_a_run_cut_short_by_the_simulation_size_says_so(cli: Cli) -> None:
+    from railplan.inference.loaded import short_of
+
+    assert short_of({"arrivals_s": 600.0}, 600.0) is None
+    assert "covered 38 s of arrivals, not 600 s" in str(short_of({"arrivals_s": 37.8}, 600.0))
+    # 64 replicas, each request to the least busy: 250,000 requests in all are 38 s here
+    args = ["infer", "--model", "llama-3.1-8b", "--gpus", "64", "--input-tokens", "512"]
+    args += ["--output-tokens", "64", "--dispatch", "least-busy", "--max-rate"]
+    out = cli.json(*args)
+    load = out["max_rate"]
+    assert load["requests"] * 64 <= 250_000
+    assert load["arrivals_s"] == pytest.approx(load["requests"] * 64 / load["arrival_rate"])
+    assert load["arrivals_s"] < 600 and any("s of arrivals, not 600 s" in n for n in out["notes"])

@@ -144,7 +144,8 @@ def infer(
     requests: Annotated[
         int | None,
         typer.Option(
-            help="with --arrival-rate: requests per rate and replica, or ep rank, simulated "
+            help="with --arrival-rate or --max-rate: requests per rate and replica, or ep rank, "
+            "simulated "
             "(at most 250000 ÷ the ranks simulated; default 2000 per replica, or four batches' "
             "worth per rank where the rate fills them, if more)"
         ),
@@ -154,7 +155,7 @@ def infer(
         typer.Option(
             help="split: one replica simulated on its random share of the stream | least-busy: "
             "every replica, each request to the one with the fewest in flight (NVIDIA's MLPerf "
-            "harness; always, with --prefill-gpus); with --arrival-rate"
+            "harness; always, with --prefill-gpus); with --arrival-rate or --max-rate"
         ),
     ] = None,
     max_rate: Annotated[
@@ -211,9 +212,13 @@ def infer(
     ):
         if limit is not None and not max_rate:
             raise RailplanError(name, "takes effect only with --max-rate")
-    from railplan.inference.loaded import DURATION, MIN_DURATION_S
+    from railplan.inference.loaded import DURATION, MIN_DURATION_S, short_of
 
     min_s = DURATION.check("min_duration", MIN_DURATION_S if min_duration is None else min_duration)
+    if min_duration is not None and requests is not None:
+        raise RailplanError(
+            "min_duration", "takes no effect with --requests, which sets the run's length"
+        )
     limits = (
         SLO.check("ttft_slo", MLPERF_SERVER_TTFT_S if ttft_slo is None else ttft_slo),
         SLO.check("tpot_slo", MLPERF_SERVER_TPOT_S if tpot_slo is None else tpot_slo),
@@ -287,7 +292,7 @@ def infer(
     sweep = _simulate(rates, one)
     highest = None
     if max_rate:
-        from railplan.inference.loaded import most_requests, settled
+        from railplan.inference.loaded import most_requests, settled, sharing_ranks
 
         most = most_requests(dep, r.prefill_gpus // dep.instance_gpus, dispatch == "least-busy")
 
@@ -297,7 +302,8 @@ def infer(
                 return one_of(rate, requests)
             return settled(lambda n: one_of(rate, n, min_s), most)
 
-        highest = _max_rate(r, gpus, output_tokens, longer, limits)
+        ranks = sharing_ranks(dep, r.prefill_gpus // dep.instance_gpus)
+        highest = _max_rate(r, gpus, output_tokens, longer, limits, ranks)
     out: dict[str, Any] = r.to_dict()
     notes = _context_notes(m, input_tokens, output_tokens)
     asked = batch if batch is not None else default_batch(r.max_batch)
@@ -315,6 +321,9 @@ def infer(
             f"{MAX_NUM_TOKENS:,}: a {input_tokens:,}-token prompt must fit beside the running "
             "batch's tokens (prompts are admitted whole, no chunked context)"
         )
+    short = short_of(highest, min_s) if highest is not None and requests is None else None
+    if short:
+        notes.append(short)
     if notes:
         out["notes"] = notes
     if max_rate:
@@ -376,6 +385,7 @@ def _max_rate(
     output_tokens: int,
     one: Callable[[float], ServingResult],
     limits: tuple[float, float],
+    ranks: int,
 ) -> Loaded | None:
     """The most requests/s (`loaded.highest_rate`, on a grid of the steady state's capacity)
     whose run by `one` keeps up with p99 TTFT and TPOT within `limits`, saying on stderr which
@@ -390,7 +400,7 @@ def _max_rate(
             return one(rate)
 
         hit, runs = highest_rate(told, lambda s: within(s, *limits), capacity)
-    return loaded(hit[0], hit[1], gpus, output_tokens, capacity, runs) if hit else None
+    return loaded(hit[0], hit[1], gpus, output_tokens, capacity, runs, ranks) if hit else None
 
 
 def _max_rate_line(highest: Loaded | None, limits: tuple[float, float]) -> str:
@@ -402,7 +412,8 @@ def _max_rate_line(highest: Loaded | None, limits: tuple[float, float]) -> str:
         f"({highest.capacity_share:.1%} of the steady state's capacity), "
         f"{highest.tokens_per_s_per_gpu:,.0f} tokens/s per GPU; there TTFT p99 "
         f"{highest.ttft_p99_s * 1e3:.0f} ms, TPOT p99 {highest.tpot_p99_s * 1e3:.1f} ms "
-        f"({highest.simulations} rates simulated; this one over --requests {highest.requests})"
+        f"({highest.simulations} rate{'s' * (highest.simulations != 1)} simulated; rerun: "
+        f"--arrival-rate {highest.arrival_rate!r} --requests {highest.requests})"
     )
 
 
@@ -585,7 +596,7 @@ def infer_search(
             "--under-load",
             help="also simulate the best configurations under Poisson load: the most requests/s "
             "with p99 TTFT and TPOT within the limits (MLPerf's server rule), and the verdict "
-            "on those (seconds to a minute)",
+            "on those (seconds to minutes)",
         ),
     ] = False,
     min_duration: MinDurationOpt = None,
@@ -634,9 +645,16 @@ def infer_search(
     out = {"best": top, "by_hb_domain": results}
     loaded_top = _best_under_load(results) if under_load else None
     if loaded_top is not None:
+        from railplan.inference.loaded import MIN_DURATION_S, short_of
+
         loaded_top["load_check_command"] = _load_check_command(
             model, system, loaded_top, speculative_tokens, acceptance, custom_all_reduce
         )
+        short = short_of(
+            loaded_top["load"], MIN_DURATION_S if min_duration is None else min_duration
+        )
+        if short:
+            loaded_top["notes"] = [short]
     if under_load:
         out["best_under_load"] = loaded_top
     if top is not None:
@@ -689,6 +707,8 @@ def infer_search(
                 + loaded_top["load_check_command"],
                 soft_wrap=True,
             )
+            for note in loaded_top.get("notes", []):
+                Console().print(f"[yellow]note:[/yellow] {note}", soft_wrap=True)
 
 
 def _configuration_words(c: dict[str, Any]) -> str:

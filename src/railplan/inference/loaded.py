@@ -60,6 +60,9 @@ class Loaded(Record):
     capacity_share: float  # the rate over the steady-state capacity's requests/s
     simulations: int  # rates the bisection simulated
     requests: int  # the run's requests per simulated rank (`--requests` reruns it)
+    # seconds of arrivals the run covered: MIN_DURATION_S (or the caller's) at least, unless
+    # what one simulation takes cut it short (`most_requests`), which `short_of` tells
+    arrivals_s: float = 0.0
 
 
 def simulate(
@@ -95,17 +98,35 @@ def simulate(
     )
 
 
+def sharing_ranks(dep: Deployment, prefill_instances: int = 0) -> int:
+    """The ranks the arrivals are shared over, each with its own batch: every tp·pp group (ep
+    ranks count one each), or with `prefill_instances` every decode rank."""
+    if prefill_instances:
+        return (dep.replicas - prefill_instances) * dep.ep
+    return dep.gpus // (dep.tp * dep.pp)
+
+
 def most_requests(dep: Deployment, prefill_instances: int = 0, least_busy: bool = False) -> int:
     """The most requests per simulated rank one simulation of `dep` takes: MAX_REQUESTS, and
     MAX_SIMULATED_REQUESTS over the ranks it simulates (one instance's ep ranks; every
     replica with `least_busy`; every decode rank with `prefill_instances`)."""
-    if prefill_instances:
-        ranks = (dep.replicas - prefill_instances) * dep.ep
-    elif least_busy:
-        ranks = dep.gpus // (dep.tp * dep.pp)
-    else:
-        ranks = dep.ep
+    every = prefill_instances or least_busy
+    ranks = sharing_ranks(dep, prefill_instances) if every else dep.ep
     return max(1, min(MAX_REQUESTS, MAX_SIMULATED_REQUESTS // max(ranks, 1)))
+
+
+def short_of(load: Loaded | dict[str, Any], min_duration_s: float) -> str | None:
+    """A note when the run behind `load` covered less than `min_duration_s` of arrivals (one
+    simulation takes at most MAX_SIMULATED_REQUESTS requests in all): near capacity a short run
+    cannot show a level queue, so the rate found may be below what a full-length run keeps."""
+    got = load["arrivals_s"] if isinstance(load, dict) else load.arrivals_s
+    if got >= 0.999 * min_duration_s:
+        return None
+    return (
+        f"its run covered {got:,.0f} s of arrivals, not {min_duration_s:g} s: one simulation "
+        f"takes at most {MAX_SIMULATED_REQUESTS:,} requests over the ranks it simulates, so "
+        "near capacity the rate found may be lower than a full-length run keeps"
+    )
 
 
 def settled(run: Callable[[int | None], ServingResult], most: int) -> ServingResult:
@@ -172,10 +193,16 @@ def highest_rate(
 
 
 def loaded(
-    rate: float, r: ServingResult, gpus: int, output_tokens: int, capacity: float, runs: int
+    rate: float,
+    r: ServingResult,
+    gpus: int,
+    output_tokens: int,
+    capacity: float,
+    runs: int,
+    ranks: int = 1,
 ) -> Loaded:
     """`Loaded` from the run that met the limits at `rate` (every request served: the rate's
-    output tokens)."""
+    output tokens), its `r.requests` per rank of the `ranks` sharing the arrivals."""
     return Loaded(
         arrival_rate=rate,
         tokens_per_s_per_gpu=rate * output_tokens / gpus,
@@ -187,6 +214,7 @@ def loaded(
         capacity_share=rate / capacity,
         simulations=runs,
         requests=r.requests,
+        arrivals_s=r.requests * ranks / rate,
     )
 
 
@@ -249,7 +277,8 @@ def best_under_load(
             )
             if hit is not None:
                 floor = hit[0]
-                found = (c, loaded(hit[0], hit[1], gpus, output_tokens, capacity, made))
+                ranks = sharing_ranks(dep, p)
+                found = (c, loaded(hit[0], hit[1], gpus, output_tokens, capacity, made, ranks))
         entry = full(arch, found[0]) if found else None
         if entry is not None and found is not None:
             entry["load"] = found[1].to_dict()
