@@ -236,8 +236,9 @@ def best_under_load(
     prefill:decode split, each run at least `min_duration_s` of arrivals long and longer where
     it cannot tell, `settled`), with `full`'s keys and `load` (`Loaded`); the best of the buildable
     networks and the spine verdict on those figures. A candidate is simulated above the best
-    rate so far only if it meets the limits there, and not at all if its capacity is below it:
-    the first candidate takes up to LOAD_ITERATIONS + 1 simulations, the others mostly one.
+    rate so far only if it meets the limits there, and not at all if 63/64 of its capacity is
+    not above it: the first candidate takes up to LOAD_ITERATIONS + 1 rates, the others mostly
+    one (each rate one run, or up to SETTLE_TRIES more where it cannot tell).
     `tried` lists, per network, each candidate with the highest rate found for it above the
     best before it (`beats`; `arrival_rate` None: none above it met the limits)."""
     by_net: dict[str, dict[str, Any] | None] = {}

@@ -13,7 +13,7 @@ a lone prefill.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from functools import cache
 from typing import Any
 
@@ -25,6 +25,7 @@ from railplan.inference.estimate import first_token_s, infer, static_batch_token
 from railplan.inference.serving import (
     MAX_NUM_TOKENS,
     Lengths,
+    ServingResult,
     first_token_fn,
     serve,
     simulate,
@@ -60,21 +61,54 @@ def data_set_lengths(name: str, output_tokens: int) -> Lengths:
     return prompts, np.maximum(scaled, 1)
 
 
+def _deployment(r: dict[str, str]) -> Deployment:
+    """A row's deployment: its model, system, GPUs, tp, pp and precision (no ep)."""
+    return Deployment(
+        load_model(r["model"]),
+        load_system(r["system"]),
+        Network(),
+        int(r["gpus"]),
+        int(r["tp"]),
+        int(r["pp"]),
+        1,
+        r["precision"],
+    )
+
+
+def _server_run(
+    r: dict[str, str], dep: Deployment, requests: int = 4000
+) -> Callable[[float], ServingResult]:
+    """A server row's load simulation at a given rate: its batch, lengths, step budget, its
+    run's queries per replica (else `requests`) and dispatch."""
+    b, i, o = int(r["batch"]), int(r["input_tokens"]), int(r["output_tokens"])
+    budget = int(r["max_num_tokens"]) if r.get("max_num_tokens") else MAX_NUM_TOKENS
+    if r.get("queries"):  # the run's queries per replica
+        requests = round(int(r["queries"]) / dep.replicas)
+    lengths = data_set_lengths(r["lengths"], o) if r.get("lengths") else None
+    least_busy = r.get("dispatch") == "least-busy"
+
+    def run(rate: float) -> ServingResult:
+        return serve(
+            dep,
+            rate,
+            i,
+            o,
+            b,
+            requests,
+            max_num_tokens=budget,
+            lengths=lengths,
+            least_busy=least_busy,
+        )
+
+    return run
+
+
 def rows(requests: int = 4000) -> list[dict[str, Any]]:
     """One dict per comparison: id, quantity, measured, predicted, error_pct, goal_pct
     (`requests`: per replica, for server rows without a duration)."""
     out: list[dict[str, Any]] = []
     for r in read_rows(DATA):
-        dep = Deployment(
-            load_model(r["model"]),
-            load_system(r["system"]),
-            Network(),
-            int(r["gpus"]),
-            int(r["tp"]),
-            int(r["pp"]),
-            1,
-            r["precision"],
-        )
+        dep = _deployment(r)
         b, i, o = int(r["batch"]), int(r["input_tokens"]), int(r["output_tokens"])
         goal = float(r["goal_pct"]) if r["goal_pct"] else None
         found: list[tuple[str, float, float, float | None]] = []
@@ -85,15 +119,7 @@ def rows(requests: int = 4000) -> list[dict[str, Any]]:
             rate = float(r["tokens_per_s_per_gpu"]) * dep.gpus / o
             if r.get("arrival_per_s"):  # what loadgen issued (its scheduled samples/s)
                 rate = float(r["arrival_per_s"])
-            budget = int(r["max_num_tokens"]) if r.get("max_num_tokens") else MAX_NUM_TOKENS
-            n = requests
-            if r.get("queries"):  # the run's queries per replica
-                n = round(int(r["queries"]) / dep.replicas)
-            lengths = data_set_lengths(r["lengths"], o) if r.get("lengths") else None
-            least_busy = r.get("dispatch") == "least-busy"
-            s = serve(
-                dep, rate, i, o, b, n, max_num_tokens=budget, lengths=lengths, least_busy=least_busy
-            )
+            s = _server_run(r, dep, requests)(rate)
             found.append(("TTFT mean (s)", float(r["ttft_mean_s"]), s.ttft_mean_s, goal))
             found.append(("TTFT p99 (s)", float(r["ttft_p99_s"]), s.ttft_p99_s, None))
         elif r["scenario"] == "static":
@@ -136,43 +162,9 @@ def server_rate_rows() -> list[dict[str, Any]]:
     for r in read_rows(DATA):
         if r["scenario"] != "server" or not r.get("arrival_per_s"):
             continue
-        dep = Deployment(
-            load_model(r["model"]),
-            load_system(r["system"]),
-            Network(),
-            int(r["gpus"]),
-            int(r["tp"]),
-            int(r["pp"]),
-            1,
-            r["precision"],
-        )
+        dep = _deployment(r)
         b, i, o = int(r["batch"]), int(r["input_tokens"]), int(r["output_tokens"])
-        budget = int(r["max_num_tokens"]) if r.get("max_num_tokens") else MAX_NUM_TOKENS
-        lengths = data_set_lengths(r["lengths"], o) if r.get("lengths") else None
-        least_busy = r.get("dispatch") == "least-busy"
-        requests = round(int(r["queries"]) / dep.replicas)
-
-        def run(
-            rate: float,
-            dep: Deployment = dep,
-            sizes: tuple[int, int, int, int] = (i, o, b, budget),
-            lengths: Lengths | None = lengths,
-            least_busy: bool = least_busy,
-            requests: int = requests,
-        ) -> Any:
-            i, o, b, budget = sizes
-            return serve(
-                dep,
-                rate,
-                i,
-                o,
-                b,
-                requests,
-                max_num_tokens=budget,
-                lengths=lengths,
-                least_busy=least_busy,
-            )
-
+        run = _server_run(r, dep)
         capacity = infer(dep, b, i, o).tokens_per_s / o
         hit, runs = highest_rate(
             run,
