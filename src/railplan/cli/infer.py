@@ -368,7 +368,7 @@ def infer(
     if max_rate:
         Console().print(_max_rate_line(highest, limits), soft_wrap=True)
     for note in notes:
-        Console().print(f"[yellow]note:[/yellow] {note}")
+        Console().print(f"[yellow]note:[/yellow] {note}", soft_wrap=True)
     if capped:
         Console().print(
             f"under load the batch is the largest that fits, {r.max_batch:,} "

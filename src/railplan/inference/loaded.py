@@ -117,15 +117,15 @@ def most_requests(dep: Deployment, prefill_instances: int = 0, least_busy: bool 
 
 def short_of(load: Loaded | dict[str, Any], min_duration_s: float) -> str | None:
     """A note when the run behind `load` covered less than `min_duration_s` of arrivals (one
-    simulation takes at most MAX_SIMULATED_REQUESTS requests in all): near capacity a short run
+    simulation takes at most MAX_REQUESTS per rank, MAX_SIMULATED_REQUESTS in all): a short run
     cannot show a level queue, so the rate found may be below what a full-length run keeps."""
     got = load["arrivals_s"] if isinstance(load, dict) else load.arrivals_s
     if got >= 0.999 * min_duration_s:
         return None
     return (
         f"its run covered {got:,.0f} s of arrivals, not {min_duration_s:g} s: one simulation "
-        f"takes at most {MAX_SIMULATED_REQUESTS:,} requests over the ranks it simulates, so "
-        "near capacity the rate found may be lower than a full-length run keeps"
+        f"takes at most {MAX_REQUESTS:,} requests per rank and {MAX_SIMULATED_REQUESTS:,} in "
+        "all, so near capacity the rate found may be lower than a full-length run keeps"
     )
 
 

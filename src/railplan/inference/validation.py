@@ -160,8 +160,8 @@ def server_rate_rows() -> list[dict[str, Any]]:
 
     out: list[dict[str, Any]] = []
     for r in read_rows(DATA):
-        if r["scenario"] != "server" or not r.get("arrival_per_s"):
-            continue
+        if r["scenario"] != "server" or not r.get("arrival_per_s") or not r.get("queries"):
+            continue  # the comparison needs the rate and the length of the run itself
         dep = _deployment(r)
         b, i, o = int(r["batch"]), int(r["input_tokens"]), int(r["output_tokens"])
         run = _server_run(r, dep)
