@@ -411,3 +411,11 @@ def test_a_run_cut_short_by_the_simulation_size_says_so(cli: Cli) -> None:
     given = cli.json(*MAX_RATE, "--max-rate", "--requests", "4000")  # 40 s: short, as asked
     assert given["max_rate"]["requests"] == 4000 and given["max_rate"]["arrivals_s"] < 600
     assert "notes" not in given
+
+
+def test_max_rate_says_when_its_runs_raise_the_step_budget(cli: Cli) -> None:
+    # 16k-token prompts beside 64 sequences: a whole prompt needs more than 8,192 tokens a step
+    args = ["infer", "--tp", "2", "--batch", "64", "--input-tokens", "16000"]
+    out = cli.json(*args, "--output-tokens", "128", "--max-rate", "--min-duration", "30")
+    assert out["max_rate"]["step_budget_tokens"] > 16000
+    assert any("step budget is" in n for n in out["notes"])

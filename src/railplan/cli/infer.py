@@ -315,6 +315,8 @@ def infer(
             f"{r.batch:,}, not {asked:,}"
         )
     budgets = {s.step_budget_tokens for s in sweep} - {MAX_NUM_TOKENS}
+    if highest is not None:  # the --max-rate run's budget too
+        budgets = (budgets | {highest.step_budget_tokens}) - {MAX_NUM_TOKENS}
     if budgets:
         notes.append(
             f"the load simulation's step budget is {max(budgets):,} tokens, not "

@@ -63,6 +63,7 @@ class Loaded(Record):
     # seconds of arrivals the run covered: MIN_DURATION_S (or the caller's) at least, unless
     # what one simulation takes cut it short (`most_requests`), which `short_of` tells
     arrivals_s: float = 0.0
+    step_budget_tokens: int = 0  # the run's token budget per step (`ServingResult`)
 
 
 def simulate(
@@ -215,6 +216,7 @@ def loaded(
         simulations=runs,
         requests=r.requests,
         arrivals_s=r.requests * ranks / rate,
+        step_budget_tokens=r.step_budget_tokens,
     )
 
 
