@@ -292,18 +292,16 @@ def infer(
     sweep = _simulate(rates, one)
     highest = None
     if max_rate:
-        from railplan.inference.loaded import most_requests, settled, sharing_ranks
+        from railplan.inference.loaded import most_requests, settled_run, sharing_ranks
 
-        most = most_requests(dep, r.prefill_gpus // dep.instance_gpus, dispatch == "least-busy")
-
-        def longer(rate: float) -> ServingResult:
-            # the given requests; by default, longer runs where one cannot tell ("?")
-            if requests is not None:
-                return one_of(rate, requests)
-            return settled(lambda n: one_of(rate, n, min_s), most)
-
-        ranks = sharing_ranks(dep, r.prefill_gpus // dep.instance_gpus)
-        highest = _max_rate(r, gpus, output_tokens, longer, limits, ranks)
+        instances = r.prefill_gpus // dep.instance_gpus
+        # the given requests; by default, longer runs where one cannot tell ("?")
+        longer = settled_run(
+            lambda rate, n: one_of(rate, n, min_s),
+            most_requests(dep, instances, dispatch == "least-busy"),
+            requests,
+        )
+        highest = _max_rate(r, gpus, output_tokens, longer, limits, sharing_ranks(dep, instances))
     out: dict[str, Any] = r.to_dict()
     notes = _context_notes(m, input_tokens, output_tokens)
     asked = batch if batch is not None else default_batch(r.max_batch)
@@ -392,7 +390,7 @@ def _max_rate(
     """The most requests/s (`loaded.highest_rate`, on a grid of the steady state's capacity)
     whose run by `one` keeps up with p99 TTFT and TPOT within `limits`, saying on stderr which
     rate it is at."""
-    from railplan.inference.loaded import highest_rate, loaded, within
+    from railplan.inference.loaded import rated
 
     capacity = r.tokens_per_s / output_tokens
     with Console(stderr=True).status("") as status:
@@ -401,8 +399,7 @@ def _max_rate(
             status.update(f"simulating {rate:.4g} requests/s (finding the highest within limits)")
             return one(rate)
 
-        hit, runs = highest_rate(told, lambda s: within(s, *limits), capacity)
-    return loaded(hit[0], hit[1], gpus, output_tokens, capacity, runs, ranks) if hit else None
+        return rated(told, limits, capacity, gpus, output_tokens, ranks)[0]
 
 
 def _max_rate_line(highest: Loaded | None, limits: tuple[float, float]) -> str:
@@ -616,6 +613,9 @@ def infer_search(
     ks = _int_list("hb_domains", hb_domains) if hb_domains else [base.hb_domain]
     if min_duration is not None and not under_load:
         raise RailplanError("min_duration", "takes effect only with --under-load")
+    from railplan.inference.loaded import DURATION, MIN_DURATION_S, short_of
+
+    min_s = DURATION.check("min_duration", MIN_DURATION_S if min_duration is None else min_duration)
     with Console(stderr=True).status("") as status:
 
         def told(k: int) -> Callable[[str], None]:
@@ -636,7 +636,7 @@ def infer_search(
                 traffic=traffic,
                 under_load=under_load,
                 progress=told(k),
-                min_duration_s=min_duration,
+                min_duration_s=min_s,
             )
             for k in ks
         ]
@@ -647,14 +647,10 @@ def infer_search(
     out = {"best": top, "by_hb_domain": results}
     loaded_top = _best_under_load(results) if under_load else None
     if loaded_top is not None:
-        from railplan.inference.loaded import MIN_DURATION_S, short_of
-
         loaded_top["load_check_command"] = _load_check_command(
             model, system, loaded_top, speculative_tokens, acceptance, custom_all_reduce
         )
-        short = short_of(
-            loaded_top["load"], MIN_DURATION_S if min_duration is None else min_duration
-        )
+        short = short_of(loaded_top["load"], min_s)
         if short:
             loaded_top["notes"] = [short]
     if under_load:

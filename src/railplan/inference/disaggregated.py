@@ -56,12 +56,10 @@ from railplan.inference.serving import (
     _check_simulation,
     _lengths,
     batch_limit,
-    default_requests,
-    duration_requests,
     first_token_fn,
-    in_flight,
     lockstep_fn,
     period_fn,
+    run_requests,
     speculation,
     step_budget,
     step_fn,
@@ -219,17 +217,18 @@ def serve_disaggregated(
 ) -> ServingResult:
     """`dep` run disaggregated under Poisson arrivals at `arrival_rate` requests/s (module
     docstring); `batch`: sequences per decode rank (None: the most the KV cache holds);
-    `requests` per decode rank (None: `serving.default_requests`, or enough for
-    `min_duration_s` seconds of arrivals if more), within what one simulation takes in all."""
+    `requests` per decode rank (None: `serving.run_requests`, with `min_duration_s` seconds
+    of arrivals at least), within what one simulation takes in all."""
     input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
     check_decoding(output_tokens)
     p = check_split(dep, prefill_instances)
     dec_ranks = (dep.replicas - p) * dep.ep
     limit = batch_limit(dep, input_tokens + output_tokens, batch)
     if requests is None:
-        held = in_flight(dep, arrival_rate / dec_ranks, limit, input_tokens, output_tokens)
-        requests = default_requests(limit, dec_ranks, dep.ep, held)
-        requests = duration_requests(requests, min_duration_s, arrival_rate / dec_ranks, dec_ranks)
+        rate = arrival_rate / dec_ranks
+        requests = run_requests(
+            dep, rate, limit, input_tokens, output_tokens, dec_ranks, min_duration_s
+        )
     requests = check_int("requests", requests, 1, MAX_SIMULATED_REQUESTS)
     total = requests * dec_ranks
     if total > MAX_SIMULATED_REQUESTS:

@@ -24,7 +24,13 @@ from typing import Any
 from railplan.inference.disaggregated import serve_disaggregated
 from railplan.inference.engine import Deployment
 from railplan.inference.search import Choice, prefer_buildable, verdict
-from railplan.inference.serving import MAX_REQUESTS, MAX_SIMULATED_REQUESTS, ServingResult, serve
+from railplan.inference.serving import (
+    MAX_REQUESTS,
+    MAX_SIMULATED_REQUESTS,
+    ServingResult,
+    requests_cap,
+    serve,
+)
 from railplan.records import Record
 from railplan.specs.base import Range
 
@@ -112,8 +118,7 @@ def most_requests(dep: Deployment, prefill_instances: int = 0, least_busy: bool 
     MAX_SIMULATED_REQUESTS over the ranks it simulates (one instance's ep ranks; every
     replica with `least_busy`; every decode rank with `prefill_instances`)."""
     every = prefill_instances or least_busy
-    ranks = sharing_ranks(dep, prefill_instances) if every else dep.ep
-    return max(1, min(MAX_REQUESTS, MAX_SIMULATED_REQUESTS // max(ranks, 1)))
+    return requests_cap(sharing_ranks(dep, prefill_instances) if every else dep.ep)
 
 
 def short_of(load: Loaded | dict[str, Any], min_duration_s: float) -> str | None:
@@ -141,6 +146,37 @@ def settled(run: Callable[[int | None], ServingResult], most: int) -> ServingRes
             break
         r = run(min(most, r.requests * SETTLE_FACTOR))
     return r
+
+
+def settled_run(
+    one: Callable[[float, int | None], ServingResult], most: int, requests: int | None = None
+) -> Callable[[float], ServingResult]:
+    """Rate → run: `one(rate, requests)` where the length is given, else `settled` (the
+    default length, longer where it cannot tell, up to `most` per rank)."""
+
+    def run(rate: float) -> ServingResult:
+        if requests is not None:
+            return one(rate, requests)
+        return settled(lambda n: one(rate, n), most)
+
+    return run
+
+
+def rated(
+    run: Callable[[float], ServingResult],
+    limits_s: tuple[float, float],
+    capacity: float,
+    gpus: int,
+    output_tokens: int,
+    ranks: int,
+    floor: float = 0.0,
+) -> tuple[Loaded | None, int]:
+    """`highest_rate` of `run` above `floor` within the p99 TTFT and TPOT `limits_s`
+    (`within`), as `Loaded` (None: none), and the rates run."""
+    hit, runs = highest_rate(run, lambda r: within(r, *limits_s), capacity, floor)
+    if hit is None:
+        return None, runs
+    return loaded(hit[0], hit[1], gpus, output_tokens, capacity, runs, ranks), runs
 
 
 def within(r: ServingResult, ttft_slo_s: float, tpot_slo_s: float) -> bool:
@@ -255,33 +291,38 @@ def best_under_load(
             capacity = c.tokens_per_s_per_gpu * gpus / output_tokens
             p = c.prefill_gpus // dep.instance_gpus
 
-            def sim(rate: float, dep: Deployment = dep, c: Choice = c, p: int = p) -> ServingResult:
-                def one(n: int | None) -> ServingResult:
-                    return simulate(
-                        dep, rate, input_tokens, output_tokens, c.batch, p, 0, n, min_duration_s
-                    )
+            def one(
+                rate: float, n: int | None, dep: Deployment = dep, c: Choice = c, p: int = p
+            ) -> ServingResult:
+                return simulate(
+                    dep, rate, input_tokens, output_tokens, c.batch, p, 0, n, min_duration_s
+                )
 
-                return settled(one, most_requests(dep, p))
-
+            sim = settled_run(one, most_requests(dep, p))
             told = _told(sim, progress, f"{arch}: {_words(c)}, batch {c.batch}")
             # inside one HB domain the network is never reached: the same runs on every one
             where = "hb" if gpus <= dep.system.hb_domain else arch
             run = _cached(runs, (where, c), told)
-            hit, made = highest_rate(
-                run, lambda r: within(r, ttft_slo_s, tpot_slo_s), capacity, floor
+            got, made = rated(
+                run,
+                (ttft_slo_s, tpot_slo_s),
+                capacity,
+                gpus,
+                output_tokens,
+                sharing_ranks(dep, p),
+                floor,
             )
             tried[arch].append(
                 {
                     "configuration": c.to_dict(),  # with its steady-state figures
-                    "arrival_rate": hit[0] if hit else None,
+                    "arrival_rate": got.arrival_rate if got else None,
                     "beats": floor,
                     "simulations": made,
                 }
             )
-            if hit is not None:
-                floor = hit[0]
-                ranks = sharing_ranks(dep, p)
-                found = (c, loaded(hit[0], hit[1], gpus, output_tokens, capacity, made, ranks))
+            if got is not None:
+                floor = got.arrival_rate
+                found = (c, got)
         entry = full(arch, found[0]) if found else None
         if entry is not None and found is not None:
             entry["load"] = found[1].to_dict()

@@ -243,9 +243,9 @@ def serve(
         longest = int(np.max(lengths[0])) if lengths is not None else input_tokens
         max_num_tokens = step_budget(longest, limit * dep.verified_tokens)
     if requests is None:
-        held = in_flight(dep, arrival_rate / groups, limit, input_tokens, output_tokens)
-        requests = default_requests(limit, replicas, dep.ep, held)
-        requests = duration_requests(requests, min_duration_s, arrival_rate / groups, replicas)
+        requests = run_requests(
+            dep, arrival_rate / groups, limit, input_tokens, output_tokens, replicas, min_duration_s
+        )
     rank_s = period_fn(dep) if chunked else step_fn(dep)
     run = simulate(
         rank_s,
@@ -295,7 +295,30 @@ def default_requests(
     for nothing."""
     full = max_batch if held is None or ranks == 1 else min(max_batch, math.ceil(held))
     wanted = max(-(-DEFAULT_REQUESTS // ranks), BATCH_TURNOVERS * full)
-    return max(1, min(wanted, MAX_REQUESTS, MAX_SIMULATED_REQUESTS // replicas))
+    return min(wanted, requests_cap(replicas))
+
+
+def requests_cap(replicas: int) -> int:
+    """The most requests per rank one simulation of `replicas` ranks takes: MAX_REQUESTS, and
+    MAX_SIMULATED_REQUESTS in all (at least one)."""
+    return max(1, min(MAX_REQUESTS, MAX_SIMULATED_REQUESTS // max(replicas, 1)))
+
+
+def run_requests(
+    dep: Deployment,
+    rate_per_rank: float,
+    batch: int,
+    input_tokens: int,
+    output_tokens: int,
+    replicas: int,
+    min_duration_s: float = 0.0,
+) -> int:
+    """The requests per rank a run of `replicas` simulated ranks takes by default, each rank
+    offered `rate_per_rank`: `default_requests` at what that rate keeps in flight
+    (`in_flight`), or enough for `min_duration_s` of arrivals if more (`duration_requests`)."""
+    held = in_flight(dep, rate_per_rank, batch, input_tokens, output_tokens)
+    requests = default_requests(batch, replicas, dep.ep, held)
+    return duration_requests(requests, min_duration_s, rate_per_rank, replicas)
 
 
 def duration_requests(
@@ -305,7 +328,7 @@ def duration_requests(
     more (MLPerf's Server runs last at least 600 s, loadgen's `min_duration`), within what one
     simulation of `replicas` ranks takes."""
     wanted = math.ceil(min_duration_s * rate_per_rank)
-    return max(requests, min(wanted, MAX_REQUESTS, MAX_SIMULATED_REQUESTS // replicas))
+    return max(requests, min(wanted, requests_cap(replicas)))
 
 
 def in_flight(
