@@ -234,6 +234,124 @@ def test_branch_and_bound_over_the_candidates(monkeypatch: pytest.MonkeyPatch) -
     # the third candidate's one run is the lowest of its grid above the floor
     third = [rate for batch, rate in asked if batch == 3]
     assert third == [pytest.approx(95 * 47 / 64)] and third[0] > rates[1]
+    assert out["not_simulated"] == {"rail-optimized": 0}
+
+
+def _choices(capacities: tuple[float, ...]) -> list:
+    from railplan.inference.search import Choice
+
+    return [
+        Choice("aggregated", 1, 1, 1, False, batch, 0, 8, 0.1, 0.01, cap * 128 / 8, 0.0)
+        for batch, cap in enumerate(capacities, start=1)
+    ]
+
+
+def _bound_search(
+    monkeypatch: pytest.MonkeyPatch, capacities: tuple[float, ...], keeps: float, **kw: int
+) -> tuple[dict, list[tuple[int, float]]]:
+    """best_under_load over choices of these capacities (most first), each of whose runs keeps
+    up to `keeps` requests/s, and the (batch, rate) pairs it simulated."""
+    import railplan.inference.loaded as loaded_mod
+    from railplan.inference.engine import Deployment
+    from railplan.specs import Network
+    from railplan.specs.catalog import load_model, load_system
+
+    dep = Deployment(
+        load_model("llama-3.1-8b"), load_system("dgx-h100"), Network(), 8, 1, 1, 1, "fp8"
+    )
+    asked: list[tuple[int, float]] = []
+
+    def fake(d, rate, i, o, batch, p=0, seed=0, requests=None, min_s=0.0):  # type: ignore[no-untyped-def]
+        asked.append((batch, rate))
+        return _result(rate, stable=rate <= keeps)
+
+    monkeypatch.setattr(loaded_mod, "simulate", fake)
+    out = loaded_mod.best_under_load(
+        {"rail-optimized": _choices(capacities)},
+        lambda arch, c: dep,
+        lambda arch, c: c.to_dict(),
+        512,
+        128,
+        2.0,
+        0.2,
+        **kw,
+    )
+    return out, asked
+
+
+def test_the_bound_ends_the_list_where_no_later_choice_can_beat_the_best(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # every run keeps up to 70 requests/s: the first choice (capacity 100) finds 44/64 of it;
+    # 80 reaches 70 itself, then 72 can still beat that (63/64 of 72 is 70.9) and fails there,
+    # 71 cannot (69.9), and nothing after it is looked at, however many choices follow
+    capacities = (100.0, 80.0, 72.0, 71.0, 70.0, *[50.0] * 200)
+    out, asked = _bound_search(monkeypatch, capacities, 70.0)
+    tried = out["tried"]["rail-optimized"]
+    assert [t["configuration"]["batch"] for t in tried] == [1, 2, 3]
+    assert {batch for batch, _ in asked} == {1, 2, 3}
+    first = 100 * 44 / 64  # 68.75 keeps up, 70.3 does not
+    assert tried[0]["arrival_rate"] == pytest.approx(first)
+    # 80: the lowest of its grid above 68.75 is 56/64 (68.75 itself, at 55/64, is not above)
+    assert tried[1]["arrival_rate"] == pytest.approx(80 * 56 / 64)
+    assert tried[2]["arrival_rate"] is None and tried[2]["simulations"] == 1
+    assert out["not_simulated"] == {"rail-optimized": 0}  # proven over all 205
+    # the best is what the bound allows no other choice to beat
+    best = out["by_network"]["rail-optimized"]["load"]["arrival_rate"]
+    assert all(c * 63 / 64 <= best for c in capacities[3:])
+
+
+def test_the_limit_stops_the_search_and_counts_what_could_still_beat_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    capacities = (100.0, 99.0, 98.0, 97.0, 60.0)
+    out, asked = _bound_search(monkeypatch, capacities, 90.0, candidates=2)
+    assert [t["configuration"]["batch"] for t in out["tried"]["rail-optimized"]] == [1, 2]
+    assert {batch for batch, _ in asked} == {1, 2}
+    # the best after two is below 63/64 of 98 and 97, not of 60
+    assert out["not_simulated"] == {"rail-optimized": 2} and out["candidates"] == 2
+    # without a limit they are simulated and the answer is proven
+    out, asked = _bound_search(monkeypatch, capacities, 90.0, candidates=0)
+    assert len(out["tried"]["rail-optimized"]) == 4
+    assert out["not_simulated"] == {"rail-optimized": 0}
+
+
+def test_infer_search_says_what_its_limit_left_unsimulated(cli: Cli) -> None:
+    # one H100, Llama 3.1 8B, a TTFT limit that binds well below the best's capacity: the
+    # smaller batches could still serve more by their capacity
+    args = ["infer-search", "--model", "llama-3.1-8b", "--system", "dgx-h100", "--gpus", "1"]
+    args += ["--input-tokens", "512", "--output-tokens", "128", "--ttft-slo", "0.1"]
+    args += ["--tpot-slo", "0.05", "--under-load", *SHORT]
+    text = cli(*args, "--load-candidates", "1")
+    assert text.exit_code == 0, text.output
+    assert "of the choices simulated: see the notes" in text.output
+    assert "K = 8, every network: 6 choices not simulated could serve more" in text.output
+    assert "--load-candidates 7 (or 0) simulates them" in text.output
+    out = cli.json(*args, "--load-candidates", "1")["by_hb_domain"][0]["under_load"]
+    assert out["not_simulated"] == {"rail-optimized": 6, "rail-only": 6, "ideal": 6}
+    full = cli.json(*args)["by_hb_domain"][0]["under_load"]  # the default limit, 8
+    assert full["not_simulated"] == {"rail-optimized": 0, "rail-only": 0, "ideal": 0}
+    assert len(full["tried"]["rail-only"]) == 7
+    assert full["best"]["load"] == out["best"]["load"]  # the first held: now proven
+    assert "could serve more: proven" in cli(*args).output
+    for bad, why in (
+        (["--load-candidates", "-1"], "load_candidates: must be an integer in [0, 100,000]"),
+        (["--load-candidates", "2"], "load_candidates: takes effect only with --under-load"),
+    ):
+        call = args[:-3] + bad if "2" in bad else args + bad
+        got = cli(*call)
+        assert got.exit_code == 2 and str(got.exception).startswith(why), got.output
+
+
+@given(capacity=st.floats(0.5, 200.0), floor=st.floats(0.0, 250.0))
+def test_could_beat_is_whether_highest_rate_runs_at_all(capacity: float, floor: float) -> None:
+    from railplan.inference.loaded import could_beat
+
+    _, run = _runner(10 * capacity)  # keeps up everywhere
+    hit, runs = highest_rate(run, lambda r: r.stable is True, capacity, floor)  # type: ignore[arg-type]
+    assert could_beat(capacity, floor) == (runs > 0) == (hit is not None)
+    if hit is not None:
+        assert hit[0] > floor
 
 
 @given(capacity=st.floats(0.5, 200.0), j=st.integers(1, STEPS - 2))
@@ -419,3 +537,17 @@ def test_max_rate_says_when_its_runs_raise_the_step_budget(cli: Cli) -> None:
     out = cli.json(*args, "--output-tokens", "128", "--max-rate", "--min-duration", "30")
     assert out["max_rate"]["step_budget_tokens"] > 16000
     assert any("step budget is" in n for n in out["notes"])
+
+
+def test_the_unsimulated_note_names_each_network_where_they_differ() -> None:
+    from railplan.cli.infer import _not_simulated_lines
+
+    r = {"hb_domain": 8, "under_load": {"candidates": 8, "not_simulated": {}}}
+    r["under_load"]["not_simulated"] = {"rail-optimized": 2, "rail-only": 1, "ideal": 0}
+    lines = _not_simulated_lines(r)
+    assert len(lines) == 2
+    assert lines[0].startswith("K = 8, rail-optimized: 2 choices not simulated")
+    assert lines[0].endswith("--load-candidates 10 (or 0) simulates them")
+    assert lines[1].startswith("K = 8, rail-only: 1 choice not simulated")
+    r["under_load"]["not_simulated"] = {"rail-optimized": 0, "rail-only": 0, "ideal": 0}
+    assert _not_simulated_lines(r) == []

@@ -599,6 +599,14 @@ def infer_search(
         ),
     ] = False,
     min_duration: MinDurationOpt = None,
+    load_candidates: Annotated[
+        int | None,
+        typer.Option(
+            help="with --under-load: the most choices (configuration, batch, prefill:decode "
+            "split) simulated per network, most capacity first (default 8; 0 = no limit); "
+            "those that cannot beat the best found are never simulated"
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The configuration (tp/pp/ep/batch, aggregated or disaggregated prefill/decode) with
@@ -613,6 +621,8 @@ def infer_search(
     ks = _int_list("hb_domains", hb_domains) if hb_domains else [base.hb_domain]
     if min_duration is not None and not under_load:
         raise RailplanError("min_duration", "takes effect only with --under-load")
+    if load_candidates is not None and not under_load:
+        raise RailplanError("load_candidates", "takes effect only with --under-load")
     from railplan.inference.loaded import DURATION, MIN_DURATION_S, short_of
 
     min_s = DURATION.check("min_duration", MIN_DURATION_S if min_duration is None else min_duration)
@@ -637,6 +647,7 @@ def infer_search(
                 under_load=under_load,
                 progress=told(k),
                 min_duration_s=min_s,
+                load_candidates=load_candidates,
             )
             for k in ks
         ]
@@ -695,6 +706,8 @@ def infer_search(
         Console(width=max(Console().width, 136)).print(_loaded_table(results))
         for r in results:
             Console().print(f"K = {r['hb_domain']}: {r['under_load']['verdict']}")
+            for line in _not_simulated_lines(r):
+                Console().print(f"[yellow]note:[/yellow] {line}", soft_wrap=True)
         if loaded_top is not None:
             load = loaded_top["load"]
             Console().print(
@@ -754,12 +767,35 @@ def _loaded_table(results: list[dict[str, Any]]) -> Table:
                     f"{load['tokens_per_s_per_gpu']:,.0f}",
                 )
             )
-    title = (
-        "under Poisson load: the most requests/s with p99 TTFT and TPOT within the limits "
-        f"(of each network's first {results[0]['under_load']['candidates']} configurations)"
+    proven = all(not any(r["under_load"]["not_simulated"].values()) for r in results)
+    title = "under Poisson load: the most requests/s with p99 TTFT and TPOT within the limits" + (
+        " (of every configuration, batch and split that could serve more: proven)"
+        if proven
+        else " (of the choices simulated: see the notes)"
     )
     extra = ("req/s", "of cap.", "TTFT p99", "TPOT p99", "tok/s/GPU")
     return table(title, (*columns, *extra), rows)
+
+
+def _not_simulated_lines(r: dict[str, Any]) -> list[str]:
+    """Per network of one HB-domain size whose search under load stopped at its limit, how many
+    choices left could still serve more than its best, and the option that simulates them."""
+    ul = r["under_load"]
+    left: dict[str, int] = ul["not_simulated"]
+    counts = set(left.values())
+    # one line where every network left as many (the same runs inside one HB domain)
+    where = (
+        {"every network": next(iter(counts))}
+        if len(left) > 1 and len(counts) == 1
+        else {net: n for net, n in left.items()}
+    )
+    return [
+        f"K = {r['hb_domain']}, {net}: {n:,} choice{'s' * (n != 1)} not simulated could serve "
+        f"more than the best found (steady-state capacity above its rate); --load-candidates "
+        f"{ul['candidates'] + n} (or 0) simulates them"
+        for net, n in where.items()
+        if n
+    ]
 
 
 #: the share of a configuration's capacity `infer-search` proposes to check it under load at

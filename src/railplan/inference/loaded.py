@@ -36,8 +36,9 @@ from railplan.specs.base import Range
 
 #: bisection steps: the rate to 1/64 (1.6 %) of the steady-state capacity, at most 63/64 of it
 LOAD_ITERATIONS = 6
-#: steady-state candidates per network `search` simulates under load, best first
-LOAD_CANDIDATES = 4
+#: the most steady-state choices (configuration, batch and prefill:decode split) per network
+#: `search` simulates under load, most capacity first; those the bound prunes are not counted
+LOAD_CANDIDATES = 8
 #: seconds of arrivals a load simulation covers at least: MLPerf's Server runs last at least
 #: 600 s (mlcommons/inference loadgen `mlperf.conf`: *.Server.min_duration = 600000 ms); near
 #: capacity a shorter run can neither show a level queue nor a p99 that a long one would see
@@ -200,10 +201,9 @@ def highest_rate(
     run there proves nothing. None when no rate above the floor is ok. Assumes `ok` holds
     below any rate where it holds (latencies grow with the load)."""
     steps = 1 << iterations
-    # j ≤ lo: at or below the floor (a floor on this grid, up to rounding, is at its own j)
-    lo = math.floor(floor * steps / capacity + 1e-9)
-    if lo >= steps - 1:
+    if not could_beat(capacity, floor, iterations):
         return None, 0
+    lo = _floor_index(capacity, floor, steps)
 
     def rate(j: int) -> float:
         return capacity * j / steps
@@ -227,6 +227,20 @@ def highest_rate(
             hi = j
         j = (lo + hi) // 2
     return best, runs
+
+
+def _floor_index(capacity: float, floor: float, steps: int) -> int:
+    """The grid index j ≤ which capacity · j / steps is at or below `floor` (a floor on this
+    grid, up to rounding, is at its own j)."""
+    return math.floor(floor * steps / capacity + 1e-9)
+
+
+def could_beat(capacity: float, floor: float, iterations: int = LOAD_ITERATIONS) -> bool:
+    """Whether a configuration of this steady-state `capacity` (requests/s) has a rate on its
+    grid above `floor` (`highest_rate` never claims more than (2**iterations − 1)/2**iterations
+    of it): the bound that lets the search skip the rest of a list ordered by capacity."""
+    steps = 1 << iterations
+    return _floor_index(capacity, floor, steps) < steps - 1
 
 
 def loaded(
@@ -268,27 +282,42 @@ def best_under_load(
     candidates: int = LOAD_CANDIDATES,
     min_duration_s: float = MIN_DURATION_S,
 ) -> dict[str, Any]:
-    """Per network, of its first `candidates` configurations in the steady state's order
-    (`search.ranked`), the one that serves the most requests/s under Poisson load with p99
-    TTFT and TPOT within the limits (`highest_rate`, each at its steady-state batch and
-    prefill:decode split, each run at least `min_duration_s` of arrivals long and longer where
-    it cannot tell, `settled`), with `full`'s keys and `load` (`Loaded`); the best of the buildable
-    networks and the spine verdict on those figures. A candidate is simulated above the best
-    rate so far only if it meets the limits there, and not at all if 63/64 of its capacity is
-    not above it: the first candidate takes up to LOAD_ITERATIONS + 1 rates, the others mostly
-    one (each rate one run, or up to SETTLE_TRIES more where it cannot tell).
-    `tried` lists, per network, each candidate with the highest rate found for it above the
-    best before it (`beats`; `arrival_rate` None: none above it met the limits)."""
+    """Per network, of the steady state's choices that meet the limits (`ranked`: every
+    configuration at every batch and prefill:decode split, most tokens/s per GPU first, so most
+    capacity first: `search.meeting`), the one that serves the most requests/s under Poisson
+    load with p99 TTFT and TPOT within the limits (`highest_rate`, each run at least
+    `min_duration_s` of arrivals long and longer where it cannot tell, `settled`), with `full`'s
+    keys and `load` (`Loaded`); the best of the buildable networks and the spine verdict on
+    those figures. Branch and bound: a choice is simulated above the best rate so far only if
+    it meets the limits there, and the list ends at the first choice whose grid has no rate
+    above it (`could_beat`: none after it has either), so the answer is the best of every
+    choice, not of the first few. At most `candidates` choices are simulated per network (0:
+    no limit); `not_simulated` counts, per network, the choices left that could still beat
+    its best (0: the answer is proven over every choice). The first choice takes up to
+    LOAD_ITERATIONS + 1 rates, the others mostly one (each rate one run, or up to SETTLE_TRIES
+    more where it cannot tell). `tried` lists, per network, each choice simulated with the
+    highest rate found for it above the best before it (`beats`; `arrival_rate` None: none
+    above it met the limits)."""
     by_net: dict[str, dict[str, Any] | None] = {}
     runs: dict[tuple[Any, ...], ServingResult] = {}
     tried: dict[str, list[dict[str, Any]]] = {}
+    left: dict[str, int] = {}
     for arch, choices in ranked.items():
         floor, found = 0.0, None
         tried[arch] = []
-        for c in choices[:candidates]:
+        left[arch] = 0
+        for i, c in enumerate(choices):
             dep = deployment(arch, c)
             gpus = dep.gpus
             capacity = c.tokens_per_s_per_gpu * gpus / output_tokens
+            if not could_beat(capacity, floor):
+                break  # most capacity first: no choice after this one can beat the floor
+            if candidates and len(tried[arch]) >= candidates:
+                left[arch] = sum(
+                    could_beat(d.tokens_per_s_per_gpu * gpus / output_tokens, floor)
+                    for d in choices[i:]
+                )
+                break
             p = c.prefill_gpus // dep.instance_gpus
 
             def one(
@@ -340,6 +369,7 @@ def best_under_load(
         "by_network": by_net,
         "verdict": verdict(rates, under_load=True),
         "candidates": candidates,
+        "not_simulated": left,
         "simulations": len(runs),
         "tried": tried,
     }

@@ -84,6 +84,8 @@ class Choice(Record):
     kv_transfer_s: float
 
 
+#: the most choices `--load-candidates` may ask to simulate per network (0: no limit)
+MAX_LOAD_CANDIDATES = 100_000
 #: GPUs one search covers: a serving deployment, not a data-centre (keeps the divisor loops short)
 MAX_SEARCH_GPUS = 65_536
 
@@ -320,14 +322,20 @@ def candidates(
     return out
 
 
+def meeting(choices: list[Choice], ttft_slo_s: float, tpot_slo_s: float) -> list[Choice]:
+    """The choices (configuration, batch, prefill:decode split) whose steady state meets the
+    limits, most tokens/s per GPU first."""
+    ok = [c for c in choices if c.ttft_s <= ttft_slo_s and c.tpot_s <= tpot_slo_s]
+    ok.sort(key=lambda c: -c.tokens_per_s_per_gpu)
+    return ok
+
+
 def ranked(choices: list[Choice], ttft_slo_s: float, tpot_slo_s: float) -> list[Choice]:
     """The configurations (mode, tp, pp, ep, two-batch overlap) that meet the limits, each at
     its batch (and prefill:decode split) with the most tokens/s per GPU, most first."""
-    ok = [c for c in choices if c.ttft_s <= ttft_slo_s and c.tpot_s <= tpot_slo_s]
-    ok.sort(key=lambda c: -c.tokens_per_s_per_gpu)
     seen: set[tuple[Any, ...]] = set()
     out: list[Choice] = []
-    for c in ok:
+    for c in meeting(choices, ttft_slo_s, tpot_slo_s):
         key = (c.mode, c.tp, c.pp, c.ep, c.two_batch_overlap)
         if key not in seen:
             seen.add(key)
@@ -356,25 +364,30 @@ def search(
     under_load: bool = False,
     progress: Callable[[str], None] | None = None,
     min_duration_s: float | None = None,
+    load_candidates: int | None = None,
 ) -> dict[str, Any]:
     """The best configuration on each network, the overall best and the spine verdict;
     `speculative`: draft tokens per step and their acceptance, `custom_all_reduce`: the serving
     framework's all-reduce kernel where measured (`Deployment`); `traffic`: each best's bytes
     too (`traffic.configuration_traffic`, key `traffic`); `under_load`: also the best under
-    Poisson load within the limits at p99 (`loaded.best_under_load`, key `under_load`; each
-    run at least `min_duration_s` of arrivals long, None: `loaded.MIN_DURATION_S`), telling
-    `progress` what it simulates."""
+    Poisson load within the limits at p99 (`loaded.best_under_load`, key `under_load`, over
+    every choice that meets the limits in the steady state, at most `load_candidates` of them
+    simulated per network, None: `loaded.LOAD_CANDIDATES`, 0: no limit; each run at least
+    `min_duration_s` of arrivals long, None: `loaded.MIN_DURATION_S`), telling `progress`
+    what it simulates."""
     input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
     check_decoding(output_tokens)
     ttft_slo_s = SLO.check("ttft_slo", ttft_slo_s)
     tpot_slo_s = SLO.check("tpot_slo", tpot_slo_s)
     gpus = check_int("gpus", gpus, 1, MAX_SEARCH_GPUS)
+    if load_candidates is not None:
+        load_candidates = check_int("load_candidates", load_candidates, 0, MAX_LOAD_CANDIDATES)
     model, system = load_model(model), load_system(system)
     if isinstance(networks, str):  # one architecture name
         networks = (networks,)
     nets = {arch: load_network(arch) for arch in networks}  # one-line errors for a bad name
     by_net: dict[str, Choice | None] = {}
-    ranks: dict[str, list[Choice]] = {}
+    meet: dict[str, list[Choice]] = {}
     evaluated = 0
     for arch, network in nets.items():
         cs = candidates(
@@ -389,8 +402,8 @@ def search(
             custom_all_reduce,
         )
         evaluated += len(cs)
-        ranks[arch] = ranked(cs, ttft_slo_s, tpot_slo_s)
-        by_net[arch] = ranks[arch][0] if ranks[arch] else None
+        meet[arch] = meeting(cs, ttft_slo_s, tpot_slo_s)
+        by_net[arch] = meet[arch][0] if meet[arch] else None
     found = [(k, c) for k, c in by_net.items() if c is not None]
     buildable = prefer_buildable(found, lambda kc: kc[0])
     top = max(buildable, key=lambda kc: kc[1].tokens_per_s_per_gpu) if buildable else None
@@ -440,10 +453,15 @@ def search(
     }
     if under_load:
         # `loaded` builds on this module (its simulations import `disaggregated`, which does)
-        from railplan.inference.loaded import DURATION, MIN_DURATION_S, best_under_load
+        from railplan.inference.loaded import (
+            DURATION,
+            LOAD_CANDIDATES,
+            MIN_DURATION_S,
+            best_under_load,
+        )
 
         out["under_load"] = best_under_load(
-            ranks,
+            meet,
             deployment,
             full,
             input_tokens,
@@ -451,6 +469,7 @@ def search(
             ttft_slo_s,
             tpot_slo_s,
             progress,
+            candidates=LOAD_CANDIDATES if load_candidates is None else load_candidates,
             min_duration_s=DURATION.check(
                 "min_duration", MIN_DURATION_S if min_duration_s is None else min_duration_s
             ),
