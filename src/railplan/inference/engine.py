@@ -139,6 +139,9 @@ class Deployment:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: names, paths and mappings load here (one-line errors)
+        # `expert_layer_s` of each scalar token count met (the load simulation asks for the
+        # same counts thousands of times); not a field: no part of equality or hashing
+        set_(self, "_expert_layer_s", {})
         set_(self, "model", load_model(self.model))
         set_(self, "system", load_system(self.system))
         set_(self, "network", load_network(self.network))
@@ -507,7 +510,20 @@ def logits_s(dep: Deployment, load: StepLoad, queries: float = 1.0) -> FloatArra
 
 def expert_layer_s(dep: Deployment, tokens: FloatArray) -> FloatArray:
     """One MoE layer's expert GEMMs on one ep rank when every ep rank carries `tokens` tokens:
-    the routed experts, the shared experts and the router."""
+    the routed experts, the shared experts and the router (a scalar count evaluated once per
+    deployment and remembered)."""
+    if np.ndim(tokens) == 0:
+        memo: dict[float, FloatArray] = dep._expert_layer_s  # type: ignore[attr-defined]
+        key = float(tokens)
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = _expert_layer_s(dep, np.asarray(tokens, dtype=np.float64))
+        return hit
+    return _expert_layer_s(dep, tokens)
+
+
+def _expert_layer_s(dep: Deployment, tokens: FloatArray) -> FloatArray:
+    """`expert_layer_s` evaluated."""
     m, gpu, t = dep.model, dep.system.gpu, dep.tp
     peak, wb = dep.peak_tflops, WEIGHT_BYTES[dep.precision]
     one = dep.token_model  # shapes per token: b = tokens, s = 1

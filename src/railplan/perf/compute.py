@@ -49,10 +49,38 @@ _TILE_N = np.array([t[1] for t in TILES], dtype=np.float64)
 _TILE_INTENSITY = _TILE_M * _TILE_N / (_TILE_M + _TILE_N)  # FLOP per L2 byte per k-step
 
 
+#: scalar shapes already evaluated (the serving simulation asks for the same few shapes
+#: thousands of times), keyed by everything `gemm_efficiency` reads; emptied when full
+_SCALAR_EFFICIENCY: dict[tuple[float, ...], FloatArray] = {}
+_SCALAR_EFFICIENCY_MAX = 1 << 16
+
+
 def gemm_efficiency(gpu: GPU, g: Gemm, fp8: bool = False) -> FloatArray:
     """Fraction of peak tensor FLOP/s the GEMM reaches when compute-bound (0..1]: the best tile,
     all tiles evaluated at once along a leading axis; `fp8`: of the FP8 peak, from the GPU's FP8
-    MAMF fraction where the catalog has one."""
+    MAMF fraction where the catalog has one. A scalar shape is evaluated once and remembered."""
+    mamf = gpu.fp8_matmul_efficiency if fp8 and gpu.fp8_matmul_efficiency else None
+    fraction = mamf or gpu.matmul_efficiency
+    if np.ndim(g.batch) == np.ndim(g.m) == np.ndim(g.n) == 0:
+        key = (
+            float(gpu.sm_count),
+            float(gpu.l2_flops_per_byte),
+            float(fraction),
+            float(g.batch),
+            float(g.m),
+            float(g.n),
+        )
+        hit = _SCALAR_EFFICIENCY.get(key)
+        if hit is None:
+            if len(_SCALAR_EFFICIENCY) >= _SCALAR_EFFICIENCY_MAX:
+                _SCALAR_EFFICIENCY.clear()
+            hit = _SCALAR_EFFICIENCY[key] = _tile_efficiency(gpu, g, fraction)
+        return hit
+    return _tile_efficiency(gpu, g, fraction)
+
+
+def _tile_efficiency(gpu: GPU, g: Gemm, fraction: float) -> FloatArray:
+    """`gemm_efficiency` evaluated: `fraction` (the MAMF share) × the best tile's fills."""
     batch, m, n = np.broadcast_arrays(
         *(np.asarray(x, dtype=np.float64) for x in (g.batch, g.m, g.n))
     )
@@ -65,8 +93,7 @@ def gemm_efficiency(gpu: GPU, g: Gemm, fp8: bool = False) -> FloatArray:
     padding_fill = (m * n) / (rows * mt * cols * nt)
     l2_fill = np.minimum(1.0, _TILE_INTENSITY / gpu.l2_flops_per_byte)[extra]
     best = (wave_fill * padding_fill * l2_fill).max(axis=0)
-    mamf = gpu.fp8_matmul_efficiency if fp8 and gpu.fp8_matmul_efficiency else None
-    return np.asarray((mamf or gpu.matmul_efficiency) * best)
+    return np.asarray(fraction * best)
 
 
 def fp8_peak_tflops(gpu: GPU) -> float:
