@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from railplan.errors import RailplanError
 from railplan.inference.loaded import LOAD_ITERATIONS, highest_rate, simulate, within
 from railplan.inference.search import search
 from railplan.inference.serving import ServingResult
@@ -324,7 +325,7 @@ def test_infer_search_says_what_its_limit_left_unsimulated(cli: Cli) -> None:
     args += ["--tpot-slo", "0.05", "--under-load", *SHORT]
     text = cli(*args, "--load-candidates", "1")
     assert text.exit_code == 0, text.output
-    assert "of the choices simulated: see the notes" in text.output
+    assert "(not proven: see the notes)" in text.output
     assert "K = 8, every network: 6 choices not simulated could serve more" in text.output
     assert "--load-candidates 7 (or 0) simulates them" in text.output
     out = cli.json(*args, "--load-candidates", "1")["by_hb_domain"][0]["under_load"]
@@ -333,25 +334,104 @@ def test_infer_search_says_what_its_limit_left_unsimulated(cli: Cli) -> None:
     assert full["not_simulated"] == {"rail-optimized": 0, "rail-only": 0, "ideal": 0}
     assert len(full["tried"]["rail-only"]) == 7
     assert full["best"]["load"] == out["best"]["load"]  # the first held: now proven
-    assert "could serve more: proven" in cli(*args).output
-    for bad, why in (
-        (["--load-candidates", "-1"], "load_candidates: must be an integer in [0, 100,000]"),
-        (["--load-candidates", "2"], "load_candidates: takes effect only with --under-load"),
-    ):
-        call = args[:-3] + bad if "2" in bad else args + bad
-        got = cli(*call)
-        assert got.exit_code == 2 and str(got.exception).startswith(why), got.output
+    assert "(proven over every steady-state choice)" in cli(*args).output
+    for value in ("-1", "100001"):
+        got = cli(*args, "--load-candidates", value)
+        assert got.exit_code == 2, got.output
+        assert str(got.exception).startswith("load_candidates: must be an integer in [0, 100,000]")
+    got = cli(*args, "--load-candidates", "2.5")
+    assert got.exit_code == 2 and "--load-candidates" in got.output
+    got = cli(*args[:-3], "--load-candidates", "2")  # without --under-load
+    assert got.exit_code == 2
+    assert str(got.exception) == "load_candidates: takes effect only with --under-load"
+    assert (
+        cli.json(*args, "--load-candidates", "0")["by_hb_domain"][0]["under_load"]["candidates"]
+        == 0
+    )
 
 
-@given(capacity=st.floats(0.5, 200.0), floor=st.floats(0.0, 250.0))
-def test_could_beat_is_whether_highest_rate_runs_at_all(capacity: float, floor: float) -> None:
+@given(capacity=st.floats(0.5, 200.0), j=st.integers(1, STEPS - 1))
+def test_could_beat_is_whether_the_grid_has_a_rate_above_the_floor(capacity: float, j: int) -> None:
     from railplan.inference.loaded import could_beat
 
-    _, run = _runner(10 * capacity)  # keeps up everywhere
-    hit, runs = highest_rate(run, lambda r: r.stable is True, capacity, floor)  # type: ignore[arg-type]
-    assert could_beat(capacity, floor) == (runs > 0) == (hit is not None)
-    if hit is not None:
-        assert hit[0] > floor
+    # a floor at a grid rate (as another choice of the same capacity found it): above it are
+    # the grid's rates j + 1 … 63, none when j is the top (63/64: the capacity is never claimed)
+    assert could_beat(capacity, capacity * j / STEPS) == (j < STEPS - 1)
+    top = capacity * (STEPS - 1) / STEPS
+    assert could_beat(capacity, top * (1 - 1e-6)) and not could_beat(capacity, top * (1 + 1e-6))
+    assert could_beat(capacity, 0.0)
+
+
+def test_the_first_configurations_are_simulated_before_other_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # configuration A at four batches of the grid (capacities 100, 99, 98, 97 requests/s, each
+    # keeping up to 50), configuration B at its best (90, keeping up to 85): in capacity order
+    # alone a limit of two would spend both on A; the first pass takes B's best before A's
+    # other batches, as the search of the first configurations did
+    import railplan.inference.loaded as loaded_mod
+    from railplan.inference.engine import Deployment
+    from railplan.inference.search import Choice
+    from railplan.specs import Network
+    from railplan.specs.catalog import load_model, load_system
+
+    dep = Deployment(
+        load_model("llama-3.1-8b"), load_system("dgx-h100"), Network(), 8, 1, 1, 1, "fp8"
+    )
+    choices = [
+        Choice("aggregated", tp, 1, 1, False, batch, 0, 8, 0.1, 0.01, cap * 128 / 8, 0.0)
+        for tp, batch, cap in ((1, 4, 100.0), (1, 3, 99.0), (1, 2, 98.0), (1, 1, 97.0))
+    ]
+    choices.insert(3, Choice("aggregated", 2, 1, 1, False, 9, 0, 8, 0.1, 0.01, 90 * 16, 0.0))
+    keeps = {(1, 4): 50.0, (1, 3): 50.0, (1, 2): 50.0, (1, 1): 50.0, (2, 9): 85.0}
+
+    def fake(d, rate, i, o, batch, p=0, seed=0, requests=None, min_s=0.0):  # type: ignore[no-untyped-def]
+        tp = 2 if batch == 9 else 1
+        return _result(rate, stable=rate <= keeps[(tp, batch)])
+
+    monkeypatch.setattr(loaded_mod, "simulate", fake)
+    first, rest = loaded_mod.load_order(choices)
+    assert [c.batch for c in first] == [4, 9] and [c.batch for c in rest] == [3, 2, 1]
+
+    def under(candidates: int) -> dict:
+        return loaded_mod.best_under_load(
+            {"rail-optimized": choices},
+            lambda arch, c: dep,
+            lambda arch, c: c.to_dict(),
+            512,
+            128,
+            2.0,
+            0.2,
+            candidates=candidates,
+        )
+
+    out = under(2)
+    assert out["by_network"]["rail-optimized"]["tp"] == 2
+    rate = out["by_network"]["rail-optimized"]["load"]["arrival_rate"]
+    assert rate == pytest.approx(90 * 60 / 64)
+    # A's other batches could still beat 84.4 by their capacity (63/64 of 97 is 95.5)
+    assert out["not_simulated"] == {"rail-optimized": 3}
+    # with room for them they are simulated (each fails at one run) and the answer is proven
+    out = under(0)
+    assert [t["simulations"] for t in out["tried"]["rail-optimized"]][2:] == [1, 1, 1]
+    assert out["not_simulated"] == {"rail-optimized": 0}
+    with pytest.raises(RailplanError, match=r"^load_candidates: must be an integer"):
+        under(-1)
+
+
+def test_search_passes_no_limit_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    import railplan.inference.loaded as loaded_mod
+
+    asked: list[int] = []
+
+    def spy(*a, candidates: int, **k):  # type: ignore[no-untyped-def]
+        asked.append(candidates)
+        return {"best": None, "by_network": {}, "verdict": "", "not_simulated": {}}
+
+    monkeypatch.setattr(loaded_mod, "best_under_load", spy)
+    for given_, want in ((0, 0), (None, loaded_mod.LOAD_CANDIDATES), (3, 3)):
+        search(*TIGHT, under_load=True, load_candidates=given_)
+        assert asked[-1] == want
 
 
 @given(capacity=st.floats(0.5, 200.0), j=st.integers(1, STEPS - 2))
@@ -542,12 +622,24 @@ def test_max_rate_says_when_its_runs_raise_the_step_budget(cli: Cli) -> None:
 def test_the_unsimulated_note_names_each_network_where_they_differ() -> None:
     from railplan.cli.infer import _not_simulated_lines
 
-    r = {"hb_domain": 8, "under_load": {"candidates": 8, "not_simulated": {}}}
+    best = {"load": {}}
+    nets = {"rail-optimized": best, "rail-only": best, "ideal": best}
+    r = {"hb_domain": 8, "under_load": {"candidates": 8, "not_simulated": {}, "by_network": nets}}
     r["under_load"]["not_simulated"] = {"rail-optimized": 2, "rail-only": 1, "ideal": 0}
     lines = _not_simulated_lines(r)
     assert len(lines) == 2
-    assert lines[0].startswith("K = 8, rail-optimized: 2 choices not simulated")
+    assert lines[0].startswith("K = 8, rail-optimized: 2 choices not simulated could serve more")
     assert lines[0].endswith("--load-candidates 10 (or 0) simulates them")
     assert lines[1].startswith("K = 8, rail-only: 1 choice not simulated")
     r["under_load"]["not_simulated"] = {"rail-optimized": 0, "rail-only": 0, "ideal": 0}
     assert _not_simulated_lines(r) == []
+    # where no choice simulated met the limits there is no best to beat
+    r["under_load"]["not_simulated"] = {"rail-optimized": 5, "rail-only": 5, "ideal": 5}
+    r["under_load"]["by_network"] = dict.fromkeys(nets)
+    assert _not_simulated_lines(r) == [
+        "K = 8, every network: 5 choices not simulated could meet the limits under load (none "
+        "simulated did); --load-candidates 13 (or 0) simulates them"
+    ]
+    # alike counts but not alike answers: one line each
+    r["under_load"]["by_network"] = nets | {"ideal": None}
+    assert len(_not_simulated_lines(r)) == 3

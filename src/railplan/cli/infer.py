@@ -602,9 +602,10 @@ def infer_search(
     load_candidates: Annotated[
         int | None,
         typer.Option(
-            help="with --under-load: the most choices (configuration, batch, prefill:decode "
-            "split) simulated per network, most capacity first (default 8; 0 = no limit); "
-            "those that cannot beat the best found are never simulated"
+            help="with --under-load: the most choices (a configuration at a batch) simulated "
+            "per network: the first 4 configurations at their steady-state best, then the "
+            "others by capacity (default 8; 0 = no limit); those that cannot beat the best "
+            "found are never simulated"
         ),
     ] = None,
     as_json: JsonOpt = False,
@@ -769,9 +770,7 @@ def _loaded_table(results: list[dict[str, Any]]) -> Table:
             )
     proven = all(not any(r["under_load"]["not_simulated"].values()) for r in results)
     title = "under Poisson load: the most requests/s with p99 TTFT and TPOT within the limits" + (
-        " (of every configuration, batch and split that could serve more: proven)"
-        if proven
-        else " (of the choices simulated: see the notes)"
+        " (proven over every steady-state choice)" if proven else " (not proven: see the notes)"
     )
     extra = ("req/s", "of cap.", "TTFT p99", "TPOT p99", "tok/s/GPU")
     return table(title, (*columns, *extra), rows)
@@ -779,23 +778,29 @@ def _loaded_table(results: list[dict[str, Any]]) -> Table:
 
 def _not_simulated_lines(r: dict[str, Any]) -> list[str]:
     """Per network of one HB-domain size whose search under load stopped at its limit, how many
-    choices left could still serve more than its best, and the option that simulates them."""
+    choices left could still serve more than its best (or meet the limits, where none did), and
+    the option that simulates them; one line where every network is alike (the same runs
+    inside one HB domain)."""
     ul = r["under_load"]
     left: dict[str, int] = ul["not_simulated"]
-    counts = set(left.values())
-    # one line where every network left as many (the same runs inside one HB domain)
-    where = (
-        {"every network": next(iter(counts))}
-        if len(left) > 1 and len(counts) == 1
-        else {net: n for net, n in left.items()}
-    )
-    return [
-        f"K = {r['hb_domain']}, {net}: {n:,} choice{'s' * (n != 1)} not simulated could serve "
-        f"more than the best found (steady-state capacity above its rate); --load-candidates "
-        f"{ul['candidates'] + n} (or 0) simulates them"
-        for net, n in where.items()
-        if n
-    ]
+    found = {net: ul["by_network"].get(net) is not None for net in left}
+    alike = len(left) > 1 and len(set(left.values())) == 1 and len(set(found.values())) == 1
+    where = {"every network": next(iter(left))} if alike else {net: net for net in left}
+    lines = []
+    for label, net in where.items():
+        n = left[net]
+        if not n:
+            continue
+        could = (
+            "could serve more than the best found (steady-state capacity above its rate)"
+            if found[net]
+            else "could meet the limits under load (none simulated did)"
+        )
+        lines.append(
+            f"K = {r['hb_domain']}, {label}: {n:,} choice{'s' * (n != 1)} not simulated "
+            f"{could}; --load-candidates {ul['candidates'] + n} (or 0) simulates them"
+        )
+    return lines
 
 
 #: the share of a configuration's capacity `infer-search` proposes to check it under load at

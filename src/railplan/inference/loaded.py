@@ -31,14 +31,21 @@ from railplan.inference.serving import (
     requests_cap,
     serve,
 )
+from railplan.limits import check_int
 from railplan.records import Record
 from railplan.specs.base import Range
 
 #: bisection steps: the rate to 1/64 (1.6 %) of the steady-state capacity, at most 63/64 of it
 LOAD_ITERATIONS = 6
-#: the most steady-state choices (configuration, batch and prefill:decode split) per network
-#: `search` simulates under load, most capacity first; those the bound prunes are not counted
+#: the most steady-state choices (a configuration at a batch of the grid, disaggregated at its
+#: balanced prefill:decode split) per network `search` simulates under load; those the bound
+#: prunes are not counted (0: no limit)
 LOAD_CANDIDATES = 8
+#: `--load-candidates` at most (0 is no limit)
+MAX_LOAD_CANDIDATES = 100_000
+#: configurations first simulated at their steady-state best, in the steady state's order,
+#: before every other choice in order of capacity: the answer is never worse than theirs
+LOAD_CONFIGURATIONS = 4
 #: seconds of arrivals a load simulation covers at least: MLPerf's Server runs last at least
 #: 600 s (mlcommons/inference loadgen `mlperf.conf`: *.Server.min_duration = 600000 ms); near
 #: capacity a shorter run can neither show a level queue nor a p99 that a long one would see
@@ -270,6 +277,30 @@ def loaded(
     )
 
 
+def check_load_candidates(candidates: Any) -> int:
+    """`candidates` as the limit of choices simulated per network (0: none), else a one-line
+    error naming `load_candidates`."""
+    return check_int("load_candidates", candidates, 0, MAX_LOAD_CANDIDATES)
+
+
+def load_order(choices: list[Choice]) -> tuple[list[Choice], list[Choice]]:
+    """`best_under_load`'s two passes over a network's choices (`search.meeting`: most tokens/s
+    per GPU first): the steady-state best of each of the first LOAD_CONFIGURATIONS
+    configurations (mode, tp, pp, ep, two-batch overlap), then every other choice; each pass
+    in order of capacity."""
+    first: list[Choice] = []
+    seen: set[tuple[Any, ...]] = set()
+    for c in choices:
+        key = (c.mode, c.tp, c.pp, c.ep, c.two_batch_overlap)
+        if key not in seen:
+            seen.add(key)
+            first.append(c)
+        if len(first) == LOAD_CONFIGURATIONS:
+            break
+    chosen = {id(c) for c in first}
+    return first, [c for c in choices if id(c) not in chosen]
+
+
 def best_under_load(
     ranked: dict[str, list[Choice]],
     deployment: Callable[[str, Choice], Deployment],
@@ -283,21 +314,26 @@ def best_under_load(
     min_duration_s: float = MIN_DURATION_S,
 ) -> dict[str, Any]:
     """Per network, of the steady state's choices that meet the limits (`ranked`: every
-    configuration at every batch and prefill:decode split, most tokens/s per GPU first, so most
-    capacity first: `search.meeting`), the one that serves the most requests/s under Poisson
-    load with p99 TTFT and TPOT within the limits (`highest_rate`, each run at least
-    `min_duration_s` of arrivals long and longer where it cannot tell, `settled`), with `full`'s
-    keys and `load` (`Loaded`); the best of the buildable networks and the spine verdict on
-    those figures. Branch and bound: a choice is simulated above the best rate so far only if
-    it meets the limits there, and the list ends at the first choice whose grid has no rate
-    above it (`could_beat`: none after it has either), so the answer is the best of every
-    choice, not of the first few. At most `candidates` choices are simulated per network (0:
-    no limit); `not_simulated` counts, per network, the choices left that could still beat
-    its best (0: the answer is proven over every choice). The first choice takes up to
-    LOAD_ITERATIONS + 1 rates, the others mostly one (each rate one run, or up to SETTLE_TRIES
-    more where it cannot tell). `tried` lists, per network, each choice simulated with the
-    highest rate found for it above the best before it (`beats`; `arrival_rate` None: none
-    above it met the limits)."""
+    configuration at every batch of the grid, a disaggregated one at its balanced
+    prefill:decode split, most tokens/s per GPU first, so most capacity first:
+    `search.meeting`), the one that serves the most requests/s under Poisson load with p99 TTFT
+    and TPOT within the limits (`highest_rate`, each run at least `min_duration_s` of arrivals
+    long and longer where it cannot tell, `settled`), with `full`'s keys and `load`
+    (`Loaded`); the best of the buildable networks and the spine verdict on those figures.
+
+    Branch and bound, in two passes (`load_order`): the first configurations at their steady
+    best, then every other choice, each pass in order of capacity. A choice is simulated above
+    the best rate so far only if it meets the limits there, and a pass ends at the first
+    choice whose grid has no rate above it (`could_beat`: no later one has either), so after
+    the second pass the answer is the best of every choice. At most `candidates` choices are
+    simulated per network (`check_load_candidates`; 0: no limit), the first pass's included;
+    `not_simulated` counts, per network, the choices left that could still beat its best, or
+    meet the limits where none did (0: the answer is proven over every choice). The first
+    choice takes up to LOAD_ITERATIONS + 1 rates, the others mostly one (each rate one run, or
+    up to SETTLE_TRIES more where it cannot tell). `tried` lists, per network, each choice
+    simulated with the highest rate found for it above the best before it (`beats`;
+    `arrival_rate` None: none above it met the limits)."""
+    candidates = check_load_candidates(candidates)
     by_net: dict[str, dict[str, Any] | None] = {}
     runs: dict[tuple[Any, ...], ServingResult] = {}
     tried: dict[str, list[dict[str, Any]]] = {}
@@ -305,53 +341,59 @@ def best_under_load(
     for arch, choices in ranked.items():
         floor, found = 0.0, None
         tried[arch] = []
-        left[arch] = 0
-        for i, c in enumerate(choices):
-            dep = deployment(arch, c)
-            gpus = dep.gpus
-            capacity = c.tokens_per_s_per_gpu * gpus / output_tokens
-            if not could_beat(capacity, floor):
-                break  # most capacity first: no choice after this one can beat the floor
-            if candidates and len(tried[arch]) >= candidates:
-                left[arch] = sum(
-                    could_beat(d.tokens_per_s_per_gpu * gpus / output_tokens, floor)
-                    for d in choices[i:]
-                )
-                break
-            p = c.prefill_gpus // dep.instance_gpus
+        # one deployment serves every choice of a network: the same GPUs
+        gpus = deployment(arch, choices[0]).gpus if choices else 0
 
-            def one(
-                rate: float, n: int | None, dep: Deployment = dep, c: Choice = c, p: int = p
-            ) -> ServingResult:
-                return simulate(
-                    dep, rate, input_tokens, output_tokens, c.batch, p, 0, n, min_duration_s
-                )
+        def capacity(c: Choice, gpus: int = gpus) -> float:
+            return c.tokens_per_s_per_gpu * gpus / output_tokens
 
-            sim = settled_run(one, most_requests(dep, p))
-            told = _told(sim, progress, f"{arch}: {_words(c)}, batch {c.batch}")
-            # inside one HB domain the network is never reached: the same runs on every one
-            where = "hb" if gpus <= dep.system.hb_domain else arch
-            run = _cached(runs, (where, c), told)
-            got, made = rated(
-                run,
-                (ttft_slo_s, tpot_slo_s),
-                capacity,
-                gpus,
-                output_tokens,
-                sharing_ranks(dep, p),
-                floor,
-            )
-            tried[arch].append(
-                {
-                    "configuration": c.to_dict(),  # with its steady-state figures
-                    "arrival_rate": got.arrival_rate if got else None,
-                    "beats": floor,
-                    "simulations": made,
-                }
-            )
-            if got is not None:
-                floor = got.arrival_rate
-                found = (c, got)
+        first, rest = load_order(choices)
+        done: set[int] = set()  # the choices simulated
+        for order in (first, rest):
+            for c in order:
+                if not could_beat(capacity(c), floor):
+                    break  # most capacity first: no later choice of this pass can beat it
+                if candidates and len(tried[arch]) >= candidates:
+                    break
+                done.add(id(c))
+                dep = deployment(arch, c)
+                p = c.prefill_gpus // dep.instance_gpus
+
+                def one(
+                    rate: float, n: int | None, dep: Deployment = dep, c: Choice = c, p: int = p
+                ) -> ServingResult:
+                    return simulate(
+                        dep, rate, input_tokens, output_tokens, c.batch, p, 0, n, min_duration_s
+                    )
+
+                sim = settled_run(one, most_requests(dep, p))
+                told = _told(sim, progress, f"{arch}: {_words(c)}, batch {c.batch}")
+                # inside one HB domain the network is never reached: the same runs on every one
+                where = "hb" if gpus <= dep.system.hb_domain else arch
+                run = _cached(runs, (where, c), told)
+                got, made = rated(
+                    run,
+                    (ttft_slo_s, tpot_slo_s),
+                    capacity(c),
+                    gpus,
+                    output_tokens,
+                    sharing_ranks(dep, p),
+                    floor,
+                )
+                tried[arch].append(
+                    {
+                        "configuration": c.to_dict(),  # with its steady-state figures
+                        "arrival_rate": got.arrival_rate if got else None,
+                        "beats": floor,
+                        "simulations": made,
+                    }
+                )
+                if got is not None:
+                    floor = got.arrival_rate
+                    found = (c, got)
+        # what the limit left that could still beat the best (a choice the bound passed over
+        # cannot: the best only rises)
+        left[arch] = sum(id(c) not in done and could_beat(capacity(c), floor) for c in choices)
         entry = full(arch, found[0]) if found else None
         if entry is not None and found is not None:
             entry["load"] = found[1].to_dict()
@@ -405,4 +447,5 @@ def _told(
 
 def _words(c: Choice) -> str:
     split = f" {c.prefill_gpus}:{c.decode_gpus}" if c.prefill_gpus else ""
-    return f"{c.mode}{split} tp {c.tp} pp {c.pp} ep {c.ep}"
+    tbo = ", two-batch overlap" if c.two_batch_overlap else ""
+    return f"{c.mode}{split} tp {c.tp} pp {c.pp} ep {c.ep}{tbo}"

@@ -84,8 +84,6 @@ class Choice(Record):
     kv_transfer_s: float
 
 
-#: the most choices `--load-candidates` may ask to simulate per network (0: no limit)
-MAX_LOAD_CANDIDATES = 100_000
 #: GPUs one search covers: a serving deployment, not a data-centre (keeps the divisor loops short)
 MAX_SEARCH_GPUS = 65_536
 
@@ -381,7 +379,10 @@ def search(
     tpot_slo_s = SLO.check("tpot_slo", tpot_slo_s)
     gpus = check_int("gpus", gpus, 1, MAX_SEARCH_GPUS)
     if load_candidates is not None:
-        load_candidates = check_int("load_candidates", load_candidates, 0, MAX_LOAD_CANDIDATES)
+        # `loaded` builds on this module: imported where used
+        from railplan.inference.loaded import check_load_candidates
+
+        load_candidates = check_load_candidates(load_candidates)
     model, system = load_model(model), load_system(system)
     if isinstance(networks, str):  # one architecture name
         networks = (networks,)
