@@ -192,36 +192,8 @@ def test_branch_and_bound_over_the_candidates(monkeypatch: pytest.MonkeyPatch) -
     # up to 60, 70, 50 and 85 requests/s: the first is bisected, the second beats it above its
     # floor, the third fails just above the second's rate (one run), the fourth reaches the top
     # of its grid (63/64 of 80, never 80 itself)
-    import railplan.inference.loaded as loaded_mod
-    from railplan.inference.engine import Deployment
-    from railplan.inference.search import Choice
-    from railplan.specs import Network
-    from railplan.specs.catalog import load_model, load_system
-
-    dep = Deployment(
-        load_model("llama-3.1-8b"), load_system("dgx-h100"), Network(), 8, 1, 1, 1, "fp8"
-    )
     capacities, limits = (100.0, 90.0, 95.0, 80.0), {1: 60.0, 2: 70.0, 3: 50.0, 4: 85.0}
-    choices = [
-        Choice("aggregated", 1, 1, 1, False, batch, 0, 8, 0.1, 0.01, cap * 128 / 8, 0.0)
-        for batch, cap in zip((1, 2, 3, 4), capacities, strict=True)
-    ]
-    asked: list[tuple[int, float]] = []
-
-    def fake(d, rate, i, o, batch, p=0, seed=0, requests=None, min_s=0.0):  # type: ignore[no-untyped-def]
-        asked.append((batch, rate))
-        return _result(rate, stable=rate <= limits[batch])
-
-    monkeypatch.setattr(loaded_mod, "simulate", fake)
-    out = loaded_mod.best_under_load(
-        {"rail-optimized": choices},
-        lambda arch, c: dep,
-        lambda arch, c: c.to_dict(),
-        512,
-        128,
-        2.0,
-        0.2,
-    )
+    out, asked = _fake_search(monkeypatch, _choices(capacities), limits)
     tried = out["tried"]["rail-optimized"]
     rates = [t["arrival_rate"] for t in tried]
     assert rates[0] == pytest.approx(100 * 38 / 64)  # 60.9 fails, 59.4 keeps up
@@ -247,11 +219,11 @@ def _choices(capacities: tuple[float, ...]) -> list:
     ]
 
 
-def _bound_search(
-    monkeypatch: pytest.MonkeyPatch, capacities: tuple[float, ...], keeps: float, **kw: int
+def _fake_search(
+    monkeypatch: pytest.MonkeyPatch, choices: list, keeps: dict[int, float], **kw: int
 ) -> tuple[dict, list[tuple[int, float]]]:
-    """best_under_load over choices of these capacities (most first), each of whose runs keeps
-    up to `keeps` requests/s, and the (batch, rate) pairs it simulated."""
+    """best_under_load over `choices` (one network's), each run of the choice of batch b keeping
+    up to keeps[b] requests/s, and the (batch, rate) pairs it simulated."""
     import railplan.inference.loaded as loaded_mod
     from railplan.inference.engine import Deployment
     from railplan.specs import Network
@@ -264,11 +236,11 @@ def _bound_search(
 
     def fake(d, rate, i, o, batch, p=0, seed=0, requests=None, min_s=0.0):  # type: ignore[no-untyped-def]
         asked.append((batch, rate))
-        return _result(rate, stable=rate <= keeps)
+        return _result(rate, stable=rate <= keeps[batch])
 
     monkeypatch.setattr(loaded_mod, "simulate", fake)
     out = loaded_mod.best_under_load(
-        {"rail-optimized": _choices(capacities)},
+        {"rail-optimized": choices},
         lambda arch, c: dep,
         lambda arch, c: c.to_dict(),
         512,
@@ -278,6 +250,15 @@ def _bound_search(
         **kw,
     )
     return out, asked
+
+
+def _bound_search(
+    monkeypatch: pytest.MonkeyPatch, capacities: tuple[float, ...], keeps: float, **kw: int
+) -> tuple[dict, list[tuple[int, float]]]:
+    """`_fake_search` over choices of these capacities (most first, batches 1, 2, …), each run
+    keeping up to `keeps` requests/s."""
+    every = dict.fromkeys(range(1, len(capacities) + 1), keeps)
+    return _fake_search(monkeypatch, _choices(capacities), every, **kw)
 
 
 def test_the_bound_ends_the_list_where_no_later_choice_can_beat_the_best(
@@ -370,40 +351,19 @@ def test_the_first_configurations_are_simulated_before_other_batches(
     # alone a limit of two would spend both on A; the first pass takes B's best before A's
     # other batches, as the search of the first configurations did
     import railplan.inference.loaded as loaded_mod
-    from railplan.inference.engine import Deployment
     from railplan.inference.search import Choice
-    from railplan.specs import Network
-    from railplan.specs.catalog import load_model, load_system
 
-    dep = Deployment(
-        load_model("llama-3.1-8b"), load_system("dgx-h100"), Network(), 8, 1, 1, 1, "fp8"
-    )
     choices = [
         Choice("aggregated", tp, 1, 1, False, batch, 0, 8, 0.1, 0.01, cap * 128 / 8, 0.0)
         for tp, batch, cap in ((1, 4, 100.0), (1, 3, 99.0), (1, 2, 98.0), (1, 1, 97.0))
     ]
     choices.insert(3, Choice("aggregated", 2, 1, 1, False, 9, 0, 8, 0.1, 0.01, 90 * 16, 0.0))
-    keeps = {(1, 4): 50.0, (1, 3): 50.0, (1, 2): 50.0, (1, 1): 50.0, (2, 9): 85.0}
-
-    def fake(d, rate, i, o, batch, p=0, seed=0, requests=None, min_s=0.0):  # type: ignore[no-untyped-def]
-        tp = 2 if batch == 9 else 1
-        return _result(rate, stable=rate <= keeps[(tp, batch)])
-
-    monkeypatch.setattr(loaded_mod, "simulate", fake)
+    keeps = {4: 50.0, 3: 50.0, 2: 50.0, 1: 50.0, 9: 85.0}
     first, rest = loaded_mod.load_order(choices)
     assert [c.batch for c in first] == [4, 9] and [c.batch for c in rest] == [3, 2, 1]
 
     def under(candidates: int) -> dict:
-        return loaded_mod.best_under_load(
-            {"rail-optimized": choices},
-            lambda arch, c: dep,
-            lambda arch, c: c.to_dict(),
-            512,
-            128,
-            2.0,
-            0.2,
-            candidates=candidates,
-        )
+        return _fake_search(monkeypatch, choices, keeps, candidates=candidates)[0]
 
     out = under(2)
     assert out["by_network"]["rail-optimized"]["tp"] == 2
