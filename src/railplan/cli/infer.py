@@ -153,9 +153,11 @@ def infer(
     dispatch: Annotated[
         str | None,
         typer.Option(
-            help="split: one replica simulated on its random share of the stream | least-busy: "
-            "every replica, each request to the one with the fewest in flight (NVIDIA's MLPerf "
-            "harness; always, with --prefill-gpus); with --arrival-rate or --max-rate"
+            help="split: one replica simulated on its random share of the stream (with ep > 1 "
+            "its ranks in turn, SGLang's default) | least-busy: every replica (or rank), each "
+            "request to the one with the fewest in flight (NVIDIA's MLPerf harness; always, "
+            "with --prefill-gpus; aggregated, on lockstep ep ranks, it piles prompts on one "
+            "rank: docs/inference.md); with --arrival-rate or --max-rate"
         ),
     ] = None,
     max_rate: Annotated[
