@@ -365,6 +365,10 @@ def test_the_first_configurations_are_simulated_before_other_batches(
     def under(candidates: int) -> dict:
         return _fake_search(monkeypatch, choices, keeps, candidates=candidates)[0]
 
+    # a limit inside the first pass: B and A's other batches are left, all able to beat 50
+    out = under(1)
+    assert [t["configuration"]["tp"] for t in out["tried"]["rail-optimized"]] == [1]
+    assert out["not_simulated"] == {"rail-optimized": 4}
     out = under(2)
     assert out["by_network"]["rail-optimized"]["tp"] == 2
     rate = out["by_network"]["rail-optimized"]["load"]["arrival_rate"]

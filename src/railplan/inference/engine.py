@@ -517,7 +517,8 @@ def expert_layer_s(dep: Deployment, tokens: FloatArray) -> FloatArray:
         key = float(tokens)
         hit = memo.get(key)
         if hit is None:
-            hit = memo[key] = _expert_layer_s(dep, np.asarray(tokens, dtype=np.float64))
+            hit = memo[key] = np.asarray(_expert_layer_s(dep, tokens))
+            hit.flags.writeable = False  # shared by every caller: never changed in place
         return hit
     return _expert_layer_s(dep, tokens)
 

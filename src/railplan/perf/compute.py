@@ -75,6 +75,7 @@ def gemm_efficiency(gpu: GPU, g: Gemm, fp8: bool = False) -> FloatArray:
             if len(_SCALAR_EFFICIENCY) >= _SCALAR_EFFICIENCY_MAX:
                 _SCALAR_EFFICIENCY.clear()
             hit = _SCALAR_EFFICIENCY[key] = _tile_efficiency(gpu, g, fraction)
+            hit.flags.writeable = False  # shared by every caller: never changed in place
         return hit
     return _tile_efficiency(gpu, g, fraction)
 
