@@ -23,7 +23,7 @@ from typing import Any
 
 from railplan.inference.disaggregated import serve_disaggregated
 from railplan.inference.engine import Deployment
-from railplan.inference.search import Choice, prefer_buildable, verdict
+from railplan.inference.search import Choice, each_configuration, prefer_buildable, verdict
 from railplan.inference.serving import (
     MAX_REQUESTS,
     MAX_SIMULATED_REQUESTS,
@@ -288,15 +288,7 @@ def load_order(choices: list[Choice]) -> tuple[list[Choice], list[Choice]]:
     per GPU first): the steady-state best of each of the first LOAD_CONFIGURATIONS
     configurations (mode, tp, pp, ep, two-batch overlap), then every other choice; each pass
     in order of capacity."""
-    first: list[Choice] = []
-    seen: set[tuple[Any, ...]] = set()
-    for c in choices:
-        key = (c.mode, c.tp, c.pp, c.ep, c.two_batch_overlap)
-        if key not in seen:
-            seen.add(key)
-            first.append(c)
-        if len(first) == LOAD_CONFIGURATIONS:
-            break
+    first = each_configuration(choices)[:LOAD_CONFIGURATIONS]
     chosen = {id(c) for c in first}
     return first, [c for c in choices if id(c) not in chosen]
 
@@ -329,8 +321,9 @@ def best_under_load(
     simulated per network (`check_load_candidates`; 0: no limit), the first pass's included;
     `not_simulated` counts, per network, the choices left that could still beat its best, or
     meet the limits where none did (0: the answer is proven over every choice). The first
-    choice takes up to LOAD_ITERATIONS + 1 rates, the others mostly one (each rate one run, or
-    up to SETTLE_TRIES more where it cannot tell). `tried` lists, per network, each choice
+    choice takes up to LOAD_ITERATIONS + 1 rates, a later one that fails just above the best
+    one, one that beats it up to LOAD_ITERATIONS + 1 too (each rate one run, or up to
+    SETTLE_TRIES more where it cannot tell). `tried` lists, per network, each choice
     simulated with the highest rate found for it above the best before it (`beats`;
     `arrival_rate` None: none above it met the limits)."""
     candidates = check_load_candidates(candidates)

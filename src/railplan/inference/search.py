@@ -328,17 +328,24 @@ def meeting(choices: list[Choice], ttft_slo_s: float, tpot_slo_s: float) -> list
     return ok
 
 
-def ranked(choices: list[Choice], ttft_slo_s: float, tpot_slo_s: float) -> list[Choice]:
-    """The configurations (mode, tp, pp, ep, two-batch overlap) that meet the limits, each at
-    its batch (and prefill:decode split) with the most tokens/s per GPU, most first."""
+def each_configuration(choices: list[Choice]) -> list[Choice]:
+    """The first of `choices` of each configuration (mode, tp, pp, ep, two-batch overlap), in
+    their order: of choices most tokens/s per GPU first, each configuration at its best batch
+    (and prefill:decode split)."""
     seen: set[tuple[Any, ...]] = set()
     out: list[Choice] = []
-    for c in meeting(choices, ttft_slo_s, tpot_slo_s):
+    for c in choices:
         key = (c.mode, c.tp, c.pp, c.ep, c.two_batch_overlap)
         if key not in seen:
             seen.add(key)
             out.append(c)
     return out
+
+
+def ranked(choices: list[Choice], ttft_slo_s: float, tpot_slo_s: float) -> list[Choice]:
+    """The configurations (mode, tp, pp, ep, two-batch overlap) that meet the limits, each at
+    its batch (and prefill:decode split) with the most tokens/s per GPU, most first."""
+    return each_configuration(meeting(choices, ttft_slo_s, tpot_slo_s))
 
 
 def best(choices: list[Choice], ttft_slo_s: float, tpot_slo_s: float) -> Choice | None:
