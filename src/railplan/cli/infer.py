@@ -214,9 +214,10 @@ def infer(
     ):
         if limit is not None and not max_rate:
             raise RailplanError(name, "takes effect only with --max-rate")
-    from railplan.inference.loaded import DURATION, MIN_DURATION_S, short_of
+    from railplan.inference.loaded import min_duration as resolved_duration
+    from railplan.inference.loaded import short_of
 
-    min_s = DURATION.check("min_duration", MIN_DURATION_S if min_duration is None else min_duration)
+    min_s = resolved_duration(min_duration)
     if min_duration is not None and requests is not None:
         raise RailplanError(
             "min_duration", "takes no effect with --requests, which sets the run's length"
@@ -616,7 +617,12 @@ def infer_search(
     the most output tokens/s per GPU within the TTFT/TPOT limits, on each network; does
     serving need a spine? With --under-load, also under Poisson load."""
     from railplan.cli.network import _int_list
-    from railplan.inference.search import prefer_buildable, search, with_hb_domain
+    from railplan.inference.search import (
+        best_buildable,
+        configuration_words,
+        search,
+        with_hb_domain,
+    )
     from railplan.specs.catalog import load_model, load_system
 
     speculation = _speculation(speculative_tokens, acceptance)
@@ -626,9 +632,10 @@ def infer_search(
         raise RailplanError("min_duration", "takes effect only with --under-load")
     if load_candidates is not None and not under_load:
         raise RailplanError("load_candidates", "takes effect only with --under-load")
-    from railplan.inference.loaded import DURATION, MIN_DURATION_S, short_of
+    from railplan.inference.loaded import min_duration as resolved_duration
+    from railplan.inference.loaded import short_of
 
-    min_s = DURATION.check("min_duration", MIN_DURATION_S if min_duration is None else min_duration)
+    min_s = resolved_duration(min_duration)
     with Console(stderr=True).status("") as status:
 
         def told(k: int) -> Callable[[str], None]:
@@ -655,8 +662,9 @@ def infer_search(
             for k in ks
         ]
     found = [r for r in results if r["best"]]
-    buildable = prefer_buildable(found, lambda r: str(r["best"]["network"]))
-    best = max(buildable, key=lambda r: r["best"]["tokens_per_s_per_gpu"]) if buildable else None
+    best = best_buildable(
+        found, lambda r: str(r["best"]["network"]), lambda r: r["best"]["tokens_per_s_per_gpu"]
+    )
     top: dict[str, Any] | None = best["best"] | {"hb_domain": best["hb_domain"]} if best else None
     out = {"best": top, "by_hb_domain": results}
     loaded_top = _best_under_load(results) if under_load else None
@@ -687,7 +695,7 @@ def infer_search(
     if best:
         Console().print(
             f"best: K = {best['hb_domain']}, {best['best']['network']}, "
-            f"{_configuration_words(best['best'])}, "
+            f"{configuration_words(best['best'])}, "
             f"{best['best']['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU"
         )
         for line in _traffic_lines(top.get("traffic", {}) if top else {}):
@@ -715,7 +723,7 @@ def infer_search(
             load = loaded_top["load"]
             Console().print(
                 f"best under load: K = {loaded_top['hb_domain']}, {loaded_top['network']}, "
-                f"{_configuration_words(loaded_top)}, batch {loaded_top['batch']}, "
+                f"{configuration_words(loaded_top)}, batch {loaded_top['batch']}, "
                 f"{load['arrival_rate']:.4g} requests/s ({load['capacity_share']:.1%} of its "
                 f"capacity), {load['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU; its run: "
                 + loaded_top["load_check_command"],
@@ -725,26 +733,18 @@ def infer_search(
                 Console().print(f"[yellow]note:[/yellow] {note}", soft_wrap=True)
 
 
-def _configuration_words(c: dict[str, Any]) -> str:
-    """'aggregated tp 1 pp 2 ep 16, two-batch overlap' or 'disaggregated 16:16 tp 1 …'."""
-    split = f" {c['prefill_gpus']}:{c['decode_gpus']}" if c["prefill_gpus"] else ""
-    return (
-        f"{c['mode']}{split} tp {c['tp']} pp {c['pp']} ep {c['ep']}"
-        f"{', two-batch overlap' if c['two_batch_overlap'] else ''}"
-    )
-
-
 def _best_under_load(results: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The most tokens/s per GPU under load over the HB-domain sizes (buildable networks
     first), with its K."""
-    from railplan.inference.search import prefer_buildable
+    from railplan.inference.search import best_buildable
 
     found = [(r["hb_domain"], b) for r in results if (b := r["under_load"]["best"]) is not None]
-    buildable = prefer_buildable(found, lambda kb: str(kb[1]["network"]))
-    if not buildable:
-        return None
-    k, b = max(buildable, key=lambda kb: kb[1]["load"]["tokens_per_s_per_gpu"])
-    return dict(b) | {"hb_domain": k}
+    top = best_buildable(
+        found,
+        lambda kb: str(kb[1]["network"]),
+        lambda kb: kb[1]["load"]["tokens_per_s_per_gpu"],
+    )
+    return dict(top[1]) | {"hb_domain": top[0]} if top else None
 
 
 def _loaded_table(results: list[dict[str, Any]]) -> Table:

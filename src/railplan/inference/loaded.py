@@ -23,7 +23,13 @@ from typing import Any
 
 from railplan.inference.disaggregated import serve_disaggregated
 from railplan.inference.engine import Deployment
-from railplan.inference.search import Choice, each_configuration, prefer_buildable, verdict
+from railplan.inference.search import (
+    Choice,
+    best_buildable,
+    configuration_words,
+    each_configuration,
+    verdict,
+)
 from railplan.inference.serving import (
     MAX_REQUESTS,
     MAX_SIMULATED_REQUESTS,
@@ -277,6 +283,12 @@ def loaded(
     )
 
 
+def min_duration(seconds: float | None) -> float:
+    """The seconds of arrivals a load simulation covers at least: `seconds` checked
+    (`DURATION`), or MIN_DURATION_S when None."""
+    return DURATION.check("min_duration", MIN_DURATION_S if seconds is None else seconds)
+
+
 def check_load_candidates(candidates: Any) -> int:
     """`candidates` as the limit of choices simulated per network (0: none), else a one-line
     error naming `load_candidates`."""
@@ -360,7 +372,8 @@ def best_under_load(
                     )
 
                 sim = settled_run(one, most_requests(dep, p))
-                told = _told(sim, progress, f"{arch}: {_words(c)}, batch {c.batch}")
+                what = f"{arch}: {configuration_words(c.to_dict())}, batch {c.batch}"
+                told = _told(sim, progress, what)
                 # inside one HB domain the network is never reached: the same runs on every one
                 where = "hb" if gpus <= dep.system.hb_domain else arch
                 run = _cached(runs, (where, c), told)
@@ -395,9 +408,8 @@ def best_under_load(
         k: (float(v["load"]["tokens_per_s_per_gpu"]) if v else None) for k, v in by_net.items()
     }
     found_nets = [(k, v) for k, v in by_net.items() if v is not None]
-    buildable = prefer_buildable(found_nets, lambda kv: kv[0])
-    top = (
-        max(buildable, key=lambda kv: kv[1]["load"]["tokens_per_s_per_gpu"]) if buildable else None
+    top = best_buildable(
+        found_nets, lambda kv: kv[0], lambda kv: kv[1]["load"]["tokens_per_s_per_gpu"]
     )
     return {
         "best": top[1] if top else None,
@@ -436,9 +448,3 @@ def _told(
         return run(rate)
 
     return told
-
-
-def _words(c: Choice) -> str:
-    split = f" {c.prefill_gpus}:{c.decode_gpus}" if c.prefill_gpus else ""
-    tbo = ", two-batch overlap" if c.two_batch_overlap else ""
-    return f"{c.mode}{split} tp {c.tp} pp {c.pp} ep {c.ep}{tbo}"

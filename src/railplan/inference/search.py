@@ -20,7 +20,7 @@ pipeline, `engine.pipeline_fill_s`); `serving.serve` gives the loaded values.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -120,10 +120,22 @@ def kv_transfer_s(dep: Deployment, prompts: Num, input_tokens: Num) -> Num:
 T = TypeVar("T")
 
 
-def prefer_buildable(items: list[T], network: Callable[[T], str]) -> list[T]:
-    """The items on a network one can build; all of them where none is (`ideal`, one HB domain
-    for every GPU, is a bound, not a design)."""
-    return [i for i in items if network(i) != "ideal"] or items
+def best_buildable(
+    items: list[T], network: Callable[[T], str], value: Callable[[T], float]
+) -> T | None:
+    """The item of most `value` among those on a network one can build, or among all of them
+    where none is (`ideal`, one HB domain for every GPU, is a bound, not a design); None
+    without items."""
+    buildable = [i for i in items if network(i) != "ideal"] or items
+    return max(buildable, key=value) if buildable else None
+
+
+def configuration_words(c: Mapping[str, Any]) -> str:
+    """A configuration (a `Choice`'s keys) in words: 'aggregated tp 1 pp 2 ep 16, two-batch
+    overlap' or 'disaggregated 16:16 tp 1 …'."""
+    split = f" {c['prefill_gpus']}:{c['decode_gpus']}" if c["prefill_gpus"] else ""
+    tbo = ", two-batch overlap" if c["two_batch_overlap"] else ""
+    return f"{c['mode']}{split} tp {c['tp']} pp {c['pp']} ep {c['ep']}{tbo}"
 
 
 def decode_load(
@@ -413,8 +425,7 @@ def search(
         meet[arch] = meeting(cs, ttft_slo_s, tpot_slo_s)
         by_net[arch] = meet[arch][0] if meet[arch] else None
     found = [(k, c) for k, c in by_net.items() if c is not None]
-    buildable = prefer_buildable(found, lambda kc: kc[0])
-    top = max(buildable, key=lambda kc: kc[1].tokens_per_s_per_gpu) if buildable else None
+    top = best_buildable(found, lambda kc: kc[0], lambda kc: kc[1].tokens_per_s_per_gpu)
 
     def deployment(arch: str, c: Choice) -> Deployment:
         return Deployment(
@@ -461,12 +472,7 @@ def search(
     }
     if under_load:
         # `loaded` builds on this module (its simulations import `disaggregated`, which does)
-        from railplan.inference.loaded import (
-            DURATION,
-            LOAD_CANDIDATES,
-            MIN_DURATION_S,
-            best_under_load,
-        )
+        from railplan.inference.loaded import LOAD_CANDIDATES, best_under_load, min_duration
 
         out["under_load"] = best_under_load(
             meet,
@@ -478,9 +484,7 @@ def search(
             tpot_slo_s,
             progress,
             candidates=LOAD_CANDIDATES if load_candidates is None else load_candidates,
-            min_duration_s=DURATION.check(
-                "min_duration", MIN_DURATION_S if min_duration_s is None else min_duration_s
-            ),
+            min_duration_s=min_duration(min_duration_s),
         )
         if not evaluated:  # nothing fits: say that, not that nothing meets the limits
             out["under_load"]["verdict"] = out["verdict"]
