@@ -7,11 +7,12 @@ frameworks do (`engine.tp_splits_heads`), and batches in
 quarter-octave steps (1, 2, 3, … 8, 10, 11, 13, …) up to the largest that fits:
 - aggregated: every group runs prefill and decode in the same steps (`estimate.infer`);
 - disaggregated: P instances only prefill (prompts in chunks of MAX_PREFILL_TOKENS) and D
-  instances only decode, P + D = gpus / (tp·pp·ep), split to balance the two rates (the
-  prefill:decode GPU ratio); the KV cache of each prompt goes from its prefill GPUs to the
-  decode GPUs of the same rank: over NVLink when all GPUs share one HB domain, else over the
-  NIC — and on rail-only, when the instances do not start at the same local rank (tp·pp·ep not
-  a multiple of K), through one more HB hop to the peer's rail (forwarding).
+  instances only decode, P + D = gpus / (tp·pp·ep), split where the two rates balance (the
+  prefill:decode GPU ratio, the whole P that takes the most requests/s); the KV cache of each
+  prompt goes from its prefill GPUs to the decode GPUs of the same rank: over NVLink when all
+  GPUs share one HB domain, else over the NIC — and on rail-only, when the instances do not
+  start at the same local rank (tp·pp·ep not a multiple of K), through one more HB hop to the
+  peer's rail (forwarding).
 TTFT here is the steady-state estimate without queueing (half a step of waiting plus the step
 carrying the prompt, plus the KV transfer; a disaggregated chunk also fills the prefill
 pipeline, `engine.pipeline_fill_s`); `serving.serve` gives the loaded values.
@@ -219,11 +220,23 @@ def split_rates(dep: Deployment, b: Num, input_tokens: int, output_tokens: int) 
 
 
 def balanced_prefill_instances(dep: Deployment, split: Split) -> IntArray:
-    """Prefill instances of `dep.replicas` that balance the prefill and decode rates (at
-    least one of each)."""
-    pre, dec = split.pre_rate, split.dec_rate
-    share = dec / (pre + dec) if split.decoded else np.ones_like(dec)
-    return np.asarray(np.clip(np.round(dep.replicas * share), 1, dep.replicas - 1), dtype=np.int64)
+    """Prefill instances of `dep.replicas` that take the most requests/s, min(p · prefill rate,
+    (replicas − p) · decode rate), at least one of each: the whole number nearest the point
+    where the two rates balance, or the one on its other side where that takes strictly more
+    (the nearest is not always the better: of 1.4 with a prefill instance ten times a decode
+    instance's rate, 2 takes more than 1)."""
+    g, pre = dep.replicas, split.pre_rate
+    dec = np.asarray(split.dec_rate, dtype=np.float64)
+    if not split.decoded:  # no decode work: one decode instance
+        return np.full(dec.shape, g - 1, dtype=np.int64)
+    point = g * dec / (pre + dec)
+    near = np.clip(np.round(point), 1, g - 1)
+    other = np.clip(np.where(near > point, near - 1, near + 1), 1, g - 1)
+
+    def rate(p: FloatArray) -> FloatArray:
+        return np.minimum(p * pre, (g - p) * dec)
+
+    return np.asarray(np.where(rate(other) > rate(near), other, near), dtype=np.int64)
 
 
 def disaggregated_choices(
