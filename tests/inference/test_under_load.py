@@ -607,3 +607,104 @@ def test_the_unsimulated_note_names_each_network_where_they_differ() -> None:
     # alike counts but not alike answers: one line each
     r["under_load"]["by_network"] = nets | {"ideal": None}
     assert len(_not_simulated_lines(r)) == 3
+
+
+def test_the_second_pass_merges_other_splits_by_capacity() -> None:
+    # the second pass keeps its own order and merges each disaggregated choice's other
+    # splits in by capacity when it is reached (the first pass's at the start), after
+    # choices of equal capacity; nothing below the choice it stopped at is made
+    from railplan.inference.loaded import widened
+    from railplan.inference.search import Choice
+
+    def choice(name: int, cap: float) -> Choice:
+        return Choice("disaggregated", 1, 1, 1, False, name, 1, 1, 0.1, 0.01, cap, 0.0)
+
+    kids = {1: [choice(11, 95.0), choice(12, 60.0)], 2: [choice(21, 70.0)], 4: [choice(41, 10.0)]}
+    kids[11] = [choice(1, 100.0), choice(12, 60.0)]  # a split's splits: its choice's, not again
+    made: list[int] = []
+
+    def splits(c: Choice) -> list[Choice]:
+        made.append(c.batch)
+        return kids.get(c.batch, [])
+
+    first, rest = [choice(1, 100.0)], [choice(2, 90.0), choice(3, 70.0), choice(4, 20.0)]
+    order = widened(rest, first, splits, lambda c: c.tokens_per_s_per_gpu)
+    got = [c.batch for c in order]
+    assert got == [11, 2, 3, 21, 12, 4, 41]
+    # a caller that stops at 12 (capacity 60) never makes 4's splits
+    order = widened(rest, first, splits, lambda c: c.tokens_per_s_per_gpu)
+    made.clear()
+    for c in order:
+        if c.batch == 12:
+            break
+    assert made == [1, 2, 3]  # the splits' own are never asked for
+
+
+def test_an_unbalanced_split_that_serves_more_under_load_is_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a disaggregated choice whose balanced split keeps its limits only up to a third of its
+    # capacity, and one more prefill instance that keeps them almost to its own (less)
+    # capacity: the search simulates that split and answers with it, proven
+    import numpy as np
+
+    import railplan.inference.loaded as loaded_mod
+    from railplan.inference.engine import Deployment
+    from railplan.inference.search import disaggregated_choices, other_splits
+    from railplan.specs import Network
+    from railplan.specs.catalog import load_model, load_system
+
+    dep = Deployment(
+        load_model("llama-3.1-8b"), load_system("dgx-h100"), Network(), 8, 1, 1, 1, "fp8"
+    )
+    (c,) = disaggregated_choices(dep, np.asarray([64]), 512, 128)
+    p0 = c.prefill_gpus
+    others = {s.prefill_gpus: s for s in other_splits(dep, c, 512, 128)}
+    assert set(others) == set(range(1, 8)) - {p0}
+    more = others[p0 + 1] if p0 + 1 in others else others[p0 - 1]
+
+    def cap(x: object) -> float:
+        return x.tokens_per_s_per_gpu * 8 / 128  # type: ignore[attr-defined]
+
+    assert cap(more) < cap(c)
+    keeps = {p0: cap(c) / 3, more.prefill_gpus: 0.99 * cap(more)}
+    asked: list[int] = []
+
+    def fake(d, rate, i, o, batch, p=0, seed=0, requests=None, min_s=0.0):  # type: ignore[no-untyped-def]
+        asked.append(p)
+        return _result(rate, stable=rate <= keeps.get(p, 0.0))
+
+    monkeypatch.setattr(loaded_mod, "simulate", fake)
+    out = loaded_mod.best_under_load(
+        {"rail-optimized": [c]},
+        lambda arch, x: dep,
+        lambda arch, x: x.to_dict(),
+        512,
+        128,
+        2.0,
+        0.2,
+        candidates=0,
+    )
+    best = out["by_network"]["rail-optimized"]
+    assert best["prefill_gpus"] == more.prefill_gpus
+    assert best["load"]["arrival_rate"] > cap(c) / 3
+    assert best["load"]["arrival_rate"] < 0.99 * cap(more)
+    assert out["not_simulated"] == {"rail-optimized": 0}
+    # no split that could not beat the balanced split's rate was run
+    found = cap(c) * 21 / 64  # the top of its grid at or below a third
+    beat = {s.prefill_gpus for s in others.values() if loaded_mod.could_beat(cap(s), found)}
+    assert set(asked) - {p0} <= beat
+    # with a limit of one the balanced split alone is run: the others are counted
+    out = loaded_mod.best_under_load(
+        {"rail-optimized": [c]},
+        lambda arch, x: dep,
+        lambda arch, x: x.to_dict(),
+        512,
+        128,
+        2.0,
+        0.2,
+        candidates=1,
+    )
+    left = len(beat)
+    assert out["by_network"]["rail-optimized"]["prefill_gpus"] == p0
+    assert out["not_simulated"] == {"rail-optimized": left} and left >= 1

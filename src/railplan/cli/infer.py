@@ -605,10 +605,10 @@ def infer_search(
     load_candidates: Annotated[
         int | None,
         typer.Option(
-            help="with --under-load: the most choices (a configuration at a batch) simulated "
-            "per network: the first 4 configurations at their steady-state best, then the "
-            "others by capacity (default 8; 0 = no limit); those that cannot beat the best "
-            "found are never simulated"
+            help="with --under-load: the most choices (a configuration at a batch, and a "
+            "prefill:decode split if disaggregated) simulated per network: the first 4 "
+            "configurations at their steady-state best, then the others by capacity (default "
+            "8; 0 = no limit); those that cannot beat the best found are never simulated"
         ),
     ] = None,
     as_json: JsonOpt = False,

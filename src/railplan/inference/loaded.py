@@ -16,8 +16,10 @@ short run decides by its length, not by the configuration.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,7 @@ from railplan.inference.search import (
     best_buildable,
     configuration_words,
     each_configuration,
+    other_splits,
     verdict,
 )
 from railplan.inference.serving import (
@@ -43,9 +46,9 @@ from railplan.specs.base import Range
 
 #: bisection steps: the rate to 1/64 (1.6 %) of the steady-state capacity, at most 63/64 of it
 LOAD_ITERATIONS = 6
-#: the most steady-state choices (a configuration at a batch of the grid, disaggregated at its
-#: balanced prefill:decode split) per network `search` simulates under load; those the bound
-#: prunes are not counted (0: no limit)
+#: the most steady-state choices (a configuration at a batch of the grid, disaggregated at any
+#: prefill:decode split) per network `search` simulates under load; those the bound prunes are
+#: not counted (0: no limit)
 LOAD_CANDIDATES = 8
 #: `--load-candidates` at most (0 is no limit)
 MAX_LOAD_CANDIDATES = 100_000
@@ -305,6 +308,37 @@ def load_order(choices: list[Choice]) -> tuple[list[Choice], list[Choice]]:
     return first, [c for c in choices if id(c) not in chosen]
 
 
+def widened(
+    rest: list[Choice],
+    first: list[Choice],
+    splits: Callable[[Choice], list[Choice]],
+    capacity: Callable[[Choice], float],
+) -> Iterator[Choice]:
+    """`best_under_load`'s second pass: `rest` in its order (most capacity first) with every
+    other prefill:decode split of each disaggregated choice (`splits`, those that could still
+    beat the best) merged in by capacity, after the choices of `rest` of equal capacity, each
+    once. A choice's other splits, never more capacity than it, join when it is reached, those
+    of `first` (the first pass) at the start: a caller that stops where the capacity can no longer
+    beat its best never makes the splits of what lies beyond."""
+    heap: list[tuple[float, int, Choice]] = []
+    order = itertools.count()
+
+    def join(c: Choice) -> None:
+        for s in splits(c):
+            heapq.heappush(heap, (-capacity(s), next(order), s))
+
+    for c in first:
+        join(c)
+    i = 0
+    while i < len(rest) or heap:
+        if heap and (i == len(rest) or -heap[0][0] > capacity(rest[i])):
+            yield heapq.heappop(heap)[2]  # a split's own other splits are its choice's
+        else:
+            c, i = rest[i], i + 1
+            yield c
+            join(c)
+
+
 def best_under_load(
     ranked: dict[str, list[Choice]],
     deployment: Callable[[str, Choice], Deployment],
@@ -320,13 +354,16 @@ def best_under_load(
     """Per network, of the steady state's choices that meet the limits (`ranked`: every
     configuration at every batch of the grid, a disaggregated one at its balanced
     prefill:decode split, most tokens/s per GPU first, so most capacity first:
-    `search.meeting`), the one that serves the most requests/s under Poisson load with p99 TTFT
-    and TPOT within the limits (`highest_rate`, each run at least `min_duration_s` of arrivals
-    long and longer where it cannot tell, `settled`), with `full`'s keys and `load`
-    (`Loaded`); the best of the buildable networks and the spine verdict on those figures.
+    `search.meeting`; and a disaggregated one at every other split, `search.other_splits`,
+    which meets the same limits with less capacity), the one that serves the most requests/s
+    under Poisson load with p99 TTFT and TPOT within the limits (`highest_rate`, each run at
+    least `min_duration_s` of arrivals long and longer where it cannot tell, `settled`), with
+    `full`'s keys and `load` (`Loaded`); the best of the buildable networks and the spine
+    verdict on those figures.
 
     Branch and bound, in two passes (`load_order`): the first configurations at their steady
-    best, then every other choice, each pass in order of capacity. A choice is simulated above
+    best, then every other choice, each pass in order of capacity (the second with every other
+    split of a disaggregated choice, `widened`). A choice is simulated above
     the best rate so far only if it meets the limits there, and a pass ends at the first
     choice whose grid has no rate above it (`could_beat`: no later one has either), so after
     the second pass the answer is the best of every choice. At most `candidates` choices are
@@ -352,15 +389,24 @@ def best_under_load(
         def capacity(c: Choice, gpus: int = gpus) -> float:
             return c.tokens_per_s_per_gpu * gpus / output_tokens
 
+        def splits(
+            c: Choice, arch: str = arch, capacity: Callable[[Choice], float] = capacity
+        ) -> list[Choice]:
+            """`c`'s other prefill:decode splits that could still beat the best found so far
+            (it only rises: one that cannot now never can)."""
+            others = other_splits(deployment(arch, c), c, input_tokens, output_tokens)
+            # the best so far, read when called: this network's, within its own iteration
+            return [s for s in others if could_beat(capacity(s), floor)]  # noqa: B023
+
         first, rest = load_order(choices)
-        done: set[int] = set()  # the choices simulated
-        for order in (first, rest):
+        done: set[Choice] = set()  # the choices simulated
+        for order in (first, widened(rest, first, splits, capacity)):
             for c in order:
                 if not could_beat(capacity(c), floor):
                     break  # most capacity first: no later choice of this pass can beat it
                 if candidates and len(tried[arch]) >= candidates:
                     break
-                done.add(id(c))
+                done.add(c)
                 dep = deployment(arch, c)
                 p = c.prefill_gpus // dep.instance_gpus
 
@@ -399,7 +445,11 @@ def best_under_load(
                     found = (c, got)
         # what the limit left that could still beat the best (a choice the bound passed over
         # cannot: the best only rises)
-        left[arch] = sum(id(c) not in done and could_beat(capacity(c), floor) for c in choices)
+        left[arch] = sum(
+            (c not in done) + sum(s not in done for s in splits(c))
+            for c in choices
+            if could_beat(capacity(c), floor)
+        )
         entry = full(arch, found[0]) if found else None
         if entry is not None and found is not None:
             entry["load"] = found[1].to_dict()

@@ -244,10 +244,11 @@ def disaggregated_choices(
     b: IntArray,
     input_tokens: int,
     output_tokens: int,
-    prefill_instances: int | None = None,
+    prefill_instances: int | IntArray | None = None,
 ) -> list[Choice]:
     """`dep` run disaggregated at each batch of `b`: `prefill_instances` of its tp·pp·ep
-    instances prefill and the others decode (None: `balanced_prefill_instances`). TTFT is the
+    instances prefill and the others decode (one for every batch, or one per batch; None:
+    `balanced_prefill_instances`). TTFT is the
     steady-state estimate without queueing (half a chunk's step of waiting, the step, the
     pipeline fill and the KV transfer; `serving.serve_disaggregated` gives the loaded
     values); requests/s the smaller of what the two sides take."""
@@ -258,7 +259,7 @@ def disaggregated_choices(
     if prefill_instances is None:
         p = balanced_prefill_instances(dep, sp)
     else:
-        p = np.full(b.shape, prefill_instances, dtype=np.int64)
+        p = np.broadcast_to(np.asarray(prefill_instances, dtype=np.int64), b.shape)
     requests_per_s = p * sp.pre_rate
     if sp.decoded:
         requests_per_s = np.minimum(requests_per_s, (groups - p) * sp.dec_rate)
@@ -283,6 +284,23 @@ def disaggregated_choices(
         )
         for bi, pi, t, x in zip(b, p, sp.tpot_s, tokens, strict=True)
     ]
+
+
+def other_splits(dep: Deployment, c: Choice, input_tokens: int, output_tokens: int) -> list[Choice]:
+    """Disaggregated choice `c` (of `dep`) at every other prefill:decode split: 1 … replicas − 1
+    prefill instances but its own, at its batch, most tokens/s per GPU first (none for an
+    aggregated choice). Each has `c`'s TTFT and TPOT (neither depends on the split) and less
+    capacity; under load one with more prefill instances queues prompts less, one with more
+    decode instances runs smaller batches, and either may keep the limits at a higher rate."""
+    if c.mode != "disaggregated":
+        return []
+    own = c.prefill_gpus // dep.instance_gpus
+    p = np.arange(1, dep.replicas, dtype=np.int64)
+    p = p[p != own]
+    b = np.full(p.shape, c.batch, dtype=np.int64)
+    out = disaggregated_choices(dep, b, input_tokens, output_tokens, p)
+    out.sort(key=lambda x: -x.tokens_per_s_per_gpu)
+    return out
 
 
 def deployments(
