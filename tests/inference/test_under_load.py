@@ -607,6 +607,14 @@ def test_the_unsimulated_note_names_each_network_where_they_differ() -> None:
     # alike counts but not alike answers: one line each
     r["under_load"]["by_network"] = nets | {"ideal": None}
     assert len(_not_simulated_lines(r)) == 3
+    # more than the option takes (splits of thousands of instances): only "no limit" does
+    from railplan.inference.loaded import MAX_LOAD_CANDIDATES
+
+    r["under_load"]["by_network"] = nets
+    r["under_load"]["not_simulated"] = dict.fromkeys(nets, MAX_LOAD_CANDIDATES - 8)
+    assert _not_simulated_lines(r)[0].endswith("--load-candidates 100000 (or 0) simulates them")
+    r["under_load"]["not_simulated"] = dict.fromkeys(nets, MAX_LOAD_CANDIDATES - 7)
+    assert _not_simulated_lines(r)[0].endswith("--load-candidates 0 (no limit) simulates them")
 
 
 def test_the_second_pass_merges_other_splits_by_capacity() -> None:
@@ -708,3 +716,19 @@ def test_an_unbalanced_split_that_serves_more_under_load_is_found(
     left = len(beat)
     assert out["by_network"]["rail-optimized"]["prefill_gpus"] == p0
     assert out["not_simulated"] == {"rail-optimized": left} and left >= 1
+    # where nothing meets the limits every split could, and the count is all of them, made or
+    # not: the balanced split and the seven others less the one simulated
+    keeps.clear()
+    out = loaded_mod.best_under_load(
+        {"rail-optimized": [c]},
+        lambda arch, x: dep,
+        lambda arch, x: x.to_dict(),
+        512,
+        128,
+        2.0,
+        0.2,
+        candidates=2,
+    )
+    assert out["by_network"]["rail-optimized"] is None
+    assert len(out["tried"]["rail-optimized"]) == 2
+    assert out["not_simulated"] == {"rail-optimized": 1 + len(others) - 2}

@@ -788,6 +788,8 @@ def _not_simulated_lines(r: dict[str, Any]) -> list[str]:
     choices left could still serve more than its best (or meet the limits, where none did), and
     the option that simulates them; one line where every network is alike (the same runs
     inside one HB domain)."""
+    from railplan.inference.loaded import MAX_LOAD_CANDIDATES
+
     ul = r["under_load"]
     left: dict[str, int] = ul["not_simulated"]
     found = {net: ul["by_network"].get(net) is not None for net in left}
@@ -803,9 +805,16 @@ def _not_simulated_lines(r: dict[str, Any]) -> list[str]:
             if found[net]
             else "could meet the limits under load (none simulated did)"
         )
+        more = ul["candidates"] + n
+        # past the option's maximum only "no limit" can take them all
+        option = (
+            f"--load-candidates {more} (or 0)"
+            if more <= MAX_LOAD_CANDIDATES
+            else "--load-candidates 0 (no limit)"
+        )
         lines.append(
             f"K = {r['hb_domain']}, {label}: {n:,} choice{'s' * (n != 1)} not simulated "
-            f"{could}; --load-candidates {ul['candidates'] + n} (or 0) simulates them"
+            f"{could}; {option} simulates them"
         )
     return lines
 

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from railplan.inference.disaggregated import serve_disaggregated
 from railplan.inference.engine import Deployment
 from railplan.inference.search import (
@@ -31,6 +33,7 @@ from railplan.inference.search import (
     configuration_words,
     each_configuration,
     other_splits,
+    split_tokens,
     verdict,
 )
 from railplan.inference.serving import (
@@ -42,6 +45,7 @@ from railplan.inference.serving import (
 )
 from railplan.limits import check_int
 from railplan.records import Record
+from railplan.specs.arrays import BoolArray, FloatArray
 from railplan.specs.base import Range
 
 #: bisection steps: the rate to 1/64 (1.6 %) of the steady-state capacity, at most 63/64 of it
@@ -251,6 +255,12 @@ def _floor_index(capacity: float, floor: float, steps: int) -> int:
     return math.floor(floor * steps / capacity + 1e-9)
 
 
+def beats(capacities: FloatArray, floor: float, iterations: int = LOAD_ITERATIONS) -> BoolArray:
+    """`could_beat` of each of `capacities` (the same rule, element by element)."""
+    steps = 1 << iterations
+    return np.asarray(np.floor(floor * steps / capacities + 1e-9) < steps - 1)
+
+
 def could_beat(capacity: float, floor: float, iterations: int = LOAD_ITERATIONS) -> bool:
     """Whether a configuration of this steady-state `capacity` (requests/s) has a rate on its
     grid above `floor` (`highest_rate` never claims more than (2**iterations − 1)/2**iterations
@@ -389,14 +399,33 @@ def best_under_load(
         def capacity(c: Choice, gpus: int = gpus) -> float:
             return c.tokens_per_s_per_gpu * gpus / output_tokens
 
-        def splits(
-            c: Choice, arch: str = arch, capacity: Callable[[Choice], float] = capacity
-        ) -> list[Choice]:
-            """`c`'s other prefill:decode splits that could still beat the best found so far
+        def can_beat(tokens: FloatArray, gpus: int = gpus) -> BoolArray:
+            """Which splits of these tokens/s per GPU could still beat the best found so far
             (it only rises: one that cannot now never can)."""
-            others = other_splits(deployment(arch, c), c, input_tokens, output_tokens)
             # the best so far, read when called: this network's, within its own iteration
-            return [s for s in others if could_beat(capacity(s), floor)]  # noqa: B023
+            return beats(tokens * gpus / output_tokens, floor)  # noqa: B023
+
+        def splits(c: Choice, arch: str = arch) -> list[Choice]:
+            """`c`'s other prefill:decode splits that could still beat the best found so far
+            (only those are made)."""
+            if c.mode != "disaggregated":
+                return []
+            return other_splits(deployment(arch, c), c, input_tokens, output_tokens, can_beat)
+
+        def splits_left(c: Choice, arch: str = arch) -> int:
+            """How many of `c`'s other splits could still beat the best and were not
+            simulated (counted, not made)."""
+            if c.mode != "disaggregated":
+                return 0
+            dep = deployment(arch, c)
+            p, tokens = split_tokens(dep, c, input_tokens, output_tokens)
+            ran = [
+                s.prefill_gpus
+                for s in done  # noqa: B023 (this network's, read within its iteration)
+                if s.batch == c.batch and _configuration(s) == _configuration(c)
+            ]
+            left = can_beat(tokens) & ~np.isin(p * dep.instance_gpus, ran)
+            return int(np.sum(left))
 
         first, rest = load_order(choices)
         done: set[Choice] = set()  # the choices simulated
@@ -446,9 +475,7 @@ def best_under_load(
         # what the limit left that could still beat the best (a choice the bound passed over
         # cannot: the best only rises)
         left[arch] = sum(
-            (c not in done) + sum(s not in done for s in splits(c))
-            for c in choices
-            if could_beat(capacity(c), floor)
+            (c not in done) + splits_left(c) for c in choices if could_beat(capacity(c), floor)
         )
         entry = full(arch, found[0]) if found else None
         if entry is not None and found is not None:
@@ -470,6 +497,11 @@ def best_under_load(
         "simulations": len(runs),
         "tried": tried,
     }
+
+
+def _configuration(c: Choice) -> tuple[Any, ...]:
+    """A choice's configuration (mode, tp, pp, ep, two-batch overlap)."""
+    return (c.mode, c.tp, c.pp, c.ep, c.two_batch_overlap)
 
 
 def _cached(

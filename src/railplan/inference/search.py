@@ -232,11 +232,19 @@ def balanced_prefill_instances(dep: Deployment, split: Split) -> IntArray:
     point = g * dec / (pre + dec)
     near = np.clip(np.round(point), 1, g - 1)
     other = np.clip(np.where(near > point, near - 1, near + 1), 1, g - 1)
+    better = split_requests_per_s(split, g, other) > split_requests_per_s(split, g, near)
+    return np.asarray(np.where(better, other, near), dtype=np.int64)
 
-    def rate(p: FloatArray) -> FloatArray:
-        return np.minimum(p * pre, (g - p) * dec)
 
-    return np.asarray(np.where(rate(other) > rate(near), other, near), dtype=np.int64)
+def split_requests_per_s(split: Split, instances: int, prefill: Num | IntArray) -> FloatArray:
+    """Requests/s `instances` instances take split `prefill` : `instances − prefill` (`split`'s
+    rates per instance; arrays broadcast): the smaller of the two sides' rates, the prefill
+    side's alone when nothing is decoded (one output token)."""
+    p = np.asarray(prefill, dtype=np.float64)
+    rate = p * split.pre_rate
+    if split.decoded:
+        rate = np.minimum(rate, (instances - p) * split.dec_rate)
+    return np.asarray(rate)
 
 
 def disaggregated_choices(
@@ -260,9 +268,7 @@ def disaggregated_choices(
         p = balanced_prefill_instances(dep, sp)
     else:
         p = np.broadcast_to(np.asarray(prefill_instances, dtype=np.int64), b.shape)
-    requests_per_s = p * sp.pre_rate
-    if sp.decoded:
-        requests_per_s = np.minimum(requests_per_s, (groups - p) * sp.dec_rate)
+    requests_per_s = split_requests_per_s(sp, groups, p)
     t_pre, xfer = sp.prefill_step_s, sp.kv_transfer_s
     ttft = 1.5 * t_pre + float(pipeline_fill_s(dep, t_pre, sp.chunk)) + xfer
     per = dep.instance_gpus
@@ -286,17 +292,39 @@ def disaggregated_choices(
     ]
 
 
-def other_splits(dep: Deployment, c: Choice, input_tokens: int, output_tokens: int) -> list[Choice]:
-    """Disaggregated choice `c` (of `dep`) at every other prefill:decode split: 1 … replicas − 1
-    prefill instances but its own, at its batch, most tokens/s per GPU first (none for an
-    aggregated choice). Each has `c`'s TTFT and TPOT (neither depends on the split) and less
-    capacity; under load one with more prefill instances queues prompts less, one with more
-    decode instances runs smaller batches, and either may keep the limits at a higher rate."""
+def split_tokens(
+    dep: Deployment, c: Choice, input_tokens: int, output_tokens: int
+) -> tuple[IntArray, FloatArray]:
+    """Disaggregated choice `c`'s (of `dep`) other prefill:decode splits: the prefill instances
+    of each (1 … replicas − 1 but its own) and its tokens/s per GPU, as `disaggregated_choices`
+    counts them (the smaller of the two sides' rates); none for an aggregated choice."""
     if c.mode != "disaggregated":
-        return []
-    own = c.prefill_gpus // dep.instance_gpus
-    p = np.arange(1, dep.replicas, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    g, own = dep.replicas, c.prefill_gpus // dep.instance_gpus
+    p = np.arange(1, g, dtype=np.int64)
     p = p[p != own]
+    sp = split_rates(dep, np.asarray([float(c.batch)]), input_tokens, output_tokens)
+    return p, split_requests_per_s(sp, g, p) * output_tokens / dep.gpus
+
+
+def other_splits(
+    dep: Deployment,
+    c: Choice,
+    input_tokens: int,
+    output_tokens: int,
+    keep: Callable[[FloatArray], Any] | None = None,
+) -> list[Choice]:
+    """Disaggregated choice `c` (of `dep`) at every other prefill:decode split (`split_tokens`)
+    whose tokens/s per GPU `keep` passes (a mask over them; None: all), at its batch, most
+    tokens/s per GPU first (none for an aggregated choice). Each has `c`'s TTFT and TPOT
+    (neither depends on the split) and less capacity; under load one with more prefill
+    instances queues prompts less, one with more decode instances runs smaller batches, and
+    either may keep the limits at a higher rate."""
+    p, tokens = split_tokens(dep, c, input_tokens, output_tokens)
+    if keep is not None:
+        p = p[np.asarray(keep(tokens), dtype=bool)]
+    if not p.size:
+        return []
     b = np.full(p.shape, c.batch, dtype=np.int64)
     out = disaggregated_choices(dep, b, input_tokens, output_tokens, p)
     out.sort(key=lambda x: -x.tokens_per_s_per_gpu)
