@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -249,24 +248,28 @@ def highest_rate(
     return best, runs
 
 
-def _floor_index(capacity: float, floor: float, steps: int) -> int:
+def _grid_index(capacity: float | FloatArray, floor: float, steps: int) -> FloatArray:
     """The grid index j ≤ which capacity · j / steps is at or below `floor` (a floor on this
-    grid, up to rounding, is at its own j)."""
-    return math.floor(floor * steps / capacity + 1e-9)
+    grid, up to rounding, is at its own j), of each capacity."""
+    return np.asarray(np.floor(floor * steps / np.asarray(capacity) + 1e-9))
+
+
+def _floor_index(capacity: float, floor: float, steps: int) -> int:
+    """`_grid_index` of one capacity."""
+    return int(_grid_index(capacity, floor, steps))
 
 
 def beats(capacities: FloatArray, floor: float, iterations: int = LOAD_ITERATIONS) -> BoolArray:
-    """`could_beat` of each of `capacities` (the same rule, element by element)."""
+    """Whether each of these steady-state `capacities` (requests/s) has a rate on its grid
+    above `floor` (`highest_rate` never claims more than (2**iterations − 1)/2**iterations of
+    it): the bound that lets the search skip the rest of a list ordered by capacity."""
     steps = 1 << iterations
-    return np.asarray(np.floor(floor * steps / capacities + 1e-9) < steps - 1)
+    return np.asarray(_grid_index(capacities, floor, steps) < steps - 1)
 
 
 def could_beat(capacity: float, floor: float, iterations: int = LOAD_ITERATIONS) -> bool:
-    """Whether a configuration of this steady-state `capacity` (requests/s) has a rate on its
-    grid above `floor` (`highest_rate` never claims more than (2**iterations − 1)/2**iterations
-    of it): the bound that lets the search skip the rest of a list ordered by capacity."""
-    steps = 1 << iterations
-    return _floor_index(capacity, floor, steps) < steps - 1
+    """`beats` of one capacity."""
+    return bool(beats(np.asarray(capacity, dtype=np.float64), floor, iterations))
 
 
 def loaded(
