@@ -683,16 +683,20 @@ def test_an_unbalanced_split_that_serves_more_under_load_is_found(
         return _result(rate, stable=rate <= keeps.get(p, 0.0))
 
     monkeypatch.setattr(loaded_mod, "simulate", fake)
-    out = loaded_mod.best_under_load(
-        {"rail-optimized": [c]},
-        lambda arch, x: dep,
-        lambda arch, x: x.to_dict(),
-        512,
-        128,
-        2.0,
-        0.2,
-        candidates=0,
-    )
+
+    def under(candidates: int) -> dict:
+        return loaded_mod.best_under_load(
+            {"rail-optimized": [c]},
+            lambda arch, x: dep,
+            lambda arch, x: x.to_dict(),
+            512,
+            128,
+            2.0,
+            0.2,
+            candidates=candidates,
+        )
+
+    out = under(0)
     best = out["by_network"]["rail-optimized"]
     assert best["prefill_gpus"] == more.prefill_gpus
     assert best["load"]["arrival_rate"] > cap(c) / 3
@@ -703,32 +707,14 @@ def test_an_unbalanced_split_that_serves_more_under_load_is_found(
     beat = {s.prefill_gpus for s in others.values() if loaded_mod.could_beat(cap(s), found)}
     assert set(asked) - {p0} <= beat
     # with a limit of one the balanced split alone is run: the others are counted
-    out = loaded_mod.best_under_load(
-        {"rail-optimized": [c]},
-        lambda arch, x: dep,
-        lambda arch, x: x.to_dict(),
-        512,
-        128,
-        2.0,
-        0.2,
-        candidates=1,
-    )
+    out = under(1)
     left = len(beat)
     assert out["by_network"]["rail-optimized"]["prefill_gpus"] == p0
     assert out["not_simulated"] == {"rail-optimized": left} and left >= 1
-    # where nothing meets the limits every split could, and the count is all of them, made or
-    # not: the balanced split and the seven others less the one simulated
+    # where nothing meets the limits every split could, and the count is all of them but the
+    # two simulated: the balanced split and its six others
     keeps.clear()
-    out = loaded_mod.best_under_load(
-        {"rail-optimized": [c]},
-        lambda arch, x: dep,
-        lambda arch, x: x.to_dict(),
-        512,
-        128,
-        2.0,
-        0.2,
-        candidates=2,
-    )
+    out = under(2)
     assert out["by_network"]["rail-optimized"] is None
     assert len(out["tried"]["rail-optimized"]) == 2
     assert out["not_simulated"] == {"rail-optimized": 1 + len(others) - 2}
