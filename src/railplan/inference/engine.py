@@ -54,7 +54,7 @@ from railplan.perf.compute import flash_attention_time_s, gemm_efficiency, memor
 from railplan.perf.layer_time import ELEMENTWISE_KERNELS_PER_LAYER
 from railplan.perf.layout import Shape, worst_shape
 from railplan.specs import GPU, Model, Network, System, load_model, load_network, load_system
-from railplan.specs.arrays import BoolArray, FloatArray
+from railplan.specs.arrays import BoolArray, FloatArray, remembered
 from railplan.specs.hardware import CustomAllReduceCurve
 from railplan.workload.comm import FP8_DISPATCH_BYTES
 from railplan.workload.gemms import (
@@ -514,12 +514,7 @@ def expert_layer_s(dep: Deployment, tokens: FloatArray) -> FloatArray:
     deployment and remembered)."""
     if np.ndim(tokens) == 0:
         memo: dict[float, FloatArray] = dep._expert_layer_s  # type: ignore[attr-defined]
-        key = float(tokens)
-        hit = memo.get(key)
-        if hit is None:
-            hit = memo[key] = np.asarray(_expert_layer_s(dep, tokens))
-            hit.flags.writeable = False  # shared by every caller: never changed in place
-        return hit
+        return remembered(memo, float(tokens), lambda: _expert_layer_s(dep, tokens))
     return _expert_layer_s(dep, tokens)
 
 

@@ -29,6 +29,7 @@ from railplan.inference.engine import Deployment
 from railplan.inference.search import (
     Choice,
     best_buildable,
+    configuration_key,
     configuration_words,
     each_configuration,
     other_splits,
@@ -425,7 +426,7 @@ def best_under_load(
             ran = [
                 s.prefill_gpus
                 for s in done  # noqa: B023 (this network's, read within its iteration)
-                if s.batch == c.batch and _configuration(s) == _configuration(c)
+                if s.batch == c.batch and configuration_key(s) == configuration_key(c)
             ]
             left = can_beat(tokens) & ~np.isin(p * dep.instance_gpus, ran)
             return int(np.sum(left))
@@ -500,11 +501,6 @@ def best_under_load(
         "simulations": len(runs),
         "tried": tried,
     }
-
-
-def _configuration(c: Choice) -> tuple[Any, ...]:
-    """A choice's configuration (mode, tp, pp, ep, two-batch overlap)."""
-    return (c.mode, c.tp, c.pp, c.ep, c.two_batch_overlap)
 
 
 def _cached(

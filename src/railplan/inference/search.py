@@ -400,6 +400,12 @@ def meeting(choices: list[Choice], ttft_slo_s: float, tpot_slo_s: float) -> list
     return ok
 
 
+def configuration_key(c: Choice) -> tuple[Any, ...]:
+    """A choice's configuration: mode, tp, pp, ep and the two-batch overlap (not its batch or
+    prefill:decode split)."""
+    return (c.mode, c.tp, c.pp, c.ep, c.two_batch_overlap)
+
+
 def each_configuration(choices: list[Choice]) -> list[Choice]:
     """The first of `choices` of each configuration (mode, tp, pp, ep, two-batch overlap), in
     their order: of choices most tokens/s per GPU first, each configuration at its best batch
@@ -407,7 +413,7 @@ def each_configuration(choices: list[Choice]) -> list[Choice]:
     seen: set[tuple[Any, ...]] = set()
     out: list[Choice] = []
     for c in choices:
-        key = (c.mode, c.tp, c.pp, c.ep, c.two_batch_overlap)
+        key = configuration_key(c)
         if key not in seen:
             seen.add(key)
             out.append(c)

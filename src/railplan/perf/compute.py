@@ -20,7 +20,7 @@ import numpy as np
 
 from railplan.errors import RailplanError
 from railplan.specs import GPU
-from railplan.specs.arrays import FloatArray
+from railplan.specs.arrays import FloatArray, remembered
 from railplan.workload.gemms import Gemm
 
 # Thread-block tiles (M×N) of the CUTLASS/cuBLAS Ampere/Hopper bf16 kernels.
@@ -70,13 +70,12 @@ def gemm_efficiency(gpu: GPU, g: Gemm, fp8: bool = False) -> FloatArray:
             float(g.m),
             float(g.n),
         )
-        hit = _SCALAR_EFFICIENCY.get(key)
-        if hit is None:
-            if len(_SCALAR_EFFICIENCY) >= _SCALAR_EFFICIENCY_MAX:
-                _SCALAR_EFFICIENCY.clear()
-            hit = _SCALAR_EFFICIENCY[key] = _tile_efficiency(gpu, g, fraction)
-            hit.flags.writeable = False  # shared by every caller: never changed in place
-        return hit
+        return remembered(
+            _SCALAR_EFFICIENCY,
+            key,
+            lambda: _tile_efficiency(gpu, g, fraction),
+            _SCALAR_EFFICIENCY_MAX,
+        )
     return _tile_efficiency(gpu, g, fraction)
 
 

@@ -7,8 +7,9 @@ can never disagree.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -26,6 +27,25 @@ from railplan.specs.strategy import (
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+
+
+def remembered(
+    memo: dict[Any, FloatArray],
+    key: Hashable,
+    compute: Callable[[], object],
+    most: int | None = None,
+) -> FloatArray:
+    """`memo[key]`, computed by `compute` the first time as a read-only array (shared by every
+    caller: none may change it in place); with `most`, the memo is emptied when it holds that
+    many."""
+    hit = memo.get(key)
+    if hit is None:
+        if most is not None and len(memo) >= most:
+            memo.clear()
+        hit = memo[key] = np.asarray(compute())
+        hit.flags.writeable = False
+    return hit
+
 
 NONE, SELECTIVE, FULL = 0, 1, 2
 FLASH, UNFUSED, FLASH2, FLASH1 = (
