@@ -254,10 +254,10 @@ def tp_comm_times(
     """Exposed tensor-parallel communication per layer and micro-batch, by pass.
 
     Megatron: 2 all-reduces (or all-gather + reduce-scatter with sequence parallelism: the same
-    bytes) in the forward pass and 2 more when full recompute reruns it (1 when selective
-    recompute reruns the MLP or the MoE block), exposed unless Transformer Engine's userbuffers
-    pipeline them with their GEMMs (`tp_comm_overlap` with sequence parallelism, inside one HB
-    domain: below); 2 in the
+    bytes, but for Transformer Engine's FP8 all-gathers) in the forward pass and 2 more when
+    full recompute reruns it (1 when selective recompute reruns the MLP or the MoE block),
+    exposed unless Transformer Engine's userbuffers pipeline them with their GEMMs
+    (`tp_comm_overlap` with sequence parallelism, inside one HB domain: below); 2 in the
     backward pass, each hidden behind its linear's weight-gradient GEMM (Korthikanti et al.
     2022 §6.2), which runs slower meanwhile because the collective's kernels hold
     `comm_sm_fraction` of the SMs. The group is tp consecutive ranks. An MoE layer runs the
@@ -269,11 +269,13 @@ def tp_comm_times(
         s, model.moe_layers / model.layers, recomputed_share(model, s), model.shared_experts
     )
     on, mlp = (s.tp > 1).astype(float), ops["mlp"]
-    # sequence parallelism: a reduce-scatter and an all-gather (two collectives); without it
-    # one all-reduce of the same bytes (NCCL's algorithm and protocol: `group_collective_s`)
-    gather = group_collective_s(lk, shape, act, gather_only=True)
+    # sequence parallelism: a reduce-scatter and an all-gather (two collectives; in FP8 the
+    # gather moves 1 byte per element: `comm.tp_gather_byte_ratio`); without it one all-reduce
+    # of the BF16 bytes (NCCL's algorithm and protocol: `group_collective_s`)
+    scatter = group_collective_s(lk, shape, act, gather_only=True)
+    gather = group_collective_s(lk, shape, act * comm.tp_gather_byte_ratio(s), gather_only=True)
     sp = s.sequence_parallel.astype(bool)
-    one_op = np.asarray(np.where(sp, 2.0 * gather, group_collective_s(lk, shape, act)))
+    one_op = np.asarray(np.where(sp, gather + scatter, group_collective_s(lk, shape, act)))
 
     hide = s.overlap_tp.astype(bool)
     u = lk.comm_sm_fraction
@@ -297,8 +299,8 @@ def tp_comm_times(
     one = np.ones(())
     weights: tuple[FloatArray, ...] = (one, one, mlp, mlp)
     pipelined: FloatArray = np.zeros(())
-    for w, k in zip(weights, UB_FORWARD_GEMMS, strict=True):
-        pipelined = pipelined + w * hidden_cost_s(gather, lt[k], u)
+    for w, k, op in zip(weights, UB_FORWARD_GEMMS, UB_FORWARD_OPS, strict=True):
+        pipelined = pipelined + w * hidden_cost_s(gather if op == "gather" else scatter, lt[k], u)
     per_op = pipelined / np.maximum(1.0 + mlp, 1.0)
     forward = np.where(ub, on * pipelined, ops["forward"] * one_op)
     recompute = np.where(ub, ops["recompute"] * per_op, ops["recompute"] * one_op)
@@ -312,6 +314,7 @@ def tp_comm_times(
 # The forward GEMMs a TE userbuffers all-gather (QKV, MLP up) or reduce-scatter (projection,
 # MLP down) is pipelined with.
 UB_FORWARD_GEMMS = ("fprop_qkv", "fprop_proj", "fprop_mlp_up", "fprop_mlp_down")
+UB_FORWARD_OPS = ("gather", "scatter", "gather", "scatter")
 
 
 def expert_tp_comm_time_s(model: Model, lk: Links, s: StrategyArrays, shape: Shape) -> FloatArray:

@@ -43,6 +43,8 @@ from railplan.workload.gemms import (
 # dropout into its kernel: two fewer)
 ELEMENTWISE_KERNELS_PER_LAYER = 8.0
 FP8_CAST_BYTES = 4.0  # TE cast-transpose: read 2 (bf16), write 1 (fp8) + 1 (fp8 transpose)
+FP8_TRANSPOSE_BYTES = 2.0  # TE fp8_transpose: read 1, write 1
+ACT_BYTES, FP8_BYTES = comm.ACT_BYTES, comm.FP8_ACT_BYTES  # bytes per BF16 / FP8 element
 
 
 def local(gemms: list[Gemm], s: StrategyArrays) -> list[Gemm]:
@@ -64,16 +66,41 @@ def linear_time_s(gpu: GPU, g: Gemm, s: StrategyArrays) -> FloatArray:
 
 
 def fp8_cast_times_s(gpu: GPU, gemms: list[Gemm], s: StrategyArrays) -> dict[str, FloatArray]:
-    """Transformer Engine's FP8 casts around the linear GEMMs: forward, a fused cast-transpose
-    of each GEMM input (read BF16, write FP8 and its FP8 transpose: 4 bytes per element);
-    backward, the same for each output gradient; at the element-wise kernel efficiencies.
+    """Transformer Engine's FP8 casts around the linear GEMMs, as net bytes over the BF16 step
+    (`transformer_engine/pytorch/module/layernorm_linear.py`, `linear.py` and
+    `base.py: grad_output_preprocess` at v1.11; the same flow in 2.x), at the element-wise
+    kernel efficiencies:
+    - a GEMM fed by a fused norm (`Gemm.norm_input`): the norm writes its output in FP8, one
+      byte fewer per element of its (sequence-parallel) shard, and it is all-gathered in FP8;
+      the weight gradient needs it transposed: read 1, write 1 per element of the gathered
+      input (`FP8_TRANSPOSE_BYTES`);
+    - any other GEMM: a fused cast-transpose of its input (read 2, write 1 + 1 transposed:
+      `FP8_CAST_BYTES`);
+    - backward, each output gradient: a fused cast-transpose, except where sequence
+      parallelism all-gathers it (`Gemm.row_parallel`, tp > 1): cast on the shard (read 2,
+      write 1), gathered in FP8, then transposed.
     Weights are cast once per step (TE caches them over micro-batches: not counted here)."""
     on = (s.precision == FP8).astype(np.float64)
-    inputs = sum((g.batch * g.m * g.k for g in gemms), np.zeros(()))
-    outputs = sum((g.batch * g.m * g.n for g in gemms), np.zeros(()))
-    kernels = float(len(gemms))
-    fwd = memory_time_s(gpu, FP8_CAST_BYTES * inputs, kernels, gpu.elementwise_forward_efficiency)
-    bwd = memory_time_s(gpu, FP8_CAST_BYTES * outputs, kernels, gpu.elementwise_backward_efficiency)
+    gathered = ((s.sequence_parallel > 0) & (s.tp > 1)).astype(np.float64)
+    shard = gathered / s.tp + (1.0 - gathered)  # a sequence-parallel shard's share
+    forward, backward = np.zeros(()), np.zeros(())
+    forward_kernels, backward_kernels = np.zeros(()), np.zeros(())
+    for g in gemms:
+        inputs, outputs = g.batch * g.m * g.k, g.batch * g.m * g.n
+        if g.norm_input:
+            forward = forward - (ACT_BYTES - FP8_BYTES) * inputs * shard
+            backward = backward + FP8_TRANSPOSE_BYTES * inputs
+            backward_kernels = backward_kernels + 1.0
+        else:
+            forward = forward + FP8_CAST_BYTES * inputs
+            forward_kernels = forward_kernels + 1.0
+        split = gathered if g.row_parallel else 0.0
+        gather_cast = (ACT_BYTES + FP8_BYTES) * outputs * shard + FP8_TRANSPOSE_BYTES * outputs
+        backward = backward + split * gather_cast + (1.0 - split) * FP8_CAST_BYTES * outputs
+        backward_kernels = backward_kernels + 1.0 + split  # the gathered: cast, then transpose
+    fwd_eff, bwd_eff = gpu.elementwise_forward_efficiency, gpu.elementwise_backward_efficiency
+    fwd = memory_time_s(gpu, forward, forward_kernels, fwd_eff)
+    bwd = memory_time_s(gpu, backward, backward_kernels, bwd_eff)
     return {"forward": np.asarray(on * fwd), "backward": np.asarray(on * bwd)}
 
 

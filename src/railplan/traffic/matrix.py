@@ -145,6 +145,7 @@ def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
     all_reduces = float(ops["forward"] + ops["recompute"] + ops["backward"])
     gathers = float(ops["sp_regather"])
     tp_d = float(comm.tp_message_bytes(model, s))
+    fp8_gather = float(comm.tp_gather_byte_ratio(s))
     e_ops = comm.expert_tp_ops_per_moe_layer(s, rerun)
     expert_all_reduces = float(e_ops["forward"] + e_ops["recompute"] + e_ops["backward"])
     cp_steps = comm.cp_steps_per_layer(s, rerun)
@@ -156,8 +157,9 @@ def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
     return {
         # per ring edge: the K/V (and gradient) blocks of every micro-batch
         "cp": m * sends * float(comm.cp_block_bytes(model, s)),
-        # each all-reduce (or SP reduce-scatter + all-gather) is two gather passes
-        "tp": m * tp_d * (2.0 * all_reduces + gathers),
+        # each all-reduce (or SP reduce-scatter + all-gather) is two gather passes; in FP8 an
+        # SP all-gather carries 1 byte per element (`comm.tp_gather_byte_ratio`)
+        "tp": m * tp_d * ((1.0 + fp8_gather) * all_reduces + fp8_gather * gathers),
         # the routed experts' all-gather / reduce-scatter pairs on the expert_tp group
         "etp": m * 2.0 * expert_all_reduces * float(comm.expert_tp_message_bytes(model, s)),
         "ep": m * a2a_bf16 * float(comm.ep_pair_bytes(model, s)),

@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from railplan.specs import Model
-from railplan.specs.arrays import FULL, FloatArray, StrategyArrays, recomputes
+from railplan.specs.arrays import FP8, FULL, FloatArray, StrategyArrays, recomputes
 from railplan.workload.memory import (
     dense_stage_params,
     expert_stage_params,
@@ -42,6 +42,7 @@ from railplan.workload.memory import (
 from railplan.workload.routing import slot_factor
 
 ACT_BYTES = 2.0  # bf16 activations
+FP8_ACT_BYTES = 1.0  # an FP8 activation (Transformer Engine: one scale per tensor, not counted)
 #: bytes per hidden element of an MoE token dispatch in FP8: FP8 values with one fp32 scale per
 #: 128 (DeepSeek-V3/R1's setting, "FP8 dispatching and BF16 combining", as DeepEP benchmarks
 #: both its training and its decode kernels, docs/legacy.md; deep_ep
@@ -57,6 +58,17 @@ def local_tokens(model: Model, s: StrategyArrays) -> FloatArray:
 def tp_message_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     """The buffer of one TP all-reduce (or all-gather result): b·s·h activations (s/cp)."""
     return np.asarray(ACT_BYTES * local_tokens(model, s) * model.hidden)
+
+
+def tp_gather_byte_ratio(s: StrategyArrays) -> FloatArray:
+    """Bytes of a TP all-gather over its BF16 bytes: in FP8 with sequence parallelism,
+    Transformer Engine gathers FP8 copies (the fused norm's FP8 output before QKV and MLP-up,
+    again in the backward; the output gradient of the projection and MLP-down, cast on its
+    shard: `layernorm_linear.py`, `linear.py`, `base.py: grad_output_preprocess`, v1.11), so 1
+    byte per element; the reduce-scatters stay BF16 (TE's `fp8_buf` userbuffers option, which
+    reduce-scatters FP8 GEMM outputs, is not modelled)."""
+    fp8_sp = (s.precision == FP8) & (s.sequence_parallel > 0)
+    return np.asarray(np.where(fp8_sp, FP8_ACT_BYTES / ACT_BYTES, 1.0))
 
 
 def cp_block_bytes(model: Model, s: StrategyArrays) -> FloatArray:

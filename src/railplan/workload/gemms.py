@@ -30,6 +30,12 @@ class Gemm:
     n: FloatArray
     k: FloatArray
     attention: bool = False  # the score/context products (recomputed by selective recompute)
+    # Transformer Engine's FP8 data flow (layer_time.fp8_cast_times_s): `norm_input`, the input
+    # comes from a norm fused into the GEMM's module (Megatron-Core's
+    # TELayerNormColumnParallelLinear), which writes it in FP8; `row_parallel`, its output is
+    # reduce-scattered under sequence parallelism, so its output gradient is all-gathered
+    norm_input: bool = False
+    row_parallel: bool = False
 
     @property
     def flops(self) -> FloatArray:
@@ -64,10 +70,11 @@ def attention_gemms(model: Model, b: object, t: object) -> list[Gemm]:
     core = [
         Gemm("score", heads, s * one, s * one, qk * one, attention=True),
         Gemm("context", heads, s * one, v * one, s * one, attention=True),
-        Gemm("proj", one, tokens, h * one, model.heads * v / t),
+        Gemm("proj", one, tokens, h * one, model.heads * v / t, row_parallel=True),
     ]
     if not model.mla:
-        return [Gemm("qkv", one, tokens, (h + 2.0 * model.kv_dim) / t, h * one), *core]
+        qkv = Gemm("qkv", one, tokens, (h + 2.0 * model.kv_dim) / t, h * one, norm_input=True)
+        return [qkv, *core]
     a = float(model.heads)
     kv_lora, rope = float(model.kv_lora_rank or 0), float(model.qk_rope_head_dim or 0)
     nope = float(model.qk_nope_head_dim or 0)
@@ -75,13 +82,13 @@ def attention_gemms(model: Model, b: object, t: object) -> list[Gemm]:
         q_lora = float(model.q_lora_rank)
         q = [
             Gemm("q_down", one, tokens, q_lora * one, h * one),
-            Gemm("q_up", one, tokens, a * qk / t, q_lora * one),
+            Gemm("q_up", one, tokens, a * qk / t, q_lora * one, norm_input=True),
         ]
     else:
         q = [Gemm("q_up", one, tokens, a * qk / t, h * one)]
     kv = [
         Gemm("kv_down", one, tokens, (kv_lora + rope) * one, h * one),
-        Gemm("kv_up", one, tokens, a * (nope + v) / t, kv_lora * one),
+        Gemm("kv_up", one, tokens, a * (nope + v) / t, kv_lora * one, norm_input=True),
     ]
     return [*q, *kv, *core]
 
@@ -90,15 +97,17 @@ ATTENTION_INPUT_GEMMS = ("qkv", "q_up", "kv_up")
 
 
 def mlp_gemms(model: Model, b: object, t: object, ffn: int | None = None) -> list[Gemm]:
-    """MLP up (and gate) and down projections; `ffn` overrides the width (MoE experts)."""
+    """MLP up (and gate) and down projections; `ffn` overrides the width (MoE experts). The
+    dense MLP's up projection has the pre-MLP norm fused into it; an MoE layer's (shared)
+    experts take their input from a norm of its own, which also feeds the router."""
     b, t = _f(b), _f(t)
     f = float(ffn or model.ffn_)
     tokens = b * model.seq
     one = np.ones_like(b * t)
     up_width = f * (model.mlp_matrices - 1)
     return [
-        Gemm("mlp_up", one, tokens, up_width / t, model.hidden * one),
-        Gemm("mlp_down", one, tokens, model.hidden * one, f / t),
+        Gemm("mlp_up", one, tokens, up_width / t, model.hidden * one, norm_input=ffn is None),
+        Gemm("mlp_down", one, tokens, model.hidden * one, f / t, row_parallel=True),
     ]
 
 

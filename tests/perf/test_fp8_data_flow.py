@@ -1,0 +1,114 @@
+"""Transformer Engine's FP8 data flow (v1.11 `layernorm_linear.py`, `linear.py`,
+`base.py: grad_output_preprocess`): a fused norm writes its GEMM's input in FP8, the
+sequence-parallel all-gathers move FP8, a gathered output gradient is cast on its shard."""
+
+from __future__ import annotations
+
+import pytest
+
+from railplan.perf import layer_time
+from railplan.perf.compute import memory_time_s
+from railplan.perf.estimate import estimate
+from railplan.specs import Strategy, load_model, load_system
+from railplan.specs.arrays import from_strategies
+from railplan.traffic.matrix import kind_volumes
+from railplan.workload.gemms import layer_gemms
+
+MODEL = load_model("gpt-22b")  # h 6,144, 64 heads (no GQA), MLP 4h, 2,048 tokens
+GPU = load_system("dgx-h100").gpu
+
+
+def _casts(sp: bool, precision: str = "fp8") -> dict[str, float]:
+    s = from_strategies(Strategy(tp=4, global_batch=8, sequence_parallel=sp, precision=precision))
+    gemms = [g for g in layer_gemms(MODEL, 1.0, 4.0) if not g.attention]
+    return {k: float(v) for k, v in layer_time.fp8_cast_times_s(GPU, gemms, s).items()}
+
+
+def _by_hand(
+    forward_bytes: float, backward_bytes: float, forward_kernels: float, backward_kernels: float
+) -> dict[str, float]:
+    fwd_eff, bwd_eff = GPU.elementwise_forward_efficiency, GPU.elementwise_backward_efficiency
+    return {
+        "forward": float(memory_time_s(GPU, forward_bytes, forward_kernels, fwd_eff)),
+        "backward": float(memory_time_s(GPU, backward_bytes, backward_kernels, bwd_eff)),
+    }
+
+
+def test_fp8_casts_by_hand_with_sequence_parallelism() -> None:
+    """tp 4, SP: QKV and MLP-up take the fused norm's FP8 output (1 byte fewer per element of
+    the s/4 shard each) and transpose the gathered input in the backward (2 bytes per
+    element); the projection and MLP-down inputs are cast-transposed (4); the output
+    gradients of QKV and MLP-up are cast-transposed, those of the projection and MLP-down
+    cast on their shard (3 bytes) and transposed after the FP8 gather (2)."""
+    t, h = 2048.0, 6144.0
+    forward = -2 * (t * h / 4) + 4 * (t * h / 4) + 4 * (t * h)
+    backward = (
+        (2 * t * h + 4 * t * 3 * h / 4)  # QKV: input transpose, output gradient
+        + (2 * t * h + 4 * t * h)  # MLP up
+        + 2 * (3 * t * h / 4 + 2 * t * h)  # projection and MLP down
+    )
+    # kernels: forward the two cast-transposes; backward four output-gradient casts, two input
+    # transposes and the two transposes after the gathers
+    assert _casts(sp=True) == pytest.approx(_by_hand(forward, backward, 2.0, 8.0))
+
+
+def test_fp8_casts_by_hand_without_sequence_parallelism() -> None:
+    """Without SP nothing is gathered: the norms' whole outputs are written in FP8 and every
+    output gradient gets one fused cast-transpose."""
+    t, h = 2048.0, 6144.0
+    forward = -2 * (t * h) + 4 * (t * h / 4) + 4 * (t * h)
+    backward = (2 * t * h + 4 * t * 3 * h / 4) + (2 * t * h + 4 * t * h) + 2 * (4 * t * h)
+    assert _casts(sp=False) == pytest.approx(_by_hand(forward, backward, 2.0, 6.0))
+    assert _casts(sp=False, precision="bf16") == {"forward": 0.0, "backward": 0.0}
+
+
+def test_fp8_tp_all_gathers_carry_one_byte_per_element() -> None:
+    """In the traffic matrix: with SP each all-reduce equivalent is a BF16 reduce-scatter and
+    an all-gather, which FP8 halves, and the backward re-gathers are FP8 too: forward 2 and
+    backward 2 pairs plus 2 re-gathers per layer carry (6·1 + 4·2)/(6·2 + 4·2) = 0.7 of the
+    BF16 bytes. Without SP the all-reduces run on the BF16 outputs."""
+
+    def tp_bytes(precision: str, sp: bool) -> float:
+        s = from_strategies(
+            Strategy(tp=8, global_batch=8, sequence_parallel=sp, precision=precision)
+        )
+        return kind_volumes(MODEL, s)["tp"]
+
+    assert tp_bytes("fp8", True) == pytest.approx(0.7 * tp_bytes("bf16", True))
+    assert tp_bytes("fp8", False) == pytest.approx(tp_bytes("bf16", False))
+
+
+def test_fp8_exposed_tp_time_below_bf16() -> None:
+    """With no TP overlap at all, FP8's exposed TP communication is below BF16's with SP (its
+    all-gathers move half the bytes) and the same without SP."""
+
+    def tp_s(precision: str, sp: bool) -> float:
+        strat = Strategy(
+            tp=8,
+            global_batch=8,
+            sequence_parallel=sp,
+            precision=precision,
+            overlap_tp=False,
+            tp_comm_overlap=False,
+        )
+        return estimate("gpt-3-175b", "dgx-h100", strat, gpus=8).breakdown_s["tp_comm"]
+
+    bf16, fp8 = tp_s("bf16", True), tp_s("fp8", True)
+    assert 0.7 * bf16 <= fp8 < 0.8 * bf16
+    assert tp_s("fp8", False) == pytest.approx(tp_s("bf16", False))
+
+
+def test_fp8_moe_delta_casts_experts_from_their_own_norm() -> None:
+    """The dense MLP's up projection is norm-fed; an MoE layer's experts take theirs from a
+    separate norm: swapping the dense MLP for experts adds their full cast-transposes."""
+    from railplan.workload.gemms import mlp_gemms
+
+    dense_up, dense_down = mlp_gemms(MODEL, 1.0, 1.0)
+    shared_up, shared_down = mlp_gemms(MODEL, 1.0, 1.0, MODEL.ffn_)
+    assert dense_up.norm_input and not shared_up.norm_input
+    assert dense_down.row_parallel and shared_down.row_parallel
+    s = from_strategies(Strategy(tp=1, global_batch=8, precision="fp8"))
+    dense = layer_time.fp8_cast_times_s(GPU, [dense_up], s)
+    shared = layer_time.fp8_cast_times_s(GPU, [shared_up], s)
+    assert float(dense["forward"]) < 0.0 < float(shared["forward"])
+    assert float(shared["backward"]) < float(dense["backward"])
