@@ -98,17 +98,70 @@ def test_fp8_exposed_tp_time_below_bf16() -> None:
     assert tp_s("fp8", False) == pytest.approx(tp_s("bf16", False))
 
 
-def test_fp8_moe_delta_casts_experts_from_their_own_norm() -> None:
-    """The dense MLP's up projection is norm-fed; an MoE layer's experts take theirs from a
-    separate norm: swapping the dense MLP for experts adds their full cast-transposes."""
+def test_fp8_column_parallel_input_without_a_fused_norm_is_cast_on_its_shard() -> None:
+    """A shared expert's up projection (TEColumnParallelLinear) under SP: its input cast on the
+    shard (3 bytes per element, ÷tp), gathered in FP8 and transposed in the backward (2); its
+    output gradient cast-transposed (4). Without SP one fused cast-transpose (4)."""
+    from railplan.workload.gemms import mlp_gemms
+
+    up, _ = mlp_gemms(MODEL, 1.0, 4.0, MODEL.ffn_)
+    assert up.column_parallel and not up.norm_input
+    t, h, f = 2048.0, 6144.0, float(MODEL.ffn_)
+
+    def casts(sp: bool) -> dict[str, float]:
+        s = from_strategies(Strategy(tp=4, global_batch=8, sequence_parallel=sp, precision="fp8"))
+        return {k: float(v) for k, v in layer_time.fp8_cast_times_s(GPU, [up], s).items()}
+
+    out = 4 * t * f / 4
+    assert casts(True) == pytest.approx(_by_hand(3 * t * h / 4, 2 * t * h + out, 1.0, 2.0))
+    assert casts(False) == pytest.approx(_by_hand(4 * t * h, out, 1.0, 1.0))
+
+
+def test_fp8_moe_delta_casts_experts_from_their_own_norm(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The dense MLP's up projection is norm-fed; an MoE layer's experts and shared experts take
+    their input from a norm of their own: moe_mlp_delta casts them without the fused norm and
+    takes off the dense MLP's casts with it."""
     from railplan.workload.gemms import mlp_gemms
 
     dense_up, dense_down = mlp_gemms(MODEL, 1.0, 1.0)
     shared_up, shared_down = mlp_gemms(MODEL, 1.0, 1.0, MODEL.ffn_)
     assert dense_up.norm_input and not shared_up.norm_input
     assert dense_down.row_parallel and shared_down.row_parallel
-    s = from_strategies(Strategy(tp=1, global_batch=8, precision="fp8"))
-    dense = layer_time.fp8_cast_times_s(GPU, [dense_up], s)
-    shared = layer_time.fp8_cast_times_s(GPU, [shared_up], s)
-    assert float(dense["forward"]) < 0.0 < float(shared["forward"])
-    assert float(shared["backward"]) < float(dense["backward"])
+    seen: list[list[tuple[str, bool]]] = []
+    real = layer_time.fp8_cast_times_s
+
+    def spy(gpu, gemms, s):  # type: ignore[no-untyped-def]
+        seen.append([(g.name, g.norm_input) for g in gemms])
+        return real(gpu, gemms, s)
+
+    monkeypatch.setattr(layer_time, "fp8_cast_times_s", spy)
+    v3 = load_model("deepseek-v3")
+    s = from_strategies(Strategy(tp=1, ep=8, global_batch=64, precision="fp8"))
+    layer_time.moe_mlp_delta(v3, load_system("dgx-h100"), s)
+    experts, dense = seen
+    assert not any(norm for _, norm in experts)  # routed and shared experts
+    assert dense == [("mlp_up", True), ("mlp_down", False)]
+
+
+def test_mla_latent_norms_are_timed() -> None:
+    """MLA's latent norms (q_lora_rank + kv_lora_rank per token) move the layer-norm bytes: 4
+    forward, 6 backward per latent element, ÷tp with SP; a model without MLA has none."""
+    from railplan.workload import elementwise
+
+    v3 = load_model("deepseek-v3")
+    latents = float(v3.q_lora_rank + v3.kv_lora_rank)
+    for sp, share in ((True, 0.5), (False, 1.0)):
+        s = from_strategies(Strategy(tp=2, ep=8, global_batch=64, sequence_parallel=sp))
+        assert float(elementwise.latent_elements(v3, s)) == pytest.approx(v3.seq * latents * share)
+    assert elementwise.latent_norms(v3) == 2
+    assert (
+        float(elementwise.latent_elements(MODEL, from_strategies(Strategy(tp=1, global_batch=8))))
+        == 0.0
+    )
+    with_mla = elementwise.layer_bytes(v3, s)
+    no_latents = elementwise.layer_bytes(
+        v3.model_copy(update={"kv_lora_rank": 0, "q_lora_rank": 0}), s
+    )
+    extra = v3.seq * latents
+    assert float(with_mla["forward"] - no_latents["forward"]) == pytest.approx(4 * extra)
+    assert float(with_mla["backward"] - no_latents["backward"]) == pytest.approx(6 * extra)

@@ -66,38 +66,48 @@ def linear_time_s(gpu: GPU, g: Gemm, s: StrategyArrays) -> FloatArray:
 
 
 def fp8_cast_times_s(gpu: GPU, gemms: list[Gemm], s: StrategyArrays) -> dict[str, FloatArray]:
-    """Transformer Engine's FP8 casts around the linear GEMMs, as net bytes over the BF16 step
-    (`transformer_engine/pytorch/module/layernorm_linear.py`, `linear.py` and
-    `base.py: grad_output_preprocess` at v1.11; the same flow in 2.x), at the element-wise
-    kernel efficiencies:
+    """Transformer Engine's FP8 casts around the linear GEMMs, as net bytes over the BF16 step,
+    at the element-wise kernel efficiencies (`transformer_engine/pytorch/module/
+    layernorm_linear.py`, `linear.py`, `base.py: grad_output_preprocess` and, in 2.x,
+    `distributed.py`'s FP8 gather; v1.11 and v2.1 agree but where noted):
     - a GEMM fed by a fused norm (`Gemm.norm_input`): the norm writes its output in FP8, one
-      byte fewer per element of its (sequence-parallel) shard, and it is all-gathered in FP8;
-      the weight gradient needs it transposed: read 1, write 1 per element of the gathered
-      input (`FP8_TRANSPOSE_BYTES`);
+      byte fewer per element of its (sequence-parallel) shard than the BF16 norm of
+      `workload.elementwise`; the weight gradient needs the gathered input transposed: read 1,
+      write 1 per element (`FP8_TRANSPOSE_BYTES`);
+    - another column-parallel GEMM under sequence parallelism (tp > 1): its input cast on the
+      shard (read 2, write 1), gathered in FP8, transposed for the weight gradient;
     - any other GEMM: a fused cast-transpose of its input (read 2, write 1 + 1 transposed:
-      `FP8_CAST_BYTES`);
+      `FP8_CAST_BYTES`; TE 2.x's rule for a row-parallel input; TE 1.x casts it and transposes
+      it apart under sequence parallelism, a byte more per element: not modelled);
     - backward, each output gradient: a fused cast-transpose, except where sequence
-      parallelism all-gathers it (`Gemm.row_parallel`, tp > 1): cast on the shard (read 2,
-      write 1), gathered in FP8, then transposed.
-    Weights are cast once per step (TE caches them over micro-batches: not counted here)."""
+      parallelism all-gathers it (`Gemm.row_parallel`): cast on the shard, gathered in FP8,
+      then transposed.
+    The forward term is negative where the norms' savings exceed the casts (tp 16 and more
+    without sequence parallelism): a net saving on the norms' own kernels. Weights are cast once
+    per step (TE caches them over micro-batches: not counted here)."""
     on = (s.precision == FP8).astype(np.float64)
     gathered = ((s.sequence_parallel > 0) & (s.tp > 1)).astype(np.float64)
     shard = gathered / s.tp + (1.0 - gathered)  # a sequence-parallel shard's share
+    cast_on_shard = (ACT_BYTES + FP8_BYTES) * shard  # bytes per gathered element
     forward, backward = np.zeros(()), np.zeros(())
     forward_kernels, backward_kernels = np.zeros(()), np.zeros(())
     for g in gemms:
         inputs, outputs = g.batch * g.m * g.k, g.batch * g.m * g.n
+        split_in = gathered if g.column_parallel else np.zeros(())
         if g.norm_input:
             forward = forward - (ACT_BYTES - FP8_BYTES) * inputs * shard
             backward = backward + FP8_TRANSPOSE_BYTES * inputs
             backward_kernels = backward_kernels + 1.0
         else:
-            forward = forward + FP8_CAST_BYTES * inputs
+            apart = cast_on_shard * inputs  # cast on the shard; transposed in the backward
+            forward = forward + split_in * apart + (1.0 - split_in) * FP8_CAST_BYTES * inputs
+            backward = backward + split_in * FP8_TRANSPOSE_BYTES * inputs
             forward_kernels = forward_kernels + 1.0
-        split = gathered if g.row_parallel else 0.0
-        gather_cast = (ACT_BYTES + FP8_BYTES) * outputs * shard + FP8_TRANSPOSE_BYTES * outputs
-        backward = backward + split * gather_cast + (1.0 - split) * FP8_CAST_BYTES * outputs
-        backward_kernels = backward_kernels + 1.0 + split  # the gathered: cast, then transpose
+            backward_kernels = backward_kernels + split_in
+        split_out = gathered if g.row_parallel else np.zeros(())
+        gather_cast = cast_on_shard * outputs + FP8_TRANSPOSE_BYTES * outputs
+        backward = backward + split_out * gather_cast + (1.0 - split_out) * FP8_CAST_BYTES * outputs
+        backward_kernels = backward_kernels + 1.0 + split_out  # gathered: cast, then transpose
     fwd_eff, bwd_eff = gpu.elementwise_forward_efficiency, gpu.elementwise_backward_efficiency
     fwd = memory_time_s(gpu, forward, forward_kernels, fwd_eff)
     bwd = memory_time_s(gpu, backward, backward_kernels, bwd_eff)
@@ -154,6 +164,7 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
     fwd_eff, bwd_eff = gpu.elementwise_forward_efficiency, gpu.elementwise_backward_efficiency
     ew = {k: v / s.cp for k, v in elementwise.layer_bytes(model, s).items()}
     kernels = np.where(flash, ELEMENTWISE_KERNELS_PER_LAYER - 2.0, ELEMENTWISE_KERNELS_PER_LAYER)
+    kernels = kernels + elementwise.latent_norms(model)
     ew_fwd = memory_time_s(gpu, ew["forward"], kernels, fwd_eff)
     ew_bwd = memory_time_s(gpu, ew["backward"], kernels, bwd_eff)
     ew_scores = memory_time_s(gpu, ew["scores_forward"], 2.0 * (1.0 - flash), fwd_eff)
@@ -176,10 +187,16 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
         fprop["mlp_up"] + fprop["mlp_down"] + memory_time_s(gpu, act["forward"], 1.0, fwd_eff)
     )
     norms = elementwise.norm_forward_bytes(model, s) / s.cp
+    latent_bytes = elementwise.LAYER_NORM_FORWARD * elementwise.latent_elements(model, s) / s.cp
+    latent_norms_fwd = memory_time_s(
+        gpu, latent_bytes, float(elementwise.latent_norms(model)), fwd_eff
+    )
     rerun = {
         "core_attn": attn_fwd + ew_scores,
         "layernorm": memory_time_s(gpu, norms, 2.0, fwd_eff),
-        "mla_up_proj": total([fprop[n] for n in ("q_up", "kv_up") if n in fprop]),
+        # the up projections with the latent norms fused into them
+        "mla_up_proj": total([fprop[n] for n in ("q_up", "kv_up") if n in fprop])
+        + latent_norms_fwd,
         "mlp": (1.0 - share) * dense_mlp,
     }
     if model.moe_layers:

@@ -13,6 +13,8 @@ forward                                  backward
   attention dropout: read 2, write 2,    dropout: read dy, mask, write (5)
   mask 1, on b·a·s² elements (÷t)
 - context permute copy: read 2, write 2  the same copy back
+- MLA's latent norms (query with q_lora_rank, and key-value), as the layer norms on the latent
+  elements (q_lora_rank + kv_lora_rank per token; ÷t with sequence parallelism)
 The loss over the vocabulary, per logit element (s·b·V/t), by `Strategy.cross_entropy` (the
 kernels as Megatron-LM f2e5db4 writes them, `megatron/core/tensor_parallel/cross_entropy.py`
 and `megatron/core/fusions/fused_cross_entropy.py`):
@@ -72,8 +74,9 @@ from railplan.specs.arrays import EP_DEEPEP, UNFUSED, FloatArray, StrategyArrays
 from railplan.workload.routing import touched_ranks
 
 LAYER_NORM_FORWARD = 4.0  # bytes per s·b·h element of one layer norm's forward: read 2, write 2
+LAYER_NORM_BACKWARD = 6.0  # and its backward: read x 2, read dy 2, write dx 2
 REPLICATED_FORWARD = 22.0  # bytes per s·b·h element (2 LN + 2 bias-dropout-add)
-REPLICATED_BACKWARD = 2 * 6.0 + 2 * 5.0 + 2 * 6.0  # LN + dropout + residual gradient adds
+REPLICATED_BACKWARD = 2 * LAYER_NORM_BACKWARD + 2 * 5.0 + 2 * 6.0  # LN + dropout + residual adds
 SCORES_FORWARD = 4.0 + 5.0  # softmax + attention dropout, per b·a·s² element
 SCORES_BACKWARD = 6.0 + 5.0
 PERMUTE = 4.0  # context [b·a, s, d] → [s, b, h] copy, per s·b·h/t element
@@ -120,6 +123,23 @@ def replicated_elements(model: Model, s: StrategyArrays) -> FloatArray:
     return np.asarray(sbh * np.where(s.sequence_parallel.astype(bool), 1.0 / s.tp, 1.0))
 
 
+def latent_elements(model: Model, s: StrategyArrays) -> FloatArray:
+    """MLA's query and key-value latents of one layer (q_lora_rank + kv_lora_rank per token),
+    which its latent norms run over: split by tp only with sequence parallelism, as
+    Megatron-Core keeps them ([s/tp, b, rank]; `workload.memory` the same); 0 without MLA."""
+    if not model.mla:
+        return np.zeros(())
+    latents = float((model.q_lora_rank or 0) + (model.kv_lora_rank or 0))
+    elements = model.seq * s.micro_batch.astype(float) * latents
+    return np.asarray(elements * np.where(s.sequence_parallel.astype(bool), 1.0 / s.tp, 1.0))
+
+
+def latent_norms(model: Model) -> int:
+    """MLA's latent norms per layer (the query latent's only with q_lora_rank), one kernel each
+    way; 0 without MLA."""
+    return (1 + int(bool(model.q_lora_rank))) if model.mla else 0
+
+
 def norm_forward_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     """The two layer norms' forward bytes: what selective recompute of `layernorm` reruns."""
     return np.asarray(2.0 * LAYER_NORM_FORWARD * replicated_elements(model, s))
@@ -138,15 +158,18 @@ def layer_bytes(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     score_elements = np.where(s.attention != UNFUSED, 0.0, model.heads * model.seq**2 * b / t)
     off = 0.0 if model.dropout else 1.0  # no dropout: its bytes are not moved
     scores_fwd = SCORES_FORWARD - off * SCORES_DROPOUT
+    latents = latent_elements(model, s)
     return {
         "forward": np.asarray(
             (REPLICATED_FORWARD - off * DROPOUT_FORWARD) * replicated
+            + LAYER_NORM_FORWARD * latents
             + act_fwd
             + scores_fwd * score_elements
             + PERMUTE * sbh / t
         ),
         "backward": np.asarray(
             (REPLICATED_BACKWARD - off * DROPOUT_BACKWARD) * replicated
+            + LAYER_NORM_BACKWARD * latents
             + act_bwd
             + (SCORES_BACKWARD - off * SCORES_DROPOUT) * score_elements
             + PERMUTE * sbh / t

@@ -30,10 +30,12 @@ class Gemm:
     n: FloatArray
     k: FloatArray
     attention: bool = False  # the score/context products (recomputed by selective recompute)
-    # Transformer Engine's FP8 data flow (layer_time.fp8_cast_times_s): `norm_input`, the input
-    # comes from a norm fused into the GEMM's module (Megatron-Core's
-    # TELayerNormColumnParallelLinear), which writes it in FP8; `row_parallel`, its output is
-    # reduce-scattered under sequence parallelism, so its output gradient is all-gathered
+    # Transformer Engine's FP8 data flow (layer_time.fp8_cast_times_s): `column_parallel`, its
+    # input is all-gathered under sequence parallelism; `norm_input`, that input comes from a
+    # norm fused into the GEMM's module (Megatron-Core's TELayerNormColumnParallelLinear), which
+    # writes it in FP8; `row_parallel`, its output is reduce-scattered under sequence
+    # parallelism, so its output gradient is all-gathered
+    column_parallel: bool = False
     norm_input: bool = False
     row_parallel: bool = False
 
@@ -73,27 +75,34 @@ def attention_gemms(model: Model, b: object, t: object) -> list[Gemm]:
         Gemm("proj", one, tokens, h * one, model.heads * v / t, row_parallel=True),
     ]
     if not model.mla:
-        qkv = Gemm("qkv", one, tokens, (h + 2.0 * model.kv_dim) / t, h * one, norm_input=True)
-        return [qkv, *core]
+        qkv_n = (h + 2.0 * model.kv_dim) / t
+        return [_norm_fed("qkv", one, tokens, qkv_n, h * one), *core]
     a = float(model.heads)
     kv_lora, rope = float(model.kv_lora_rank or 0), float(model.qk_rope_head_dim or 0)
     nope = float(model.qk_nope_head_dim or 0)
     if model.q_lora_rank:
         q_lora = float(model.q_lora_rank)
         q = [
-            Gemm("q_down", one, tokens, q_lora * one, h * one),
-            Gemm("q_up", one, tokens, a * qk / t, q_lora * one, norm_input=True),
+            Gemm("q_down", one, tokens, q_lora * one, h * one, column_parallel=True),
+            _norm_fed("q_up", one, tokens, a * qk / t, q_lora * one),
         ]
     else:
-        q = [Gemm("q_up", one, tokens, a * qk / t, h * one)]
+        q = [Gemm("q_up", one, tokens, a * qk / t, h * one, column_parallel=True)]
     kv = [
-        Gemm("kv_down", one, tokens, (kv_lora + rope) * one, h * one),
-        Gemm("kv_up", one, tokens, a * (nope + v) / t, kv_lora * one, norm_input=True),
+        Gemm("kv_down", one, tokens, (kv_lora + rope) * one, h * one, column_parallel=True),
+        _norm_fed("kv_up", one, tokens, a * (nope + v) / t, kv_lora * one),
     ]
     return [*q, *kv, *core]
 
 
 ATTENTION_INPUT_GEMMS = ("qkv", "q_up", "kv_up")
+
+
+def _norm_fed(name: str, batch: FloatArray, m: FloatArray, n: FloatArray, k: FloatArray) -> Gemm:
+    """A column-parallel GEMM whose input a norm fused into its module writes: QKV
+    (TELayerNormColumnParallelLinear), MLA's up projections after the latent norms
+    (Megatron-Core core_v0.12.0 with qk_layernorm)."""
+    return Gemm(name, batch, m, n, k, column_parallel=True, norm_input=True)
 
 
 def mlp_gemms(model: Model, b: object, t: object, ffn: int | None = None) -> list[Gemm]:
@@ -106,7 +115,15 @@ def mlp_gemms(model: Model, b: object, t: object, ffn: int | None = None) -> lis
     one = np.ones_like(b * t)
     up_width = f * (model.mlp_matrices - 1)
     return [
-        Gemm("mlp_up", one, tokens, up_width / t, model.hidden * one, norm_input=ffn is None),
+        Gemm(
+            "mlp_up",
+            one,
+            tokens,
+            up_width / t,
+            model.hidden * one,
+            column_parallel=True,
+            norm_input=ffn is None,
+        ),
         Gemm("mlp_down", one, tokens, model.hidden * one, f / t, row_parallel=True),
     ]
 
