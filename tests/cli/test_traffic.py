@@ -158,3 +158,38 @@ def test_traffic_moe_ep(cli: Any) -> None:
     assert dense["bytes_by_kind"]["ep"] == 0
     bad = cli(*args, "--ep", "3")
     assert bad.exit_code == 2 and str(bad.exception).startswith("ep: ")
+
+
+def test_traffic_takes_the_recompute_knobs_estimate_takes(cli: Any) -> None:
+    """--recompute-modules and --recompute-num-layers reach the traffic matrix as they reach
+    `estimate`: rerunning the MoE block repeats its TP and EP collectives; the library's
+    matrix for the same strategy gives the same bytes."""
+    from railplan.specs import Strategy, load_model, load_system
+    from railplan.traffic.matrix import stats, traffic
+    from railplan.traffic.placement import build_placement
+
+    args = ("traffic", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "64")
+    args += ("--tp", "2", "--pp", "2", "--ep", "8", "--global-batch", "64")
+    args += ("--sequence-parallel", "--recompute", "selective")
+    attn = cli.json(*args)["bytes_by_kind"]
+    moe = cli.json(*args, "--recompute-modules", "moe")["bytes_by_kind"]
+    assert moe["ep"] > attn["ep"] and moe["tp"] > attn["tp"]
+    strat = Strategy(
+        tp=2,
+        pp=2,
+        dp=16,
+        ep=8,
+        global_batch=64,
+        sequence_parallel=True,
+        recompute="selective",
+        recompute_modules=("moe",),
+        grad_reduce_bytes=4,
+    )
+    sy = load_system("dgx-h100")
+    p = build_placement("megatron", 2, 2, 16, sy.hb_domain)
+    lib = stats(traffic(load_model("mixtral-8x7b"), strat, p)).bytes_by_kind
+    assert moe == pytest.approx(lib)
+    full = ("--recompute", "full")
+    some = cli.json(*args[:-2], *full, "--recompute-num-layers", "2")["bytes_by_kind"]
+    every = cli.json(*args[:-2], *full)["bytes_by_kind"]
+    assert some["tp"] < every["tp"]

@@ -111,3 +111,27 @@ def test_time_never_rises() -> None:
             tb = float(iteration(MODEL, sy, Network(), b).iteration_s)
             assert tb <= ta * (1 + 1e-12)
     assert np.isfinite(tb)
+
+
+def test_each_stage_gathers_its_own_fp8_weights() -> None:
+    """The traffic matrix's data-parallel weight gather of a stage saves FP8's byte on that
+    stage's own GEMM weights, not the fullest stage's: an end stage of one layer gathers
+    its embedding in BF16 and one layer's GEMM weights in FP8 (this was negative before, and
+    the matrix dropped the edge)."""
+    s = _arrays(
+        tp=8,
+        pp=4,
+        dp=2,
+        global_batch=16,
+        zero=3,
+        fp8_param_gather=True,
+        first_stage_layers=1,
+        last_stage_layers=1,
+    )
+    for layers, end in ((1.0, True), (15.0, False)):
+        n = np.asarray(layers)
+        params = float(dense_stage_params(MODEL, s, end, n))
+        gemm = float(gemm_stage_params(MODEL, s, n, head=end)[0])
+        gathered = float(comm.dp_weight_gather_bytes(MODEL, s, end, n))
+        assert gathered == pytest.approx(2.0 * params - gemm)
+        assert 0.0 < gathered < 2.0 * params

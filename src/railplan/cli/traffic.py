@@ -20,8 +20,11 @@ from railplan.cli.options import (
     LastStageLayersOpt,
     PipelineScheduleOpt,
     PrecisionOpt,
+    RecomputeModulesOpt,
+    RecomputeNumLayersOpt,
     TrainingOptions,
     ZeroScheduleOpt,
+    modules_of,
     with_option_groups,
 )
 from railplan.cli.output import print_json, table
@@ -110,6 +113,8 @@ def traffic_cmd(
     precision: PrecisionOpt = "bf16",
     fp8_param_gather: Fp8ParamGatherOpt = False,
     fp8_dispatch: Fp8DispatchOpt = False,
+    recompute_modules: RecomputeModulesOpt = None,
+    recompute_num_layers: RecomputeNumLayersOpt = 0,
 ) -> None:
     """Bytes every GPU pair exchanges in one iteration, by kind (TP, PP, DP, EP, CP)."""
     from railplan.specs import load_model
@@ -136,6 +141,8 @@ def traffic_cmd(
         precision=precision,
         fp8_param_gather=fp8_param_gather,
         fp8_dispatch=fp8_dispatch,
+        recompute_modules=modules_of(recompute_modules, t.recompute),
+        recompute_num_layers=recompute_num_layers,
     )
     # DualPipeV's V turns on the last rank: its pipeline pairs are 1F1B's (no wrap-around).
     wraps = 1 if strat.pipeline_schedule == "dualpipev" else t.interleave

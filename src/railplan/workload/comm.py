@@ -277,9 +277,11 @@ def dp_weight_gather_bytes(
 ) -> FloatArray:
     """With a distributed optimizer (ZeRO ≥ 1): the non-expert weights all-gathered over the
     data-parallel group (BF16; the GEMM weights in FP8 with `fp8_param_gather`:
-    `memory.gathered_weight_bytes`)."""
+    `memory.gathered_weight_bytes`, of the same stage: its `layers`, and the head's
+    projections where it holds the `embedding`)."""
     params = dense_stage_params(model, s, embedding, layers)
-    return np.asarray(np.where(s.zero >= 1, gathered_weight_bytes(model, s, params), 0.0))
+    gathered = gathered_weight_bytes(model, s, params, layers=layers, head=embedding)
+    return np.asarray(np.where(s.zero >= 1, gathered, 0.0))
 
 
 def dp_expert_weight_gather_bytes(
