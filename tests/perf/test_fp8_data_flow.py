@@ -165,3 +165,21 @@ def test_mla_latent_norms_are_timed() -> None:
     extra = v3.seq * latents
     assert float(with_mla["forward"] - no_latents["forward"]) == pytest.approx(4 * extra)
     assert float(with_mla["backward"] - no_latents["backward"]) == pytest.approx(6 * extra)
+
+
+def test_mla_down_projections_run_on_the_sequence_parallel_shard() -> None:
+    """Megatron-Core's duplicated TELinear (core_v0.14.0) runs MLA's down projections on each
+    rank's s/tp tokens under sequence parallelism; without it (and in serving) on every token.
+    A model without q_lora_rank has one latent norm, on the key-value latent."""
+    from railplan.workload import elementwise
+    from railplan.workload.gemms import attention_gemms
+
+    v3 = load_model("deepseek-v3")
+    for sp, rows in ((1.0, v3.seq / 4), (0.0, float(v3.seq))):
+        g = {x.name: x for x in attention_gemms(v3, 1.0, 4.0, sp)}
+        assert float(g["q_down"].m) == float(g["kv_down"].m) == rows
+        assert not g["q_down"].column_parallel and g["q_up"].norm_input
+    lite = v3.model_copy(update={"q_lora_rank": None})
+    assert elementwise.latent_norms(lite) == 1
+    s = from_strategies(Strategy(tp=1, ep=8, global_batch=64))
+    assert float(elementwise.latent_elements(lite, s)) == v3.seq * v3.kv_lora_rank

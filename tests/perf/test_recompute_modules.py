@@ -58,14 +58,17 @@ def test_each_module_drops_its_tensors_by_hand(precision: str) -> None:
 
 
 def test_mla_up_proj_and_shared_experts_by_hand() -> None:
-    """DeepSeek-V3 (tp 1): mla_up_proj drops Q, K and V (2 bytes per element of each width);
-    shared_experts the shared expert's SwiGLU activations (gate, up, product: 6 bytes per
-    element) on its MoE layers."""
+    """DeepSeek-V3 (tp 1): mla_up_proj drops Q, K and V (2 bytes per element of each width)
+    and the latent norms' outputs (2 bytes per latent element: the norms are fused into the up
+    projections it reruns, so only the latents it starts from are kept); shared_experts the
+    shared expert's SwiGLU activations (gate, up, product: 6 bytes per element) on its MoE
+    layers."""
     tokens = V3.seq * 2
     q, k, v, _ = V3.attention_widths
+    latents = V3.q_lora_rank + V3.kv_lora_rank
     base = _bytes("deepseek-v3", ("core_attn",))
     mla = base - _bytes("deepseek-v3", ("core_attn", "mla_up_proj"))
-    assert mla == pytest.approx(tokens * 2.0 * (q + k + v))
+    assert mla == pytest.approx(tokens * (2.0 * (q + k + v) + 2.0 * latents))
     shared = base - _bytes("deepseek-v3", ("core_attn", "shared_experts"))
     share = V3.moe_layers / V3.layers
     assert shared == pytest.approx(tokens * share * 6.0 * V3.shared_experts * V3.expert_ffn_)

@@ -69,13 +69,15 @@ def fp8_cast_times_s(gpu: GPU, gemms: list[Gemm], s: StrategyArrays) -> dict[str
     """Transformer Engine's FP8 casts around the linear GEMMs, as net bytes over the BF16 step,
     at the element-wise kernel efficiencies (`transformer_engine/pytorch/module/
     layernorm_linear.py`, `linear.py`, `base.py: grad_output_preprocess` and, in 2.x,
-    `distributed.py`'s FP8 gather; v1.11 and v2.1 agree but where noted):
+    `distributed.py`'s FP8 gather; v1.11 and 2.x agree but where noted):
     - a GEMM fed by a fused norm (`Gemm.norm_input`): the norm writes its output in FP8, one
       byte fewer per element of its (sequence-parallel) shard than the BF16 norm of
       `workload.elementwise`; the weight gradient needs the gathered input transposed: read 1,
       write 1 per element (`FP8_TRANSPOSE_BYTES`);
-    - another column-parallel GEMM under sequence parallelism (tp > 1): its input cast on the
-      shard (read 2, write 1), gathered in FP8, transposed for the weight gradient;
+    - another column-parallel GEMM under sequence parallelism (tp > 1; a shared expert's up
+      projection): its input cast on the shard (read 2, write 1), gathered in FP8, transposed
+      for the weight gradient (v1.11, and 2.x from v2.2; v2.1 keeps the BF16 shard and casts
+      it again for the backward's gather, 3/tp bytes more per element: not modelled);
     - any other GEMM: a fused cast-transpose of its input (read 2, write 1 + 1 transposed:
       `FP8_CAST_BYTES`; TE 2.x's rule for a row-parallel input; TE 1.x casts it and transposes
       it apart under sequence parallelism, a byte more per element: not modelled);
@@ -122,7 +124,7 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
     kernel (compute.flash_attention_time_s) with no score traffic through HBM."""
     gpu = system.gpu
     b, t = s.micro_batch.astype(float), s.tp.astype(float)
-    gemms = local(layer_gemms(model, b, t), s)
+    gemms = local(layer_gemms(model, b, t, s.sequence_parallel), s)
     linear = [g for g in gemms if not g.attention]
     core = [g for g in gemms if g.attention]
     flash = s.attention != UNFUSED  # a fused kernel (today's or an older generation's)

@@ -55,17 +55,21 @@ def _f(x: object) -> FloatArray:
     return np.asarray(x, dtype=np.float64)
 
 
-def attention_gemms(model: Model, b: object, t: object) -> list[Gemm]:
+def attention_gemms(model: Model, b: object, t: object, sp: object = 0.0) -> list[Gemm]:
     """QKV, score (QKᵀ), context (softmax·V) and output projection of one layer.
 
     MLA (DeepSeek-V2/V3, Megatron-Core's MLASelfAttention): the down-projections into the
-    query and key-value latents run duplicated on every tensor-parallel rank; the
+    query and key-value latents run duplicated on every tensor-parallel rank, on its
+    sequence-parallel shard where `sp` (Megatron-Core's TE spec since core_v0.14.0: `TELinear`,
+    `parallel_mode="duplicated"`, on the s/tp hidden states; inference engines replicate them
+    over every token, SGLang's and vLLM's `ReplicatedLinear`); the
     up-projections, the heads and the output projection are split by tp. The column-parallel
     projections whose backward all-reduce hides behind their weight gradient are named
     `qkv` (standard) or `q_up`/`kv_up` (MLA): ATTENTION_INPUT_GEMMS."""
     b, t = _f(b), _f(t)
     s, h = float(model.seq), float(model.hidden)
     tokens = b * s
+    shard_tokens = tokens / np.where(_f(sp) > 0, t, 1.0)  # a duplicated GEMM's rows
     one = np.ones_like(b * t)
     heads = b * model.heads / t
     qk, v = float(model.qk_head_dim), float(model.v_head_dim_)
@@ -83,13 +87,13 @@ def attention_gemms(model: Model, b: object, t: object) -> list[Gemm]:
     if model.q_lora_rank:
         q_lora = float(model.q_lora_rank)
         q = [
-            Gemm("q_down", one, tokens, q_lora * one, h * one, column_parallel=True),
+            Gemm("q_down", one, shard_tokens, q_lora * one, h * one),
             _norm_fed("q_up", one, tokens, a * qk / t, q_lora * one),
         ]
     else:
         q = [Gemm("q_up", one, tokens, a * qk / t, h * one, column_parallel=True)]
     kv = [
-        Gemm("kv_down", one, tokens, (kv_lora + rope) * one, h * one, column_parallel=True),
+        Gemm("kv_down", one, shard_tokens, (kv_lora + rope) * one, h * one),
         _norm_fed("kv_up", one, tokens, a * (nope + v) / t, kv_lora * one),
     ]
     return [*q, *kv, *core]
@@ -128,9 +132,9 @@ def mlp_gemms(model: Model, b: object, t: object, ffn: int | None = None) -> lis
     ]
 
 
-def layer_gemms(model: Model, b: object, t: object) -> list[Gemm]:
-    """All forward GEMMs of one dense layer on one GPU."""
-    return attention_gemms(model, b, t) + mlp_gemms(model, b, t)
+def layer_gemms(model: Model, b: object, t: object, sp: object = 0.0) -> list[Gemm]:
+    """All forward GEMMs of one dense layer on one GPU (`sp`: sequence parallelism)."""
+    return attention_gemms(model, b, t, sp) + mlp_gemms(model, b, t)
 
 
 def logit_gemm(model: Model, b: object, t: object) -> Gemm:

@@ -144,9 +144,12 @@ def layer_activation_bytes(
     if model.mla:
         # MLA's latents (query and key-value), split by tp only with sequence parallelism as
         # Megatron-Core keeps them ([s/tp, b, rank]): each latent norm's input (2 bytes) and
-        # its output, the up-projection's input (1 byte in FP8).
+        # its output, the up-projection's input (1 byte in FP8), which recomputing
+        # `mla_up_proj` drops with the rest of the up-projections it reruns (the norms are
+        # fused into them: `CheckpointWithoutOutput` keeps only the latents it starts from).
         latents = float((model.q_lora_rank or 0) + (model.kv_lora_rank or 0))
-        replicated = replicated + (4.0 - fp8) * latents * seq * b
+        norm_out = (2.0 - fp8) * (1.0 - recomputes(s, "mla_up_proj"))
+        replicated = replicated + (2.0 + norm_out) * latents * seq * b
     q, k, v, context = model.attention_widths
     # MLA's up-projections recomputed: Q, K and V (the attention core's inputs) are dropped.
     qkv = 2.0 * (q + k + v) * (1.0 - recomputes(s, "mla_up_proj"))
