@@ -1,0 +1,115 @@
+"""One rule per quantity: the bytes a GPU sends in the traffic matrix are the bytes the timing
+model's collectives move for it. The timing functions are run with byte-counting collectives
+(each returns what one GPU sends: (n − 1)/n of the buffer per gather pass, ring or hierarchical
+alike; a send its bytes; an all-to-all its pair bytes to each other member) and nothing hidden,
+and compared with the row sums of the placed matrix, per kind, for a GPU of a middle stage
+(stage 1 of pp ≥ 3: it sends both ways)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from railplan.perf import comm_time as ct
+from railplan.perf.layout import megatron_shapes
+from railplan.specs import Network, Strategy, load_model, load_system
+from railplan.specs.arrays import from_strategies, layers_of_stage
+from railplan.traffic.matrix import KIND_CODE, traffic
+from railplan.traffic.placement import place
+from railplan.workload import comm
+
+LAYER_KEYS = (
+    "wgrad_qkv",
+    "wgrad_mlp_up",
+    "dgrad_qkv",
+    "dgrad_mlp_up",
+    "fprop_qkv",
+    "fprop_proj",
+    "fprop_mlp_up",
+    "fprop_mlp_down",
+    "attention_forward",
+    "attention_backward",
+)
+
+
+@pytest.fixture
+def counting(monkeypatch: pytest.MonkeyPatch) -> None:
+    def members(shape):  # type: ignore[no-untyped-def]
+        return np.asarray(shape.x * shape.y, dtype=float)
+
+    def collective(lk, shape, size, gather_only=False):  # type: ignore[no-untyped-def]
+        n = members(shape)
+        passes = 1.0 if gather_only else 2.0
+        return np.asarray(np.where(n > 1, passes * np.asarray(size) * (n - 1) / n, 0.0))
+
+    monkeypatch.setattr(ct, "group_collective_s", collective)
+    monkeypatch.setattr(ct, "p2p_s", lambda lk, size, shape: np.asarray(size, dtype=float))
+    monkeypatch.setattr(
+        ct, "direct_all_to_all_s", lambda lk, shape, pair: np.asarray(pair * (members(shape) - 1))
+    )
+    monkeypatch.setattr(ct, "hidden_cost_s", lambda comm_s, compute_s, u: np.asarray(comm_s))
+
+
+CASES = {
+    "bf16, SP, full recompute": (
+        "gpt-3-175b",
+        dict(tp=8, pp=8, dp=2, sequence_parallel=True, recompute="full"),
+    ),
+    "bf16, no SP": ("gpt-3-175b", dict(tp=8, pp=8, dp=2)),
+    "fp8, SP, selective": (
+        "gpt-3-175b",
+        dict(tp=8, pp=8, dp=2, sequence_parallel=True, precision="fp8", recompute="selective"),
+    ),
+    "fp8, SP, interleaved": (
+        "gpt-3-175b",
+        dict(tp=8, pp=4, dp=4, interleave=2, sequence_parallel=True, precision="fp8"),
+    ),
+    "cp 2": ("gpt-3-175b", dict(tp=4, cp=2, pp=4, dp=2, sequence_parallel=True, recompute="full")),
+    "MoE, ep 8, moe recompute": (
+        "mixtral-8x7b",
+        dict(
+            tp=2,
+            pp=4,
+            dp=8,
+            ep=8,
+            sequence_parallel=True,
+            recompute="selective",
+            recompute_modules=("moe",),
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_matrix_bytes_are_the_timing_models(counting: None, name: str) -> None:
+    model_name, fields = CASES[name]
+    model, system = load_model(model_name), load_system("dgx-h100")
+    strat = Strategy(global_batch=int(fields.get("dp", 1)) * 8, **fields)  # type: ignore[arg-type]
+    s = from_strategies(strat)
+    lk = ct.links(system, Network(), s.gpus.astype(float))
+    g = megatron_shapes(s.tp, s.dp, s.pp, s.ep, lk.hb_domain, s.cp, s.replicas, s.etp)
+    lt = {k: np.zeros(()) for k in LAYER_KEYS}
+    m = float(s.micro_batches)
+    order = ("tp", "cp", "dp", "pp") if strat.cp > 1 else ("tp", "dp", "pp")
+    p = place(strat.tp, strat.pp, strat.dp, system.hb_domain, order, strat.cp)
+    gpu = int(p.gpu[1].flat[0])  # a GPU of stage 1
+    layers = float(layers_of_stage(model, s, 1))
+    t = traffic(model, strat, p)
+
+    def row(kind: str) -> float:
+        return float(t.bytes[(t.kind == KIND_CODE[kind]) & (t.src == gpu)].sum())
+
+    tp = ct.tp_comm_times(model, lk, s, lt, g["tp"])
+    tp_layer = float(tp["forward"] + tp["recompute"] + tp["backward"])
+    ep_layer = 0.0
+    if model.moe_layers:  # the routed experts' expert-tp collectives are `tp` in the matrix
+        share = model.moe_layers / model.layers
+        ep_layer = share * float(ct.ep_comm_time_s(model, lk, s, g["ep"], np.zeros(())))
+        if int(s.etp) > 1:
+            tp_layer += share * float(ct.expert_tp_comm_time_s(model, lk, s, g["etp"]))
+    cp_layer = float(ct.cp_comm_time_s(model, lk, s, lt, g["cp"]))
+    sends = 2.0 * strat.interleave * float(comm.pp_message_bytes(model, s))
+    assert row("tp") == pytest.approx(m * layers * tp_layer)
+    assert row("ep") == pytest.approx(m * layers * ep_layer)
+    assert row("cp") == pytest.approx(m * layers * cp_layer)
+    assert row("pp") == pytest.approx(m * sends)
