@@ -183,3 +183,26 @@ def test_mla_down_projections_run_on_the_sequence_parallel_shard() -> None:
     assert elementwise.latent_norms(lite) == 1
     s = from_strategies(Strategy(tp=1, ep=8, global_batch=64))
     assert float(elementwise.latent_elements(lite, s)) == v3.seq * v3.kv_lora_rank
+
+
+def test_fp8_mtp_projection_pays_its_casts(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """DeepSeek-V3's MTP projection (eh_proj, TEColumnParallelLinear fed by two separate norms)
+    pays its FP8 casts in the head's time: without them the head is faster by exactly the
+    casts of that one GEMM per MTP layer."""
+    from railplan.workload.gemms import mtp_projection_gemm
+
+    v3 = load_model("deepseek-v3")
+    sy = load_system("hgx-h800")
+    s = from_strategies(
+        Strategy(tp=2, pp=8, ep=8, global_batch=64, sequence_parallel=True, precision="fp8")
+    )
+    proj = layer_time.local([mtp_projection_gemm(v3, 1.0, 2.0)], s)
+    assert proj[0].column_parallel and not proj[0].norm_input
+    casts = layer_time.fp8_cast_times_s(sy.gpu, proj, s)
+    with_casts = float(layer_time.logits_times(v3, sy, s)["t"])
+    zero = {"forward": 0.0, "backward": 0.0}
+    monkeypatch.setattr(layer_time, "fp8_cast_times_s", lambda gpu, gemms, s: zero)
+    without = float(layer_time.logits_times(v3, sy, s)["t"])
+    expected = v3.mtp_layers * float(casts["forward"] + casts["backward"])
+    assert expected > 0.0
+    assert with_casts - without == pytest.approx(expected)

@@ -302,10 +302,10 @@ def logits_times(model: Model, system: System, s: StrategyArrays) -> dict[str, F
     """Per micro-batch on the last stage: `t`, the vocabulary projection forward + backward and
     the cross-entropy as `Strategy.cross_entropy` runs it, once more for each multi-token
     prediction module (`Model.mtp_layers`: its own logits and loss through the shared head)
-    with its 2h → h projection (`eh_proj`,
-    column-parallel, in the strategy's precision; its transformer layer is a layer of the
-    stage, `layers_of_stage`); `wgrad`, the main head's weight-gradient GEMM alone (part of
-    `t`: what `defer_embedding_wgrad` moves to the pipeline flush)."""
+    with its 2h → h projection (`eh_proj`, column-parallel, in the strategy's precision with
+    its FP8 casts; its transformer layer is a layer of the stage, `layers_of_stage`); `wgrad`,
+    the main head's weight-gradient GEMM alone (part of `t`: what `defer_embedding_wgrad` moves
+    to the pipeline flush)."""
     (g,) = local([logit_gemm(model, s.micro_batch.astype(float), s.tp.astype(float))], s)
     dgrad, wgrad = g.backward()
     t_wgrad = gemm_time_s(system.gpu, wgrad)
@@ -322,8 +322,12 @@ def logits_times(model: Model, system: System, s: StrategyArrays) -> dict[str, F
     if model.mtp_layers:
         b, tp = s.micro_batch.astype(float), s.tp.astype(float)
         (proj,) = local([mtp_projection_gemm(model, b, tp)], s)
-        proj_s = linear_time_s(system.gpu, proj, s) + sum(
-            (linear_time_s(system.gpu, h, s) for h in proj.backward()), np.zeros(())
+        casts = fp8_cast_times_s(system.gpu, [proj], s)  # its FP8 casts (0 in BF16)
+        proj_s = (
+            linear_time_s(system.gpu, proj, s)
+            + sum((linear_time_s(system.gpu, h, s) for h in proj.backward()), np.zeros(()))
+            + casts["forward"]
+            + casts["backward"]
         )
         head = head * (1.0 + model.mtp_layers) + model.mtp_layers * proj_s
     return {"t": np.asarray(head), "wgrad": np.asarray(t_wgrad)}

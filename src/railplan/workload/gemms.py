@@ -149,7 +149,16 @@ def mtp_projection_gemm(model: Model, b: object, t: object) -> Gemm:
     column-parallel: its output split by tp)."""
     b, t = _f(b), _f(t)
     one = np.ones_like(b * t)
-    return Gemm("eh_proj", one, b * model.seq, model.hidden / t, 2.0 * model.hidden * one)
+    # TEColumnParallelLinear (Megatron-Core `multi_token_prediction.py`, core_v0.14.0), fed by
+    # the concatenated outputs of two separate norms
+    return Gemm(
+        "eh_proj",
+        one,
+        b * model.seq,
+        model.hidden / t,
+        2.0 * model.hidden * one,
+        column_parallel=True,
+    )
 
 
 def expert_gemms(
