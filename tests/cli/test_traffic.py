@@ -193,3 +193,18 @@ def test_traffic_takes_the_recompute_knobs_estimate_takes(cli: Any) -> None:
     some = cli.json(*args[:-2], *full, "--recompute-num-layers", "2")["bytes_by_kind"]
     every = cli.json(*args[:-2], *full)["bytes_by_kind"]
     assert some["tp"] < every["tp"]
+
+
+def test_traffic_notes_deepep_shown_as_a_plain_all_to_all(cli: Any) -> None:
+    """ep 16 on 72-GPU NVL72 domains: a group straddles two domains, 8 + 8, while the others lie
+    in one; the matrix cannot lay DeepEP's dispatch out and says so (text and JSON). On 8-GPU
+    servers every group holds 8 GPUs in each of 2 servers: no note."""
+    base = ("traffic", "--model", "deepseek-v3", "--tp", "1", "--pp", "1", "--ep", "16")
+    base += ("--ep-dispatch", "deepep")
+    nvl72 = (*base, "--system", "gb200-nvl72", "--gpus", "144", "--global-batch", "144")
+    notes = cli.json(*nvl72)["notes"]
+    assert len(notes) == 1 and notes[0].startswith("ep: the expert-parallel groups")
+    r = cli(*nvl72)
+    assert r.exit_code == 0 and "note: ep: the expert-parallel groups" in r.output
+    hgx = (*base, "--system", "hgx-h800", "--gpus", "128", "--global-batch", "128")
+    assert cli.json(*hgx)["notes"] == []

@@ -156,9 +156,12 @@ def traffic_cmd(
         title = f"{m.name} on {t.gpus} GPUs, K={sy.hb_domain}, placement {','.join(p.order)}"
         files = _write_files(matrix, r, m.name, title, first_gpus, heatmap, bars, export)
     if as_json:
-        print_json(_json_head(m.name, sy, strat, placement, p) | r.to_dict() | {"files": files})
+        head = _json_head(m.name, sy, strat, placement, p)
+        print_json(head | r.to_dict() | {"files": files, "notes": list(matrix.notes)})
         return
     _print_stats(title, r, files)
+    for note in matrix.notes:
+        Console().print(f"note: {note}", markup=False)
 
 
 def _print_stats(title: str, r: TrafficStats, files: dict[str, str]) -> None:

@@ -85,6 +85,8 @@ class Traffic:
     dst: IntArray
     kind: npt.NDArray[np.int8]
     bytes: FloatArray
+    #: where the matrix departs from what the iteration model times (one line each)
+    notes: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return int(self.src.size)
@@ -269,6 +271,7 @@ def traffic(
     keys = [(int(n), bool(e), bool(h)) for n, e, h in zip(layers, end, head, strict=True)]
     plain = model.model_copy(update={"mtp_layers": 0}) if model.mtp_layers else model
     only_layers = [(n, False, False) for n, _, _ in keys]
+    notes: list[str] = []
     pieces: list[tuple[str, tuple[IntArray, IntArray, FloatArray]]] = [
         ("pp", _scale(pipeline_edges(p.groups("pp"), int(s.interleave), not dualpipev), vol["pp"])),
     ]
@@ -312,6 +315,12 @@ def traffic(
             ]
             # DeepEP-style edges only where every group has x members in each of y domains
             regular = len({None if d is None else d[2:] for d in dedup}) == 1
+            if strategy.ep_dispatch == "deepep" and (not regular or any(d is None for d in dedup)):
+                notes.append(
+                    "ep: the expert-parallel groups do not hold the same GPUs in each HB domain "
+                    "they span, so the matrix shows DeepEP's dispatch as a plain all-to-all; the "
+                    "iteration time is DeepEP's on the worst group (docs/traffic.md)"
+                )
             for ((n, _, _), rows), parts in zip(ep_stages, dedup, strict=True):
                 scale = moe_share * n
                 if parts is None or not regular:
@@ -328,7 +337,7 @@ def traffic(
         [np.full(x[0].size, KIND_CODE[name], dtype=np.int64) for name, x in pieces]
     )
     s_, d_, k_, b_ = _coalesce(p.gpus, src, dst, kind, size)
-    return Traffic(p.gpus, k, s_, d_, k_, b_)
+    return Traffic(p.gpus, k, s_, d_, k_, b_, tuple(notes))
 
 
 @dataclass(frozen=True)
