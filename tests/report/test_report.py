@@ -77,6 +77,12 @@ def test_traffic_and_failures(report_data: dict[str, Any]) -> None:
     t = report_data["traffic"]
     assert t["stats"]["gpus"] == 256 and len(t["heatmap_bytes"]) == t["heatmap_gpus"] == 128
     assert t["stats"]["nic_cross_rail_bytes"] == 0.0  # rail-aligned placement
+    assert t["notes"] == []  # no DeepEP dispatch: nothing departs from the timing model
+    noted = report_html.traffic_section(
+        report_data | {"traffic": t | {"notes": ["ep: shown as a plain all-to-all"]}},
+        {"fig-kinds": "", "fig-heatmap": ""},
+    )
+    assert "<p>Note: ep: shown as a plain all-to-all.</p>" in noted
     mc = report_data["failures"]["monte_carlo"]
     assert set(mc["variants"]) == {"rail-optimized", "rail-only", "rail-only+ocs"}
     assert mc["variants"]["rail-only"]["switches"] < mc["variants"]["rail-optimized"]["switches"]

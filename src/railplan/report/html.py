@@ -202,6 +202,7 @@ def traffic_section(r: dict[str, Any], figs: dict[str, str]) -> str:
         f"Cross-rail NIC bytes: {fmt_bytes(s['nic_cross_rail_bytes'])}. Largest pair inside an HB "
         f"domain: {fmt_bytes(s['max_pair_bytes_hb'])}; across the NIC domain: "
         f"{fmt_bytes(s['max_pair_bytes_nic'])}.</p>"
+        + "".join(f"<p>Note: {esc(n)}.</p>" for n in t.get("notes", []))
         + table(["kind", "bytes", "share", "in HB domains", "over NICs", "GPU pairs"], rows)
         + '<div class="grid">'
         + figs["fig-kinds"]

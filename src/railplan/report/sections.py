@@ -310,6 +310,7 @@ def traffic_section(inp: ReportInputs, strategy: dict[str, Any]) -> dict[str, An
         "stats": stats(t).to_dict(),
         "heatmap_gpus": first,
         "heatmap_bytes": t.dense(first).tolist(),
+        "notes": list(t.notes),
     }
 
 
