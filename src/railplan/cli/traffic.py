@@ -159,17 +159,19 @@ def traffic_cmd(
         head = _json_head(m.name, sy, strat, placement, p)
         print_json(head | r.to_dict() | {"files": files, "notes": list(matrix.notes)})
         return
-    _print_stats(title, r, files)
-    for note in matrix.notes:
-        Console().print(f"note: {note}", markup=False)
+    _print_stats(title, r, files, matrix.notes)
 
 
-def _print_stats(title: str, r: TrafficStats, files: dict[str, str]) -> None:
-    """The statistics table and the files written."""
+def _print_stats(
+    title: str, r: TrafficStats, files: dict[str, str], notes: tuple[str, ...] = ()
+) -> None:
+    """The statistics table, the files written and the matrix's notes."""
     console = Console()
     console.print(stats_table(f"Traffic of one iteration: {title}", r.to_dict()))
     for kind, path in files.items():
         console.print(f"wrote {kind}: {path}")
+    for note in notes:
+        console.print(f"note: {note}", markup=False)
 
 
 def _checked_dp(

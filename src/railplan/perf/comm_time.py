@@ -273,7 +273,12 @@ def tp_comm_times(
     # gather moves 1 byte per element: `comm.tp_gather_byte_ratio`); without it one all-reduce
     # of the BF16 bytes (NCCL's algorithm and protocol: `group_collective_s`)
     scatter = group_collective_s(lk, shape, act, gather_only=True)
-    gather = group_collective_s(lk, shape, act * comm.tp_gather_byte_ratio(s), gather_only=True)
+    ratio = comm.tp_gather_byte_ratio(s)
+    gather = (  # timed apart only where some strategy gathers FP8
+        scatter
+        if bool(np.all(ratio == 1.0))
+        else group_collective_s(lk, shape, act * ratio, gather_only=True)
+    )
     sp = s.sequence_parallel.astype(bool)
     one_op = np.asarray(np.where(sp, gather + scatter, group_collective_s(lk, shape, act)))
 

@@ -87,9 +87,12 @@ def fp8_cast_times_s(gpu: GPU, gemms: list[Gemm], s: StrategyArrays) -> dict[str
     The forward term is negative where the norms' savings exceed the casts (tp 16 and more
     without sequence parallelism): a net saving on the norms' own kernels. Weights are cast once
     per step (TE caches them over micro-batches: not counted here)."""
-    on = (s.precision == FP8).astype(np.float64)
+    fp8 = s.precision == FP8
+    if not bool(np.any(fp8)):  # the search's usual BF16 strategies: nothing to cast
+        return {"forward": np.zeros(()), "backward": np.zeros(())}
+    on = fp8.astype(np.float64)
     gathered = ((s.sequence_parallel > 0) & (s.tp > 1)).astype(np.float64)
-    shard = gathered / s.tp + (1.0 - gathered)  # a sequence-parallel shard's share
+    shard = elementwise.sp_share(s)  # a sequence-parallel shard's share
     cast_on_shard = (ACT_BYTES + FP8_BYTES) * shard  # bytes per gathered element
     forward, backward = np.zeros(()), np.zeros(())
     forward_kernels, backward_kernels = np.zeros(()), np.zeros(())

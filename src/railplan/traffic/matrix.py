@@ -315,21 +315,23 @@ def traffic(
             ]
             # DeepEP-style edges only where every group has x members in each of y domains
             regular = len({None if d is None else d[2:] for d in dedup}) == 1
-            if strategy.ep_dispatch == "deepep" and (not regular or any(d is None for d in dedup)):
-                notes.append(
-                    "ep: the expert-parallel groups do not hold the same GPUs in each HB domain "
-                    "they span, so the matrix shows DeepEP's dispatch as a plain all-to-all; the "
-                    "iteration time is DeepEP's on the worst group (docs/traffic.md)"
-                )
+            as_plain = False  # some stage's DeepEP dispatch laid out as a plain all-to-all
             for ((n, _, _), rows), parts in zip(ep_stages, dedup, strict=True):
                 scale = moe_share * n
                 if parts is None or not regular:
                     pieces.append(("ep", _scale(all_to_all_edges(rows), vol["ep"] * scale)))
+                    as_plain = True
                     continue
                 rail, domain, x, y = parts
                 per_rail, per_domain = deepep_pair_bytes(model, s, x, y)
                 pieces.append(("ep", _scale(rail, vol["ep_tokens"] * per_rail * scale)))
                 pieces.append(("ep", _scale(domain, vol["ep_tokens"] * per_domain * scale)))
+            if as_plain and strategy.ep_dispatch == "deepep":
+                notes.append(
+                    "ep: the expert-parallel groups do not hold the same GPUs in each HB domain "
+                    "they span, so the matrix shows DeepEP's dispatch as a plain all-to-all; the "
+                    "iteration time is DeepEP's on the worst group (docs/traffic.md)"
+                )
     src = np.concatenate([x[0] for _, x in pieces])
     dst = np.concatenate([x[1] for _, x in pieces])
     size = np.concatenate([x[2] for _, x in pieces])

@@ -116,22 +116,32 @@ def cross_entropy_kept_bytes(s: StrategyArrays) -> FloatArray:
     return np.asarray(CROSS_ENTROPY_KEPT_BYTES[s.cross_entropy])
 
 
+def sp_share(s: StrategyArrays) -> FloatArray:
+    """The share of a sequence's tokens a tensor-parallel rank holds outside the
+    tensor-parallel GEMMs: 1/tp with sequence parallelism, else all of them."""
+    return np.asarray(np.where(s.sequence_parallel.astype(bool), 1.0 / s.tp, 1.0))
+
+
 def replicated_elements(model: Model, s: StrategyArrays) -> FloatArray:
     """s·b·h elements of a layer's activations kept on every tensor-parallel rank (÷tp with
     sequence parallelism): what the norms, residual adds and dropouts run over."""
     sbh = model.seq * s.micro_batch.astype(float) * model.hidden
-    return np.asarray(sbh * np.where(s.sequence_parallel.astype(bool), 1.0 / s.tp, 1.0))
+    return np.asarray(sbh * sp_share(s))
+
+
+def latent_width(model: Model) -> float:
+    """MLA's query and key-value latents per token, q_lora_rank + kv_lora_rank (0 without
+    MLA)."""
+    return float((model.q_lora_rank or 0) + (model.kv_lora_rank or 0)) if model.mla else 0.0
 
 
 def latent_elements(model: Model, s: StrategyArrays) -> FloatArray:
-    """MLA's query and key-value latents of one layer (q_lora_rank + kv_lora_rank per token),
-    which its latent norms run over: split by tp only with sequence parallelism, as
-    Megatron-Core keeps them ([s/tp, b, rank]; `workload.memory` the same); 0 without MLA."""
+    """MLA's query and key-value latents of one layer (`latent_width` per token), which its
+    latent norms run over: split by tp only with sequence parallelism, as Megatron-Core keeps
+    them ([s/tp, b, rank]; `workload.memory` the same); 0 without MLA."""
     if not model.mla:
         return np.zeros(())
-    latents = float((model.q_lora_rank or 0) + (model.kv_lora_rank or 0))
-    elements = model.seq * s.micro_batch.astype(float) * latents
-    return np.asarray(elements * np.where(s.sequence_parallel.astype(bool), 1.0 / s.tp, 1.0))
+    return np.asarray(model.seq * s.micro_batch.astype(float) * latent_width(model) * sp_share(s))
 
 
 def latent_norms(model: Model) -> int:

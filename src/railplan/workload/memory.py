@@ -147,7 +147,7 @@ def layer_activation_bytes(
         # its output, the up-projection's input (1 byte in FP8), which recomputing
         # `mla_up_proj` drops with the rest of the up-projections it reruns (the norms are
         # fused into them: `CheckpointWithoutOutput` keeps only the latents it starts from).
-        latents = float((model.q_lora_rank or 0) + (model.kv_lora_rank or 0))
+        latents = elementwise.latent_width(model)
         norm_out = (2.0 - fp8) * (1.0 - recomputes(s, "mla_up_proj"))
         replicated = replicated + (2.0 + norm_out) * latents * seq * b
     q, k, v, context = model.attention_widths
