@@ -12,11 +12,11 @@ from railplan.perf.layer_time import logits_times
 from railplan.specs import Network, Strategy, load_model, load_system
 from railplan.specs.arrays import StrategyArrays, from_strategies
 from railplan.workload.memory import (
-    activation_bytes,
     deferred_wgrad_bytes,
     layer_activation_bytes,
     logits_bytes,
     memory,
+    stage_activation_bytes,
 )
 from tests.perf.pipeline_arrays import pipeline_arrays
 
@@ -167,11 +167,14 @@ def test_deferred_buffers_count_in_the_last_stage() -> None:
     s = Strategy(tp=8, pp=8, dp=1, global_batch=16, sequence_parallel=True, last_stage_layers=5)
     per_mb = 2.0 * MODEL.seq * (MODEL.hidden + MODEL.vocab) / 8
     off = from_strategies(s)
-    last_off = float(layer_activation_bytes(MODEL, off) + logits_bytes(MODEL, off))
+    # the last stage's 5 layers hold one micro-batch each (1F1B), and its logits
+    last_off = float(5 * layer_activation_bytes(MODEL, off) + logits_bytes(MODEL, off))
+    assert float(stage_activation_bytes(MODEL, off)["last"]) == pytest.approx(last_off)
     for limit, k in ((0, 16), (5, 5), (40, 16)):
         on = s.model_copy(update={"defer_embedding_wgrad": True, "wgrad_deferral_limit": limit})
         arrays = from_strategies(on)
         assert float(deferred_wgrad_bytes(MODEL, arrays)) == pytest.approx(k * per_mb)
-        acts = float(memory(MODEL, arrays).activations_bytes)
-        first = float(activation_bytes(MODEL, arrays))
-        assert acts == pytest.approx(max(first, last_off + k * per_mb))
+        last = float(stage_activation_bytes(MODEL, arrays)["last"])
+        assert last == pytest.approx(last_off + k * per_mb)
+        grown = float(memory(MODEL, arrays).total_bytes - memory(MODEL, off).total_bytes)
+        assert 0.0 <= grown <= k * per_mb + 1.0

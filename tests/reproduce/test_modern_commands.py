@@ -80,18 +80,18 @@ def test_unstated_knobs_take_the_fastest_fitting_value() -> None:
 
 def test_unstated_recompute_can_take_block_recompute() -> None:
     """Where nothing fits without recompute, the rule may take full recompute of the first N
-    layers of each chunk (Megatron's block method): Llama 3.1 405B on 16,384 H100 (tp 8, pp 16,
-    ZeRO-1) does not fit without recompute, and one recomputed layer per stage is faster than
-    all of them."""
+    layers of each chunk (Megatron's block method): Llama 3.1 405B on 12,288 H100 (tp 8, pp 12,
+    ZeRO-1: stages of 10 and 11 layers) does not fit without recompute, and a few recomputed
+    layers per stage are faster than all of them."""
     from railplan.reproduce.modern_validation import fastest_fitting, knob_values
     from railplan.specs import Strategy, load_model, load_system
 
     model, system = load_model("llama-3.1-405b"), load_system("dgx-h100")
-    s = Strategy(tp=8, pp=16, dp=128, global_batch=2048, sequence_parallel=True, zero=1)
+    s = Strategy(tp=8, pp=12, dp=128, global_batch=2048, sequence_parallel=True, zero=1)
     values = knob_values(model, s, "recompute")
     assert {"recompute": "full", "recompute_num_layers": 1} in values
     chosen = fastest_fitting(model, system, s, ["recompute"])
-    assert chosen.recompute == "full" and chosen.recompute_num_layers == 1
+    assert chosen.recompute == "full" and 1 <= chosen.recompute_num_layers < 10
 
 
 def test_catalog_holds_the_fitted_sustained_fraction() -> None:

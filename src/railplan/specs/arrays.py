@@ -127,7 +127,7 @@ class StrategyArrays:
         """Where the schedule is DualPipeV (`pipeline_schedule`)."""
         return np.asarray(self.pipeline_schedule == DUALPIPEV)
 
-    def warmup_chunks(self, rank: int) -> FloatArray:
+    def warmup_chunks(self, rank: int | IntArray) -> FloatArray:
         """Chunk forwards pipeline rank `rank` runs before its first backward, as Megatron-Core
         counts them (`get_pp_rank_microbatches`): 1F1B pp − rank − 1; interleaved
         2·(pp − rank − 1) + (v − 1)·N (N the micro-batch group); one more with the MoE
@@ -450,7 +450,9 @@ def stage_layer_counts(
 def stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     """Layers of the `first`, the fullest `middle` (stage 1, which takes the first extra layer;
     0 when pp ≤ 2) and the `last` stage (`layers_of_stage`), their `max`, the `fewest` any stage
-    holds (the middle stages' fewest is the last one's, pp − 2), and the `mean` layers/pp."""
+    holds (the middle stages' fewest is the last one's, pp − 2), the `mean` layers/pp, and
+    the MoE layers of the first, middle and last stage (`first_moe`, `middle_moe`,
+    `last_moe`: `moe_layers_before`)."""
     first_given, last_given = s.first_stage_layers, s.last_stage_layers
     if np.ndim(first_given) == 0 and np.ndim(last_given) == 0 and np.size(s.pp) > 64:
         # Many strategies, one stage split rule: a table over pp = 1…max, then a lookup (per
@@ -469,6 +471,16 @@ def stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     return _stage_layers(model, s)
 
 
+def moe_layers_before(model: Model, n: IntArray | int) -> IntArray:
+    """MoE layers among the first `n` transformer layers: after the `first_dense_layers`, every
+    `moe_layer_interval`-th layer (the interval-th, the 2·interval-th, …: `Model.moe_layers` of
+    them in all)."""
+    n = np.asarray(n, dtype=np.int64)
+    if not model.moe_layers:
+        return np.zeros_like(n)
+    return np.asarray(np.maximum(n - model.first_dense_layers, 0) // model.moe_layer_interval)
+
+
 def _stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     pp = np.maximum(s.pp, 1)
     first = layers_of_stage(model, s, 0)
@@ -476,6 +488,29 @@ def _stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     last = layers_of_stage(model, s, pp - 1)
     fewest_middle = np.where(pp > 2, layers_of_stage(model, s, np.maximum(pp - 2, 1)), last)
     f = [np.asarray(x, dtype=np.float64) for x in (first, middle, last, fewest_middle)]
+    # MoE layers of each stage, from where its transformer layers start: the multi-token
+    # prediction layers sit on the stage with the LM head (`stage_layer_counts`) and are MoE
+    # layers where the model has any (Megatron-Core builds them with the decoder's last layer
+    # spec, `get_gpt_mtp_block_spec`).
+    mtp = model.mtp_layers
+    head_first = (pp == 1) | (s.pipeline_schedule == DUALPIPEV)
+    first_own = first - np.where(head_first, mtp, 0)
+    last_own = last - np.where(head_first, 0, mtp)
+    mtp_moe = mtp if model.moe_layers else 0
+    moe_first = moe_layers_before(model, first_own) + np.where(head_first, mtp_moe, 0)
+    moe_middle = np.where(
+        pp > 2,
+        moe_layers_before(model, first_own + middle) - moe_layers_before(model, first_own),
+        0,
+    )
+    moe_last = np.where(
+        pp == 1,
+        moe_first,
+        model.moe_layers
+        - moe_layers_before(model, model.layers - last_own)
+        + np.where(head_first, 0, mtp_moe),
+    )
+    g = [np.asarray(x, dtype=np.float64) for x in (moe_first, moe_middle, moe_last)]
     return {
         "first": f[0],
         "middle": f[1],
@@ -483,6 +518,9 @@ def _stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
         "max": np.asarray(np.maximum(np.maximum(f[0], f[1]), f[2])),
         "fewest": np.asarray(np.minimum(np.minimum(f[0], f[2]), f[3])),
         "mean": np.asarray((model.layers + model.mtp_layers) / pp.astype(np.float64)),
+        "first_moe": g[0],
+        "middle_moe": g[1],
+        "last_moe": g[2],
     }
 
 

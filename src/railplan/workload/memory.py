@@ -54,6 +54,7 @@ from railplan.specs.arrays import (
     FULL,
     UNFUSED,
     FloatArray,
+    IntArray,
     StrategyArrays,
     recomputed_share,
     recomputes,
@@ -103,10 +104,14 @@ def without_recompute(s: StrategyArrays) -> StrategyArrays:
 
 
 def layer_activation_bytes(
-    model: Model, s: StrategyArrays, layers: FloatArray | None = None
+    model: Model,
+    s: StrategyArrays,
+    layers: FloatArray | None = None,
+    moe_share: FloatArray | None = None,
 ) -> FloatArray:
     """Activation bytes one layer keeps for one micro-batch on one GPU, on average over a
-    stage of `layers` layers (block recompute: `recomputed_share`; default the mean stage)."""
+    stage of `layers` layers (block recompute: `recomputed_share`; default the mean stage) of
+    which a `moe_share` are MoE layers (default the model's, moe_layers/layers)."""
     b, t = s.micro_batch.astype(np.float64), s.tp.astype(np.float64)
     seq, h = float(model.seq), float(model.hidden)
     sbh = seq * b * h
@@ -135,7 +140,7 @@ def layer_activation_bytes(
         shared = per_slot * model.shared_experts * (1.0 - recomputes(s, "shared_experts"))
         block = 1.0 - recomputes(s, "moe")
         expert = block * ((per_slot - act_out) * slots + shared)
-        share = model.moe_layers / model.layers
+        share = model.moe_layers / model.layers if moe_share is None else moe_share
         mlp_per_token = (1 - share) * mlp_per_token + share * expert
         routed_copies = block * share * slots * (2.0 - fp8) * sbh
         # `whole` below divides the replicated tensors by tp with sequence parallelism
@@ -168,12 +173,12 @@ def layer_activation_bytes(
     rerun = recomputed_share(model, s, layers)
     if bool(np.any(rerun != 1.0)):
         # Block recompute of N layers per chunk: the other layers keep everything.
-        kept = layer_activation_bytes(model, without_recompute(s))
+        kept = layer_activation_bytes(model, without_recompute(s), moe_share=moe_share)
         full = np.asarray(rerun * full + (1.0 - rerun) * kept)
     return np.asarray(np.where(s.recompute == FULL, full, stored))
 
 
-def in_flight_stage_passes(s: StrategyArrays, rank: int) -> FloatArray:
+def in_flight_stage_passes(s: StrategyArrays, rank: int | IntArray) -> FloatArray:
     """Micro-batches of its whole stage whose activations pipeline rank `rank` holds at its
     peak, in units of the stage's layers × one micro-batch (module doc): its warm-up chunk
     forwards (`StrategyArrays.warmup_chunks`) and one more before its first backward, each
@@ -183,44 +188,86 @@ def in_flight_stage_passes(s: StrategyArrays, rank: int) -> FloatArray:
     return np.asarray(chunks / v)
 
 
+def _stage_moe_share(st: dict[str, FloatArray], key: str) -> FloatArray:
+    """The MoE share of stage `key`'s layers (`stage_layers`: its MoE layers over its layers)."""
+    return np.asarray(st[key + "_moe"] / np.maximum(st[key], 1.0))
+
+
 def per_layer_by_stage(
     model: Model, s: StrategyArrays, st: dict[str, FloatArray]
 ) -> dict[str, FloatArray]:
-    """`layer_activation_bytes` of the first, middle and last stage of `st` (`stage_layers`):
-    one figure for all three, unless block recompute gives each stage its own share."""
-    if not bool(np.any(s.recompute_num_layers > 0)):
+    """`layer_activation_bytes` of the first, middle and last stage of `st` (`stage_layers`),
+    each at its own share of MoE layers and, with block recompute, its own recomputed share;
+    one figure for all three where neither differs (a dense model without block recompute)."""
+    if not model.moe_layers and not bool(np.any(s.recompute_num_layers > 0)):
         one = layer_activation_bytes(model, s)
         return {"first": one, "middle": one, "last": one}
-    return {k: layer_activation_bytes(model, s, st[k]) for k in ("first", "middle", "last")}
+    return {
+        k: layer_activation_bytes(model, s, st[k], _stage_moe_share(st, k))
+        for k in ("first", "middle", "last")
+    }
 
 
-def activation_bytes(
-    model: Model, s: StrategyArrays, per_layer: dict[str, FloatArray] | None = None
-) -> FloatArray:
-    """Activation bytes of the first pipeline stage with its in-flight micro-batches (with
-    DualPipeV rank 0, which also runs the last stage); `per_layer`: `per_layer_by_stage`."""
-    st = stage_layers(model, s)
-    per_layer = per_layer_by_stage(model, s, st) if per_layer is None else per_layer
+def stage_activation_bytes(
+    model: Model, s: StrategyArrays, st: dict[str, FloatArray] | None = None
+) -> dict[str, FloatArray]:
+    """Activation bytes of the first, the fullest middle (rank 1) and the last pipeline stage,
+    each with the micro-batches it holds in flight at its peak (`in_flight_stage_passes`), on
+    one GPU before context parallelism divides them: the first stage also keeps each in-flight
+    micro-batch's embedding dropout mask, the stage with the LM head one micro-batch's logits
+    (and, with a deferred LM-head weight gradient, its buffers: `deferred_wgrad_bytes`); with
+    DualPipeV every rank holds rank 0's chunk passes and rank 0, which runs the LM head, the
+    logits; with pp = 1 the one stage keeps both ends'. Full recompute adds one layer's
+    complete activations while it is recomputed (an MoE layer's on a stage with any); the loss
+    frees the logits before the first layer's backward starts, so the stage with the head
+    holds the larger of the two, not both."""
+    st = stage_layers(model, s) if st is None else st
+    per_layer = per_layer_by_stage(model, s, st)
+    full = s.recompute == FULL
+    kept: dict[str, FloatArray] = {}
+    rerun: dict[str, FloatArray] = {}
+    ranks = {"first": np.zeros_like(s.pp), "middle": np.ones_like(s.pp), "last": s.pp - 1}
+    for key, rank in ranks.items():
+        kept[key] = np.asarray(per_layer[key] * st[key] * in_flight_stage_passes(s, rank))
+        rerun[key] = np.zeros(())
+        if bool(np.any(full)):
+            heaviest = np.where(st[key + "_moe"] > 0, 1.0, 0.0)
+            one = layer_activation_bytes(model, without_recompute(s), moe_share=heaviest)
+            rerun[key] = np.asarray(np.where(full & (st[key] > 0), one, 0.0))
+    # The embedding's dropout mask of each in-flight micro-batch (first stage): s·b·h bytes
+    # (/tp with SP), none without dropout; its output is the first layer's input, counted
+    # there. DualPipeV's rank 0 holds 2·pp chunk-0 micro-batches at its peak (2·pp − 1
+    # warm-up forwards and the merged pair's).
     in_flight = np.minimum(s.pp, s.micro_batches).astype(np.float64)
-    # Uneven stages: the second stage (one micro-batch fewer in flight) may hold more.
-    kept = np.maximum(
-        per_layer["first"] * st["first"] * in_flight_stage_passes(s, 0),
-        per_layer["middle"] * st["middle"] * in_flight_stage_passes(s, 1),
-    )
-    # Full recompute: one layer's complete activations while it is being recomputed.
-    full_layer = layer_activation_bytes(model, without_recompute(s))
-    kept = kept + np.where(s.recompute == FULL, full_layer, 0.0)
-    # Embedding output of each in-flight micro-batch (first stage): 2·s·b·h (/tp with SP).
-    # DualPipeV's rank 0 holds 2·pp chunk-0 micro-batches at its peak (2·pp − 1 warm-up
-    # forwards and the merged pair's), and the LM head's logits of one micro-batch.
-    if bool(np.any(s.dualpipev)):  # only then: 1F1B strategies pay nothing for it
-        in_flight = np.where(s.dualpipev, 2.0 * s.pp, in_flight)
-        kept = kept + np.where(s.dualpipev, logits_bytes(model, s), 0.0)
+    dualpipev = s.dualpipev
+    any_dualpipev = bool(np.any(dualpipev))
+    if any_dualpipev:
+        in_flight = np.where(dualpipev, 2.0 * s.pp, in_flight)
     b, t = s.micro_batch.astype(np.float64), s.tp.astype(np.float64)
+    mask = 1.0 if model.dropout else 0.0
     embed = (
-        2.0 * model.seq * b * model.hidden * np.where(s.sequence_parallel.astype(bool), 1 / t, 1)
+        mask * model.seq * b * model.hidden * np.where(s.sequence_parallel.astype(bool), 1 / t, 1)
     )
-    return np.asarray(kept + embed * in_flight)
+    logits = logits_bytes(model, s)
+    deferred: FloatArray = np.zeros(())
+    if bool(np.any(s.deferred_wgrad_micro_batches > 0)):
+        deferred = deferred_wgrad_bytes(model, s)
+    single = s.pp <= 1
+    head_first = single | dualpipev if any_dualpipev else single
+
+    def head(key: str) -> FloatArray:
+        return np.asarray(np.maximum(logits, rerun[key]) + deferred)
+
+    first = kept["first"] + embed * in_flight + np.where(head_first, head("first"), rerun["first"])
+    last = np.where(head_first, 0.0, kept["last"] + head("last"))
+    if any_dualpipev:  # every rank holds rank 0's chunk passes
+        v_shape = per_layer["last"] * st["last"] * in_flight_stage_passes(s, 0)
+        last = np.where(dualpipev, v_shape + rerun["last"], last)
+    return {
+        "first": np.asarray(first),
+        "middle": np.asarray(np.where(st["middle"] > 0, kept["middle"] + rerun["middle"], 0.0)),
+        "last": np.asarray(np.where(single, first, last)),
+    }
 
 
 def logits_bytes(model: Model, s: StrategyArrays) -> FloatArray:
@@ -247,16 +294,29 @@ def deferred_wgrad_bytes(model: Model, s: StrategyArrays) -> FloatArray:
 
 
 def dense_stage_params(
-    model: Model, s: StrategyArrays, embedding: bool = True, layers: FloatArray | None = None
+    model: Model,
+    s: StrategyArrays,
+    embedding: bool = True,
+    layers: FloatArray | None = None,
+    moe: FloatArray | None = None,
+    ends: FloatArray | None = None,
 ) -> FloatArray:
     """Non-expert parameters one GPU of a stage holds: its layers' attention, norms, dense MLPs
     and routers, plus (first and last stage, `embedding`) the vocabulary matrix, split by tp.
-    `layers`: the stage's layers (default: the fullest stage's)."""
+    `layers`: the stage's layers (default: the fullest stage's), `moe` of them MoE layers
+    (default their moe_layers/layers share); `ends`: the stage's own vocabulary and MTP
+    parameters (`end_params`) instead of both ends' (`embedding`)."""
     layers = stage_layers(model, s)["max"] if layers is None else layers
-    moe_share = model.moe_layers / model.layers
-    per_layer = model.layer_params() - moe_share * model.mlp_params_dense()
-    per_layer += moe_share * model.hidden * model.experts  # router
-    per_layer += moe_share * model.shared_experts * model.expert_params()
+    moe = layers * model.moe_layers / model.layers if moe is None else moe
+    # an MoE layer swaps its dense MLP for the router and the shared experts
+    moe_extra = (
+        model.hidden * model.experts
+        + model.shared_experts * model.expert_params()
+        - model.mlp_params_dense()
+    )
+    own = layers * model.layer_params() + (moe * moe_extra if model.moe_layers else 0.0)
+    if ends is not None:
+        return np.asarray((own + ends) / s.tp, dtype=np.float64)
     # Tied: one vocab×h matrix per end stage; untied with pp = 1 or DualPipeV (rank 0 holds
     # both ends): input and output matrices; untied with multi-token prediction, the last stage
     # also holds the input embedding the MTP modules read (Megatron-Core builds it where
@@ -264,7 +324,27 @@ def dense_stage_params(
     both_ends = (s.pp == 1) | s.dualpipev | (model.mtp_layers > 0)
     embed = model.vocab * model.hidden * np.where(both_ends & (not model.tied_embeddings), 2, 1)
     head = embed + mtp_head_params(model)
-    return np.asarray((layers * per_layer + head * embedding) / s.tp, dtype=np.float64)
+    return np.asarray((own + head * embedding) / s.tp, dtype=np.float64)
+
+
+def end_params(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
+    """The vocabulary matrices and MTP parameters (besides its layers) of the first, middle and
+    last stage, before tp splits them: the first holds the input embedding; the last the output
+    layer (a copy of the embedding when tied) and, with multi-token prediction, the MTP
+    modules' projections and norms (`mtp_head_params`) and, untied, the input embedding they
+    read (Megatron-Core builds it where `mtp_process`); with pp = 1 or DualPipeV rank 0 holds
+    both ends (one matrix when tied, the MTP modules reading its embedding)."""
+    vh = float(model.vocab * model.hidden)
+    untied = 0.0 if model.tied_embeddings else 1.0
+    mtp = float(mtp_head_params(model))
+    both = vh * (1.0 + untied) + mtp
+    last = vh * (1.0 + (untied if model.mtp_layers else 0.0)) + mtp
+    head_first = (s.pp <= 1) | s.dualpipev
+    return {
+        "first": np.asarray(np.where(head_first, both, vh)),
+        "middle": np.zeros(np.shape(s.pp)),
+        "last": np.asarray(np.where(s.pp <= 1, both, np.where(s.dualpipev, 0.0, last))),
+    }
 
 
 def mtp_projection_params(model: Model) -> int:
@@ -280,13 +360,13 @@ def mtp_head_params(model: Model) -> int:
 
 
 def expert_stage_params(
-    model: Model, s: StrategyArrays, layers: FloatArray | None = None
+    model: Model, s: StrategyArrays, layers: FloatArray | None = None, moe: FloatArray | None = None
 ) -> FloatArray:
     """Expert parameters one GPU holds: its stage's MoE layers × experts/ep experts, split over
-    the expert tensor-parallel ranks (`StrategyArrays.etp`, tp by default) (a moe_layers/layers
-    share of the stage's `layers`; default: the fullest stage's)."""
+    the expert tensor-parallel ranks (`StrategyArrays.etp`, tp by default) (`moe`, or a
+    moe_layers/layers share of the stage's `layers`; default: the fullest stage's)."""
     layers = stage_layers(model, s)["max"] if layers is None else layers
-    moe_layers = model.moe_layers / model.layers * layers
+    moe_layers = model.moe_layers / model.layers * layers if moe is None else moe
     return np.asarray(
         moe_layers * (model.experts / s.ep) * model.expert_params() / s.etp, dtype=np.float64
     )
@@ -298,27 +378,32 @@ def stage_params(model: Model, s: StrategyArrays) -> FloatArray:
 
 
 def gemm_stage_params(
-    model: Model, s: StrategyArrays, layers: FloatArray | None = None, head: bool = True
+    model: Model,
+    s: StrategyArrays,
+    layers: FloatArray | None = None,
+    head: bool | FloatArray = True,
+    moe: FloatArray | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """Weights of the linear GEMMs of one GPU's stage (what FP8 runs and caches in FP8), as
     (non-expert, expert): everything but the embedding, norms and routers (the projections'
     biases are counted with them: a negligible share). `layers`: the stage's (default: the
     fullest stage's); `head`: with the multi-token prediction projections of the stage with
-    the LM head (counted where `dense_stage_params` counts that stage's head parameters)."""
+    the LM head (counted where `dense_stage_params` counts that stage's head parameters);
+    `moe`: the stage's MoE layers (default their moe_layers/layers share)."""
     h = model.hidden
-    share = model.moe_layers / model.layers
+    layers = stage_layers(model, s)["max"] if layers is None else layers
+    moe = layers * model.moe_layers / model.layers if moe is None else moe
     expert_mlp = model.mlp_matrices * h * model.expert_ffn_
     dense = (
-        model.attention_params()
-        + (1 - share) * model.mlp_matrices * h * model.ffn_
-        + share * model.shared_experts * expert_mlp
+        layers * model.attention_params()
+        + (layers - moe) * model.mlp_matrices * h * model.ffn_
+        + moe * model.shared_experts * expert_mlp
     )
-    expert = share * expert_mlp * model.experts / s.ep
-    layers = stage_layers(model, s)["max"] if layers is None else layers
-    proj = mtp_projection_params(model) if head else 0
+    expert = moe * expert_mlp * model.experts / s.ep
+    proj = mtp_projection_params(model) * np.asarray(head, dtype=np.float64)
     return (
-        np.asarray((layers * dense + proj) / s.tp, dtype=np.float64),
-        np.asarray(layers * expert / s.etp, dtype=np.float64),
+        np.asarray((dense + proj) / s.tp, dtype=np.float64),
+        np.asarray(expert / s.etp, dtype=np.float64),
     )
 
 
@@ -375,14 +460,15 @@ def zero_share(
 
 
 def memory(model: Model, s: StrategyArrays) -> Memory:
-    """Memory per GPU of the most loaded stage (the first with 1F1B; the last if logits dominate),
-    with ZeRO stage 1/2/3 sharding optimizer states / gradients / weights over the data-parallel
-    group: the dp·cp ranks for the dense parameters, the tp·cp·dp/(etp·ep) expert-data-parallel
-    ranks for the expert parameters (`StrategyArrays.expert_grad_ranks`), each ÷ the replicas of
-    hybrid sharding (`zero_shard`). `zero_sharding`: ZeRO-2/3 once per step keep weights and
-    gradients whole. Context parallelism divides every activation by cp (each GPU holds s/cp
-    tokens)."""
-    dense, expert = dense_stage_params(model, s), expert_stage_params(model, s)
+    """Memory per GPU of the most loaded pipeline stage: the first, the fullest middle one
+    (rank 1) or the last, each with its own layers (and MoE layers among them), its own end
+    parameters (`end_params`) and its own activations (`stage_activation_bytes`), the stage
+    whose total is largest reported; with ZeRO stage 1/2/3 sharding optimizer states /
+    gradients / weights over the data-parallel group: the dp·cp ranks for the dense
+    parameters, the tp·cp·dp/(etp·ep) expert-data-parallel ranks for the expert parameters
+    (`StrategyArrays.expert_grad_ranks`), each ÷ the replicas of hybrid sharding
+    (`zero_shard`). `zero_sharding`: ZeRO-2/3 once per step keep weights and gradients whole.
+    Context parallelism divides every activation by cp (each GPU holds s/cp tokens)."""
 
     def sharded(
         per_param: FloatArray | float, stage: int, params: tuple[FloatArray, FloatArray]
@@ -392,31 +478,45 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
     # FP8: TE's cached FP8 weight and transpose beside the BF16 weight; with fp8_param_gather
     # the FP8 weight and its transpose are all there is (2 B, as the BF16 weight counted).
     fp8_copy = np.where((s.precision == FP8) & ~s.fp8_gathered, FP8_WEIGHT_COPY_BYTES, 0.0)
-    weights = sharded(WEIGHT_BYTES, 3, (dense, expert)) + sharded(
-        fp8_copy, 3, gemm_stage_params(model, s)
-    )
-    grads = sharded(s.grad_reduce_bytes.astype(np.float64), 2, (dense, expert))
-    optimizer = sharded(OPTIMIZER_STATE_BYTES[s.optimizer_state], 1, (dense, expert))
     gathered = zero3_gathered_bytes(model, s)
     st = stage_layers(model, s)
-    per_layer = per_layer_by_stage(model, s, st)
-    first = activation_bytes(model, s, per_layer)
-    last = st["last"]
-    last_stage_acts = per_layer["last"] * last + logits_bytes(model, s)
-    if bool(np.any(s.dualpipev)):
-        # Every rank holds as many chunk passes; rank 0 has the logits (`first`).
-        v_shape = per_layer["last"] * last * in_flight_stage_passes(s, 0)
-        last_stage_acts = np.where(s.dualpipev, v_shape, last_stage_acts)
-    if bool(np.any(s.deferred_wgrad_micro_batches > 0)):
-        last_stage_acts = last_stage_acts + deferred_wgrad_bytes(model, s)
-    acts = np.maximum(first, last_stage_acts) / s.cp
-    reserved = np.full_like(acts, RESERVED_BYTES)
-    total = weights + grads + optimizer + acts + reserved + gathered
+    acts = stage_activation_bytes(model, s, st)
+    ends = end_params(model, s)
+    has_head = {
+        "first": (s.pp <= 1) | s.dualpipev,
+        "middle": np.zeros(np.shape(s.pp), dtype=bool),
+        "last": (s.pp <= 1) | ~s.dualpipev,
+    }
+    parts: dict[str, list[FloatArray]] = {k: [] for k in ("weights", "grads", "opt", "acts")}
+    for key in ("first", "middle", "last"):
+        layers, moe = st[key], st[key + "_moe"]
+        params = (
+            dense_stage_params(model, s, layers=layers, moe=moe, ends=ends[key]),
+            expert_stage_params(model, s, layers, moe),
+        )
+        gemm = gemm_stage_params(model, s, layers, has_head[key], moe)
+        weights = sharded(WEIGHT_BYTES, 3, params) + sharded(fp8_copy, 3, gemm)
+        parts["weights"].append(weights)
+        parts["grads"].append(sharded(s.grad_reduce_bytes.astype(np.float64), 2, params))
+        parts["opt"].append(sharded(OPTIMIZER_STATE_BYTES[s.optimizer_state], 1, params))
+        parts["acts"].append(np.asarray(acts[key] / s.cp))
+    stacked = {k: np.stack(np.broadcast_arrays(*v)) for k, v in parts.items()}
+    totals = sum(stacked.values())
+    pick = np.argmax(totals, axis=0)[None]
+
+    def at_peak(x: FloatArray) -> FloatArray:
+        return np.asarray(np.take_along_axis(x, pick, axis=0)[0])
+
+    weights, grads, optimizer, activations = (
+        at_peak(stacked[k]) for k in ("weights", "grads", "opt", "acts")
+    )
+    reserved = np.full_like(activations, RESERVED_BYTES)
+    total = weights + grads + optimizer + activations + reserved + gathered
     return Memory(
         weights_bytes=weights,
         gradients_bytes=grads,
         optimizer_bytes=optimizer,
-        activations_bytes=acts,
+        activations_bytes=activations,
         reserved_bytes=reserved,
         total_bytes=total,
         gathered_bytes=np.asarray(np.broadcast_to(gathered, np.shape(total))),
