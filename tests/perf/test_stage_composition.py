@@ -4,7 +4,8 @@ matrices and its own activations, for time and memory alike."""
 
 import pytest
 
-from railplan.specs import Strategy, load_model
+from railplan.perf.iteration import iteration
+from railplan.specs import Network, Strategy, load_model, load_system
 from railplan.specs.arrays import from_strategies, moe_layers_before, stage_layers
 from railplan.workload.memory import (
     OPTIMIZER_STATE_BYTES,
@@ -17,6 +18,7 @@ from railplan.workload.memory import (
 )
 
 DEEPSEEK = load_model("deepseek-v3")  # 61 layers, the first 3 dense, one MTP layer
+H100 = load_system("dgx-h100")
 
 
 def _deepseek(**kw: object) -> Strategy:
@@ -51,6 +53,29 @@ def test_moe_layers_of_each_stage(kw: dict[str, int], want: tuple[int, int, int]
     got = tuple(int(st[k + "_moe"]) for k in ("first", "middle", "last"))
     assert got == want
     assert all(st[k + "_moe"] <= st[k] for k in ("first", "middle", "last"))
+
+
+def test_an_all_moe_stage_costs_what_the_all_moe_model_gives_it() -> None:
+    """The middle and last stages of DeepSeek-V3 on pp 8 hold MoE layers only: each takes, per
+    micro-batch, what the same stage of a model whose every layer is an MoE layer takes (each
+    per-layer cost is linear in the MoE share); the first stage, with the dense layers, less."""
+    s = from_strategies(_deepseek(first_stage_layers=7, last_stage_layers=6))
+    every = DEEPSEEK.model_copy(update={"first_dense_layers": 0})
+    it, all_moe = (iteration(m, H100, Network(), s) for m in (DEEPSEEK, every))
+    for k in ("middle", "last"):
+        assert float(it.stage_s[k]) == pytest.approx(float(all_moe.stage_s[k]), rel=1e-9)
+    assert float(it.stage_s["first"]) < float(all_moe.stage_s["first"])
+    assert sum(float(x) for x in it.breakdown_s.values()) == pytest.approx(float(it.iteration_s))
+
+
+def test_dense_model_stages_are_unchanged_by_the_moe_rule() -> None:
+    """A dense model has no MoE excess: the stage times are the average layer's."""
+    m = load_model("gpt-3-175b")
+    s = from_strategies(Strategy(tp=8, pp=8, dp=2, global_batch=64, sequence_parallel=True))
+    st = stage_layers(m, s)
+    assert all(float(st[k + "_moe"]) == 0.0 for k in ("first", "middle", "last"))
+    it = iteration(m, H100, Network(), s)
+    assert sum(float(x) for x in it.breakdown_s.values()) == pytest.approx(float(it.iteration_s))
 
 
 def test_memory_is_the_most_loaded_stage_with_its_own_parts() -> None:

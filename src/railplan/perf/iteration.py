@@ -59,6 +59,7 @@ from railplan.specs.arrays import (
     FP8,
     BoolArray,
     FloatArray,
+    IntArray,
     StrategyArrays,
     recomputed_share,
     stage_layers,
@@ -215,6 +216,8 @@ class Pipeline:
     critical_logits_s: FloatArray
     critical_parts: dict[str, FloatArray]
     stage_s: dict[str, FloatArray]
+    #: MoE layers of the critical stage beyond its layers' average share (`moe_excess`)
+    critical_moe_excess: FloatArray = field(default_factory=lambda: np.zeros(()))
 
 
 def p2p_overlapped(s: StrategyArrays) -> BoolArray:
@@ -266,12 +269,17 @@ def pipeline(
     extra_s: FloatArray,
     u: float,
     t_layer_backward: FloatArray,
+    moe_excess: dict[str, FloatArray] | None = None,
+    per_moe_layer_s: FloatArray | float = 0.0,
 ) -> Pipeline:
     """1F1B or interleaved schedule over stages of possibly different layer counts: the slowest
     stage sets the pace, the bubble is (pp − 1)/v balanced stages (DualPipeV: less by its
     split weight gradients, the LM head on rank 0). `extra_s`: what every stage
     pays per micro-batch besides its layers (unfused gradient accumulation, FP8 amax
-    reductions).
+    reductions). `t_layer` is the average layer's; a stage whose MoE layers are more (or
+    fewer) than its layers' share of the model's (`moe_excess`, by `first`, `middle` and
+    `last` stage: the model's leading dense layers sit on the first) pays `per_moe_layer_s`
+    more (or less) per excess layer.
 
     Deferred LM-head weight gradient (`defer_embedding_wgrad`, Megatron-Core
     `defer_embedding_wgrad_compute`): for the k deferred micro-batches the last stage runs
@@ -285,38 +293,47 @@ def pipeline(
     overlapped = p2p_overlapped(s)
     stage_parts = partial(_stage_parts, s, overlapped, v, p2p, t_layer, lt, d, u)
 
-    def stage_s(n: FloatArray) -> FloatArray:
+    zero_excess = np.zeros(())
+    excess = moe_excess or {}
+    ex = {k: np.asarray(excess.get(k, zero_excess)) for k in ("first", "middle", "last")}
+
+    def stage_s(n: FloatArray, more: FloatArray = zero_excess) -> FloatArray:
         parts = stage_parts(n)
-        return np.asarray(parts["layers"] + parts["p2p"] + parts["zero"] + extra_s)
+        moe = more * per_moe_layer_s
+        return np.asarray(parts["layers"] + moe + parts["p2p"] + parts["zero"] + extra_s)
 
     # The LM head runs on the last rank, or on rank 0 with DualPipeV (its V's last stage).
     dualpipev = s.dualpipev
     any_dualpipev = bool(np.any(dualpipev))  # only then: 1F1B strategies pay nothing for it
     head_first = np.where(dualpipev, t_logits, 0.0) if any_dualpipev else 0.0
-    t_first = stage_s(stages["first"]) + head_first
-    t_middle = np.where(pp > 2, stage_s(stages["middle"]), 0.0)
-    t_last = stage_s(stages["last"]) + (t_logits - head_first)
+    t_first = stage_s(stages["first"], ex["first"]) + head_first
+    t_middle = np.where(pp > 2, stage_s(stages["middle"], ex["middle"]), 0.0)
+    t_last = stage_s(stages["last"], ex["last"]) + (t_logits - head_first)
     others = np.maximum(t_first, t_middle)
 
     def critical(last_s: FloatArray, last_logits: FloatArray) -> tuple[FloatArray, ...]:
-        """Pace, the critical stage's layers and logits time, when the last stage takes
-        `last_s` per micro-batch (`last_logits` of it in the LM head)."""
+        """Pace, the critical stage's layers, logits time and MoE excess, when the last stage
+        takes `last_s` per micro-batch (`last_logits` of it in the LM head)."""
         pace = np.maximum(others, last_s)
         last_is_slowest = last_s >= others
+        first_over_middle = t_first >= t_middle
         n_crit = np.where(
             last_is_slowest,
             stages["last"],
-            np.where(t_first >= t_middle, stages["first"], stages["middle"]),
+            np.where(first_over_middle, stages["first"], stages["middle"]),
+        )
+        ex_crit = np.where(
+            last_is_slowest, ex["last"], np.where(first_over_middle, ex["first"], ex["middle"])
         )
         crit_logits = np.where(last_is_slowest, last_logits, 0.0)
         if any_dualpipev:  # the head is rank 0's
             first_is_slowest = ~last_is_slowest & (t_first >= t_middle)
             on_first = np.where(first_is_slowest, t_logits, 0.0)
             crit_logits = np.where(dualpipev, on_first, crit_logits)
-        return pace, n_crit, crit_logits
+        return pace, n_crit, crit_logits, ex_crit
 
     m = s.micro_batches.astype(float)
-    pace, n_crit, crit_logits = critical(t_last, t_logits)
+    pace, n_crit, crit_logits, ex_crit = critical(t_last, t_logits)
     parts = stage_parts(n_crit)
     balanced = stage_s(stages["mean"]) + t_logits / pp
     # Overlapped sends hide behind steady-state compute, not in the fill and the drain: the
@@ -354,12 +371,13 @@ def pipeline(
     k = s.deferred_wgrad_micro_batches.astype(float)
     if bool(np.any(k > 0)):  # only then: the search without deferral pays nothing
         t_w = logits["wgrad"]
-        pace_d, n_d, logits_d = critical(t_last - t_w, t_logits - t_w)
+        pace_d, n_d, logits_d, ex_d = critical(t_last - t_w, t_logits - t_w)
         w = k / np.maximum(m, 1.0)  # share of micro-batches at the deferred pace
         steady = (m - k) * pace + k * pace_d
         parts_d = stage_parts(n_d)
         parts = {key: (1.0 - w) * parts[key] + w * parts_d[key] for key in parts}
         n_crit = (1.0 - w) * n_crit + w * n_d
+        ex_crit = (1.0 - w) * ex_crit + w * ex_d
         crit_logits = (1.0 - w) * crit_logits + w * logits_d
         idle = (pp - 1.0) / v * stages["mean"] * t_layer_backward
         bubble = bubble + np.maximum(k * t_w - idle, 0.0)
@@ -369,6 +387,7 @@ def pipeline(
         critical_layers=np.asarray(n_crit),
         critical_logits_s=np.asarray(crit_logits),
         critical_parts=parts,
+        critical_moe_excess=np.asarray(ex_crit),
         stage_s={
             "first": np.asarray(t_first),
             "middle": np.asarray(t_middle),
@@ -376,6 +395,68 @@ def pipeline(
             "balanced": np.asarray(balanced),
         },
     )
+
+
+#: the parts of one layer's time per micro-batch (`LayerCosts.part`), as the breakdown names them
+LAYER_PARTS = ("compute", "recompute", "tp_comm", "ep_comm", "cp_comm")
+
+
+@dataclass(frozen=True)
+class LayerCosts:
+    """One average layer's times per micro-batch: its compute by pass (`layer_times`), the
+    tensor-parallel collectives by pass (`tp_comm_times`), and what its tp (with the routed
+    experts' expert-tp), ep and cp communication exposes; `t_layer` their sum."""
+
+    lt: dict[str, FloatArray]
+    tp: dict[str, FloatArray]
+    tp_s: FloatArray
+    ep_s: FloatArray | float
+    cp_s: FloatArray
+    t_layer: FloatArray
+
+    def part(self, name: str) -> FloatArray:
+        """The `LAYER_PARTS` share of `t_layer` called `name`."""
+        lt = self.lt
+        parts: dict[str, FloatArray | float] = {
+            "compute": lt["forward"] + lt["backward"],
+            "recompute": lt["recompute"],
+            "tp_comm": self.tp_s,
+            "ep_comm": self.ep_s,
+            "cp_comm": self.cp_s,
+        }
+        return np.asarray(parts[name])
+
+
+def layer_costs(
+    model: Model,
+    system: System,
+    lk: Links,
+    s: StrategyArrays,
+    classes: tuple[StrategyArrays, IntArray] | None,
+    groups: dict[str, Shape],
+) -> LayerCosts:
+    """`LayerCosts` of the model's average layer (a moe_layers/layers share of MoE layers)."""
+    lt = per_shape(lambda c: layer_times(model, system, c), s, classes)
+    rerun = recomputed_share(model, s)  # block recompute: the layers recomputed at all
+    if bool(np.any(rerun != 1.0)):
+        lt = lt | {"recompute": np.asarray(lt["recompute"] * rerun)}
+    tpc = tp_comm_times(model, lk, s, lt, groups["tp"])
+    tp_layer = tpc["forward"] + tpc["recompute"] + tpc["backward"]
+    if model.moe_layers and bool(np.any(s.etp > 1)):  # the routed experts' TP collectives
+        moe_share = model.moe_layers / model.layers
+        tp_layer = tp_layer + moe_share * expert_tp_comm_time_s(model, lk, s, groups["etp"])
+    ep_layer = (
+        model.moe_layers
+        / model.layers
+        * ep_comm_time_s(
+            model, lk, s, groups["ep"], lt["forward"] + lt["backward"] + lt["recompute"]
+        )
+        if model.moe_layers
+        else 0.0
+    )
+    cp_layer = cp_comm_time_s(model, lk, s, lt, groups["cp"])
+    t_layer = lt["forward"] + lt["backward"] + lt["recompute"] + tp_layer + ep_layer + cp_layer
+    return LayerCosts(lt, tpc, np.asarray(tp_layer), ep_layer, cp_layer, np.asarray(t_layer))
 
 
 def iteration(model: Model, system: System, network: Network, s: StrategyArrays) -> Iteration:
@@ -392,32 +473,28 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     u = lk.comm_sm_fraction
 
     classes = shape_classes(s)
-    lt = per_shape(lambda c: layer_times(model, system, c), s, classes)
-    rerun = recomputed_share(model, s)  # block recompute: the layers recomputed at all
-    if bool(np.any(rerun != 1.0)):
-        lt = lt | {"recompute": np.asarray(lt["recompute"] * rerun)}
     groups = megatron_shapes(s.tp, s.dp, s.pp, s.ep, lk.hb_domain, s.cp, s.replicas, s.etp)
-
-    tpc = tp_comm_times(model, lk, s, lt, groups["tp"])
-    tp_layer = tpc["forward"] + tpc["recompute"] + tpc["backward"]
-    if model.moe_layers and bool(np.any(s.etp > 1)):  # the routed experts' TP collectives
-        moe_share = model.moe_layers / model.layers
-        tp_layer = tp_layer + moe_share * expert_tp_comm_time_s(model, lk, s, groups["etp"])
-    ep_layer = (
-        model.moe_layers
-        / model.layers
-        * ep_comm_time_s(
-            model, lk, s, groups["ep"], lt["forward"] + lt["backward"] + lt["recompute"]
-        )
-        if model.moe_layers
-        else 0.0
-    )
-    cp_layer = cp_comm_time_s(model, lk, s, lt, groups["cp"])
+    costs = layer_costs(model, system, lk, s, classes, groups)
+    lt, tpc, t_layer = costs.lt, costs.tp, costs.t_layer
+    # Stages whose MoE layers are not their layers' share of the model's (the leading dense
+    # layers of DeepSeek-V3 on the first stage; an MoE multi-token prediction layer on the
+    # last): an MoE layer's costs over the average layer's, from the model with every layer
+    # an MoE layer (each cost is linear in the MoE share but where the all-to-all hides
+    # behind the layer's compute, taken there at an MoE layer's).
+    share = model.moe_layers / model.layers
+    excess = {k: stages[k + "_moe"] - share * stages[k] for k in ("first", "middle", "last")}
+    per_moe: dict[str, FloatArray | float] = dict.fromkeys(LAYER_PARTS, 0.0)
+    if 0.0 < share < 1.0 and any(bool(np.any(x != 0.0)) for x in excess.values()):
+        every = model.model_copy(update={"first_dense_layers": 0, "moe_layer_interval": 1})
+        moe_costs = layer_costs(every, system, lk, s, classes, groups)
+        per_moe = {
+            k: np.asarray((moe_costs.part(k) - costs.part(k)) / (1.0 - share)) for k in LAYER_PARTS
+        }
+    per_moe_s = sum(per_moe.values(), np.zeros(()))
     # Pipeline: activations (forward) and their gradients (backward) cross each boundary, whole
     # from every tp rank (Megatron-Core), or split by SP or the 2021-22 scatter/gather
     # (Narayanan et al. 2021 §4.1): `comm.pp_message_bytes`.
     p2p = np.where(s.pp > 1, p2p_s(lk, comm.pp_message_bytes(model, s), groups["pp"]), 0.0)
-    t_layer = lt["forward"] + lt["backward"] + lt["recompute"] + tp_layer + ep_layer + cp_layer
     logits = per_shape(lambda c: logits_times(model, system, c), s, classes)
     # One layer's backward pass as the cooldown runs it (the idle a deferred wgrad fills).
     t_layer_backward = lt["backward"] + lt["recompute"] + tpc["backward"] + tpc["recompute"]
@@ -425,7 +502,20 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     d = data_parallel(model, lk, s, groups, stages["max"])
     grad_acc = grad_accumulation_s(system, s, d, stages["max"])
     amax = fp8_amax_reduction_s(lk, s)
-    pipe = pipeline(s, stages, lt, t_layer, logits, p2p, d, grad_acc + amax, u, t_layer_backward)
+    pipe = pipeline(
+        s,
+        stages,
+        lt,
+        t_layer,
+        logits,
+        p2p,
+        d,
+        grad_acc + amax,
+        u,
+        t_layer_backward,
+        moe_excess=excess,
+        per_moe_layer_s=per_moe_s,
+    )
     # Tied embeddings: first and last stage all-reduce the embedding gradient.
     embed_bytes = comm.embedding_gradient_bytes(model, s)
     embed_ar = np.where(
@@ -438,14 +528,20 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     total = pipe.steady_s + pipe.bubble_s + dp_exposed + optimizer
     mem = memory(model, s)
     mflops = model_flops(model, s.global_batch)
+    rerun = recomputed_share(model, s)
     hflops = hardware_flops(model, s.global_batch, s.recompute, s.recompute_modules, rerun)
     peak = gpus * system.gpu.peak_tflops * 1e12
-    n_crit, crit = pipe.critical_layers, pipe.critical_parts
+    n_crit, crit, x_crit = pipe.critical_layers, pipe.critical_parts, pipe.critical_moe_excess
+
+    def on_critical(part: str) -> FloatArray:
+        """A per-layer cost over the critical stage's layers, its MoE excess included."""
+        return np.asarray(m * (n_crit * costs.part(part) + x_crit * per_moe[part]))
+
     breakdown = {
-        "compute": m * (n_crit * (lt["forward"] + lt["backward"]) + pipe.critical_logits_s),
-        "recompute": m * n_crit * lt["recompute"],
-        "tp_comm": m * n_crit * tp_layer,
-        "ep_comm": m * n_crit * ep_layer,
+        "compute": on_critical("compute") + m * pipe.critical_logits_s,
+        "recompute": on_critical("recompute"),
+        "tp_comm": on_critical("tp_comm"),
+        "ep_comm": on_critical("ep_comm"),
         "pp_comm": m * crit["p2p"],
         "zero_comm": m * crit["zero"],
         "grad_accumulation": m * grad_acc,
@@ -453,7 +549,7 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
         "pipeline_bubble": pipe.bubble_s,
         "dp_comm_exposed": dp_exposed,
         "optimizer": optimizer,
-        "cp_comm": m * n_crit * cp_layer,
+        "cp_comm": on_critical("cp_comm"),
     }
     return Iteration(
         iteration_s=np.asarray(total),

@@ -510,6 +510,26 @@ def _stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
         - moe_layers_before(model, model.layers - last_own)
         + np.where(head_first, 0, mtp_moe),
     )
+    if bool(np.any(s.pipeline_schedule == DUALPIPEV)):
+        # DualPipeV (deepseek-ai/DualPipe `dualpipev.py`): rank r runs chunk r of the front
+        # half and chunk 2·pp − 1 − r of the back half; a rank's layers are taken half from
+        # each (the front chunk the larger), the last rank's two chunks meeting mid-model.
+        def between(a: IntArray | int, b: IntArray | int) -> IntArray:
+            return np.asarray(moe_layers_before(model, b) - moe_layers_before(model, a))
+
+        n = model.layers
+        front0 = (first_own + 1) // 2
+        back0 = first_own - front0
+        front1 = (middle + 1) // 2
+        back1 = middle - front1
+        front_last = (last + 1) // 2
+        v_first = np.asarray(between(0, front0) + between(n - back0, n) + mtp_moe)
+        v_middle = between(front0, front0 + front1) + between(n - back0 - back1, n - back0)
+        v_last = between(n // 2 - front_last, n // 2 + last - front_last)
+        dual = s.pipeline_schedule == DUALPIPEV
+        moe_first = np.where(dual, v_first, moe_first)
+        moe_middle = np.where(dual & (pp > 2), v_middle, moe_middle)
+        moe_last = np.where(dual, v_last, moe_last)
     g = [np.asarray(x, dtype=np.float64) for x in (moe_first, moe_middle, moe_last)]
     return {
         "first": f[0],
