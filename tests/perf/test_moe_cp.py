@@ -119,3 +119,21 @@ def test_mixed_batch_equals_each_alone() -> None:
             )
         )
     assert batch_equals_each_alone(MOE, items) > 20
+
+
+def test_oversubscription_slows_pipeline_sends_not_the_cp_ring() -> None:
+    """Llama 3 70B, cp 16 over two servers' worth of ranks, pp 4 on 64 H100: an
+    oversubscribed spine divides the pipeline's sends (spread traffic) but not the
+    ring-attention sends, which go round the cp group's ring as a collective's ring does."""
+    from railplan.perf.iteration import iteration
+    from railplan.specs import Network, Strategy, load_model, load_system
+    from railplan.specs.arrays import from_strategies
+
+    m, sysm = load_model("llama-3-70b"), load_system("dgx-h100")
+    s = from_strategies(Strategy(cp=16, pp=4, dp=1, global_batch=64, zero=1, recompute="full"))
+    full = iteration(m, sysm, Network(), s).breakdown_s
+    over = iteration(
+        m, sysm, Network(architecture="oversubscribed", oversubscription=4.0), s
+    ).breakdown_s
+    assert float(over["cp_comm"]) == float(full["cp_comm"]) > 0.0
+    assert float(over["pp_comm"]) > float(full["pp_comm"]) > 0.0

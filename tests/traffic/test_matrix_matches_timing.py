@@ -43,7 +43,9 @@ def counting(monkeypatch: pytest.MonkeyPatch) -> None:
         return np.asarray(np.where(n > 1, passes * np.asarray(size) * (n - 1) / n, 0.0))
 
     monkeypatch.setattr(ct, "group_collective_s", collective)
-    monkeypatch.setattr(ct, "p2p_s", lambda lk, size, shape: np.asarray(size, dtype=float))
+    monkeypatch.setattr(
+        ct, "p2p_s", lambda lk, size, shape, ring=False: np.asarray(size, dtype=float)
+    )
     monkeypatch.setattr(
         ct, "direct_all_to_all_s", lambda lk, shape, pair: np.asarray(pair * (members(shape) - 1))
     )

@@ -151,11 +151,14 @@ def fp8_amax_reduction_s(lk: Links, s: StrategyArrays) -> FloatArray:
     return np.asarray(np.where(fp8, s.interleave * per_chunk, 0.0))
 
 
-def p2p_s(lk: Links, size: FloatArray, shape: Shape) -> FloatArray:
+def p2p_s(lk: Links, size: FloatArray, shape: Shape, ring: bool = False) -> FloatArray:
     """Point-to-point send across the slowest boundary of a chain laid out as `shape`: NVLink
     when every chain lies in one HB domain, else the NIC (plus, on rail-only, an HB hop to the
-    peer's rail when the boundary crosses rails)."""
-    over_nic = size / lk.nic_bw_spread + lk.nic_lat_s
+    peer's rail when the boundary crosses rails). Pipeline sends are spread traffic (every
+    stage sends to a GPU tp·cp·dp ranks on, all at once: the spine's ratio divides them);
+    a `ring`'s sends go to the next rank of the group, crossing each leaf's uplinks at most
+    twice, as a collective's ring does (`Links`)."""
+    over_nic = size / (lk.nic_bw if ring else lk.nic_bw_spread) + lk.nic_lat_s
     if lk.rail_only:
         over_nic = over_nic + np.where(shape.cross_rail, size / lk.hb_bw, 0.0)
     return np.asarray(np.where(shape.inside, size / lk.hb_bw + lk.hb_lat_s, over_nic))
@@ -350,8 +353,10 @@ def cp_comm_time_s(
     Each ring step sends the K/V block (backward: K/V and their gradients) to the successor
     while the attention kernel works on the block received before (Megatron-Core /
     TransformerEngine overlap the two); of the cp steps, cp − 1 have a send in flight, so a
-    pass exposes what its sends take beyond (cp − 1)/cp of its attention compute."""
-    one = p2p_s(lk, comm.cp_block_bytes(model, s), shape)
+    pass exposes what its sends take beyond (cp − 1)/cp of its attention compute. The sends
+    go round the cp group's ring (`p2p_s`'s `ring`: an oversubscribed spine does not slow
+    them, as it does not slow the data-parallel rings)."""
+    one = p2p_s(lk, comm.cp_block_bytes(model, s), shape, ring=True)
     steps = comm.cp_steps_per_layer(s, recomputed_share(model, s))
     share = (s.cp - 1) / s.cp
     recompute_attn = np.where(recomputes(s, "core_attn"), lt["attention_forward"], 0.0)
