@@ -32,6 +32,14 @@ def test_alltoall_hand_values() -> None:
     r = compare(load_system("dgx-a100"), gpus=16, pair_bytes=1e6)
     assert r.rail_optimized_s == pytest.approx(8e6 / 25e9)
     assert r.rail_only_s == pytest.approx(8e6 / 25e9 + 14e6 / 300e9)
+    # latency rounds: direct, 7 peers over NVLink and 8 over the NIC; two-step, 7 HB rounds
+    # and 1 rail round of aggregated messages
+    system = load_system("dgx-a100")
+    hb, nic = system.hb_latency_us * 1e-6, system.nic_latency_us * 1e-6
+    assert r.direct_pairwise_latency_s == pytest.approx(7 * hb + 8 * nic)
+    assert r.two_step_latency_s == pytest.approx(7 * hb + 1 * nic)
+    one_domain = compare(system, gpus=8, pair_bytes=1e6)
+    assert one_domain.direct_pairwise_latency_s == pytest.approx(one_domain.two_step_latency_s)
 
 
 def test_alltoall_errors() -> None:

@@ -70,8 +70,9 @@ def compare(
     # sends to every domain: y·D per local peer), then the rail phase: same bytes per link.
     hb_first = y * (x - 1) * pair_bytes / cf + x * (y - 1) * pair_bytes / cs
     hb_first += (hb_lat if x > 1 else 0.0) + (nic_lat if y > 1 else 0.0)
-    # Message rounds: a pairwise direct exchange needs x·y − 1 rounds, the two-step schedules
-    # (x − 1) HB rounds + (y − 1) rail rounds of aggregated messages.
+    # Message rounds: a pairwise direct exchange needs x·y − 1 rounds, x − 1 of them to the
+    # GPUs of its own HB domain and x·(y − 1) over the NIC; the two-step schedules (x − 1) HB
+    # rounds + (y − 1) rail rounds of aggregated messages.
     lat_f, lat_s = system.hb_latency_us * 1e-6, system.nic_latency_us * 1e-6
     return AllToAll(
         system=system.name,
@@ -85,7 +86,7 @@ def compare(
         rail_optimized_s=ro,
         rail_only_s=rl,
         rail_only_hb_first_s=hb_first,
-        direct_pairwise_latency_s=(x * y - 1) * lat_s,
+        direct_pairwise_latency_s=(x - 1) * lat_f + x * (y - 1) * lat_s,
         two_step_latency_s=(x - 1) * lat_f + (y - 1) * lat_s,
         slowdown=rl / ro - 1.0,
         asymptotic_slowdown=(x - 1) / x * cs / cf,
