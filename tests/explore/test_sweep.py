@@ -690,3 +690,21 @@ def test_editing_a_model_file_recomputes_its_points(tmp_path: Path) -> None:
 def test_a_command_line_value_that_is_also_varied_is_refused() -> None:
     with pytest.raises(RailplanError, match="given as --gpus and varied"):
         SweepSpec.build(base={"gpus": 256}, vary={"gpus": [64, 128]}, fixed_wins=True)
+
+
+def test_strategy_columns_account_for_every_gpu(tmp_path: Path) -> None:
+    """The numeric strategy columns of a row multiply to the sweep's GPUs (cp and ep included:
+    Llama 3 70B's best on 64 H100 takes cp 2), and a log with another version's columns is
+    named as such."""
+    out = tmp_path / "cp.csv"
+    base = {"model": "llama-3-70b", "gpus": 64, "global_batch": 128, "system": "dgx-h100"}
+    run_sweep(SweepSpec.build(base=base, vary={"hb_domain": [8]}), out, workers=1, progress=False)
+    (row,) = read_rows(out)
+    dims = [int(row[c]) for c in ("tp", "pp", "dp", "cp")]
+    assert dims[0] * dims[1] * dims[2] * dims[3] == 64
+    assert f"cp={row['cp']}" in row["strategy"] or row["cp"] == "1"
+    assert int(row["ep"]) == 1
+    old = tmp_path / "old.csv"
+    old.write_text("key,model\nabc,gpt-1.7b\n")
+    with pytest.raises(RailplanError, match="was written with other columns"):
+        run_sweep(spec(), old, workers=1, progress=False)

@@ -25,6 +25,8 @@ STRATEGY_COLUMNS = (
     "tp",
     "pp",
     "dp",
+    "cp",
+    "ep",
     "interleave",
     "micro_batch",
     "recompute",
@@ -96,9 +98,9 @@ def prepare_log(path: Path) -> set[str]:
     header = ",".join(COLUMNS) + "\n"
     text = _read_log(path)
     if text and not text.startswith(header):
-        raise RailplanError(
-            "output", f"{path} exists but is not a railplan sweep CSV; choose another file"
-        )
+        other = text.startswith("key,")  # a sweep CSV with other columns: another version's
+        why = "was written with other columns" if other else "is not a railplan sweep CSV"
+        raise RailplanError("output", f"{path} exists but {why}; choose another file")
     rows = _rows(text)
     done = [r for r in rows if is_done(r)]
     if len(done) < len(rows) or not text.endswith("\n"):
