@@ -112,6 +112,18 @@ def test_rail_aligned_error() -> None:
         rail_aligned(3, 2, 3, 8)
 
 
+def test_rail_aligned_keeps_tp_inside_the_hb_domain() -> None:
+    """tp 3, pp 8, dp 4 on 8-GPU domains: the only rail-aligned orders put each tp group's
+    ranks in different domains (pp,tp,dp: all of TP over the NICs), so none is offered; tp 2
+    finds one that keeps every tp group inside a domain."""
+    assert cross_rail_edges(place(3, 8, 4, 8, ("pp", "tp", "dp"))) == 0
+    with pytest.raises(RailplanError, match="keeps each tp group inside one HB domain"):
+        rail_aligned(3, 8, 4, 8)
+    p = rail_aligned(2, 4, 2, 8)
+    tp = p.groups("tp")
+    assert bool(np.all(tp // 8 == tp[:, :1] // 8))
+
+
 def test_build_placement_errors() -> None:
     with pytest.raises(RailplanError, match=r"^placement: "):
         build_placement("spiral", 1, 1, 1, 8)

@@ -339,17 +339,40 @@ def rail_aligned(
 ) -> Placement:
     """A placement whose NIC-domain edges all join GPUs of the same local rank.
 
-    Tries the dimension orders, Megatron's first, and returns the first with no cross-rail
-    edge; raises a one-line RailplanError when none exists (e.g. tp not dividing K with
-    groups straddling domains)."""
+    Of the dimension orders with no cross-rail edge, the one whose tensor-parallel (then
+    context-parallel) groups send the fewest edges between HB domains, Megatron's order first
+    on a tie: the heaviest traffic stays on the HB links that `estimate` times it on, and an
+    order that is rail-aligned only because it spreads tp over the NICs (tp 3 on 8-GPU
+    servers: one tp rank per server) loses to one that keeps it inside. Raises a one-line
+    RailplanError when none exists (e.g. tp not dividing K with groups straddling domains),
+    and when the only ones put a tp group of at most K GPUs across HB domains."""
     _check_sizes(tp, pp, dp, hb_domain, cp)
     dims = DIMS if cp == 1 else CP_DIMS
     first = MEGATRON_ORDER if cp == 1 else CP_DIMS
     orders = [first] + [o for o in itertools.permutations(dims) if tuple(o) != first]
+    best: tuple[tuple[int, int], Placement] | None = None
     for order in orders:
         p = place(tp, pp, dp, hb_domain, tuple(order), cp)
-        if cross_rail_edges(p, interleave, embedding) == 0:
-            return p
+        edges = pattern(p, interleave, embedding)
+        if sum(int(np.count_nonzero(cross_rail(e.src, e.dst, hb_domain))) for e in edges.values()):
+            continue
+        between = tuple(
+            int(np.count_nonzero(edges[k].src // hb_domain != edges[k].dst // hb_domain))
+            for k in ("tp", "cp")
+        )
+        rank = (between[0], between[1])
+        if best is None or rank < best[0]:
+            best = (rank, p)
+    if best is not None and (best[0][0] == 0 or tp > hb_domain):
+        return best[1]
+    if best is not None:  # rail-aligned only by putting tp groups across HB domains
+        raise RailplanError(
+            "placement",
+            f"no rail-aligned placement of tp={tp}, cp={cp}, pp={pp}, dp={dp} on HB domains of "
+            f"K={hb_domain} keeps each tp group inside one HB domain (those that avoid "
+            "cross-rail bytes send tensor-parallel traffic over the NICs); choose tp dividing K, "
+            "or use --placement megatron",
+        )
     raise RailplanError(
         "placement",
         f"no rail-aligned placement of tp={tp}, cp={cp}, pp={pp}, dp={dp} on HB domains of "
