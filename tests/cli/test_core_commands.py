@@ -102,6 +102,15 @@ def test_estimate_table(cli) -> None:  # type: ignore[no-untyped-def]
             "network.oversubscription",
         ),
         (["--tp", "0"], "tp"),
+        # options that would change nothing here
+        (
+            ["--tp", "8", "--pp", "1", "--dp", "8", "--defer-embedding-wgrad"],
+            "defer_embedding_wgrad",
+        ),
+        (["--tp", "8", "--pp", "8", "--wgrad-deferral-limit", "2"], "wgrad_deferral_limit"),
+        (["--tp", "8", "--pp", "8", "--network", "ideal", "--nic-gbps", "100"], "network"),
+        (["--tp", "8", "--pp", "8", "--network", "ideal", "--hb-domain", "2"], "network"),
+        (["--tp", "8", "--pp", "8", "--network", "ideal", "--sharp"], "network"),
     ],
 )
 def test_estimate_errors_name_field(cli, args: list[str], field: str) -> None:  # type: ignore[no-untyped-def]

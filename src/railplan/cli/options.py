@@ -369,8 +369,29 @@ class HardwareOptions(OptionGroup):
         )
 
     def network_spec(self) -> Network:
-        """The network these options name."""
+        """The network these options name; `ideal` refuses the overrides it has no use for
+        (every GPU in one HB domain: no NIC, no K, no rail switches)."""
+        from railplan.errors import RailplanError
         from railplan.specs.build import build_network
+
+        if self.network == "ideal":
+            unused = [
+                flag
+                for flag, given in (
+                    ("--hb-domain", self.hb_domain is not None),
+                    ("--nic-gbps", self.nic_gbps is not None),
+                    ("--nics-per-gpu", self.nics_per_gpu is not None),
+                    ("--sharp", self.sharp),
+                )
+                if given
+            ]
+            if unused:
+                raise RailplanError(
+                    "network",
+                    f"ideal puts every GPU in one HB domain, so {', '.join(unused)} change "
+                    "nothing there; drop them or choose rail-optimized, rail-only or "
+                    "oversubscribed",
+                )
 
         return build_network(self.network, self.oversubscription, True if self.sharp else None)
 

@@ -180,6 +180,10 @@ class SearchSpace:
         if self.cross_entropy not in CROSS_ENTROPY_CODES:
             raise RailplanError("cross_entropy", "must be one of " + ", ".join(CROSS_ENTROPY_CODES))
         check_int("wgrad_deferral_limit", self.wgrad_deferral_limit, 0, MAX_GLOBAL_BATCH)
+        if self.wgrad_deferral_limit and not self.defer_embedding_wgrad:
+            raise RailplanError(
+                "wgrad_deferral_limit", "needs defer_embedding_wgrad (it limits the deferral)"
+            )
         if not self.recompute_num_layers:
             raise RailplanError("recompute_num_layers", "give integers ≥ 0 (0 = every layer)")
         for n in self.recompute_num_layers:
@@ -605,7 +609,8 @@ def _arrays(
 def _where_allowed(s: StrategyArrays) -> StrategyArrays:
     """DualPipeV asked for the whole space applies where it can run (`dualpipev_allowed`),
     the interleaved schedule elsewhere; `fp8_param_gather` on the FP8 candidates, and
-    `fp8_dispatch` on those that dispatch with DeepEP; `p2p_scatter_gather` on the pipelined
+    `fp8_dispatch` on those that dispatch with DeepEP; `defer_embedding_wgrad` (with its limit)
+    on the pipelined candidates; `p2p_scatter_gather` on the pipelined
     tp > 1 candidates without sequence parallelism (elsewhere it changes nothing); `overlap_ep`
     where Megatron-Core allows it (ep > 1, interleaving when pp > 1, no full recompute), off
     elsewhere."""
@@ -618,6 +623,14 @@ def _where_allowed(s: StrategyArrays) -> StrategyArrays:
     if bool(np.any(s.recompute_modules != DEFAULT_MODULES)):  # selective candidates only
         modules = np.where(s.recompute == SELECTIVE, s.recompute_modules, DEFAULT_MODULES)
         s = replace(s, recompute_modules=np.asarray(modules, dtype=np.int64))
+    if bool(np.any(s.defer_embedding_wgrad)):  # the pipelined candidates only
+        on = (s.defer_embedding_wgrad > 0) & (s.pp > 1)
+        limit = np.where(on, s.wgrad_deferral_limit, 0)
+        s = replace(
+            s,
+            defer_embedding_wgrad=np.asarray(on, dtype=np.int64),
+            wgrad_deferral_limit=np.asarray(limit, dtype=np.int64),
+        )
     if bool(np.any(s.p2p_scatter_gather)):  # pipelined tp > 1 candidates without SP only
         on = (s.p2p_scatter_gather > 0) & (s.sequence_parallel == 0) & (s.pp > 1) & (s.tp > 1)
         s = replace(s, p2p_scatter_gather=np.asarray(on, dtype=np.int64))

@@ -711,6 +711,17 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
             "--recompute-granularity selective)",
         ),
         (
+            "defer_embedding_wgrad",
+            (s.defer_embedding_wgrad == 0) | (s.pp > 1),
+            "defer_embedding_wgrad needs pp > 1 (the LM head's weight gradients run in the "
+            "pipeline's cooldown)",
+        ),
+        (
+            "wgrad_deferral_limit",
+            (s.wgrad_deferral_limit == 0) | (s.defer_embedding_wgrad > 0),
+            "wgrad_deferral_limit needs defer_embedding_wgrad",
+        ),
+        (
             "recompute_num_layers",
             (s.recompute_num_layers == 0) | (s.recompute == FULL),
             "recompute_num_layers needs recompute full (Megatron --recompute-granularity full "
