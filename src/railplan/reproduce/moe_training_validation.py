@@ -7,7 +7,8 @@ entered with every setting its launch script and NeMo's performance script state
 header cites them): the catalog's deepseek-v3 (MLA, 1 shared + 256 routed experts, top 8, three
 dense layers, one MTP layer), Megatron-Core's all-to-all dispatcher, selective recompute of the
 MLA up-projections (of the core attention on GB200), the distributed optimizer with fp32
-gradient reduction overlapped with the backward pass, sequence parallelism, TP communication not
+gradient reduction overlapped with the backward pass and the precision-aware optimizer's
+remainders of the FP32 master weights (`fp32-remainder`), sequence parallelism, TP communication not
 overlapped with the forward GEMMs (no userbuffers), the uneven pipeline layout and Transformer
 Engine's loss (`cross_entropy_fusion_impl` te). NeMo drops
 tokens over a capacity factor of 1.0 and pads to it: with the uniform routing railplan assumes,
@@ -52,7 +53,12 @@ def strategy(r: dict[str, str]) -> Strategy:
         sequence_parallel=True,
         zero=1,
         precision=r["precision"],
-        optimizer_state="fp32",
+        # NeMo's performance scripts turn Megatron-Core's precision-aware optimizer on for BF16
+        # (`scripts/performance/utils.py` at 7a8f1cc7: use_precision_aware_optimizer), which
+        # with Transformer Engine >= 2.1 keeps the master weights' 16-bit remainders
+        # (`megatron/core/optimizer/__init__.py` at core_v0.12.1: store_param_remainders):
+        # FP32 moments and 2 bytes per parameter beside the BF16 weight
+        optimizer_state="fp32-remainder",
         grad_reduce_bytes=4,
         overlap_dp=True,
         overlap_tp=True,
@@ -78,7 +84,7 @@ def command(r: dict[str, str]) -> str:
         f"--global-batch {r['global_batch']} --first-stage-layers {r['first_stage_layers']} "
         f"--last-stage-layers {r['last_stage_layers']} --recompute selective "
         f"--recompute-modules {r['recompute_modules']} --sequence-parallel --zero 1 "
-        f"--precision {r['precision']} --optimizer-state fp32 --grad-reduce-bytes 4 "
+        f"--precision {r['precision']} --optimizer-state fp32-remainder --grad-reduce-bytes 4 "
         "--overlap-dp --overlap-tp --no-tp-comm-overlap --ep-dispatch alltoall --cross-entropy te"
     )
 
