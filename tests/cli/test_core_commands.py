@@ -111,6 +111,7 @@ def test_estimate_table(cli) -> None:  # type: ignore[no-untyped-def]
         (["--tp", "8", "--pp", "8", "--network", "ideal", "--nic-gbps", "100"], "network"),
         (["--tp", "8", "--pp", "8", "--network", "ideal", "--hb-domain", "2"], "network"),
         (["--tp", "8", "--pp", "8", "--network", "ideal", "--sharp"], "network"),
+        (["--tp", "8", "--pp", "8", "--radix", "32"], "radix"),
     ],
 )
 def test_estimate_errors_name_field(cli, args: list[str], field: str) -> None:  # type: ignore[no-untyped-def]
@@ -337,3 +338,16 @@ def test_p2p_scatter_gather_splits_the_pipeline_bytes_over_tp(cli: Cli) -> None:
     whole = cli.json(*args)["bytes_by_kind"]["pp"]
     split = cli.json(*args, "--p2p-scatter-gather")["bytes_by_kind"]["pp"]
     assert whole == pytest.approx(8 * split)
+
+
+def test_oversubscription_needs_uplinks(cli) -> None:  # type: ignore[no-untyped-def]
+    """64 H100 have 64 NIC ports: one radix-64 switch, no uplinks to oversubscribe (as
+    `topology` says); with 32-port switches there are, and the ratio slows the pipeline."""
+    job = ["--model", "llama-3-70b", "--system", "dgx-h100", "--gpus", "64"]
+    job += ["--global-batch", "64", "--cp", "16", "--pp", "4", "--zero", "1"]
+    over = ["--network", "oversubscribed", "--oversubscription", "4"]
+    r = cli("estimate", *job, *over)
+    assert r.exit_code == 2 and str(r.exception).startswith("oversubscription: a 1-tier Clos")
+    base = cli.json("estimate", *job)["breakdown_s"]
+    small = cli.json("estimate", *job, *over, "--radix", "32")["breakdown_s"]
+    assert small["pp_comm"] > base["pp_comm"] and small["cp_comm"] == base["cp_comm"]

@@ -118,6 +118,7 @@ def estimate(
     m = load_model(t.model)
     sy = hardware.system(t.system, gpu_memory_gib)
     net = hardware.network_spec()
+    hardware.check_fabric(sy, t.gpus)
     strat = build_strategy(
         **t.strategy_fields(dp),
         overlap_dp=overlap_dp,

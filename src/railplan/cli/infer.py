@@ -245,6 +245,7 @@ def infer(
             "--nvls changes nothing for infer",
         )
     m = load_model(model)
+    hardware.check_fabric(sy, gpus)
     dep = Deployment(
         m,
         sy,

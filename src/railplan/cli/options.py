@@ -55,6 +55,14 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON")]
 ClusterGpusOpt = Annotated[int, typer.Option(help="GPUs N")]
 HbDomainSizeOpt = Annotated[int, typer.Option(help="HB-domain size K")]
 RadixOpt = Annotated[int, typer.Option(help="switch radix")]
+FabricRadixOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--radix",
+        help="with --network oversubscribed: ports per switch of the NIC fabric, which "
+        "decides whether the job reaches its oversubscribed uplinks [64]",
+    ),
+]
 NicSpeedOpt = Annotated[int, typer.Option(help="NIC speed (Gbps)")]
 NicPortsOpt = Annotated[int, typer.Option(help="NIC ports per GPU")]
 
@@ -352,6 +360,7 @@ class HardwareOptions(OptionGroup):
     nics_per_gpu: NicsPerGpuOpt = None
     nvls: NvlsOpt = False
     sharp: SharpOpt = False
+    radix: FabricRadixOpt = None
 
     def system(self, name: str, gpu_memory_gib: float | None = None) -> System:
         """The catalog system `name` with these overrides (`--nvls` turns NVLink SHARP on; off,
@@ -367,6 +376,30 @@ class HardwareOptions(OptionGroup):
             gpu_memory_gib,
             nvls=True if self.nvls else None,
         )
+
+    def check_fabric(self, system: System, gpus: int) -> None:
+        """With `oversubscribed`, a one-line error where the job's NIC ports fit one switch
+        of the radix (`--radix`, 64 as the fabric builders take it): a 1-tier Clos has no
+        uplinks to oversubscribe (the rule `network.topology.folded_clos` applies for
+        `topology` and `flowsim`; the timing model takes any ratio, not only the ones that
+        split the radix into whole ports); `--radix` is refused with any other network (it
+        changes nothing)."""
+        from railplan.network.topology import check_radix
+
+        if self.network != "oversubscribed":
+            if self.radix is not None:
+                raise RailplanError(
+                    "radix", "changes nothing here: it applies to --network oversubscribed"
+                )
+            return
+        radix = check_radix(64 if self.radix is None else self.radix)
+        ports = max(1, round(gpus * system.nics_per_gpu))
+        if ports <= radix and self.network_spec().oversubscription != 1.0:
+            raise RailplanError(
+                "oversubscription",
+                f"a 1-tier Clos ({ports} ports ≤ radix {radix}) has no uplinks to "
+                "oversubscribe: 1, or more GPUs than one switch holds (or a smaller --radix)",
+            )
 
     def network_spec(self) -> Network:
         """The network these options name; `ideal` refuses the overrides it has no use for

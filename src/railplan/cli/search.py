@@ -219,6 +219,7 @@ def search(
     m = load_model(model)
     sy = hardware.system(system, gpu_memory_gib)
     net = hardware.network_spec()
+    hardware.check_fabric(sy, gpus)
 
     space = SearchSpace(
         zero=tuple(int_list("zero", zero)),
