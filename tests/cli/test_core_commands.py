@@ -109,7 +109,6 @@ def test_estimate_table(cli) -> None:  # type: ignore[no-untyped-def]
         ),
         (["--tp", "8", "--pp", "8", "--wgrad-deferral-limit", "2"], "wgrad_deferral_limit"),
         (["--tp", "8", "--pp", "8", "--network", "ideal", "--nic-gbps", "100"], "network"),
-        (["--tp", "8", "--pp", "8", "--network", "ideal", "--hb-domain", "2"], "network"),
         (["--tp", "8", "--pp", "8", "--network", "ideal", "--sharp"], "network"),
         (["--tp", "8", "--pp", "8", "--radix", "32"], "radix"),
     ],

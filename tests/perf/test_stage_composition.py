@@ -2,11 +2,19 @@
 layers on the first stage, an MoE multi-token prediction layer on the last), its own vocabulary
 matrices and its own activations, for time and memory alike."""
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
 
 from railplan.perf.iteration import iteration
 from railplan.specs import Network, Strategy, load_model, load_system
-from railplan.specs.arrays import from_strategies, moe_layers_before, stage_layers
+from railplan.specs.arrays import (
+    from_strategies,
+    moe_layers_before,
+    moe_layers_by_stage,
+    stage_layers,
+)
 from railplan.workload.memory import (
     OPTIMIZER_STATE_BYTES,
     WEIGHT_BYTES,
@@ -68,14 +76,72 @@ def test_an_all_moe_stage_costs_what_the_all_moe_model_gives_it() -> None:
     assert sum(float(x) for x in it.breakdown_s.values()) == pytest.approx(float(it.iteration_s))
 
 
-def test_dense_model_stages_are_unchanged_by_the_moe_rule() -> None:
-    """A dense model has no MoE excess: the stage times are the average layer's."""
-    m = load_model("gpt-3-175b")
-    s = from_strategies(Strategy(tp=8, pp=8, dp=2, global_batch=64, sequence_parallel=True))
-    st = stage_layers(m, s)
-    assert all(float(st[k + "_moe"]) == 0.0 for k in ("first", "middle", "last"))
-    it = iteration(m, H100, Network(), s)
-    assert sum(float(x) for x in it.breakdown_s.values()) == pytest.approx(float(it.iteration_s))
+def test_the_middle_stage_with_most_moe_layers_paces_and_peaks() -> None:
+    """DeepSeek-V3 on pp 32 (1 | 2×29 | 1 | 1 + MTP): rank 1 holds layers 1–2, both dense;
+    rank 2 two MoE layers. Memory reports rank 2 (its experts and its MoE activations), and
+    on pp 16 with one layer at each end the pipeline's middle stage is rank 2's five MoE layers
+    (rank 1: two dense and three MoE), as a model with every layer an MoE layer gives it."""
+    s = from_strategies(_deepseek(pp=32, dp=16, ep=8, zero=0, recompute="selective"))
+    st = stage_layers(DEEPSEEK, s)
+    assert (float(st["middle_moe"]), float(st["heavy_moe"]), float(st["heavy_rank"])) == (0, 2, 2)
+    mem, acts = memory(DEEPSEEK, s), stage_activation_bytes(DEEPSEEK, s)
+    assert float(mem.activations_bytes) == pytest.approx(float(acts["heavy"]))
+    assert not bool(mem.fits(H100.gpu))  # rank 1 alone would fit
+    kw = dict(pp=16, dp=64, first_stage_layers=1, last_stage_layers=1, ep=8)
+    s16 = from_strategies(_deepseek(**kw))
+    st16 = stage_layers(DEEPSEEK, s16)
+    assert (float(st16["middle_moe"]), float(st16["heavy_moe"])) == (3, 5)
+    every = DEEPSEEK.model_copy(update={"first_dense_layers": 0})
+    it, all_moe = (iteration(m, H100, Network(), s16) for m in (DEEPSEEK, every))
+    assert float(it.stage_s["middle"]) == pytest.approx(float(all_moe.stage_s["middle"]))
+
+
+def test_every_other_layer_moe_counts_by_rank() -> None:
+    """MoE layers every second layer after one dense layer, pp 6: the ranks' counts alternate;
+    the heavy stage is the middle rank with the most, and all of them add up to the model's."""
+    model = DEEPSEEK.model_copy(update={"first_dense_layers": 1, "moe_layer_interval": 2})
+    s = from_strategies(_deepseek(pp=6, dp=32, ep=8))
+    counts = moe_layers_by_stage(model, s)
+    assert sum(counts) == model.moe_layers + model.mtp_layers
+    st = stage_layers(model, s)
+    assert float(st["heavy_moe"]) == max(counts[1:-1])
+    assert counts[int(st["heavy_rank"])] == max(counts[1:-1])
+
+
+def test_many_strategies_at_once_match_one_at_a_time() -> None:
+    """The table path of `stage_layers` (more than 64 strategies, one first/last stage rule)
+    gives every schedule its own rank layout: an MoE model without MTP layers under DualPipeV
+    and 1F1B alike, iteration time and memory as each strategy alone."""
+    model = load_model("moe-1.3b")
+    system = load_system("dgx-a100")
+    strategies = [
+        Strategy(
+            pp=pp,
+            dp=64 // pp,
+            ep=8,
+            micro_batch=mb,
+            global_batch=512,
+            interleave=2,
+            pipeline_schedule=sched,
+        )
+        for pp in (2, 4, 8)
+        for sched in ("dualpipev", "1f1b")
+        for mb in (1, 2, 4, 8)
+    ] * 3
+    # one first/last stage rule for all (scalars), as the search builds its candidates
+    many = replace(
+        from_strategies(strategies),
+        first_stage_layers=np.asarray(0),
+        last_stage_layers=np.asarray(0),
+    )
+    together = iteration(model, system, Network(), many)
+    assert len(strategies) > 64
+    for i, one in enumerate(strategies[:24]):
+        alone = iteration(model, system, Network(), from_strategies(one))
+        assert float(together.iteration_s[i]) == pytest.approx(float(alone.iteration_s))
+        assert float(together.memory.total_bytes[i]) == pytest.approx(
+            float(alone.memory.total_bytes)
+        )
 
 
 def test_memory_is_the_most_loaded_stage_with_its_own_parts() -> None:

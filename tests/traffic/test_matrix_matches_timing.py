@@ -13,7 +13,12 @@ import pytest
 from railplan.perf import comm_time as ct
 from railplan.perf.layout import megatron_shapes
 from railplan.specs import Network, Strategy, load_model, load_system
-from railplan.specs.arrays import from_strategies, layers_of_stage
+from railplan.specs.arrays import (
+    from_strategies,
+    layers_of_stage,
+    moe_layers_by_stage,
+    stage_layers,
+)
 from railplan.traffic.matrix import KIND_CODE, traffic
 from railplan.traffic.placement import place
 from railplan.workload import comm
@@ -105,7 +110,8 @@ def test_matrix_bytes_are_the_timing_models(counting: None, name: str) -> None:
     tp_layer = float(tp["forward"] + tp["recompute"] + tp["backward"])
     ep_layer = 0.0
     if model.moe_layers:  # the routed experts' expert-tp collectives are `tp` in the matrix
-        share = model.moe_layers / model.layers
+        # stage 1's own MoE layers (`stage_layers`' middle_moe), as the pipeline times them
+        share = float(stage_layers(model, s)["middle_moe"]) / layers
         ep_layer = share * float(ct.ep_comm_time_s(model, lk, s, g["ep"], np.zeros(())))
         if int(s.etp) > 1:
             tp_layer += share * float(ct.expert_tp_comm_time_s(model, lk, s, g["etp"]))
@@ -115,3 +121,23 @@ def test_matrix_bytes_are_the_timing_models(counting: None, name: str) -> None:
     assert row("ep") == pytest.approx(m * layers * ep_layer)
     assert row("cp") == pytest.approx(m * layers * cp_layer)
     assert row("pp") == pytest.approx(m * sends)
+
+
+def test_each_stage_sends_its_own_moe_layers_all_to_alls(counting: None) -> None:
+    """DeepSeek-V3 (three dense layers first) on tp 2, pp 4, ep 8: the first stage's GPUs send
+    the all-to-alls of its 12 MoE layers (15 layers, 3 dense), the second stage's of its 16,
+    as the time counts each stage's own MoE layers (`moe_layers_by_stage`)."""
+    model, system = load_model("deepseek-v3"), load_system("dgx-h100")
+    strat = Strategy(tp=2, pp=4, dp=8, ep=8, expert_tp=1, global_batch=64, sequence_parallel=True)
+    s = from_strategies(strat)
+    lk = ct.links(system, Network(), s.gpus.astype(float))
+    g = megatron_shapes(s.tp, s.dp, s.pp, s.ep, lk.hb_domain, s.cp, s.replicas, s.etp)
+    per_moe_layer = float(ct.ep_comm_time_s(model, lk, s, g["ep"], np.zeros(())))
+    p = place(strat.tp, strat.pp, strat.dp, system.hb_domain, ("tp", "dp", "pp"))
+    t = traffic(model, strat, p)
+    counts = moe_layers_by_stage(model, s)
+    assert counts[:2] == [12, 16] and sum(counts) == model.moe_layers + model.mtp_layers
+    for stage in (0, 1):
+        gpu = int(p.gpu[stage].flat[0])
+        sent = float(t.bytes[(t.kind == KIND_CODE["ep"]) & (t.src == gpu)].sum())
+        assert sent == pytest.approx(float(s.micro_batches) * counts[stage] * per_moe_layer)

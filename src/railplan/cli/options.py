@@ -403,15 +403,16 @@ class HardwareOptions(OptionGroup):
 
     def network_spec(self) -> Network:
         """The network these options name; `ideal` refuses the overrides it has no use for
-        (every GPU in one HB domain: no NIC, no K, no rail switches)."""
+        (every GPU in one HB domain: no NIC, no rail switches)."""
         from railplan.errors import RailplanError
         from railplan.specs.build import build_network
 
         if self.network == "ideal":
+            # (--hb-domain stays: the search draws its candidates with the system's K on
+            # every network, so that the networks compare over one space)
             unused = [
                 flag
                 for flag, given in (
-                    ("--hb-domain", self.hb_domain is not None),
                     ("--nic-gbps", self.nic_gbps is not None),
                     ("--nics-per-gpu", self.nics_per_gpu is not None),
                     ("--sharp", self.sharp),
@@ -421,9 +422,10 @@ class HardwareOptions(OptionGroup):
             if unused:
                 raise RailplanError(
                     "network",
-                    f"ideal puts every GPU in one HB domain, so {', '.join(unused)} change "
-                    "nothing there; drop them or choose rail-optimized, rail-only or "
-                    "oversubscribed",
+                    f"ideal puts every GPU in one HB domain, so {', '.join(unused)} "
+                    f"{'changes' if len(unused) == 1 else 'change'} nothing there; drop "
+                    f"{'it' if len(unused) == 1 else 'them'} or choose rail-optimized, "
+                    "rail-only or oversubscribed",
                 )
 
         return build_network(self.network, self.oversubscription, True if self.sharp else None)

@@ -295,7 +295,7 @@ def pipeline(
 
     zero_excess = np.zeros(())
     excess = moe_excess or {}
-    ex = {k: np.asarray(excess.get(k, zero_excess)) for k in ("first", "middle", "last")}
+    ex = {k: np.asarray(excess.get(k, zero_excess)) for k in ("first", "middle", "heavy", "last")}
 
     def stage_s(n: FloatArray, more: FloatArray = zero_excess) -> FloatArray:
         parts = stage_parts(n)
@@ -308,6 +308,16 @@ def pipeline(
     head_first = np.where(dualpipev, t_logits, 0.0) if any_dualpipev else 0.0
     t_first = stage_s(stages["first"], ex["first"]) + head_first
     t_middle = np.where(pp > 2, stage_s(stages["middle"], ex["middle"]), 0.0)
+    n_middle, ex_middle = stages["middle"], ex["middle"]
+    if "heavy" in stages and bool(np.any(stages["heavy"] > 0)):
+        # the middle stage with the most MoE layers, where it is slower than rank 1
+        t_heavy = np.where(
+            (pp > 2) & (stages["heavy"] > 0), stage_s(stages["heavy"], ex["heavy"]), 0.0
+        )
+        heavier = t_heavy > t_middle
+        t_middle = np.where(heavier, t_heavy, t_middle)
+        n_middle = np.where(heavier, stages["heavy"], n_middle)
+        ex_middle = np.where(heavier, ex["heavy"], ex_middle)
     t_last = stage_s(stages["last"], ex["last"]) + (t_logits - head_first)
     others = np.maximum(t_first, t_middle)
 
@@ -320,10 +330,10 @@ def pipeline(
         n_crit = np.where(
             last_is_slowest,
             stages["last"],
-            np.where(first_over_middle, stages["first"], stages["middle"]),
+            np.where(first_over_middle, stages["first"], n_middle),
         )
         ex_crit = np.where(
-            last_is_slowest, ex["last"], np.where(first_over_middle, ex["first"], ex["middle"])
+            last_is_slowest, ex["last"], np.where(first_over_middle, ex["first"], ex_middle)
         )
         crit_logits = np.where(last_is_slowest, last_logits, 0.0)
         if any_dualpipev:  # the head is rank 0's
@@ -482,7 +492,9 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     # an MoE layer (each cost is linear in the MoE share but where the all-to-all hides
     # behind the layer's compute, taken there at an MoE layer's).
     share = model.moe_layers / model.layers
-    excess = {k: stages[k + "_moe"] - share * stages[k] for k in ("first", "middle", "last")}
+    excess = {
+        k: stages[k + "_moe"] - share * stages[k] for k in ("first", "middle", "heavy", "last")
+    }
     per_moe: dict[str, FloatArray | float] = dict.fromkeys(LAYER_PARTS, 0.0)
     if 0.0 < share < 1.0 and any(bool(np.any(x != 0.0)) for x in excess.values()):
         every = model.model_copy(update={"first_dense_layers": 0, "moe_layer_interval": 1})

@@ -7,7 +7,7 @@ can never disagree.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -451,16 +451,19 @@ def stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     """Layers of the `first`, the fullest `middle` (stage 1, which takes the first extra layer;
     0 when pp ≤ 2) and the `last` stage (`layers_of_stage`), their `max`, the `fewest` any stage
     holds (the middle stages' fewest is the last one's, pp − 2), the `mean` layers/pp, and
-    the MoE layers of the first, middle and last stage (`first_moe`, `middle_moe`,
-    `last_moe`: `moe_layers_before`)."""
+    the MoE layers of the first, middle and last stage and the middle stage with the most of
+    them (`first_moe`, `middle_moe`, `last_moe`, `heavy`, `heavy_moe`, `heavy_rank`:
+    `_stage_moe_layers`)."""
     first_given, last_given = s.first_stage_layers, s.last_stage_layers
     if np.ndim(first_given) == 0 and np.ndim(last_given) == 0 and np.size(s.pp) > 64:
         # Many strategies, one stage split rule: a table over pp = 1…max, then a lookup (per
-        # schedule when the MTP layers sit on a schedule-dependent rank).
+        # schedule where the MTP layers sit on a schedule-dependent rank or the MoE layers
+        # fall on the ranks by the schedule).
         top = max(int(np.max(s.pp)), 1)
         pps = np.arange(1, top + 1, dtype=np.int64)
         at = np.maximum(s.pp, 1) - 1
-        schedules = np.unique(s.pipeline_schedule) if model.mtp_layers else np.zeros(1, np.int64)
+        by_schedule = model.mtp_layers or model.moe_layers  # rank layouts that differ
+        schedules = np.unique(s.pipeline_schedule) if by_schedule else np.zeros(1, np.int64)
         out: dict[str, FloatArray] = {}
         for code in schedules:
             table = _stage_layers(model, replace(s, pp=pps, pipeline_schedule=np.asarray(code)))
@@ -488,49 +491,7 @@ def _stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     last = layers_of_stage(model, s, pp - 1)
     fewest_middle = np.where(pp > 2, layers_of_stage(model, s, np.maximum(pp - 2, 1)), last)
     f = [np.asarray(x, dtype=np.float64) for x in (first, middle, last, fewest_middle)]
-    # MoE layers of each stage, from where its transformer layers start: the multi-token
-    # prediction layers sit on the stage with the LM head (`stage_layer_counts`) and are MoE
-    # layers where the model has any (Megatron-Core builds them with the decoder's last layer
-    # spec, `get_gpt_mtp_block_spec`).
-    mtp = model.mtp_layers
-    head_first = (pp == 1) | (s.pipeline_schedule == DUALPIPEV)
-    first_own = first - np.where(head_first, mtp, 0)
-    last_own = last - np.where(head_first, 0, mtp)
-    mtp_moe = mtp if model.moe_layers else 0
-    moe_first = moe_layers_before(model, first_own) + np.where(head_first, mtp_moe, 0)
-    moe_middle = np.where(
-        pp > 2,
-        moe_layers_before(model, first_own + middle) - moe_layers_before(model, first_own),
-        0,
-    )
-    moe_last = np.where(
-        pp == 1,
-        moe_first,
-        model.moe_layers
-        - moe_layers_before(model, model.layers - last_own)
-        + np.where(head_first, 0, mtp_moe),
-    )
-    if bool(np.any(s.pipeline_schedule == DUALPIPEV)):
-        # DualPipeV (deepseek-ai/DualPipe `dualpipev.py`): rank r runs chunk r of the front
-        # half and chunk 2·pp − 1 − r of the back half; a rank's layers are taken half from
-        # each (the front chunk the larger), the last rank's two chunks meeting mid-model.
-        def between(a: IntArray | int, b: IntArray | int) -> IntArray:
-            return np.asarray(moe_layers_before(model, b) - moe_layers_before(model, a))
-
-        n = model.layers
-        front0 = (first_own + 1) // 2
-        back0 = first_own - front0
-        front1 = (middle + 1) // 2
-        back1 = middle - front1
-        front_last = (last + 1) // 2
-        v_first = np.asarray(between(0, front0) + between(n - back0, n) + mtp_moe)
-        v_middle = between(front0, front0 + front1) + between(n - back0 - back1, n - back0)
-        v_last = between(n // 2 - front_last, n // 2 + last - front_last)
-        dual = s.pipeline_schedule == DUALPIPEV
-        moe_first = np.where(dual, v_first, moe_first)
-        moe_middle = np.where(dual & (pp > 2), v_middle, moe_middle)
-        moe_last = np.where(dual, v_last, moe_last)
-    g = [np.asarray(x, dtype=np.float64) for x in (moe_first, moe_middle, moe_last)]
+    moe = _stage_moe_layers(model, s, pp)
     return {
         "first": f[0],
         "middle": f[1],
@@ -538,9 +499,89 @@ def _stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
         "max": np.asarray(np.maximum(np.maximum(f[0], f[1]), f[2])),
         "fewest": np.asarray(np.minimum(np.minimum(f[0], f[2]), f[3])),
         "mean": np.asarray((model.layers + model.mtp_layers) / pp.astype(np.float64)),
-        "first_moe": g[0],
-        "middle_moe": g[1],
-        "last_moe": g[2],
+    } | moe
+
+
+def _rank_moe_counts(
+    model: Model, s: StrategyArrays, pp: IntArray
+) -> Iterator[tuple[int, IntArray, FloatArray]]:
+    """(rank r, its layers, its MoE layers; 0 beyond a strategy's pp) for r = 0 … max pp − 1,
+    by the rule of `_stage_moe_layers`."""
+
+    def between(a: IntArray, b: IntArray) -> IntArray:
+        return np.asarray(moe_layers_before(model, b) - moe_layers_before(model, a))
+
+    dual = np.asarray(s.pipeline_schedule == DUALPIPEV)
+    head = np.where((pp == 1) | dual, 0, pp - 1)
+    mtp = model.mtp_layers
+    start = np.zeros(np.shape(pp), dtype=np.int64)  # contiguous stages: where rank r starts
+    front_end = np.zeros_like(start)  # DualPipeV: the front chunks so far end here, and
+    back_start = np.full_like(start, model.layers)  # the back chunks so far start here
+    for r in range(int(np.max(pp))):
+        here = r < pp
+        n = np.asarray(layers_of_stage(model, s, r))
+        own = np.where(r == head, n - mtp, n)
+        front = (own + 1) // 2
+        back = own - front
+        dual_moe = between(front_end, front_end + front) + between(back_start - back, back_start)
+        count = np.where(dual, dual_moe, between(start, start + own)) + np.where(r == head, mtp, 0)
+        yield r, n, np.where(here, count, 0).astype(np.float64)
+        start = start + np.where(here, own, 0)
+        front_end = front_end + np.where(here, front, 0)
+        back_start = back_start - np.where(here, back, 0)
+
+
+def moe_layers_by_stage(model: Model, s: StrategyArrays) -> list[int]:
+    """The MoE layers of each pipeline stage of one strategy, rank 0 first (`_stage_moe_layers`'
+    rule)."""
+    pp = np.maximum(np.asarray(s.pp), 1)
+    if not model.moe_layers:
+        return [0] * int(pp)
+    return [int(c) for r, _, c in _rank_moe_counts(model, s, pp) if r < int(pp)]
+
+
+def _stage_moe_layers(model: Model, s: StrategyArrays, pp: IntArray) -> dict[str, FloatArray]:
+    """The MoE layers of the first, the middle (rank 1) and the last stage, and the middle
+    stage with the most of them (`heavy`: its layers, MoE layers and rank; rank 1 on a tie,
+    which holds the most layers and micro-batches; none with pp ≤ 2), walking the ranks from
+    where each one's layers start. A stage's layers are contiguous (with interleaving too: the
+    chunks of a rank are counted as one run, an approximation where a chunk is shorter than the
+    leading dense layers); with DualPipeV (deepseek-ai/DualPipe `dualpipev.py`) rank r runs
+    chunk r of the front half and chunk 2·pp − 1 − r of the back half, its layers taken half
+    from each (the front chunk the larger). The multi-token prediction layers sit on the stage
+    with the LM head (`stage_layer_counts`) and are MoE layers where the model has any
+    (Megatron-Core builds them with the decoder's last layer spec, `get_gpt_mtp_block_spec`)."""
+    zero = np.zeros(np.shape(pp))
+    if not model.moe_layers:
+        return {
+            "first_moe": zero,
+            "middle_moe": zero,
+            "last_moe": zero,
+            "heavy": zero,
+            "heavy_moe": zero,
+            "heavy_rank": np.ones(np.shape(pp)),
+        }
+
+    first = middle = last = heavy = heavy_moe = np.zeros(np.shape(pp))
+    heavy_rank = np.ones(np.shape(pp))
+    for r, n, count in _rank_moe_counts(model, s, pp):
+        here = r < pp
+        if r == 0:
+            first = count
+        if r == 1:
+            middle = np.where(pp > 2, count, 0.0)
+        last = np.where(here & (r == pp - 1), count, last)
+        more = here & (r >= 1) & (r <= pp - 2) & (count > heavy_moe)
+        heavy = np.where(more, n, heavy)
+        heavy_moe = np.where(more, count, heavy_moe)
+        heavy_rank = np.where(more, r, heavy_rank)
+    return {
+        "first_moe": np.asarray(first),
+        "middle_moe": np.asarray(middle),
+        "last_moe": np.asarray(last),
+        "heavy": np.asarray(heavy, dtype=np.float64),
+        "heavy_moe": np.asarray(heavy_moe),
+        "heavy_rank": np.asarray(heavy_rank, dtype=np.float64),
     }
 
 

@@ -43,6 +43,7 @@ from railplan.specs.arrays import (
     check,
     from_strategies,
     layers_of_stage,
+    moe_layers_by_stage,
     recomputed_share,
 )
 from railplan.traffic.placement import (
@@ -173,7 +174,7 @@ def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
     }
 
 
-def dp_stage_bytes(model: Model, s: StrategyArrays, layers: int, end: bool) -> dict[str, float]:
+def dp_stage_bytes(model: Model, s: StrategyArrays, layers: float, end: bool) -> dict[str, float]:
     """Gradient and weight collectives of one stage of `layers` layers by ZeRO stage
     (comm.dp_schedule), per iteration, in gather passes: `dense` over the dp·cp ranks (an end
     stage also holds the vocabulary matrix) and `expert` over the expert-data-parallel ranks
@@ -299,16 +300,20 @@ def traffic(
         ep, etp = int(s.ep), int(s.etp)
         moe_share = model.moe_layers / model.layers
         ep_groups, edp_groups, etp_groups = expert_groups(p, ep, etp)
+        # each stage's own MoE layers (the leading dense layers on the first stage, an MoE
+        # multi-token prediction layer on the head's: `moe_layers_by_stage`), as the time
+        moe_keys = [(c, False, False) for c in moe_layers_by_stage(model, s)]
         if etp > 1:
-            for (n, _, _), rows in _per_stage(etp_groups, p.tp * p.dp * p.cp // etp, only_layers):
-                pieces.append(("tp", _scale(collective_edges(rows, k), vol["etp"] * moe_share * n)))
-        for (n, _, _), rows in _per_stage(edp_groups, ep * etp, only_layers):
-            b = dp_stage_bytes(model, s, n, False)
+            for (c, _, _), rows in _per_stage(etp_groups, p.tp * p.dp * p.cp // etp, moe_keys):
+                pieces.append(("tp", _scale(collective_edges(rows, k), vol["etp"] * c)))
+        for (c, _, _), rows in _per_stage(edp_groups, ep * etp, moe_keys):
+            # the expert parameters of c MoE layers: those of c / share average layers
+            b = dp_stage_bytes(model, s, c / moe_share, False)
             reduction(rows, b["expert"], b["expert_replica"])
         if ep > 1:
             # uniform all-to-alls among the ep ranks of each MoE layer of the stage: the
             # logical demand src → dst (forwarding is the timing's concern, SYSTEM.md 3)
-            ep_stages = _per_stage(ep_groups, p.tp * p.dp * p.cp // ep, only_layers)
+            ep_stages = _per_stage(ep_groups, p.tp * p.dp * p.cp // ep, moe_keys)
             dedup = [
                 deduplicated_all_to_all_edges(rows, k) if strategy.ep_dispatch == "deepep" else None
                 for _, rows in ep_stages
@@ -316,8 +321,8 @@ def traffic(
             # DeepEP-style edges only where every group has x members in each of y domains
             regular = len({None if d is None else d[2:] for d in dedup}) == 1
             as_plain = False  # some stage's DeepEP dispatch laid out as a plain all-to-all
-            for ((n, _, _), rows), parts in zip(ep_stages, dedup, strict=True):
-                scale = moe_share * n
+            for ((c, _, _), rows), parts in zip(ep_stages, dedup, strict=True):
+                scale = float(c)
                 if parts is None or not regular:
                     pieces.append(("ep", _scale(all_to_all_edges(rows), vol["ep"] * scale)))
                     as_plain = True

@@ -188,6 +188,11 @@ def in_flight_stage_passes(s: StrategyArrays, rank: int | IntArray) -> FloatArra
     return np.asarray(chunks / v)
 
 
+#: the stages memory and the pipeline compare: the first, the fullest middle one (rank 1), the
+#: middle one with the most MoE layers (`heavy`, `stage_layers`) and the last
+STAGES = ("first", "middle", "heavy", "last")
+
+
 def _stage_moe_share(st: dict[str, FloatArray], key: str) -> FloatArray:
     """The MoE share of stage `key`'s layers (`stage_layers`: its MoE layers over its layers)."""
     return np.asarray(st[key + "_moe"] / np.maximum(st[key], 1.0))
@@ -196,24 +201,22 @@ def _stage_moe_share(st: dict[str, FloatArray], key: str) -> FloatArray:
 def per_layer_by_stage(
     model: Model, s: StrategyArrays, st: dict[str, FloatArray]
 ) -> dict[str, FloatArray]:
-    """`layer_activation_bytes` of the first, middle and last stage of `st` (`stage_layers`),
-    each at its own share of MoE layers and, with block recompute, its own recomputed share;
-    one figure for all three where neither differs (a dense model without block recompute)."""
+    """`layer_activation_bytes` of the `STAGES` of `st` (`stage_layers`), each at its own
+    share of MoE layers and, with block recompute, its own recomputed share; one figure for
+    all where neither differs (a dense model without block recompute)."""
     if not model.moe_layers and not bool(np.any(s.recompute_num_layers > 0)):
         one = layer_activation_bytes(model, s)
-        return {"first": one, "middle": one, "last": one}
-    return {
-        k: layer_activation_bytes(model, s, st[k], _stage_moe_share(st, k))
-        for k in ("first", "middle", "last")
-    }
+        return dict.fromkeys(STAGES, one)
+    return {k: layer_activation_bytes(model, s, st[k], _stage_moe_share(st, k)) for k in STAGES}
 
 
 def stage_activation_bytes(
     model: Model, s: StrategyArrays, st: dict[str, FloatArray] | None = None
 ) -> dict[str, FloatArray]:
-    """Activation bytes of the first, the fullest middle (rank 1) and the last pipeline stage,
-    each with the micro-batches it holds in flight at its peak (`in_flight_stage_passes`), on
-    one GPU before context parallelism divides them: the first stage also keeps each in-flight
+    """Activation bytes of the first, the fullest middle (rank 1), the middle one with the most
+    MoE layers (`heavy`) and the last pipeline stage, each with the micro-batches it holds in
+    flight at its peak (`in_flight_stage_passes`), on one GPU before context parallelism
+    divides them: the first stage also keeps each in-flight
     micro-batch's embedding dropout mask, the stage with the LM head one micro-batch's logits
     (and, with a deferred LM-head weight gradient, its buffers: `deferred_wgrad_bytes`); with
     DualPipeV every rank holds rank 0's chunk passes and rank 0, which runs the LM head, the
@@ -226,7 +229,12 @@ def stage_activation_bytes(
     full = s.recompute == FULL
     kept: dict[str, FloatArray] = {}
     rerun: dict[str, FloatArray] = {}
-    ranks = {"first": np.zeros_like(s.pp), "middle": np.ones_like(s.pp), "last": s.pp - 1}
+    ranks = {
+        "first": np.zeros_like(s.pp),
+        "middle": np.ones_like(s.pp),
+        "heavy": np.asarray(st["heavy_rank"], dtype=np.int64),
+        "last": s.pp - 1,
+    }
     for key, rank in ranks.items():
         kept[key] = np.asarray(per_layer[key] * st[key] * in_flight_stage_passes(s, rank))
         rerun[key] = np.zeros(())
@@ -266,6 +274,7 @@ def stage_activation_bytes(
     return {
         "first": np.asarray(first),
         "middle": np.asarray(np.where(st["middle"] > 0, kept["middle"] + rerun["middle"], 0.0)),
+        "heavy": np.asarray(np.where(st["heavy"] > 0, kept["heavy"] + rerun["heavy"], 0.0)),
         "last": np.asarray(np.where(single, first, last)),
     }
 
@@ -343,6 +352,7 @@ def end_params(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     return {
         "first": np.asarray(np.where(head_first, both, vh)),
         "middle": np.zeros(np.shape(s.pp)),
+        "heavy": np.zeros(np.shape(s.pp)),
         "last": np.asarray(np.where(s.pp <= 1, both, np.where(s.dualpipev, 0.0, last))),
     }
 
@@ -461,10 +471,11 @@ def zero_share(
 
 def memory(model: Model, s: StrategyArrays) -> Memory:
     """Memory per GPU of the most loaded pipeline stage: the first, the fullest middle one
-    (rank 1) or the last, each with its own layers (and MoE layers among them), its own end
-    parameters (`end_params`) and its own activations (`stage_activation_bytes`), the stage
-    whose total is largest reported; with ZeRO stage 1/2/3 sharding optimizer states /
-    gradients / weights over the data-parallel group: the dp·cp ranks for the dense
+    (rank 1), the middle one with the most MoE layers or the last (`STAGES`), each with its
+    own layers (and MoE layers among them), its own end parameters (`end_params`) and its own
+    activations (`stage_activation_bytes`), the stage whose total is largest reported; with
+    ZeRO stage 1/2/3 sharding optimizer states / gradients / weights over the data-parallel
+    group: the dp·cp ranks for the dense
     parameters, the tp·cp·dp/(etp·ep) expert-data-parallel ranks for the expert parameters
     (`StrategyArrays.expert_grad_ranks`), each ÷ the replicas of hybrid sharding
     (`zero_shard`). `zero_sharding`: ZeRO-2/3 once per step keep weights and gradients whole.
@@ -482,13 +493,15 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
     st = stage_layers(model, s)
     acts = stage_activation_bytes(model, s, st)
     ends = end_params(model, s)
+    no_head = np.zeros(np.shape(s.pp), dtype=bool)
     has_head = {
         "first": (s.pp <= 1) | s.dualpipev,
-        "middle": np.zeros(np.shape(s.pp), dtype=bool),
+        "middle": no_head,
+        "heavy": no_head,
         "last": (s.pp <= 1) | ~s.dualpipev,
     }
     parts: dict[str, list[FloatArray]] = {k: [] for k in ("weights", "grads", "opt", "acts")}
-    for key in ("first", "middle", "last"):
+    for key in STAGES:
         layers, moe = st[key], st[key + "_moe"]
         params = (
             dense_stage_params(model, s, layers=layers, moe=moe, ends=ends[key]),
