@@ -19,6 +19,8 @@ CASES = (  # model, system, K, network, GPUs, global batch
     ("gpt-1t", "dgx-gh200", 8, "rail-only", 16384, 4096),
     ("gpt-146b", "dgx-gh200", 256, "rail-only", 4096, 6144),
     ("llama-3-70b", "dgx-h100", 8, "rail-only", 1536, 1536),
+    # an MoE model with leading dense layers and an MTP layer: each stage's own MoE layers
+    ("deepseek-v3", "hgx-h800", 8, "rail-optimized", 2048, 15360),
 )
 
 

@@ -449,7 +449,7 @@ def layer_costs(
     lt = per_shape(lambda c: layer_times(model, system, c), s, classes)
     rerun = recomputed_share(model, s)  # block recompute: the layers recomputed at all
     if bool(np.any(rerun != 1.0)):
-        lt = lt | {"recompute": np.asarray(lt["recompute"] * rerun)}
+        lt = lt | {k: np.asarray(lt[k] * rerun) for k in ("recompute", "moe_recompute")}
     tpc = tp_comm_times(model, lk, s, lt, groups["tp"])
     tp_layer = tpc["forward"] + tpc["recompute"] + tpc["backward"]
     if model.moe_layers and bool(np.any(s.etp > 1)):  # the routed experts' TP collectives
@@ -467,6 +467,37 @@ def layer_costs(
     cp_layer = cp_comm_time_s(model, lk, s, lt, groups["cp"])
     t_layer = lt["forward"] + lt["backward"] + lt["recompute"] + tp_layer + ep_layer + cp_layer
     return LayerCosts(lt, tpc, np.asarray(tp_layer), ep_layer, cp_layer, np.asarray(t_layer))
+
+
+def moe_layer_slopes(
+    model: Model, lk: Links, s: StrategyArrays, costs: LayerCosts, groups: dict[str, Shape]
+) -> dict[str, FloatArray | float]:
+    """What one MoE layer costs over the average layer's share of one, by `LAYER_PARTS`: the
+    slope in the MoE share σ of each part, (part at σ = 1 − part at the model's σ)/(1 − σ), as
+    the model with every layer an MoE layer gives it. Compute and recompute are linear in σ
+    (`layer_times`' slopes); the tensor-parallel collectives are timed again for that model
+    (their count per layer follows σ), and the all-to-all where it hides behind an MoE layer's
+    compute (its overlap is not linear in σ)."""
+    share = model.moe_layers / model.layers
+    lt = costs.lt
+    compute = lt["moe_forward"] + lt["moe_backward"]
+    recompute = lt["moe_recompute"]
+    every = model.model_copy(update={"first_dense_layers": 0, "moe_layer_interval": 1})
+    tp1 = tp_comm_times(every, lk, s, lt, groups["tp"])
+    tp_moe = tp1["forward"] + tp1["recompute"] + tp1["backward"]
+    if bool(np.any(s.etp > 1)):
+        tp_moe = tp_moe + expert_tp_comm_time_s(model, lk, s, groups["etp"])
+    moe_compute = (
+        lt["forward"] + lt["backward"] + lt["recompute"] + (1.0 - share) * (compute + recompute)
+    )
+    ep_moe = ep_comm_time_s(model, lk, s, groups["ep"], moe_compute)
+    return {
+        "compute": np.asarray(compute),
+        "recompute": np.asarray(recompute),
+        "tp_comm": np.asarray((tp_moe - costs.tp_s) / (1.0 - share)),
+        "ep_comm": np.asarray((ep_moe - costs.ep_s) / (1.0 - share)),
+        "cp_comm": 0.0,
+    }
 
 
 def iteration(model: Model, system: System, network: Network, s: StrategyArrays) -> Iteration:
@@ -497,11 +528,7 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     }
     per_moe: dict[str, FloatArray | float] = dict.fromkeys(LAYER_PARTS, 0.0)
     if 0.0 < share < 1.0 and any(bool(np.any(x != 0.0)) for x in excess.values()):
-        every = model.model_copy(update={"first_dense_layers": 0, "moe_layer_interval": 1})
-        moe_costs = layer_costs(every, system, lk, s, classes, groups)
-        per_moe = {
-            k: np.asarray((moe_costs.part(k) - costs.part(k)) / (1.0 - share)) for k in LAYER_PARTS
-        }
+        per_moe = moe_layer_slopes(model, lk, s, costs, groups)
     per_moe_s = sum(per_moe.values(), np.zeros(()))
     # Pipeline: activations (forward) and their gradients (backward) cross each boundary, whole
     # from every tp rank (Megatron-Core), or split by SP or the 2021-22 scatter/gather

@@ -180,6 +180,8 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
     # apart from the input gradients).
     weight_grads = total(list(wgrad.values()))
     share = model.moe_layers / model.layers
+    zero_moe: dict[str, FloatArray] = dict.fromkeys(MOE_DELTA_KEYS, np.zeros(()))
+    per_moe = zero_moe  # what one MoE layer adds over a dense one, by pass
     if model.moe_layers:
         # Average layer: a moe_layers/layers share of layers swaps its dense MLP for experts.
         delta = moe_mlp_delta(model, system, s)
@@ -212,6 +214,24 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
     # Full recompute reruns the whole layer (`iteration` scales it to the layers recomputed at
     # all, `recomputed_share`: the stage's chunks are not a shape field).
     recompute = np.where(s.recompute == FULL, forward, selective)
+    if model.moe_layers:
+        # each term above is linear in the MoE share: its slope, one MoE layer over a dense one
+        rerun_slope = {
+            "mlp": -dense_mlp,
+            "moe_act": delta["activation_forward"],
+            "shared_experts": delta["shared_forward"],
+            "moe": dense_mlp + delta["forward"],
+        }
+        selective_slope = total(
+            [np.where(recomputes(s, name), t_s, 0.0) for name, t_s in rerun_slope.items()]
+        )
+        per_moe = {
+            "moe_forward": np.asarray(delta["forward"]),
+            "moe_backward": np.asarray(delta["backward"]),
+            "moe_recompute": np.asarray(
+                np.where(s.recompute == FULL, delta["forward"], selective_slope)
+            ),
+        }
     return {
         "forward": np.asarray(forward),
         "backward": np.asarray(backward),
@@ -227,7 +247,11 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
         "fprop_mlp_down": fprop["mlp_down"],
         "attention_forward": np.asarray(attn_fwd),
         "attention_backward": np.asarray(attn_bwd),
-    }
+    } | {k: np.asarray(v) for k, v in per_moe.items()}
+
+
+#: `layer_times`' slopes in the MoE share: what one MoE layer adds over a dense one, by pass
+MOE_DELTA_KEYS = ("moe_forward", "moe_backward", "moe_recompute")
 
 
 def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:

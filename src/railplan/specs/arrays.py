@@ -447,6 +447,12 @@ def stage_layer_counts(
     return np.asarray(out, dtype=np.int64)
 
 
+#: `stage_layers`' layouts of distinct (pp, first/last stage layers, schedule) rules, by model
+#: and rules: the search asks for the same ones in every chunk (emptied when full)
+_STAGE_TABLES: dict[tuple[Model, bytes], dict[str, FloatArray]] = {}
+_STAGE_TABLES_MAX = 256
+
+
 def stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     """Layers of the `first`, the fullest `middle` (stage 1, which takes the first extra layer;
     0 when pp ≤ 2) and the `last` stage (`layers_of_stage`), their `max`, the `fewest` any stage
@@ -454,23 +460,33 @@ def stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     the MoE layers of the first, middle and last stage and the middle stage with the most of
     them (`first_moe`, `middle_moe`, `last_moe`, `heavy`, `heavy_moe`, `heavy_rank`:
     `_stage_moe_layers`)."""
-    first_given, last_given = s.first_stage_layers, s.last_stage_layers
-    if np.ndim(first_given) == 0 and np.ndim(last_given) == 0 and np.size(s.pp) > 64:
-        # Many strategies, one stage split rule: a table over pp = 1…max, then a lookup (per
-        # schedule where the MTP layers sit on a schedule-dependent rank or the MoE layers
-        # fall on the ranks by the schedule).
-        top = max(int(np.max(s.pp)), 1)
-        pps = np.arange(1, top + 1, dtype=np.int64)
-        at = np.maximum(s.pp, 1) - 1
-        by_schedule = model.mtp_layers or model.moe_layers  # rank layouts that differ
-        schedules = np.unique(s.pipeline_schedule) if by_schedule else np.zeros(1, np.int64)
-        out: dict[str, FloatArray] = {}
-        for code in schedules:
-            table = _stage_layers(model, replace(s, pp=pps, pipeline_schedule=np.asarray(code)))
-            here = s.pipeline_schedule == code
-            for k, v in table.items():
-                out[k] = np.asarray(np.where(here, v[at], out[k]) if k in out else v[at])
-        return out
+    cols = np.broadcast_arrays(
+        np.asarray(s.pp), s.first_stage_layers, s.last_stage_layers, s.pipeline_schedule
+    )
+    if cols[0].size > 64 and model.layers < 1 << 15:
+        # Many strategies, few stage split rules: each distinct (pp, first and last stage
+        # layers, schedule) laid out once, then looked up (the search asks for the same few
+        # in every chunk: remembered, emptied when full).
+        # One integer per rule (the stage layers below 2^15, the schedule code below 16).
+        pp, first, last, code = (np.asarray(c, dtype=np.int64) for c in cols)
+        rule = ((pp << 15 | first) << 15 | last) << 4 | code
+        distinct, inverse = np.unique(rule.ravel(), return_inverse=True)
+        key = (model, distinct.tobytes())
+        table = _STAGE_TABLES.get(key)
+        if table is None:
+            if len(_STAGE_TABLES) >= _STAGE_TABLES_MAX:
+                _STAGE_TABLES.clear()
+            mask = (1 << 15) - 1
+            sub = replace(
+                s,
+                pp=distinct >> 34,
+                first_stage_layers=distinct >> 19 & mask,
+                last_stage_layers=distinct >> 4 & mask,
+                pipeline_schedule=distinct & 15,
+            )
+            table = _STAGE_TABLES[key] = _stage_layers(model, sub)
+        at = inverse.reshape(pp.shape)
+        return {k: np.asarray(v[at]) for k, v in table.items()}
     return _stage_layers(model, s)
 
 
