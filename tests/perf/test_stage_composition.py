@@ -186,3 +186,53 @@ def test_the_head_stage_holds_logits_or_a_recomputed_layer_not_both() -> None:
     acts = stage_activation_bytes(m, full)
     assert float(acts["first"]) == pytest.approx(inputs + max(logits, one_layer))
     assert float(acts["last"]) == float(acts["first"])  # one stage: both ends
+
+
+def test_the_pace_is_the_slowest_middle_rank_when_moe_layers_cost_less(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """moe-1.3b (an MoE layer every second layer, no shared experts) with tp 8 and whole
+    experts on every rank (ep 1, expert_tp 1): an MoE layer skips the dense MLP's tensor-parallel
+    collectives and its recompute, so it costs less than a dense layer, and the slowest middle
+    rank is one with the fewest MoE layers. The pipeline's middle stage is the slowest of every
+    middle rank, each forced in turn as the one compared with rank 1."""
+    import railplan.perf.iteration as it_mod
+    from railplan.specs.arrays import layers_of_stage
+
+    model = load_model("moe-1.3b").model_copy(update={"vocab": 8192})
+    a100 = load_system("dgx-a100")
+    strat = Strategy(
+        tp=8,
+        pp=9,
+        dp=2,
+        ep=1,
+        expert_tp=1,
+        micro_batch=128,
+        global_batch=2048,
+        first_stage_layers=1,
+        last_stage_layers=2,
+        recompute="selective",
+        recompute_modules=("mlp",),
+        sequence_parallel=True,
+    )
+    s = from_strategies(strat)
+    got = float(iteration(model, a100, Network(), s).stage_s["middle"])
+    counts = moe_layers_by_stage(model, s)
+    real = it_mod.stage_layers
+    forced = []
+    for rank in range(1, 8):
+
+        def one_rank(m: object, x: object, rank: int = rank) -> dict[str, object]:
+            st = dict(real(m, x))  # type: ignore[arg-type]
+            st["heavy"] = np.asarray(float(layers_of_stage(model, s, rank)))
+            st["heavy_moe"] = np.asarray(float(counts[rank]))
+            st["heavy_rank"] = np.asarray(float(rank))
+            st["light"] = np.asarray(0.0)
+            return st
+
+        monkeypatch.setattr(it_mod, "stage_layers", one_rank)
+        forced.append(float(iteration(model, a100, Network(), s).stage_s["middle"]))
+        monkeypatch.setattr(it_mod, "stage_layers", real)
+    assert len(set(counts[1:8])) > 1  # the middle ranks differ
+    assert got == pytest.approx(max(forced))
+    assert max(forced) > min(forced)

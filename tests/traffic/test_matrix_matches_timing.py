@@ -141,3 +141,34 @@ def test_each_stage_sends_its_own_moe_layers_all_to_alls(counting: None) -> None
         gpu = int(p.gpu[stage].flat[0])
         sent = float(t.bytes[(t.kind == KIND_CODE["ep"]) & (t.src == gpu)].sum())
         assert sent == pytest.approx(float(s.micro_batches) * counts[stage] * per_moe_layer)
+
+
+def test_each_stage_runs_its_own_layers_tp_collectives(counting: None) -> None:
+    """Mixtral 8x7B with three dense layers first (no shared experts: an MoE layer runs no MLP
+    collectives on the tp group) on tp 2, pp 4, ep 4: each stage's tp bytes are its dense
+    layers' and its MoE layers' collectives, as the time counts them."""
+    base = load_model("mixtral-8x7b")
+    model = base.model_copy(update={"first_dense_layers": 3})
+    system = load_system("dgx-h100")
+    strat = Strategy(tp=2, pp=4, dp=4, ep=4, expert_tp=1, global_batch=32, sequence_parallel=True)
+    s = from_strategies(strat)
+    lk = ct.links(system, Network(), s.gpus.astype(float))
+    g = megatron_shapes(s.tp, s.dp, s.pp, s.ep, lk.hb_domain, s.cp, s.replicas, s.etp)
+    lt = {k: np.zeros(()) for k in LAYER_KEYS}
+
+    def per_layer(view: object) -> float:
+        tp = ct.tp_comm_times(view, lk, s, lt, g["tp"])  # type: ignore[arg-type]
+        return float(tp["forward"] + tp["recompute"] + tp["backward"])
+
+    dense = per_layer(model.model_copy(update={"first_dense_layers": model.layers}))
+    moe = per_layer(model.model_copy(update={"first_dense_layers": 0}))
+    assert dense > moe
+    p = place(strat.tp, strat.pp, strat.dp, system.hb_domain, ("tp", "dp", "pp"))
+    t = traffic(model, strat, p)
+    counts = moe_layers_by_stage(model, s)
+    for stage in (0, 1):
+        n = float(layers_of_stage(model, s, stage))
+        gpu = int(p.gpu[stage].flat[0])
+        sent = float(t.bytes[(t.kind == KIND_CODE["tp"]) & (t.src == gpu)].sum())
+        want = float(s.micro_batches) * ((n - counts[stage]) * dense + counts[stage] * moe)
+        assert sent == pytest.approx(want)

@@ -295,7 +295,7 @@ def pipeline(
 
     zero_excess = np.zeros(())
     excess = moe_excess or {}
-    ex = {k: np.asarray(excess.get(k, zero_excess)) for k in ("first", "middle", "heavy", "last")}
+    ex = {k: np.asarray(excess.get(k, zero_excess)) for k in STAGE_KEYS}
 
     def stage_s(n: FloatArray, more: FloatArray = zero_excess) -> FloatArray:
         parts = stage_parts(n)
@@ -309,15 +309,20 @@ def pipeline(
     t_first = stage_s(stages["first"], ex["first"]) + head_first
     t_middle = np.where(pp > 2, stage_s(stages["middle"], ex["middle"]), 0.0)
     n_middle, ex_middle = stages["middle"], ex["middle"]
-    if "heavy" in stages and bool(np.any(stages["heavy"] > 0)):
-        # the middle stage with the most MoE layers, where it is slower than rank 1
-        t_heavy = np.where(
-            (pp > 2) & (stages["heavy"] > 0), stage_s(stages["heavy"], ex["heavy"]), 0.0
-        )
-        heavier = t_heavy > t_middle
-        t_middle = np.where(heavier, t_heavy, t_middle)
-        n_middle = np.where(heavier, stages["heavy"], n_middle)
-        ex_middle = np.where(heavier, ex["heavy"], ex_middle)
+    for other in ("heavy", "light"):
+        # the middle stages with the most and the fewest MoE layers, where slower than rank 1
+        # (the fewest only where an MoE layer can cost less than a dense one)
+        if other not in stages or not bool(
+            np.any((stages[other] > 0) & (stages[other + "_rank"] != 1))
+        ):
+            continue
+        if other == "light" and not bool(np.any(np.asarray(per_moe_layer_s) < 0.0)):
+            continue
+        t_other = np.where((pp > 2) & (stages[other] > 0), stage_s(stages[other], ex[other]), 0.0)
+        slower = t_other > t_middle
+        t_middle = np.where(slower, t_other, t_middle)
+        n_middle = np.where(slower, stages[other], n_middle)
+        ex_middle = np.where(slower, ex[other], ex_middle)
     t_last = stage_s(stages["last"], ex["last"]) + (t_logits - head_first)
     others = np.maximum(t_first, t_middle)
 
@@ -406,6 +411,10 @@ def pipeline(
         },
     )
 
+
+#: the stages the pipeline compares (`stage_layers`: the middle ones with the most and the
+#: fewest MoE layers beside rank 1)
+STAGE_KEYS = ("first", "middle", "heavy", "light", "last")
 
 #: the parts of one layer's time per micro-batch (`LayerCosts.part`), as the breakdown names them
 LAYER_PARTS = ("compute", "recompute", "tp_comm", "ep_comm", "cp_comm")
@@ -523,9 +532,7 @@ def iteration(model: Model, system: System, network: Network, s: StrategyArrays)
     # an MoE layer (each cost is linear in the MoE share but where the all-to-all hides
     # behind the layer's compute, taken there at an MoE layer's).
     share = model.moe_layers / model.layers
-    excess = {
-        k: stages[k + "_moe"] - share * stages[k] for k in ("first", "middle", "heavy", "last")
-    }
+    excess = {k: stages[k + "_moe"] - share * stages[k] for k in STAGE_KEYS}
     per_moe: dict[str, FloatArray | float] = dict.fromkeys(LAYER_PARTS, 0.0)
     if 0.0 < share < 1.0 and any(bool(np.any(x != 0.0)) for x in excess.values()):
         per_moe = moe_layer_slopes(model, lk, s, costs, groups)

@@ -457,9 +457,9 @@ def stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     """Layers of the `first`, the fullest `middle` (stage 1, which takes the first extra layer;
     0 when pp ≤ 2) and the `last` stage (`layers_of_stage`), their `max`, the `fewest` any stage
     holds (the middle stages' fewest is the last one's, pp − 2), the `mean` layers/pp, and
-    the MoE layers of the first, middle and last stage and the middle stage with the most of
-    them (`first_moe`, `middle_moe`, `last_moe`, `heavy`, `heavy_moe`, `heavy_rank`:
-    `_stage_moe_layers`)."""
+    the MoE layers of the first, middle and last stage and the middle stages with the most and
+    the fewest of them (`first_moe`, `middle_moe`, `last_moe`, `heavy`, `heavy_moe`,
+    `heavy_rank`, `light`, `light_moe`, `light_rank`: `_stage_moe_layers`)."""
     cols = np.broadcast_arrays(
         np.asarray(s.pp), s.first_stage_layers, s.last_stage_layers, s.pipeline_schedule
     )
@@ -533,7 +533,10 @@ def _rank_moe_counts(
     start = np.zeros(np.shape(pp), dtype=np.int64)  # contiguous stages: where rank r starts
     front_end = np.zeros_like(start)  # DualPipeV: the front chunks so far end here, and
     back_start = np.full_like(start, model.layers)  # the back chunks so far start here
-    for r in range(int(np.max(pp))):
+    if np.size(pp) == 0:
+        return
+    # a rank past the model's layers holds none: no valid strategy has one
+    for r in range(min(int(np.max(pp)), model.layers + model.mtp_layers)):
         here = r < pp
         n = np.asarray(layers_of_stage(model, s, r))
         own = np.where(r == head, n - mtp, n)
@@ -558,9 +561,11 @@ def moe_layers_by_stage(model: Model, s: StrategyArrays) -> list[int]:
 
 def _stage_moe_layers(model: Model, s: StrategyArrays, pp: IntArray) -> dict[str, FloatArray]:
     """The MoE layers of the first, the middle (rank 1) and the last stage, and the middle
-    stage with the most of them (`heavy`: its layers, MoE layers and rank; rank 1 on a tie,
-    which holds the most layers and micro-batches; none with pp ≤ 2), walking the ranks from
-    where each one's layers start. A stage's layers are contiguous (with interleaving too: the
+    stages with the most and the fewest of them (`heavy`, `light`: their layers, MoE layers and
+    ranks; the lowest rank on a tie, which holds the most layers and micro-batches; none with
+    pp ≤ 2: an MoE layer may cost more than a dense one or, where it skips the MLP's
+    tensor-parallel collectives, less), walking the ranks from where each one's layers
+    start. A stage's layers are contiguous (with interleaving too: the
     chunks of a rank are counted as one run, an approximation where a chunk is shorter than the
     leading dense layers); with DualPipeV (deepseek-ai/DualPipe `dualpipev.py`) rank r runs
     chunk r of the front half and chunk 2·pp − 1 − r of the back half, its layers taken half
@@ -576,10 +581,14 @@ def _stage_moe_layers(model: Model, s: StrategyArrays, pp: IntArray) -> dict[str
             "heavy": zero,
             "heavy_moe": zero,
             "heavy_rank": np.ones(np.shape(pp)),
+            "light": zero,
+            "light_moe": zero,
+            "light_rank": np.ones(np.shape(pp)),
         }
 
-    first = middle = last = heavy = heavy_moe = np.zeros(np.shape(pp))
-    heavy_rank = np.ones(np.shape(pp))
+    first = middle = last = heavy = heavy_moe = light = np.zeros(np.shape(pp))
+    light_moe = np.full(np.shape(pp), np.inf)
+    heavy_rank = light_rank = np.ones(np.shape(pp))
     for r, n, count in _rank_moe_counts(model, s, pp):
         here = r < pp
         if r == 0:
@@ -587,10 +596,15 @@ def _stage_moe_layers(model: Model, s: StrategyArrays, pp: IntArray) -> dict[str
         if r == 1:
             middle = np.where(pp > 2, count, 0.0)
         last = np.where(here & (r == pp - 1), count, last)
-        more = here & (r >= 1) & (r <= pp - 2) & (count > heavy_moe)
+        inner = here & (r >= 1) & (r <= pp - 2)
+        more = inner & (count > heavy_moe)
         heavy = np.where(more, n, heavy)
         heavy_moe = np.where(more, count, heavy_moe)
         heavy_rank = np.where(more, r, heavy_rank)
+        fewer = inner & (count < light_moe)
+        light = np.where(fewer, n, light)
+        light_moe = np.where(fewer, count, light_moe)
+        light_rank = np.where(fewer, r, light_rank)
     return {
         "first_moe": np.asarray(first),
         "middle_moe": np.asarray(middle),
@@ -598,6 +612,9 @@ def _stage_moe_layers(model: Model, s: StrategyArrays, pp: IntArray) -> dict[str
         "heavy": np.asarray(heavy, dtype=np.float64),
         "heavy_moe": np.asarray(heavy_moe),
         "heavy_rank": np.asarray(heavy_rank, dtype=np.float64),
+        "light": np.asarray(light, dtype=np.float64),
+        "light_moe": np.asarray(np.where(np.isfinite(light_moe), light_moe, 0.0)),
+        "light_rank": np.asarray(light_rank, dtype=np.float64),
     }
 
 

@@ -26,9 +26,10 @@ a pair's volume is the sum of both directions.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -144,11 +145,17 @@ def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
     count; `embedding`: the tied-embedding all-reduce buffer, two passes."""
     m = float(s.micro_batches)
     rerun = recomputed_share(model, s)
-    ops = comm.tp_ops_per_layer(s, model.moe_layers / model.layers, rerun, model.shared_experts)
-    all_reduces = float(ops["forward"] + ops["recompute"] + ops["backward"])
-    gathers = float(ops["sp_regather"])
     tp_d = float(comm.tp_message_bytes(model, s))
     fp8_gather = float(comm.tp_gather_byte_ratio(s))
+
+    def tp_bytes(moe_share: float) -> float:
+        """`tp` for layers of which a `moe_share` are MoE layers (their MLP's collectives only
+        for shared experts: `comm.tp_ops_per_layer`)."""
+        ops = comm.tp_ops_per_layer(s, moe_share, rerun, model.shared_experts)
+        all_reduces = float(ops["forward"] + ops["recompute"] + ops["backward"])
+        gathers = float(ops["sp_regather"])
+        return m * tp_d * ((1.0 + fp8_gather) * all_reduces + fp8_gather * gathers)
+
     e_ops = comm.expert_tp_ops_per_moe_layer(s, rerun)
     expert_all_reduces = float(e_ops["forward"] + e_ops["recompute"] + e_ops["backward"])
     cp_steps = comm.cp_steps_per_layer(s, rerun)
@@ -162,7 +169,10 @@ def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
         "cp": m * sends * float(comm.cp_block_bytes(model, s)),
         # each all-reduce (or SP reduce-scatter + all-gather) is two gather passes; in FP8 an
         # SP all-gather carries 1 byte per element (`comm.tp_gather_byte_ratio`)
-        "tp": m * tp_d * ((1.0 + fp8_gather) * all_reduces + fp8_gather * gathers),
+        "tp": tp_bytes(model.moe_layers / model.layers),
+        # the same per dense layer and per MoE layer (each stage takes its own mix)
+        "tp_dense": tp_bytes(0.0),
+        "tp_moe": tp_bytes(1.0) if model.moe_layers else 0.0,
         # the routed experts' all-gather / reduce-scatter pairs on the expert_tp group
         "etp": m * 2.0 * expert_all_reduces * float(comm.expert_tp_message_bytes(model, s)),
         "ep": m * a2a_bf16 * float(comm.ep_pair_bytes(model, s)),
@@ -222,9 +232,12 @@ def hybrid_groups(rows: IntArray, replicas: int) -> tuple[IntArray, IntArray]:
     )
 
 
+_Key = TypeVar("_Key", bound=Hashable)
+
+
 def _per_stage(
-    groups: IntArray, rows_per_stage: int, keys: list[tuple[int, bool, bool]]
-) -> list[tuple[tuple[int, bool, bool], IntArray]]:
+    groups: IntArray, rows_per_stage: int, keys: Sequence[_Key]
+) -> list[tuple[_Key, IntArray]]:
     """The group rows (stage-major, `rows_per_stage` per stage) of the stages sharing each
     distinct key of `keys` (one key per stage)."""
     stage_of_row = np.arange(groups.shape[0]) // max(rows_per_stage, 1)
@@ -276,8 +289,12 @@ def traffic(
     pieces: list[tuple[str, tuple[IntArray, IntArray, FloatArray]]] = [
         ("pp", _scale(pipeline_edges(p.groups("pp"), int(s.interleave), not dualpipev), vol["pp"])),
     ]
-    for (n, _, _), rows in _per_stage(p.groups("tp"), p.dp * p.cp, only_layers):
-        pieces.append(("tp", _scale(collective_edges(rows, k), vol["tp"] * n)))
+    # each stage's own MoE layers (`moe_layers_by_stage`), as the time counts them
+    moe_counts = moe_layers_by_stage(model, s)
+    tp_keys = [(n, c, False) for (n, _, _), c in zip(only_layers, moe_counts, strict=True)]
+    for (n, c, _), rows in _per_stage(p.groups("tp"), p.dp * p.cp, tp_keys):
+        tp_bytes = (n - c) * vol["tp_dense"] + c * vol["tp_moe"]
+        pieces.append(("tp", _scale(collective_edges(rows, k), tp_bytes)))
     if p.cp > 1:
         for (n, _, _), rows in _per_stage(p.groups("cp"), p.dp * p.tp, only_layers):
             pieces.append(("cp", _scale(ring_edges(rows, 1.0), vol["cp"] * n)))
@@ -302,7 +319,7 @@ def traffic(
         ep_groups, edp_groups, etp_groups = expert_groups(p, ep, etp)
         # each stage's own MoE layers (the leading dense layers on the first stage, an MoE
         # multi-token prediction layer on the head's: `moe_layers_by_stage`), as the time
-        moe_keys = [(c, False, False) for c in moe_layers_by_stage(model, s)]
+        moe_keys = [(c, False, False) for c in moe_counts]
         if etp > 1:
             for (c, _, _), rows in _per_stage(etp_groups, p.tp * p.dp * p.cp // etp, moe_keys):
                 pieces.append(("tp", _scale(collective_edges(rows, k), vol["etp"] * c)))

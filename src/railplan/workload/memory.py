@@ -188,9 +188,9 @@ def in_flight_stage_passes(s: StrategyArrays, rank: int | IntArray) -> FloatArra
     return np.asarray(chunks / v)
 
 
-#: the stages memory and the pipeline compare: the first, the fullest middle one (rank 1), the
-#: middle one with the most MoE layers (`heavy`, `stage_layers`) and the last
-STAGES = ("first", "middle", "heavy", "last")
+#: the stages memory compares: the first, the fullest middle one (rank 1), the middle ones with
+#: the most and the fewest MoE layers (`heavy`, `light`: `stage_layers`) and the last
+STAGES = ("first", "middle", "heavy", "light", "last")
 
 
 def _stage_moe_share(st: dict[str, FloatArray], key: str) -> FloatArray:
@@ -213,8 +213,9 @@ def per_layer_by_stage(
 def stage_activation_bytes(
     model: Model, s: StrategyArrays, st: dict[str, FloatArray] | None = None
 ) -> dict[str, FloatArray]:
-    """Activation bytes of the first, the fullest middle (rank 1), the middle one with the most
-    MoE layers (`heavy`) and the last pipeline stage, each with the micro-batches it holds in
+    """Activation bytes of the first, the fullest middle (rank 1), the middle ones with the
+    most and the fewest MoE layers (`heavy`, `light`) and the last pipeline stage, each with
+    the micro-batches it holds in
     flight at its peak (`in_flight_stage_passes`), on one GPU before context parallelism
     divides them: the first stage also keeps each in-flight
     micro-batch's embedding dropout mask, the stage with the LM head one micro-batch's logits
@@ -233,6 +234,7 @@ def stage_activation_bytes(
         "first": np.zeros_like(s.pp),
         "middle": np.ones_like(s.pp),
         "heavy": np.asarray(st["heavy_rank"], dtype=np.int64),
+        "light": np.asarray(st["light_rank"], dtype=np.int64),
         "last": s.pp - 1,
     }
     for key, rank in ranks.items():
@@ -275,6 +277,7 @@ def stage_activation_bytes(
         "first": np.asarray(first),
         "middle": np.asarray(np.where(st["middle"] > 0, kept["middle"] + rerun["middle"], 0.0)),
         "heavy": np.asarray(np.where(st["heavy"] > 0, kept["heavy"] + rerun["heavy"], 0.0)),
+        "light": np.asarray(np.where(st["light"] > 0, kept["light"] + rerun["light"], 0.0)),
         "last": np.asarray(np.where(single, first, last)),
     }
 
@@ -353,6 +356,7 @@ def end_params(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
         "first": np.asarray(np.where(head_first, both, vh)),
         "middle": np.zeros(np.shape(s.pp)),
         "heavy": np.zeros(np.shape(s.pp)),
+        "light": np.zeros(np.shape(s.pp)),
         "last": np.asarray(np.where(s.pp <= 1, both, np.where(s.dualpipev, 0.0, last))),
     }
 
@@ -471,9 +475,10 @@ def zero_share(
 
 def memory(model: Model, s: StrategyArrays) -> Memory:
     """Memory per GPU of the most loaded pipeline stage: the first, the fullest middle one
-    (rank 1), the middle one with the most MoE layers or the last (`STAGES`), each with its
-    own layers (and MoE layers among them), its own end parameters (`end_params`) and its own
-    activations (`stage_activation_bytes`), the stage whose total is largest reported; with
+    (rank 1), the middle ones with the most and the fewest MoE layers or the last (`STAGES`),
+    each with its own layers (and MoE layers among them), its own end parameters
+    (`end_params`) and its own activations (`stage_activation_bytes`), the stage whose total
+    is largest reported; with
     ZeRO stage 1/2/3 sharding optimizer states / gradients / weights over the data-parallel
     group: the dp·cp ranks for the dense
     parameters, the tp·cp·dp/(etp·ep) expert-data-parallel ranks for the expert parameters
@@ -498,10 +503,13 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
         "first": (s.pp <= 1) | s.dualpipev,
         "middle": no_head,
         "heavy": no_head,
+        "light": no_head,
         "last": (s.pp <= 1) | ~s.dualpipev,
     }
     parts: dict[str, list[FloatArray]] = {k: [] for k in ("weights", "grads", "opt", "acts")}
     for key in STAGES:
+        if key in ("heavy", "light") and not bool(np.any((st[key] > 0) & (st[key + "_rank"] != 1))):
+            continue  # rank 1 itself, or no middle stage: counted as `middle`
         layers, moe = st[key], st[key + "_moe"]
         params = (
             dense_stage_params(model, s, layers=layers, moe=moe, ends=ends[key]),
