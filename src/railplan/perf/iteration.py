@@ -277,9 +277,10 @@ def pipeline(
     split weight gradients, the LM head on rank 0). `extra_s`: what every stage
     pays per micro-batch besides its layers (unfused gradient accumulation, FP8 amax
     reductions). `t_layer` is the average layer's; a stage whose MoE layers are more (or
-    fewer) than its layers' share of the model's (`moe_excess`, by `first`, `middle` and
-    `last` stage: the model's leading dense layers sit on the first) pays `per_moe_layer_s`
-    more (or less) per excess layer.
+    fewer) than its layers' share of the model's (`moe_excess`, by `STAGE_KEYS`: the model's
+    leading dense layers sit on the first) pays `per_moe_layer_s` more (or less) per excess
+    layer; the middle stage is the slowest of rank 1 and the middle stages with the most and
+    the fewest MoE layers (`stage_s["middle"]`).
 
     Deferred LM-head weight gradient (`defer_embedding_wgrad`, Megatron-Core
     `defer_embedding_wgrad_compute`): for the k deferred micro-batches the last stage runs
