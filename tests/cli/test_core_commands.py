@@ -350,3 +350,13 @@ def test_oversubscription_needs_uplinks(cli) -> None:  # type: ignore[no-untyped
     base = cli.json("estimate", *job)["breakdown_s"]
     small = cli.json("estimate", *job, *over, "--radix", "32")["breakdown_s"]
     assert small["pp_comm"] > base["pp_comm"] and small["cp_comm"] == base["cp_comm"]
+
+
+def test_estimate_names_the_rank_whose_memory_it_reports(cli) -> None:  # type: ignore[no-untyped-def]
+    """Llama 3.1 405B on tp 8, pp 16: rank 1 peaks (8 layers, 15 micro-batches in flight)."""
+    args = ["estimate", "--model", "llama-3.1-405b", "--system", "dgx-h100", "--gpus", "16384"]
+    args += ["--tp", "8", "--pp", "16", "--global-batch", "2048", "--sequence-parallel"]
+    args += ["--zero", "1"]
+    assert cli.json(*args)["memory_peak_rank"] == 1
+    r = cli(*args)
+    assert r.exit_code == 0 and "peak on pipeline rank" in r.stdout and "1 (ranks 0–15)" in r.stdout

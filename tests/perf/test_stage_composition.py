@@ -86,6 +86,7 @@ def test_the_middle_stage_with_most_moe_layers_paces_and_peaks() -> None:
     assert (float(st["middle_moe"]), float(st["heavy_moe"]), float(st["heavy_rank"])) == (0, 2, 2)
     mem, acts = memory(DEEPSEEK, s), stage_activation_bytes(DEEPSEEK, s)
     assert float(mem.activations_bytes) == pytest.approx(float(acts["heavy"]))
+    assert float(mem.peak_rank) == 2.0
     assert not bool(mem.fits(H100.gpu))  # rank 1 alone would fit
     kw = dict(pp=16, dp=64, first_stage_layers=1, last_stage_layers=1, ep=8)
     s16 = from_strategies(_deepseek(**kw))
@@ -163,6 +164,7 @@ def test_memory_is_the_most_loaded_stage_with_its_own_parts() -> None:
     )
     acts = stage_activation_bytes(m, s)
     assert float(mem.activations_bytes) == pytest.approx(float(acts["middle"]))
+    assert float(mem.peak_rank) == 1.0
     assert float(acts["middle"]) > float(acts["first"])
     parts = (
         mem.weights_bytes,

@@ -172,6 +172,8 @@ def _estimate_table(
             + ("" if e.fits else "  [red]does not fit[/red]"),
         ),
     ]
+    if strat.pp > 1:
+        rows.append(("  peak on pipeline rank", f"{e.memory_peak_rank} (ranks 0–{strat.pp - 1})"))
     for k, v in e.memory_breakdown_gib.items():
         if k == "zero3_gathered" and strat.zero < 3:
             continue  # only ZeRO-3 gathers layers

@@ -36,6 +36,8 @@ class Estimate:
     fits: bool
     breakdown_s: dict[str, float]
     memory_breakdown_gib: dict[str, float]
+    #: the pipeline rank whose memory `memory_gib_per_gpu` is (0 = the first stage)
+    memory_peak_rank: int
     model_tflops_per_gpu: float
     hardware_tflops_per_gpu: float
     group_layout: dict[str, dict[str, Any]]
@@ -54,6 +56,7 @@ class Estimate:
             "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
             "memory_gib_per_gpu": self.memory_gib_per_gpu,
             "memory_breakdown_gib": self.memory_breakdown_gib,
+            "memory_peak_rank": self.memory_peak_rank,
             "fits": self.fits,
             "breakdown_s": self.breakdown_s,
             "group_layout": self.group_layout,
@@ -126,6 +129,7 @@ def estimate(
             "reserved": float(mem.reserved_bytes) / gib,
             "zero3_gathered": float(mem.gathered_bytes) / gib,
         },
+        memory_peak_rank=int(mem.peak_rank),
         model_tflops_per_gpu=float(it.model_flops) / float(it.iteration_s) / n / 1e12,
         hardware_tflops_per_gpu=float(it.hardware_flops) / float(it.iteration_s) / n / 1e12,
         group_layout={

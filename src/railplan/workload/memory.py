@@ -44,7 +44,7 @@ by the rate limiter; DeepSpeed ZeRO-3 prefetches the same way).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -92,6 +92,8 @@ class Memory:
     reserved_bytes: FloatArray
     total_bytes: FloatArray
     gathered_bytes: FloatArray  # ZeRO-3: full weights of the gathered layers, one layer's grads
+    #: the pipeline rank whose memory this is (0 = the first stage)
+    peak_rank: FloatArray = field(default_factory=lambda: np.zeros(()))
 
     def fits(self, gpu: GPU) -> FloatArray:
         return np.asarray(self.total_bytes <= gpu.memory_gib * GIB)
@@ -507,6 +509,14 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
         "last": (s.pp <= 1) | ~s.dualpipev,
     }
     parts: dict[str, list[FloatArray]] = {k: [] for k in ("weights", "grads", "opt", "acts")}
+    ranks: list[FloatArray] = []
+    rank_of = {
+        "first": np.zeros(()),
+        "middle": np.ones(()),
+        "heavy": st["heavy_rank"],
+        "light": st["light_rank"],
+        "last": np.asarray(s.pp - 1, dtype=np.float64),
+    }
     for key in STAGES:
         if key in ("heavy", "light") and not bool(np.any((st[key] > 0) & (st[key + "_rank"] != 1))):
             continue  # rank 1 itself, or no middle stage: counted as `middle`
@@ -521,6 +531,7 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
         parts["grads"].append(sharded(s.grad_reduce_bytes.astype(np.float64), 2, params))
         parts["opt"].append(sharded(OPTIMIZER_STATE_BYTES[s.optimizer_state], 1, params))
         parts["acts"].append(np.asarray(acts[key] / s.cp))
+        ranks.append(np.asarray(rank_of[key], dtype=np.float64))
     stacked = {k: np.stack(np.broadcast_arrays(*v)) for k, v in parts.items()}
     totals = sum(stacked.values())
     pick = np.argmax(totals, axis=0)[None]
@@ -531,6 +542,8 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
     weights, grads, optimizer, activations = (
         at_peak(stacked[k]) for k in ("weights", "grads", "opt", "acts")
     )
+    shape = np.broadcast(*(x for v in parts.values() for x in v)).shape
+    peak_rank = at_peak(np.stack([np.broadcast_to(r, shape) for r in ranks]))
     reserved = np.full_like(activations, RESERVED_BYTES)
     total = weights + grads + optimizer + activations + reserved + gathered
     return Memory(
@@ -541,4 +554,5 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
         reserved_bytes=reserved,
         total_bytes=total,
         gathered_bytes=np.asarray(np.broadcast_to(gathered, np.shape(total))),
+        peak_rank=peak_rank,
     )
