@@ -404,7 +404,6 @@ class HardwareOptions(OptionGroup):
     def network_spec(self) -> Network:
         """The network these options name; `ideal` refuses the overrides it has no use for
         (every GPU in one HB domain: no NIC, no rail switches)."""
-        from railplan.errors import RailplanError
         from railplan.specs.build import build_network
 
         if self.network == "ideal":

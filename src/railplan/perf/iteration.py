@@ -57,10 +57,12 @@ from railplan.perf.layout import Shape, megatron_shapes
 from railplan.specs import Model, Network, System
 from railplan.specs.arrays import (
     FP8,
+    STAGE_KEYS,
     BoolArray,
     FloatArray,
     IntArray,
     StrategyArrays,
+    compared_stages,
     recomputed_share,
     stage_layers,
 )
@@ -310,14 +312,11 @@ def pipeline(
     t_first = stage_s(stages["first"], ex["first"]) + head_first
     t_middle = np.where(pp > 2, stage_s(stages["middle"], ex["middle"]), 0.0)
     n_middle, ex_middle = stages["middle"], ex["middle"]
+    cheaper_moe = bool(np.any(np.asarray(per_moe_layer_s) < 0.0))
     for other in ("heavy", "light"):
         # the middle stages with the most and the fewest MoE layers, where slower than rank 1
         # (the fewest only where an MoE layer can cost less than a dense one)
-        if other not in stages or not bool(
-            np.any((stages[other] > 0) & (stages[other + "_rank"] != 1))
-        ):
-            continue
-        if other == "light" and not bool(np.any(np.asarray(per_moe_layer_s) < 0.0)):
+        if other not in compared_stages(stages) or (other == "light" and not cheaper_moe):
             continue
         t_other = np.where((pp > 2) & (stages[other] > 0), stage_s(stages[other], ex[other]), 0.0)
         slower = t_other > t_middle
@@ -412,10 +411,6 @@ def pipeline(
         },
     )
 
-
-#: the stages the pipeline compares (`stage_layers`: the middle ones with the most and the
-#: fewest MoE layers beside rank 1)
-STAGE_KEYS = ("first", "middle", "heavy", "light", "last")
 
 #: the parts of one layer's time per micro-batch (`LayerCosts.part`), as the breakdown names them
 LAYER_PARTS = ("compute", "recompute", "tp_comm", "ep_comm", "cp_comm")

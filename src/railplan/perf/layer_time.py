@@ -180,8 +180,8 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
     # apart from the input gradients).
     weight_grads = total(list(wgrad.values()))
     share = model.moe_layers / model.layers
-    zero_moe: dict[str, FloatArray] = dict.fromkeys(MOE_DELTA_KEYS, np.zeros(()))
-    per_moe = zero_moe  # what one MoE layer adds over a dense one, by pass
+    # what one MoE layer adds over a dense one, by pass (nothing in a dense model)
+    per_moe: dict[str, FloatArray] = dict.fromkeys(MOE_DELTA_KEYS, np.zeros(()))
     if model.moe_layers:
         # Average layer: a moe_layers/layers share of layers swaps its dense MLP for experts.
         delta = moe_mlp_delta(model, system, s)

@@ -490,6 +490,33 @@ def stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     return _stage_layers(model, s)
 
 
+#: the stages memory and the pipeline compare: the first, the fullest middle one (rank 1),
+#: the middle ones with the most and the fewest MoE layers (`heavy`, `light`) and the last
+STAGE_KEYS = ("first", "middle", "heavy", "light", "last")
+
+
+def compared_stages(st: dict[str, FloatArray]) -> tuple[str, ...]:
+    """The `STAGE_KEYS` of `st` (`stage_layers`) worth comparing: `heavy` and `light` only
+    where some strategy's is a middle rank other than rank 1 (elsewhere they are `middle`)."""
+    return tuple(
+        k
+        for k in STAGE_KEYS
+        if k not in ("heavy", "light")
+        or (k in st and bool(np.any((st[k] > 0) & (st[k + "_rank"] != 1))))
+    )
+
+
+def stage_ranks(st: dict[str, FloatArray], s: StrategyArrays) -> dict[str, IntArray]:
+    """The pipeline rank of each of `STAGE_KEYS` (0 = the first stage)."""
+    return {
+        "first": np.zeros_like(s.pp),
+        "middle": np.ones_like(s.pp),
+        "heavy": np.asarray(st["heavy_rank"], dtype=np.int64),
+        "light": np.asarray(st["light_rank"], dtype=np.int64),
+        "last": np.asarray(s.pp - 1),
+    }
+
+
 def moe_layers_before(model: Model, n: IntArray | int) -> IntArray:
     """MoE layers among the first `n` transformer layers: after the `first_dense_layers`, every
     `moe_layer_interval`-th layer (the interval-th, the 2·interval-th, …: `Model.moe_layers` of

@@ -52,13 +52,16 @@ from railplan.specs import GPU, Model
 from railplan.specs.arrays import (
     FP8,
     FULL,
+    STAGE_KEYS,
     UNFUSED,
     FloatArray,
     IntArray,
     StrategyArrays,
+    compared_stages,
     recomputed_share,
     recomputes,
     stage_layers,
+    stage_ranks,
 )
 from railplan.workload import elementwise
 from railplan.workload.routing import slot_factor
@@ -190,11 +193,6 @@ def in_flight_stage_passes(s: StrategyArrays, rank: int | IntArray) -> FloatArra
     return np.asarray(chunks / v)
 
 
-#: the stages memory compares: the first, the fullest middle one (rank 1), the middle ones with
-#: the most and the fewest MoE layers (`heavy`, `light`: `stage_layers`) and the last
-STAGES = ("first", "middle", "heavy", "light", "last")
-
-
 def _stage_moe_share(st: dict[str, FloatArray], key: str) -> FloatArray:
     """The MoE share of stage `key`'s layers (`stage_layers`: its MoE layers over its layers)."""
     return np.asarray(st[key + "_moe"] / np.maximum(st[key], 1.0))
@@ -203,25 +201,27 @@ def _stage_moe_share(st: dict[str, FloatArray], key: str) -> FloatArray:
 def per_layer_by_stage(
     model: Model, s: StrategyArrays, st: dict[str, FloatArray]
 ) -> dict[str, FloatArray]:
-    """`layer_activation_bytes` of the `STAGES` of `st` (`stage_layers`), each at its own
-    share of MoE layers and, with block recompute, its own recomputed share; one figure for
-    all where neither differs (a dense model without block recompute)."""
+    """`layer_activation_bytes` of the stages of `st` (`stage_layers`) that memory compares
+    (`compared_stages`), each at its own share of MoE layers and, with block recompute, its
+    own recomputed share; one figure for all where neither differs (a dense model without
+    block recompute)."""
+    keys = compared_stages(st)
     if not model.moe_layers and not bool(np.any(s.recompute_num_layers > 0)):
         one = layer_activation_bytes(model, s)
-        return dict.fromkeys(STAGES, one)
-    return {k: layer_activation_bytes(model, s, st[k], _stage_moe_share(st, k)) for k in STAGES}
+        return dict.fromkeys(keys, one)
+    return {k: layer_activation_bytes(model, s, st[k], _stage_moe_share(st, k)) for k in keys}
 
 
 def stage_activation_bytes(
     model: Model, s: StrategyArrays, st: dict[str, FloatArray] | None = None
 ) -> dict[str, FloatArray]:
-    """Activation bytes of the first, the fullest middle (rank 1), the middle ones with the
-    most and the fewest MoE layers (`heavy`, `light`) and the last pipeline stage, each with
-    the micro-batches it holds in
-    flight at its peak (`in_flight_stage_passes`), on one GPU before context parallelism
-    divides them: the first stage also keeps each in-flight
-    micro-batch's embedding dropout mask, the stage with the LM head one micro-batch's logits
-    (and, with a deferred LM-head weight gradient, its buffers: `deferred_wgrad_bytes`); with
+    """Activation bytes of the stages memory compares (`compared_stages`: the first, the
+    fullest middle one, rank 1, the middle ones with the most and the fewest MoE layers and
+    the last), each with the micro-batches it holds in flight at its peak
+    (`in_flight_stage_passes`), on one GPU before context parallelism divides them: the
+    first stage also keeps each in-flight micro-batch's embedding dropout mask, the stage
+    with the LM head one micro-batch's logits (and, with a deferred LM-head weight gradient,
+    its buffers: `deferred_wgrad_bytes`); with
     DualPipeV every rank holds rank 0's chunk passes and rank 0, which runs the LM head, the
     logits; with pp = 1 the one stage keeps both ends'. Full recompute adds one layer's
     complete activations while it is recomputed (an MoE layer's on a stage with any); the loss
@@ -232,14 +232,9 @@ def stage_activation_bytes(
     full = s.recompute == FULL
     kept: dict[str, FloatArray] = {}
     rerun: dict[str, FloatArray] = {}
-    ranks = {
-        "first": np.zeros_like(s.pp),
-        "middle": np.ones_like(s.pp),
-        "heavy": np.asarray(st["heavy_rank"], dtype=np.int64),
-        "light": np.asarray(st["light_rank"], dtype=np.int64),
-        "last": s.pp - 1,
-    }
-    for key, rank in ranks.items():
+    ranks = stage_ranks(st, s)
+    for key in per_layer:
+        rank = ranks[key]
         kept[key] = np.asarray(per_layer[key] * st[key] * in_flight_stage_passes(s, rank))
         rerun[key] = np.zeros(())
         if bool(np.any(full)):
@@ -275,13 +270,14 @@ def stage_activation_bytes(
     if any_dualpipev:  # every rank holds rank 0's chunk passes
         v_shape = per_layer["last"] * st["last"] * in_flight_stage_passes(s, 0)
         last = np.where(dualpipev, v_shape + rerun["last"], last)
-    return {
-        "first": np.asarray(first),
-        "middle": np.asarray(np.where(st["middle"] > 0, kept["middle"] + rerun["middle"], 0.0)),
-        "heavy": np.asarray(np.where(st["heavy"] > 0, kept["heavy"] + rerun["heavy"], 0.0)),
-        "light": np.asarray(np.where(st["light"] > 0, kept["light"] + rerun["light"], 0.0)),
-        "last": np.asarray(np.where(single, first, last)),
+    middles = {
+        k: np.asarray(np.where(st[k] > 0, kept[k] + rerun[k], 0.0))
+        for k in per_layer
+        if k not in ("first", "last")
     }
+    return (
+        {"first": np.asarray(first)} | middles | {"last": np.asarray(np.where(single, first, last))}
+    )
 
 
 def logits_bytes(model: Model, s: StrategyArrays) -> FloatArray:
@@ -329,16 +325,10 @@ def dense_stage_params(
         - model.mlp_params_dense()
     )
     own = layers * model.layer_params() + (moe * moe_extra if model.moe_layers else 0.0)
-    if ends is not None:
-        return np.asarray((own + ends) / s.tp, dtype=np.float64)
-    # Tied: one vocab×h matrix per end stage; untied with pp = 1 or DualPipeV (rank 0 holds
-    # both ends): input and output matrices; untied with multi-token prediction, the last stage
-    # also holds the input embedding the MTP modules read (Megatron-Core builds it where
-    # `mtp_process`), and their norms and 2h → h projections (`mtp_head_params`).
-    both_ends = (s.pp == 1) | s.dualpipev | (model.mtp_layers > 0)
-    embed = model.vocab * model.hidden * np.where(both_ends & (not model.tied_embeddings), 2, 1)
-    head = embed + mtp_head_params(model)
-    return np.asarray((own + head * embedding) / s.tp, dtype=np.float64)
+    if ends is None:  # the heavier end stage's (`end_params`), if `embedding`
+        end = end_params(model, s)
+        ends = np.maximum(end["first"], end["last"]) * embedding
+    return np.asarray((own + ends) / s.tp, dtype=np.float64)
 
 
 def end_params(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
@@ -354,11 +344,8 @@ def end_params(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     both = vh * (1.0 + untied) + mtp
     last = vh * (1.0 + (untied if model.mtp_layers else 0.0)) + mtp
     head_first = (s.pp <= 1) | s.dualpipev
-    return {
+    return dict.fromkeys(STAGE_KEYS, np.zeros(np.shape(s.pp))) | {
         "first": np.asarray(np.where(head_first, both, vh)),
-        "middle": np.zeros(np.shape(s.pp)),
-        "heavy": np.zeros(np.shape(s.pp)),
-        "light": np.zeros(np.shape(s.pp)),
         "last": np.asarray(np.where(s.pp <= 1, both, np.where(s.dualpipev, 0.0, last))),
     }
 
@@ -477,7 +464,8 @@ def zero_share(
 
 def memory(model: Model, s: StrategyArrays) -> Memory:
     """Memory per GPU of the most loaded pipeline stage: the first, the fullest middle one
-    (rank 1), the middle ones with the most and the fewest MoE layers or the last (`STAGES`),
+    (rank 1), the middle ones with the most and the fewest MoE layers or the last
+    (`compared_stages`),
     each with its own layers (and MoE layers among them), its own end parameters
     (`end_params`) and its own activations (`stage_activation_bytes`), the stage whose total
     is largest reported; with
@@ -500,26 +488,14 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
     st = stage_layers(model, s)
     acts = stage_activation_bytes(model, s, st)
     ends = end_params(model, s)
-    no_head = np.zeros(np.shape(s.pp), dtype=bool)
-    has_head = {
+    has_head = dict.fromkeys(STAGE_KEYS, np.zeros(np.shape(s.pp), dtype=bool)) | {
         "first": (s.pp <= 1) | s.dualpipev,
-        "middle": no_head,
-        "heavy": no_head,
-        "light": no_head,
         "last": (s.pp <= 1) | ~s.dualpipev,
     }
     parts: dict[str, list[FloatArray]] = {k: [] for k in ("weights", "grads", "opt", "acts")}
-    ranks: list[FloatArray] = []
-    rank_of = {
-        "first": np.zeros(()),
-        "middle": np.ones(()),
-        "heavy": st["heavy_rank"],
-        "light": st["light_rank"],
-        "last": np.asarray(s.pp - 1, dtype=np.float64),
-    }
-    for key in STAGES:
-        if key in ("heavy", "light") and not bool(np.any((st[key] > 0) & (st[key + "_rank"] != 1))):
-            continue  # rank 1 itself, or no middle stage: counted as `middle`
+    ranks = stage_ranks(st, s)
+    rank_list: list[FloatArray] = []
+    for key in acts:  # the stages compared (`compared_stages`)
         layers, moe = st[key], st[key + "_moe"]
         params = (
             dense_stage_params(model, s, layers=layers, moe=moe, ends=ends[key]),
@@ -531,7 +507,7 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
         parts["grads"].append(sharded(s.grad_reduce_bytes.astype(np.float64), 2, params))
         parts["opt"].append(sharded(OPTIMIZER_STATE_BYTES[s.optimizer_state], 1, params))
         parts["acts"].append(np.asarray(acts[key] / s.cp))
-        ranks.append(np.asarray(rank_of[key], dtype=np.float64))
+        rank_list.append(np.asarray(ranks[key], dtype=np.float64))
     stacked = {k: np.stack(np.broadcast_arrays(*v)) for k, v in parts.items()}
     totals = sum(stacked.values())
     pick = np.argmax(totals, axis=0)[None]
@@ -542,8 +518,8 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
     weights, grads, optimizer, activations = (
         at_peak(stacked[k]) for k in ("weights", "grads", "opt", "acts")
     )
-    shape = np.broadcast(*(x for v in parts.values() for x in v)).shape
-    peak_rank = at_peak(np.stack([np.broadcast_to(r, shape) for r in ranks]))
+    shape = stacked["weights"].shape[1:]
+    peak_rank = at_peak(np.stack([np.broadcast_to(r, shape) for r in rank_list]))
     reserved = np.full_like(activations, RESERVED_BYTES)
     total = weights + grads + optimizer + activations + reserved + gathered
     return Memory(
