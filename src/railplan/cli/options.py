@@ -274,6 +274,14 @@ Fp8DispatchOpt = Annotated[
         "(and the gradient sent back to them) in FP8, the combines in BF16 (DeepSeek-V3)",
     ),
 ]
+RouterDtypeOpt = Annotated[
+    str,
+    typer.Option(
+        help="MoE gating GEMM: bf16 (Megatron-Core's default) | fp32 (--moe-router-dtype fp32: "
+        "FP32 copies of the router's input and weight kept for backward, the GEMM in TF32; "
+        "NeMo's DeepSeek-V3 recipe)"
+    ),
+]
 OptimizerStateOpt = Annotated[
     str,
     typer.Option(

@@ -27,6 +27,7 @@ from railplan.cli.options import (
     OptimizerStateOpt,
     OverlapDpOpt,
     RecomputeModulesOpt,
+    RouterDtypeOpt,
     SystemOpt,
     WgradDeferralLimitOpt,
     modules_of,
@@ -143,6 +144,7 @@ def search(
     ] = "bf16",
     fp8_param_gather: Fp8ParamGatherOpt = False,
     fp8_dispatch: Fp8DispatchOpt = False,
+    router_dtype: RouterDtypeOpt = "bf16",
     ep_dispatch: EpDispatchOpt = "alltoall",
     attention: Annotated[
         str, typer.Option(help="attention kernel: flash (default) | unfused")
@@ -232,6 +234,7 @@ def search(
         precision=tuple(p.strip() for p in precision.split(",") if p.strip()),
         fp8_param_gather=fp8_param_gather,
         fp8_dispatch=fp8_dispatch,
+        router_dtype=router_dtype,
         ep_dispatch=ep_dispatch,
         attention=attention,
         cross_entropy=cross_entropy,

@@ -45,6 +45,7 @@ from railplan.specs import (
     PIPELINE_SCHEDULE_CODES,
     PRECISION_CODES,
     RECOMPUTE_CODES,
+    ROUTER_DTYPE_CODES,
     Job,
     Model,
     Network,
@@ -142,6 +143,8 @@ class SearchSpace:
     fp8_dispatch: bool = False
     # MoE token dispatch (Strategy.ep_dispatch): alltoall (default) | deepep
     ep_dispatch: str = "alltoall"
+    # the MoE gating GEMM's precision (Strategy.router_dtype): bf16 | fp32
+    router_dtype: str = "bf16"
     # the routed experts' tensor-parallel degrees tried on MoE models (Strategy.expert_tp):
     # 0 = tp (Megatron-Core's default), N where it divides tp (N = tp is 0); (0, 1), the
     # default, also tries whole experts on one GPU (expert_tp 1, common in today's MoE recipes)
@@ -199,6 +202,8 @@ class SearchSpace:
             raise RailplanError("recompute_modules", f"give one or more of {allowed}")
         if self.ep_dispatch not in EP_DISPATCH_CODES:
             raise RailplanError("ep_dispatch", "must be one of " + ", ".join(EP_DISPATCH_CODES))
+        if self.router_dtype not in ROUTER_DTYPE_CODES:
+            raise RailplanError("router_dtype", "must be one of " + ", ".join(ROUTER_DTYPE_CODES))
         if self.fp8_param_gather and "fp8" not in self.precision:
             raise RailplanError("fp8_param_gather", "needs fp8 among the precisions searched")
         if self.fp8_dispatch and ("fp8" not in self.precision or self.ep_dispatch != "deepep"):
@@ -589,6 +594,7 @@ def _fixed_codes(global_batch: int, space: SearchSpace) -> dict[str, int]:
         "fp8_param_gather": int(space.fp8_param_gather),
         "fp8_dispatch": int(space.fp8_dispatch),
         "ep_dispatch": EP_DISPATCH_CODES[space.ep_dispatch],
+        "router_dtype": ROUTER_DTYPE_CODES[space.router_dtype],
     }
 
 
@@ -823,9 +829,10 @@ def check_modules(model: Model, space: SearchSpace) -> None:
         recompute_modules=space.recompute_modules,
         overlap_ep=space.overlap_ep,
         ep_dispatch=space.ep_dispatch,
+        router_dtype=space.router_dtype,
     )
     for name, ok, rule in validity(model, from_strategies(one)):
-        if name in ("recompute_modules", "ep_dispatch") and not bool(np.all(ok)):
+        if name in ("recompute_modules", "ep_dispatch", "router_dtype") and not bool(np.all(ok)):
             raise RailplanError(name, rule)
     if model.experts <= 1 and space.ep is not None and max(space.ep) > 1:
         raise RailplanError("ep", f"ep > 1 needs an MoE model (experts > 1); {model.name} is dense")

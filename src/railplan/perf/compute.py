@@ -36,6 +36,11 @@ TILES: tuple[tuple[int, int], ...] = (
 )
 BYTES_PER_ELEMENT = 2.0  # bf16/fp16 operands
 FP8_BYTES_PER_ELEMENT = 1.0
+FP32_BYTES_PER_ELEMENT = 4.0
+# An FP32 GEMM runs on the tensor cores in TF32 where PyTorch allows it (NGC PyTorch containers
+# set TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1), at half the dense BF16 rate on every NVIDIA datasheet
+# since Ampere (A100 156 / 312, H100 SXM 494.7 / 989.4, GB200 1.25 / 2.5 PF dense).
+TF32_PEAK_SHARE = 0.5
 # Fused attention with a causal mask skips the key blocks above the diagonal: about half the
 # score and context work (FlashAttention-2, Dao 2023, §3.1.1: causal blocks skipped, 1.7-1.8x).
 CAUSAL_WORK_FRACTION = 0.5
@@ -105,11 +110,12 @@ def fp8_peak_tflops(gpu: GPU) -> float:
     return gpu.fp8_tflops
 
 
-def gemm_time_s(gpu: GPU, g: Gemm, fp8: bool = False) -> FloatArray:
+def gemm_time_s(gpu: GPU, g: Gemm, fp8: bool = False, tf32: bool = False) -> FloatArray:
     """Time of one GEMM: compute at its shape efficiency, or the HBM roofline, plus overhead;
-    `fp8`: at the FP8 peak with 1-byte operands."""
-    peak = fp8_peak_tflops(gpu) if fp8 else gpu.peak_tflops
-    width = FP8_BYTES_PER_ELEMENT if fp8 else BYTES_PER_ELEMENT
+    `fp8`: at the FP8 peak with 1-byte operands; `tf32`: FP32 operands on the tensor cores in
+    TF32, at half the BF16 peak (`TF32_PEAK_SHARE`)."""
+    peak = fp8_peak_tflops(gpu) if fp8 else gpu.peak_tflops * (TF32_PEAK_SHARE if tf32 else 1.0)
+    width = FP8_BYTES_PER_ELEMENT if fp8 else FP32_BYTES_PER_ELEMENT if tf32 else BYTES_PER_ELEMENT
     compute_s = g.flops / (
         peak * 1e12 * gemm_efficiency(gpu, g, fp8) * gpu.sustained_tensor_fraction
     )

@@ -20,6 +20,7 @@ from railplan.specs.arrays import (
     FLASH2,
     FP8,
     FULL,
+    ROUTER_FP32,
     UNFUSED,
     FloatArray,
     IntArray,
@@ -257,10 +258,10 @@ MOE_DELTA_KEYS = ("moe_forward", "moe_backward", "moe_recompute")
 def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:
     """Extra compute of one MoE layer over a dense one: router + experts − dense MLP, with the
     activation-function traffic of the expert slots and the token permutation around the
-    all-to-alls (experts in the strategy's precision, the router in BF16); and the forward of
-    the two parts selective recompute can rerun alone: the routed experts' activation over
-    their slots (`activation_forward`) and the shared experts' GEMMs with their activation
-    (`shared_forward`)."""
+    all-to-alls (experts in the strategy's precision, the router in BF16, or TF32 with
+    `router_dtype` fp32); and the forward of the two parts selective recompute can rerun
+    alone: the routed experts' activation over their slots (`activation_forward`) and the
+    shared experts' GEMMs with their activation (`shared_forward`)."""
     gpu = system.gpu
     fwd_eff = gpu.elementwise_forward_efficiency
     b, t, ep = s.micro_batch.astype(float), s.tp.astype(float), s.ep.astype(float)
@@ -286,8 +287,17 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
     # sequence-parallel (`specs.arrays` validity) and routes its s/tp shard
     (router,) = local([router_gemm(model, b)], s)
     router = replace(router, m=np.asarray(router.m / t))
-    rf = gemm_time_s(gpu, router)
-    rb = sum((gemm_time_s(gpu, h) for h in router.backward()), np.zeros(()))
+    # an FP32 router (`router_dtype` fp32) runs its three GEMMs in TF32
+    fp32_router = s.router_dtype == ROUTER_FP32
+
+    def router_time_s(g: Gemm) -> FloatArray:
+        bf16 = gemm_time_s(gpu, g)
+        if not bool(np.any(fp32_router)):
+            return bf16
+        return np.asarray(np.where(fp32_router, gemm_time_s(gpu, g, tf32=True), bf16))
+
+    rf = router_time_s(router)
+    rb = sum((router_time_s(h) for h in router.backward()), np.zeros(()))
     routed_slots = b * model.seq * model.top_k * routing.slot_factor(model, s.ep)
     slots = routed_slots + b * model.seq * model.shared_experts
     extra = elementwise.activation_function_bytes(
@@ -315,7 +325,7 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
     return {
         "forward": ef + rf - df + ew_f + perm_f,
         "backward": eb + rb - db + ew_b + perm_b,
-        "wgrad": ew + gemm_time_s(gpu, router.backward()[1]) - dw,
+        "wgrad": ew + router_time_s(router.backward()[1]) - dw,
         "activation_forward": activation_forward_s(routed_slots * model.expert_ffn_),
         "shared_forward": np.asarray(
             shared_fprop + activation_forward_s(b * model.seq * shared_width)
@@ -374,6 +384,7 @@ SHAPE_FIELDS = (
     "precision",
     "cross_entropy",
     "recompute_modules",
+    "router_dtype",
 )
 
 

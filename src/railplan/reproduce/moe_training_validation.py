@@ -65,6 +65,8 @@ def strategy(r: dict[str, str]) -> Strategy:
         tp_comm_overlap=False,
         ep_dispatch="alltoall",
         cross_entropy="te",
+        # `pretrain_deepseek_v3.py` sets `moe_router_dtype = 'fp32'`
+        router_dtype="fp32",
     )
 
 
@@ -85,7 +87,8 @@ def command(r: dict[str, str]) -> str:
         f"--last-stage-layers {r['last_stage_layers']} --recompute selective "
         f"--recompute-modules {r['recompute_modules']} --sequence-parallel --zero 1 "
         f"--precision {r['precision']} --optimizer-state fp32-remainder --grad-reduce-bytes 4 "
-        "--overlap-dp --overlap-tp --no-tp-comm-overlap --ep-dispatch alltoall --cross-entropy te"
+        "--overlap-dp --overlap-tp --no-tp-comm-overlap --ep-dispatch alltoall --cross-entropy te "
+        "--router-dtype fp32"
     )
 
 

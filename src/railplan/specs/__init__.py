@@ -13,6 +13,7 @@ from railplan.specs.strategy import (
     PIPELINE_SCHEDULE_CODES,
     PRECISION_CODES,
     RECOMPUTE_CODES,
+    ROUTER_DTYPE_CODES,
     ZERO_SCHEDULE_CODES,
     Strategy,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "PIPELINE_SCHEDULE_CODES",
     "PRECISION_CODES",
     "RECOMPUTE_CODES",
+    "ROUTER_DTYPE_CODES",
     "ZERO_SCHEDULE_CODES",
     "Job",
     "Model",

@@ -22,6 +22,7 @@ from railplan.specs.strategy import (
     EP_DISPATCH_CODES,
     PIPELINE_SCHEDULE_CODES,
     RECOMPUTE_MODULE_BITS,
+    ROUTER_DTYPE_CODES,
 )
 
 IntArray = npt.NDArray[np.int64]
@@ -55,6 +56,7 @@ BF16, FP8 = PRECISION_CODES["bf16"], PRECISION_CODES["fp8"]
 CE_FUSED = CROSS_ENTROPY_CODES["fused"]
 DUALPIPEV = PIPELINE_SCHEDULE_CODES["dualpipev"]
 EP_DEEPEP = EP_DISPATCH_CODES["deepep"]
+ROUTER_FP32 = ROUTER_DTYPE_CODES["fp32"]
 
 
 def resolve_expert_tp(expert_tp: IntArray, tp: IntArray) -> IntArray:
@@ -112,6 +114,7 @@ class StrategyArrays:
     fp8_dispatch: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     ep_dispatch: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     expert_tp: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
+    router_dtype: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
@@ -838,6 +841,11 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
             (s.fp8_dispatch == 0) | s.fp8_dispatched,
             "fp8_dispatch needs precision fp8 and ep_dispatch deepep (DeepEP's FP8 dispatch, "
             "which feeds the experts' FP8 GEMMs)",
+        ),
+        (
+            "router_dtype",
+            (s.router_dtype == 0) | (model.moe_layers > 0),
+            f"router_dtype fp32 needs an MoE model ({model.name} has no router)",
         ),
         (
             "zero_shard",

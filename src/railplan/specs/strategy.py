@@ -27,6 +27,8 @@ PipelineSchedule = Literal["1f1b", "dualpipev"]
 PIPELINE_SCHEDULE_CODES: dict[str, int] = {"1f1b": 0, "dualpipev": 1}
 EpDispatch = Literal["alltoall", "deepep"]
 EP_DISPATCH_CODES: dict[str, int] = {"alltoall": 0, "deepep": 1}
+RouterDtype = Literal["bf16", "fp32"]
+ROUTER_DTYPE_CODES: dict[str, int] = {"bf16": 0, "fp32": 1}
 RecomputeModule = Literal[
     "core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "moe", "shared_experts"
 ]
@@ -52,6 +54,7 @@ CODED_FIELDS: dict[str, dict[str, int]] = {
     "cross_entropy": CROSS_ENTROPY_CODES,
     "pipeline_schedule": PIPELINE_SCHEDULE_CODES,
     "ep_dispatch": EP_DISPATCH_CODES,
+    "router_dtype": ROUTER_DTYPE_CODES,
 }
 
 
@@ -182,6 +185,11 @@ class Strategy(Spec):
     `moe_dispatch_fwd_dtype` / `moe_combine_bwd_dtype` `mxfp8` moves the same bytes (one
     8-bit scale per 32) with its `ncclep` dispatcher, also in BF16 training; railplan models
     the DeepSeek setting only (FP8 GEMMs, DeepEP's dispatch).
+    `router_dtype` (MoE models): `bf16` routes in the activations' precision (Megatron-Core's
+    default, `moe_router_dtype` None); `fp32` casts the router's input and weight to FP32 for
+    the gating GEMM (`--moe-router-dtype fp32`, `router.py` `gating`; NeMo's DeepSeek-V3
+    performance recipe sets it), which then runs in TF32 and keeps both FP32 copies for its
+    backward pass.
     `recompute_num_layers` (N, 0 = every layer): with `recompute` full, only the first N layers
     of each model chunk (virtual stage) are recomputed and the others keep all their
     activations (Megatron `--recompute-granularity full --recompute-method block
@@ -310,6 +318,11 @@ class Strategy(Spec):
         description="with precision fp8 and ep_dispatch deepep: the MoE dispatch and the "
         "gradient sent back to the experts in FP8, the combines in BF16 (DeepSeek-V3 §3.3.2)",
     )
+    router_dtype: RouterDtype = Field(
+        default="bf16",
+        description="MoE gating GEMM: bf16 | fp32 (Megatron-Core --moe-router-dtype fp32: FP32 "
+        "copies of the router's input and weight, the GEMM in TF32)",
+    )
 
     @field_validator("zero", mode="before")
     @classmethod
@@ -352,6 +365,7 @@ class Strategy(Spec):
             "FP8-params" if self.fp8_param_gather and self.precision == "fp8" else "",
             "FP8-dispatch" if self.fp8_dispatch and self.ep > 1 else "",
             "DeepEP" if self.ep_dispatch == "deepep" and self.ep > 1 else "",
+            "FP32-router" if self.router_dtype == "fp32" else "",
         ]
         head = f"tp={self.tp} pp={self.pp} dp={self.dp}{dims} mb={self.micro_batch}"
         rc: str = self.recompute

@@ -52,6 +52,7 @@ from railplan.specs import GPU, Model
 from railplan.specs.arrays import (
     FP8,
     FULL,
+    ROUTER_FP32,
     STAGE_KEYS,
     UNFUSED,
     FloatArray,
@@ -151,6 +152,19 @@ def layer_activation_bytes(
         # `whole` below divides the replicated tensors by tp with sequence parallelism
         routed_copies = np.where(s.sequence_parallel > 0, routed_copies * s.etp, routed_copies)
         replicated = replicated + routed_copies
+        # An FP32 router (`router_dtype` fp32) saves, for its backward, FP32 copies of its
+        # input (4 bytes per hidden element of the GPU's tokens, kept like the MLP input; a
+        # recomputed norm does not free it) and of its weight (experts × hidden, whole on every
+        # rank). Without shared experts nothing else keeps the BF16 MLP input then (a BF16
+        # router's saved input is that very tensor): that slot of `replicated` is freed.
+        fp32_router = (s.router_dtype == ROUTER_FP32).astype(np.float64)
+        router_input = 4.0 * fp32_router
+        if not model.shared_experts:
+            mlp_input = (2.0 - fp8) - 2.0 * (1.0 - fp8) * recomputes(s, "layernorm")
+            router_input = router_input - fp32_router * mlp_input
+        replicated = replicated + block * share * router_input * sbh
+        # per micro-batch, not per token; times cp since the stage's activations are divided by it
+        router_weight = block * share * fp32_router * 4.0 * model.experts * h * s.cp
     if model.mla:
         # MLA's latents (query and key-value), split by tp only with sequence parallelism as
         # Megatron-Core keeps them ([s/tp, b, rank]): each latent norm's input (2 bytes) and
@@ -174,6 +188,8 @@ def layer_activation_bytes(
     # Selective recompute reruns the attention core (unfused: the score tensors; flash: the
     # fused kernel, Megatron-Core's checkpointed core attention), keeping neither.
     stored = whole + (split + np.where(recomputes(s, "core_attn"), 0.0, scores)) / t
+    if model.moe_layers:
+        stored = stored + router_weight
     full: FloatArray = np.asarray(np.where(sp, 2.0 * sbh / t, 2.0 * sbh))  # the layer's input
     rerun = recomputed_share(model, s, layers)
     if bool(np.any(rerun != 1.0)):
