@@ -274,6 +274,15 @@ Fp8DispatchOpt = Annotated[
         "(and the gradient sent back to them) in FP8, the combines in BF16 (DeepSeek-V3)",
     ),
 ]
+SharedExpertOverlapOpt = Annotated[
+    bool,
+    typer.Option(
+        "--shared-expert-overlap/--no-shared-expert-overlap",
+        help="MoE with shared experts: their forward runs beside the dispatch and combine "
+        "all-to-alls, and keeps its all-gathered input under sequence parallelism (Megatron-Core "
+        "--moe-shared-expert-overlap; needs --ep-dispatch alltoall, not with --overlap-ep)",
+    ),
+]
 RouterDtypeOpt = Annotated[
     str,
     typer.Option(

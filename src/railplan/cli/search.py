@@ -28,6 +28,7 @@ from railplan.cli.options import (
     OverlapDpOpt,
     RecomputeModulesOpt,
     RouterDtypeOpt,
+    SharedExpertOverlapOpt,
     SystemOpt,
     WgradDeferralLimitOpt,
     modules_of,
@@ -145,6 +146,7 @@ def search(
     fp8_param_gather: Fp8ParamGatherOpt = False,
     fp8_dispatch: Fp8DispatchOpt = False,
     router_dtype: RouterDtypeOpt = "bf16",
+    shared_expert_overlap: SharedExpertOverlapOpt = False,
     ep_dispatch: EpDispatchOpt = "alltoall",
     attention: Annotated[
         str, typer.Option(help="attention kernel: flash (default) | unfused")
@@ -235,6 +237,7 @@ def search(
         fp8_param_gather=fp8_param_gather,
         fp8_dispatch=fp8_dispatch,
         router_dtype=router_dtype,
+        shared_expert_overlap=shared_expert_overlap,
         ep_dispatch=ep_dispatch,
         attention=attention,
         cross_entropy=cross_entropy,

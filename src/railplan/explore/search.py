@@ -145,6 +145,8 @@ class SearchSpace:
     ep_dispatch: str = "alltoall"
     # the MoE gating GEMM's precision (Strategy.router_dtype): bf16 | fp32
     router_dtype: str = "bf16"
+    # the shared experts beside the all-to-alls (Strategy.shared_expert_overlap)
+    shared_expert_overlap: bool = False
     # the routed experts' tensor-parallel degrees tried on MoE models (Strategy.expert_tp):
     # 0 = tp (Megatron-Core's default), N where it divides tp (N = tp is 0); (0, 1), the
     # default, also tries whole experts on one GPU (expert_tp 1, common in today's MoE recipes)
@@ -595,6 +597,7 @@ def _fixed_codes(global_batch: int, space: SearchSpace) -> dict[str, int]:
         "fp8_dispatch": int(space.fp8_dispatch),
         "ep_dispatch": EP_DISPATCH_CODES[space.ep_dispatch],
         "router_dtype": ROUTER_DTYPE_CODES[space.router_dtype],
+        "shared_expert_overlap": int(space.shared_expert_overlap),
     }
 
 
@@ -830,9 +833,11 @@ def check_modules(model: Model, space: SearchSpace) -> None:
         overlap_ep=space.overlap_ep,
         ep_dispatch=space.ep_dispatch,
         router_dtype=space.router_dtype,
+        shared_expert_overlap=space.shared_expert_overlap,
     )
+    checked = ("recompute_modules", "ep_dispatch", "router_dtype", "shared_expert_overlap")
     for name, ok, rule in validity(model, from_strategies(one)):
-        if name in ("recompute_modules", "ep_dispatch", "router_dtype") and not bool(np.all(ok)):
+        if name in checked and not bool(np.all(ok)):
             raise RailplanError(name, rule)
     if model.experts <= 1 and space.ep is not None and max(space.ep) > 1:
         raise RailplanError("ep", f"ep > 1 needs an MoE model (experts > 1); {model.name} is dense")

@@ -165,7 +165,12 @@ def p2p_s(lk: Links, size: FloatArray, shape: Shape, ring: bool = False) -> Floa
 
 
 def ep_comm_time_s(
-    model: Model, lk: Links, s: StrategyArrays, shape: Shape, layer_compute_s: FloatArray
+    model: Model,
+    lk: Links,
+    s: StrategyArrays,
+    shape: Shape,
+    layer_compute_s: FloatArray,
+    shared_forward_s: tuple[FloatArray, FloatArray] | None = None,
 ) -> FloatArray:
     """Exposed expert-parallel all-to-all time per MoE layer and micro-batch (all passes).
 
@@ -177,6 +182,13 @@ def ep_comm_time_s(
     one layer's forward, backward and recompute) at the SM share collectives hold
     (`hidden_cost_s`). Only the merged passes hide them: the warm-up forwards and the cooldown
     backwards run alone (`ep_merged_share`).
+    With `shared_expert_overlap` the shared experts' forward runs on a side stream beside the
+    forward's (and a rerun MoE block's) two all-to-alls, `shared_forward_s` = (up projection
+    and activation, beside the dispatch; down projection, beside the combine), each piece
+    hiding its all-to-all by the same rule (`hidden_cost_s`): the all-to-all costs what
+    outlasts the piece, or the SM share it takes from it. The shared experts' own
+    tensor-parallel gather and reduce-scatter stay where `tp_comm_times` counts them, and the
+    backward pass is not overlapped (autograd runs it as the forward ran).
     """
     ratio = comm.ep_dispatch_byte_ratio(s)
     one = one_all_to_all_s(model, lk, s, shape, 1.0)
@@ -185,6 +197,15 @@ def ep_comm_time_s(
         one = np.asarray(0.5 * (one + one_all_to_all_s(model, lk, s, shape, ratio)))
     ops = comm.ep_all_to_alls_per_moe_layer(s, recomputed_share(model, s))
     exposed = (ops["forward"] + ops["recompute"] + ops["backward"]) * one
+    beside = (s.shared_expert_overlap > 0) & (s.ep > 1)
+    if shared_forward_s is not None and bool(np.any(beside)):
+        up_s, down_s = shared_forward_s
+        u = lk.comm_sm_fraction
+        pair = hidden_cost_s(one, up_s, u) + hidden_cost_s(one, down_s, u)  # per forward pass
+        forward_passes = (ops["forward"] + ops["recompute"]) / 2.0
+        exposed = np.asarray(
+            np.where(beside, exposed - forward_passes * (2.0 * one - pair), exposed)
+        )
     merged = ep_merged_share(s)
     hidden = hidden_cost_s(exposed, layer_compute_s, lk.comm_sm_fraction)
     return np.asarray((1.0 - merged) * exposed + merged * hidden)

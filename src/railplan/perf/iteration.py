@@ -464,7 +464,12 @@ def layer_costs(
         model.moe_layers
         / model.layers
         * ep_comm_time_s(
-            model, lk, s, groups["ep"], lt["forward"] + lt["backward"] + lt["recompute"]
+            model,
+            lk,
+            s,
+            groups["ep"],
+            lt["forward"] + lt["backward"] + lt["recompute"],
+            (lt["moe_shared_up_forward"], lt["moe_shared_down_forward"]),
         )
         if model.moe_layers
         else 0.0
@@ -495,7 +500,8 @@ def moe_layer_slopes(
     moe_compute = (
         lt["forward"] + lt["backward"] + lt["recompute"] + (1.0 - share) * (compute + recompute)
     )
-    ep_moe = ep_comm_time_s(model, lk, s, groups["ep"], moe_compute)
+    shared = (lt["moe_shared_up_forward"], lt["moe_shared_down_forward"])
+    ep_moe = ep_comm_time_s(model, lk, s, groups["ep"], moe_compute, shared)
     return {
         "compute": np.asarray(compute),
         "recompute": np.asarray(recompute),

@@ -227,6 +227,8 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
             [np.where(recomputes(s, name), t_s, 0.0) for name, t_s in rerun_slope.items()]
         )
         per_moe = {
+            "moe_shared_up_forward": delta["shared_up_forward"],
+            "moe_shared_down_forward": delta["shared_down_forward"],
             "moe_forward": np.asarray(delta["forward"]),
             "moe_backward": np.asarray(delta["backward"]),
             "moe_recompute": np.asarray(
@@ -251,8 +253,15 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
     } | {k: np.asarray(v) for k, v in per_moe.items()}
 
 
-#: `layer_times`' slopes in the MoE share: what one MoE layer adds over a dense one, by pass
-MOE_DELTA_KEYS = ("moe_forward", "moe_backward", "moe_recompute")
+#: `layer_times`' slopes in the MoE share: what one MoE layer adds over a dense one, by pass;
+#: and an MoE layer's shared experts' forward in the two pieces `shared_expert_overlap` hides
+MOE_DELTA_KEYS = (
+    "moe_forward",
+    "moe_backward",
+    "moe_recompute",
+    "moe_shared_up_forward",
+    "moe_shared_down_forward",
+)
 
 
 def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:
@@ -322,16 +331,20 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
         return memory_time_s(gpu, act["forward"], 1.0, fwd_eff)
 
     shared_fprop = sum(expert_fprop[len(routed) :], np.zeros(()))
+    # the shared experts' forward in its two pieces: up projection and activation, down
+    # projection (`shared_expert_overlap` runs them beside the dispatch and the combine)
+    shared_up, shared_down = (
+        expert_fprop[len(routed) :] if model.shared_experts else (np.zeros(()), np.zeros(()))
+    )
+    shared_act = activation_forward_s(b * model.seq * shared_width) if model.shared_experts else 0.0
     return {
         "forward": ef + rf - df + ew_f + perm_f,
         "backward": eb + rb - db + ew_b + perm_b,
         "wgrad": ew + router_time_s(router.backward()[1]) - dw,
         "activation_forward": activation_forward_s(routed_slots * model.expert_ffn_),
-        "shared_forward": np.asarray(
-            shared_fprop + activation_forward_s(b * model.seq * shared_width)
-            if model.shared_experts
-            else np.zeros(())
-        ),
+        "shared_forward": np.asarray(shared_fprop + shared_act),
+        "shared_up_forward": np.asarray(shared_up + shared_act),
+        "shared_down_forward": np.asarray(shared_down),
     }
 
 

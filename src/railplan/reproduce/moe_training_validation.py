@@ -65,8 +65,10 @@ def strategy(r: dict[str, str]) -> Strategy:
         tp_comm_overlap=False,
         ep_dispatch="alltoall",
         cross_entropy="te",
-        # `pretrain_deepseek_v3.py` sets `moe_router_dtype = 'fp32'`
+        # `pretrain_deepseek_v3.py` sets `moe_router_dtype = 'fp32'`; NeMo's `DeepSeekConfig`
+        # (`nemo/collections/llm/gpt/model/deepseek.py`) `moe_shared_expert_overlap = True`
         router_dtype="fp32",
+        shared_expert_overlap=True,
     )
 
 
@@ -88,7 +90,7 @@ def command(r: dict[str, str]) -> str:
         f"--recompute-modules {r['recompute_modules']} --sequence-parallel --zero 1 "
         f"--precision {r['precision']} --optimizer-state fp32-remainder --grad-reduce-bytes 4 "
         "--overlap-dp --overlap-tp --no-tp-comm-overlap --ep-dispatch alltoall --cross-entropy te "
-        "--router-dtype fp32"
+        "--router-dtype fp32 --shared-expert-overlap"
     )
 
 

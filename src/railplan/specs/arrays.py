@@ -115,6 +115,7 @@ class StrategyArrays:
     ep_dispatch: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     expert_tp: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
     router_dtype: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
+    shared_expert_overlap: IntArray = field(default_factory=lambda: np.zeros((), dtype=np.int64))
 
     @property
     def gpus(self) -> IntArray:
@@ -272,6 +273,7 @@ class StrategyArrays:
             zero_shard=v["zero_shard"],
             fp8_param_gather=bool(v["fp8_param_gather"]),
             fp8_dispatch=bool(v["fp8_dispatch"]),
+            shared_expert_overlap=bool(v["shared_expert_overlap"]),
             expert_tp=v["expert_tp"],
             recompute_modules=tuple(
                 name for name, bit in RECOMPUTE_MODULE_BITS.items() if v["recompute_modules"] & bit
@@ -394,6 +396,7 @@ def from_strategies(strategies: Strategy | Sequence[Strategy]) -> StrategyArrays
         zero_shard=col(lambda s: s.zero_shard),
         fp8_param_gather=col(lambda s: int(s.fp8_param_gather)),
         fp8_dispatch=col(lambda s: int(s.fp8_dispatch)),
+        shared_expert_overlap=col(lambda s: int(s.shared_expert_overlap)),
         expert_tp=col(lambda s: s.expert_tp),
         recompute_modules=col(lambda s: module_bits(s.recompute_modules)),
         **{f: coded(f) for f in CODED_FIELDS},
@@ -705,6 +708,26 @@ def overlap_ep_allowed(s: StrategyArrays) -> BoolArray:
 
 
 # Each rule: (field named in the error, predicate of validity, what is allowed).
+def shared_expert_overlap_rules(model: Model, s: StrategyArrays) -> list[tuple[BoolArray, str]]:
+    """What `shared_expert_overlap` needs, as Megatron-Core asserts it (`transformer_config.py`):
+    shared experts, the alltoall dispatcher (core_v0.12.1), neither `overlap_ep` nor the
+    `shared_experts` recompute module."""
+    every = np.ones_like(s.tp, dtype=bool)
+    return [
+        (
+            every & (model.shared_experts > 0),
+            f"shared_expert_overlap needs a model with shared experts ({model.name} has none)",
+        ),
+        (s.ep_dispatch != EP_DEEPEP, "shared_expert_overlap needs ep_dispatch alltoall"),
+        (s.overlap_ep == 0, "shared_expert_overlap cannot run with overlap_ep"),
+        (
+            (s.recompute != SELECTIVE)
+            | ((s.recompute_modules & RECOMPUTE_MODULE_BITS["shared_experts"]) == 0),
+            "shared_expert_overlap cannot run with the shared_experts recompute module",
+        ),
+    ]
+
+
 def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]]:
     """Structural validity rules, vectorized. Every rule is one allowed-values statement."""
     per_replica = s.global_batch // np.maximum(s.dp, 1)
@@ -846,6 +869,10 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
             "router_dtype",
             (s.router_dtype == 0) | (model.moe_layers > 0),
             f"router_dtype fp32 needs an MoE model ({model.name} has no router)",
+        ),
+        *(
+            ("shared_expert_overlap", (s.shared_expert_overlap == 0) | ok, rule)
+            for ok, rule in shared_expert_overlap_rules(model, s)
         ),
         (
             "zero_shard",

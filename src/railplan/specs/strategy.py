@@ -190,6 +190,15 @@ class Strategy(Spec):
     the gating GEMM (`--moe-router-dtype fp32`, `router.py` `gating`; NeMo's DeepSeek-V3
     performance recipe sets it), which then runs in TF32 and keeps both FP32 copies for its
     backward pass.
+    `shared_expert_overlap` (MoE models with shared experts, `ep_dispatch` alltoall): the
+    shared experts' forward runs on a side stream while the dispatch and combine all-to-alls
+    are in flight, their first GEMM and activation beside the dispatch, their second beside the
+    combine (Megatron-Core `--moe-shared-expert-overlap`, `token_dispatcher.py`
+    `MoEAlltoAllTokenDispatcher`, core_v0.12.1; NeMo's DeepSeek-V3 config sets it); with
+    sequence parallelism their first GEMM then keeps its all-gathered input (the whole
+    sequence) for the backward pass. Off (Megatron-Core's default), the shared experts run after
+    the routed ones. Megatron-Core refuses it with `overlap_ep` and with the `shared_experts`
+    recompute module.
     `recompute_num_layers` (N, 0 = every layer): with `recompute` full, only the first N layers
     of each model chunk (virtual stage) are recomputed and the others keep all their
     activations (Megatron `--recompute-granularity full --recompute-method block
@@ -318,6 +327,11 @@ class Strategy(Spec):
         description="with precision fp8 and ep_dispatch deepep: the MoE dispatch and the "
         "gradient sent back to the experts in FP8, the combines in BF16 (DeepSeek-V3 §3.3.2)",
     )
+    shared_expert_overlap: bool = Field(
+        default=False,
+        description="MoE with shared experts: their forward runs beside the dispatch and combine "
+        "all-to-alls (Megatron-Core --moe-shared-expert-overlap)",
+    )
     router_dtype: RouterDtype = Field(
         default="bf16",
         description="MoE gating GEMM: bf16 | fp32 (Megatron-Core --moe-router-dtype fp32: FP32 "
@@ -366,6 +380,7 @@ class Strategy(Spec):
             "FP8-dispatch" if self.fp8_dispatch and self.ep > 1 else "",
             "DeepEP" if self.ep_dispatch == "deepep" and self.ep > 1 else "",
             "FP32-router" if self.router_dtype == "fp32" else "",
+            "shared-overlap" if self.shared_expert_overlap else "",
         ]
         head = f"tp={self.tp} pp={self.pp} dp={self.dp}{dims} mb={self.micro_batch}"
         rc: str = self.recompute

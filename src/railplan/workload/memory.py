@@ -155,14 +155,19 @@ def layer_activation_bytes(
         # An FP32 router (`router_dtype` fp32) saves, for its backward, FP32 copies of its
         # input (4 bytes per hidden element of the GPU's tokens, kept like the MLP input; a
         # recomputed norm does not free it) and of its weight (experts × hidden, whole on every
-        # rank). Without shared experts nothing else keeps the BF16 MLP input then (a BF16
-        # router's saved input is that very tensor): that slot of `replicated` is freed.
+        # rank). Shared experts overlapped with the all-to-alls (`shared_expert_overlap`) under
+        # sequence parallelism all-gather their input themselves and their first GEMM keeps
+        # that whole-sequence copy (tp shards; one byte per element in FP8) where otherwise
+        # it keeps the shard. The BF16 MLP input (the shard) is then kept by a BF16 router alone
+        # (its saved input is that very tensor): with an FP32 router and no shared experts,
+        # or overlapped ones, that slot of `replicated` is freed.
         fp32_router = (s.router_dtype == ROUTER_FP32).astype(np.float64)
-        router_input = 4.0 * fp32_router
-        if not model.shared_experts:
-            mlp_input = (2.0 - fp8) - 2.0 * (1.0 - fp8) * recomputes(s, "layernorm")
-            router_input = router_input - fp32_router * mlp_input
-        replicated = replicated + block * share * router_input * sbh
+        gathers = (s.shared_expert_overlap > 0) & (s.sequence_parallel > 0) & (s.tp > 1)
+        overlapped = gathers.astype(np.float64) if model.shared_experts else 0.0
+        shard_free = fp32_router * (overlapped if model.shared_experts else 1.0)
+        mlp_input = (2.0 - fp8) - 2.0 * (1.0 - fp8) * recomputes(s, "layernorm")
+        moe_input = 4.0 * fp32_router + overlapped * (2.0 - fp8) * t - shard_free * mlp_input
+        replicated = replicated + block * share * moe_input * sbh
         # per micro-batch, not per token; times cp since the stage's activations are divided by it
         router_weight = block * share * fp32_router * 4.0 * model.experts * h * s.cp
     if model.mla:
