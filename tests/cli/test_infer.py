@@ -26,12 +26,37 @@ def test_infer_json_has_the_keys(cli: Cli) -> None:
     assert out["fits"] and out["tokens_per_s_per_gpu"] > 0
 
 
-def test_a_context_beyond_the_models_sequence_is_noted(cli: Cli) -> None:
-    # the default model's spec says seq 4,096 (Llama 2 70B): 222 + 219 tokens pass quietly,
-    # 4,000 + 200 are costed with a note saying so
+def test_a_context_beyond_the_models_is_refused(cli: Cli) -> None:
+    # the default model (Llama 2 70B) serves 4,096 tokens (its HF config's
+    # max_position_embeddings, the catalog's context_tokens): 222 + 219 tokens pass quietly,
+    # 4,000 + 200 are refused before any work, in infer and infer-search
     inside = cli.json("infer", "--tp", "2", "--input-tokens", "222", "--output-tokens", "219")
     assert "notes" not in inside
-    beyond = cli.json("infer", "--tp", "2", "--input-tokens", "4000", "--output-tokens", "200")
+    for command in (
+        ("infer", "--tp", "2"),
+        ("infer-search", "--model", "llama-2-70b", "--gpus", "8"),
+    ):
+        beyond = cli(*command, "--input-tokens", "4000", "--output-tokens", "200")
+        assert beyond.exit_code == 2, command
+        message = str(beyond.exception)
+        assert message.startswith("input_tokens: 4,000 prompt + 200 output tokens exceed")
+        assert "4,096" in message and "at most 3,896" in message
+        assert len(message.splitlines()) == 1
+
+
+def test_a_context_beyond_an_unstated_one_is_noted(cli: Cli, tmp_path: Path) -> None:
+    # a model file that does not state its context: a prompt beyond its training sequence is
+    # costed with a note saying so
+    spec = tmp_path / "model.yaml"
+    spec.write_text(
+        "name: unstated\nhidden: 8192\nlayers: 80\nheads: 64\nkv_heads: 8\n"
+        "ffn_hidden: 28672\ngated_mlp: true\nvocab: 32000\nseq: 4096\n"
+        "tied_embeddings: false\n"
+    )
+    args = ("infer", "--model", str(spec), "--tp", "2")
+    inside = cli.json(*args, "--input-tokens", "222", "--output-tokens", "219")
+    beyond = cli.json(*args, "--input-tokens", "4000", "--output-tokens", "200")
+    assert "notes" not in inside
     assert beyond["fits"] and beyond["ttft_s"] > inside["ttft_s"]
     (note,) = beyond["notes"]
     assert "4,000 prompt + 200 output tokens exceed" in note and "4,096" in note
@@ -289,7 +314,9 @@ def test_infer_search_says_when_lockstep_ranks_serve_less_under_load(cli: Cli) -
 def test_infer_chunked_prefill(cli: Cli) -> None:
     # 16k prompts beside 64 sequences: whole, a step needs room for one (a note says the load
     # simulation's budget is raised); chunked, the budget stays 8,192 and the prompt runs in two
-    args = ["infer", "--tp", "2", "--batch", "64", "--input-tokens", "16000"]
+    # (Llama 3.1 70B: the default Llama 2 70B serves 4,096 tokens)
+    args = ["infer", "--model", "llama-3.1-70b", "--tp", "2", "--batch", "64"]
+    args += ["--input-tokens", "16000"]
     args += ["--output-tokens", "128", "--arrival-rate", "1", "--requests", "200"]
     whole, chunked = cli.json(*args), cli.json(*args, "--chunked-prefill")
     assert chunked["chunked_prefill"] and not whole["chunked_prefill"]

@@ -119,7 +119,8 @@ def test_attention_work_of_a_chunked_prompt_is_the_whole_ones() -> None:
 
 
 def test_short_prompts_are_not_chunked_in_the_steady_state() -> None:
-    dep = Deployment(load_model("llama-2-70b"), load_system("dgx-h100"), Network(), 8, 2)
+    # Llama 3.1 70B (Llama 2 70B's shape but its vocabulary; it serves 16k-token prompts)
+    dep = Deployment(load_model("llama-3.1-70b"), load_system("dgx-h100"), Network(), 8, 2)
     a, b = infer(dep, 64, 1024, 256), infer(dep, 64, 1024, 256, chunked=True)
     assert (a.ttft_s, a.tpot_s) == (b.ttft_s, b.tpot_s) and b.chunked_prefill
     # a 16k prompt runs in two chunks of 8,000 beside the 63 other sequences, one step each:

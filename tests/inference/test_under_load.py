@@ -577,7 +577,9 @@ def test_a_run_cut_short_by_the_simulation_size_says_so(cli: Cli) -> None:
 
 def test_max_rate_says_when_its_runs_raise_the_step_budget(cli: Cli) -> None:
     # 16k-token prompts beside 64 sequences: a whole prompt needs more than 8,192 tokens a step
-    args = ["infer", "--tp", "2", "--batch", "64", "--input-tokens", "16000"]
+    # (Llama 3.1 70B: the default Llama 2 70B serves 4,096 tokens)
+    args = ["infer", "--model", "llama-3.1-70b", "--tp", "2", "--batch", "64"]
+    args += ["--input-tokens", "16000"]
     out = cli.json(*args, "--output-tokens", "128", "--max-rate", "--min-duration", "30")
     assert out["max_rate"]["step_budget_tokens"] > 16000
     assert any("step budget is" in n for n in out["notes"])

@@ -434,10 +434,11 @@ def _simulate(rates: list[float], one: Callable[[float], ServingResult]) -> list
 
 
 def _context_notes(m: Model, input_tokens: int, output_tokens: int) -> list[str]:
-    """What the user should know about the context asked for: a prompt and answer longer than
-    the sequence the model spec gives (its training length) are computed all the same."""
+    """What the user should know about the context asked for: where the spec does not state
+    the context the model serves (`context_tokens`, checked before any work), a prompt and
+    answer longer than its `seq` (its training length) are computed all the same."""
     context = input_tokens + output_tokens
-    if context <= m.seq:
+    if context <= m.seq or m.context_tokens is not None:
         return []
     return [
         f"{input_tokens:,} prompt + {output_tokens:,} output tokens exceed {m.name}'s "

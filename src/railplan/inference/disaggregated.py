@@ -219,7 +219,7 @@ def serve_disaggregated(
     docstring); `batch`: sequences per decode rank (None: the most the KV cache holds);
     `requests` per decode rank (None: `serving.run_requests`, with `min_duration_s` seconds
     of arrivals at least), within what one simulation takes in all."""
-    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
+    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens, dep.model)
     check_decoding(output_tokens)
     p = check_split(dep, prefill_instances)
     dec_ranks = (dep.replicas - p) * dep.ep

@@ -33,6 +33,7 @@ from railplan.inference.engine import (
 from railplan.inference.serving import MAX_NUM_TOKENS
 from railplan.limits import MAX_GLOBAL_BATCH, MAX_TOKENS, check_int
 from railplan.records import Record
+from railplan.specs import Model
 from railplan.specs.arrays import FloatArray
 
 #: the default ceiling of the batch when none is given: TensorRT-LLM's max_batch_size default
@@ -190,12 +191,21 @@ def chunked_batch_limit(dep: Deployment, input_tokens: int, output_tokens: int) 
     return max(1, int(MAX_NUM_TOKENS // per_sequence))
 
 
-def check_tokens(input_tokens: int, output_tokens: int) -> tuple[int, int]:
-    """The prompt and output token counts as Python ints in [1, 10^7] (one-line errors)."""
-    return (
-        check_int("input_tokens", input_tokens, 1, MAX_TOKENS),
-        check_int("output_tokens", output_tokens, 1, MAX_TOKENS),
-    )
+def check_tokens(
+    input_tokens: int, output_tokens: int, model: Model | None = None
+) -> tuple[int, int]:
+    """The prompt and output token counts as Python ints in [1, 10^7] and, with a `model` whose
+    spec states its context (`Model.context_tokens`), within it (one-line errors)."""
+    i = check_int("input_tokens", input_tokens, 1, MAX_TOKENS)
+    o = check_int("output_tokens", output_tokens, 1, MAX_TOKENS)
+    if model is not None and model.context_tokens is not None and i + o > model.context_tokens:
+        raise RailplanError(
+            "input_tokens",
+            f"{i:,} prompt + {o:,} output tokens exceed {model.name}'s context of "
+            f"{model.context_tokens:,} tokens (its `context_tokens`); the prompt may be at "
+            f"most {max(model.context_tokens - o, 0):,} tokens with {o:,} output",
+        )
+    return i, o
 
 
 def check_decoding(output_tokens: int) -> None:
@@ -224,7 +234,7 @@ def infer(
     """Steady-state serving of `dep` with `batch` sequences per tp × pp group (None: the largest
     that fits, at most DEFAULT_MAX_BATCH); `chunked`: with chunked prefill (`steady_times`),
     at most the batch its step budget sustains (`chunked_batch_limit`)."""
-    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
+    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens, dep.model)
     check_decoding(output_tokens)
     seq = input_tokens + output_tokens
     most = dep.max_batch(seq)
@@ -277,7 +287,7 @@ def static_batch_tokens_per_s_per_gpu(
     `decode_steps` (output − 1)/E, at least one (E = `Deployment.tokens_per_step`, 1 without
     speculative decoding) over a context growing from I + 1 to I + O − 1 (the step time is
     linear in the context, so the mean context gives the sum)."""
-    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
+    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens, dep.model)
     prefill = cold_step_s(
         dep, StepLoad(prefill_tokens=batch * input_tokens, prefill_seqs=float(batch))
     )
@@ -291,5 +301,5 @@ def first_token_s(dep: Deployment, input_tokens: int) -> float:
     """Time to first token of one request alone: its prompt through every pipeline stage
     (the step with its prompt on one of pp micro-batches, and the pp − 1 stages more it
     crosses in an empty pipeline)."""
-    input_tokens, _ = check_tokens(input_tokens, 1)
+    input_tokens, _ = check_tokens(input_tokens, 1, dep.model)
     return cold_step_s(dep, StepLoad(prefill_tokens=input_tokens, prefill_seqs=1.0))

@@ -381,7 +381,8 @@ def candidates(
     custom_all_reduce: bool = True,
 ) -> list[Choice]:
     """Every configuration evaluated (see the module docstring)."""
-    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
+    model = load_model(model)
+    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens, model)
     check_decoding(output_tokens)  # TPOT needs a decoded token
     out: list[Choice] = []
     for dep in deployments(model, system, network, gpus, precision, speculative, custom_all_reduce):
@@ -458,7 +459,8 @@ def search(
     simulated per network, None: `loaded.LOAD_CANDIDATES`, 0: no limit; each run at least
     `min_duration_s` of arrivals long, None: `loaded.MIN_DURATION_S`), telling `progress`
     what it simulates."""
-    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
+    model = load_model(model)
+    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens, model)
     check_decoding(output_tokens)
     ttft_slo_s = SLO.check("ttft_slo", ttft_slo_s)
     tpot_slo_s = SLO.check("tpot_slo", tpot_slo_s)
@@ -468,7 +470,7 @@ def search(
         from railplan.inference.loaded import check_load_candidates
 
         load_candidates = check_load_candidates(load_candidates)
-    model, system = load_model(model), load_system(system)
+    system = load_system(system)
     if isinstance(networks, str):  # one architecture name
         networks = (networks,)
     nets = {arch: load_network(arch) for arch in networks}  # one-line errors for a bad name

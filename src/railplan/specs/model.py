@@ -36,6 +36,11 @@ class Model(Spec):
     gated_mlp: bool = False
     vocab: PositiveInt = 51200
     seq: PositiveInt = 2048
+    context_tokens: PositiveInt | None = Field(
+        default=None,
+        description="the longest context (prompt + answer) the released model serves: its "
+        "config's max_position_embeddings; None: not stated (`seq` is the training length)",
+    )
     tied_embeddings: bool = True
     dropout: bool = Field(
         default=True,
