@@ -133,3 +133,31 @@ def test_cli_router_dtype(cli) -> None:  # type: ignore[no-untyped-def]
         "--router-dtype", "fp32",
     )  # fmt: skip
     assert found.exit_code == 2 and str(found.exception).startswith("router_dtype:")
+
+
+def test_fp32_router_reduce_scatters_the_combine_in_fp32() -> None:
+    """Routed experts split over expert_tp = tp = 2: the dispatcher's combine reduce-scatter
+    (and its gradient's all-gather) takes the router's dtype, so with an FP32 router those move
+    twice the bytes; the dispatch's all-gather stays BF16. In the time and in the matrix."""
+    from railplan.perf.comm_time import expert_tp_comm_time_s, group_collective_s, links
+    from railplan.perf.layout import megatron_shapes
+    from railplan.traffic.matrix import kind_volumes
+    from railplan.workload import comm
+
+    fields: dict[str, object] = {"tp": 2, "dp": 4, "ep": 4, "global_batch": 8}
+    fields |= {"sequence_parallel": True}
+    system = load_system("dgx-h100")
+    lk = links(system, Network(), np.asarray(8.0))
+    times, volumes = {}, {}
+    for dtype in ("bf16", "fp32"):
+        st = Strategy(**fields, router_dtype=dtype)  # type: ignore[arg-type]
+        s = from_strategies(st)
+        shape = megatron_shapes(s.tp, s.dp, s.pp, s.ep, lk.hb_domain, s.cp)["etp"]
+        times[dtype] = float(expert_tp_comm_time_s(MIXTRAL, lk, s, shape))
+        volumes[dtype] = kind_volumes(MIXTRAL, s)["etp"]
+        message = comm.expert_tp_message_bytes(MIXTRAL, s)
+        gather = float(group_collective_s(lk, shape, message, gather_only=True))
+        scatter = float(group_collective_s(lk, shape, message * 2, gather_only=True))
+    assert times["bf16"] == pytest.approx(2 * 2 * gather)  # forward and backward pairs
+    assert times["fp32"] == pytest.approx(2 * (gather + scatter))
+    assert volumes["fp32"] == pytest.approx(1.5 * volumes["bf16"]) and volumes["bf16"] > 0

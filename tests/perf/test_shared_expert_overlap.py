@@ -1,6 +1,6 @@
 """Shared experts beside the all-to-alls (`Strategy.shared_expert_overlap`, Megatron-Core
---moe-shared-expert-overlap): the gathered input their first GEMM keeps, by hand; the forward
-all-to-alls they hide, by hand and as bounds; Megatron-Core's refusals as one-line errors."""
+--moe-shared-expert-overlap): the gathered input their first GEMM keeps, by hand; the
+all-to-alls they hide, by hand and as bounds; the refusals as one-line errors."""
 
 from __future__ import annotations
 
@@ -58,57 +58,69 @@ def test_nothing_gathered_without_sequence_parallelism(kw: dict[str, object]) ->
         assert _bytes(shared_expert_overlap=True, **kw) == _bytes(**kw)
 
 
-def _ep_case(**kw: object) -> tuple[float, float, float, float, float]:
+PIECES = (
+    "moe_shared_up_forward",
+    "moe_shared_down_forward",
+    "moe_shared_up_backward",
+    "moe_shared_down_backward",
+)
+
+
+def _ep_case(**kw: object) -> tuple[float, float, float, dict[str, float]]:
     s = from_strategies(_strategy(**kw))
     lk = links(H100, Network(), np.asarray(32.0))
     shape = megatron_shapes(s.tp, s.dp, s.pp, s.ep, lk.hb_domain, s.cp)["ep"]
     lt = layer_times(V3, H100, s)
-    pieces = (lt["moe_shared_up_forward"], lt["moe_shared_down_forward"])
+    pieces = {k: lt[k] for k in PIECES}
     zero = np.zeros(())
     plain = float(ep_comm_time_s(V3, lk, s, shape, zero))
     beside = float(ep_comm_time_s(V3, lk, s, shape, zero, pieces))
     one = float(one_all_to_all_s(V3, lk, s, shape, 1.0))
-    return plain, beside, one, float(pieces[0]), float(pieces[1])
+    return plain, beside, one, {k: float(v) for k, v in pieces.items()}
 
 
-def test_forward_all_to_alls_hidden_by_hand() -> None:
+def test_all_to_alls_hidden_by_hand() -> None:
     """ep 32 over four H100 servers: the dispatch exposes what outlasts the shared experts' up
     projection and activation, or the SM share u it takes from them; the combine likewise
-    with the down projection; the two backward all-to-alls stay exposed."""
-    plain, beside, one, up, down = _ep_case(shared_expert_overlap=True)
+    with the down projection; in the backward each gradient's all-to-all beside the same
+    piece's gradient (Megatron-Core's MoE README: both passes overlap)."""
+    plain, beside, one, p = _ep_case(shared_expert_overlap=True)
     assert plain == pytest.approx(4 * one)
     u = H100.comm_sm_fraction
-    expected = 2 * one + float(hidden_cost_s(np.asarray(one), np.asarray(up), u))
-    expected += float(hidden_cost_s(np.asarray(one), np.asarray(down), u))
+    expected = sum(float(hidden_cost_s(np.asarray(one), np.asarray(p[k]), u)) for k in PIECES)
     assert beside == pytest.approx(expected)
-    assert 0 < up < one and 0 < down < one  # here the all-to-all outlasts both pieces
-    assert beside == pytest.approx(4 * one - up - down)
-    off, _, _, _, _ = _ep_case()
-    _, unchanged, _, _, _ = _ep_case()
+    assert all(0 < p[k] < one for k in PIECES)  # here the all-to-all outlasts every piece
+    assert beside == pytest.approx(4 * one - sum(p.values()))
+    # the backward pieces: the GEMMs' two gradients each, more than their forward
+    assert p["moe_shared_up_backward"] > p["moe_shared_up_forward"]
+    assert p["moe_shared_down_backward"] > p["moe_shared_down_forward"]
+    off, unchanged, _, _ = _ep_case()
     assert unchanged == off == plain
 
 
 def test_a_rerun_moe_block_hides_its_all_to_alls_again() -> None:
     kw: dict[str, object] = {"recompute": "selective", "recompute_modules": ("core_attn", "moe")}
-    plain, beside, one, up, down = _ep_case(shared_expert_overlap=True, **kw)
+    plain, beside, one, p = _ep_case(shared_expert_overlap=True, **kw)
     assert plain == pytest.approx(6 * one)
-    assert beside == pytest.approx(6 * one - 2 * (up + down))
+    forward = p["moe_shared_up_forward"] + p["moe_shared_down_forward"]
+    backward = p["moe_shared_up_backward"] + p["moe_shared_down_backward"]
+    assert beside == pytest.approx(6 * one - 2 * forward - backward)
 
 
 @settings(max_examples=25, deadline=None)
-@given(up=st.floats(0.0, 1e-2), down=st.floats(0.0, 1e-2))
-def test_hiding_is_bounded(up: float, down: float) -> None:
+@given(pieces=st.lists(st.floats(0.0, 1e-2), min_size=4, max_size=4))
+def test_hiding_is_bounded(pieces: list[float]) -> None:
     """Whatever the shared experts take, the exposed all-to-all time is at most the plain one
-    and at least the backward's two plus the SM share of the forward's."""
+    and at least the SM share u of it."""
     s = from_strategies(_strategy(shared_expert_overlap=True))
     lk = links(H100, Network(), np.asarray(32.0))
     shape = megatron_shapes(s.tp, s.dp, s.pp, s.ep, lk.hb_domain, s.cp)["ep"]
     zero = np.zeros(())
     one = float(one_all_to_all_s(V3, lk, s, shape, 1.0))
-    pieces = (np.asarray(up), np.asarray(down))
-    got = float(ep_comm_time_s(V3, lk, s, shape, zero, pieces))
+    given = {k: np.asarray(v) for k, v in zip(PIECES, pieces, strict=True)}
+    got = float(ep_comm_time_s(V3, lk, s, shape, zero, given))
     u = H100.comm_sm_fraction
-    assert 2 * one + 2 * u * one - 1e-12 <= got <= 4 * one + 1e-12
+    assert 4 * u * one - 1e-12 <= got <= 4 * one + 1e-12
 
 
 def test_the_deepseek_row_by_hand() -> None:

@@ -22,6 +22,7 @@ from railplan.cli.options import (
     PrecisionOpt,
     RecomputeModulesOpt,
     RecomputeNumLayersOpt,
+    RouterDtypeOpt,
     TrainingOptions,
     ZeroScheduleOpt,
     modules_of,
@@ -113,6 +114,7 @@ def traffic_cmd(
     precision: PrecisionOpt = "bf16",
     fp8_param_gather: Fp8ParamGatherOpt = False,
     fp8_dispatch: Fp8DispatchOpt = False,
+    router_dtype: RouterDtypeOpt = "bf16",
     recompute_modules: RecomputeModulesOpt = None,
     recompute_num_layers: RecomputeNumLayersOpt = 0,
 ) -> None:
@@ -141,6 +143,7 @@ def traffic_cmd(
         precision=precision,
         fp8_param_gather=fp8_param_gather,
         fp8_dispatch=fp8_dispatch,
+        router_dtype=router_dtype,
         recompute_modules=modules_of(recompute_modules, t.recompute),
         recompute_num_layers=recompute_num_layers,
     )

@@ -170,7 +170,7 @@ def ep_comm_time_s(
     s: StrategyArrays,
     shape: Shape,
     layer_compute_s: FloatArray,
-    shared_forward_s: tuple[FloatArray, FloatArray] | None = None,
+    shared_s: dict[str, FloatArray] | None = None,
 ) -> FloatArray:
     """Exposed expert-parallel all-to-all time per MoE layer and micro-batch (all passes).
 
@@ -182,13 +182,17 @@ def ep_comm_time_s(
     one layer's forward, backward and recompute) at the SM share collectives hold
     (`hidden_cost_s`). Only the merged passes hide them: the warm-up forwards and the cooldown
     backwards run alone (`ep_merged_share`).
-    With `shared_expert_overlap` the shared experts' forward runs on a side stream beside the
-    forward's (and a rerun MoE block's) two all-to-alls, `shared_forward_s` = (up projection
-    and activation, beside the dispatch; down projection, beside the combine), each piece
-    hiding its all-to-all by the same rule (`hidden_cost_s`): the all-to-all costs what
-    outlasts the piece, or the SM share it takes from it. The shared experts' own
-    tensor-parallel gather and reduce-scatter stay where `tp_comm_times` counts them, and the
-    backward pass is not overlapped (autograd runs it as the forward ran).
+    With `shared_expert_overlap` the shared experts run on a side stream beside the
+    all-to-alls (Megatron-Core's MoE README: "both the forward and the backward pass can
+    overlap", PyTorch ≥ 2.2; autograd runs each backward op on its forward's stream, and
+    `set_tensor_grad_fn_sequence_sr` puts the all-to-alls' gradients first): `shared_s`
+    (`layer_time.SHARED_PIECES`) gives the pieces, the up projection with the activation beside
+    the dispatch (and in the backward its gradient beside the dispatch's gradient), the down
+    projection beside the combine (and its gradient beside the combine's), each piece hiding
+    its all-to-all by the same rule (`hidden_cost_s`): the all-to-all costs what outlasts the
+    piece, or the SM share it takes from it; a rerun MoE block's forward hides its own again.
+    The shared experts' own tensor-parallel gather and reduce-scatter, which Megatron-Core
+    overlaps with the permutations, stay where `tp_comm_times` counts them.
     """
     ratio = comm.ep_dispatch_byte_ratio(s)
     one = one_all_to_all_s(model, lk, s, shape, 1.0)
@@ -198,14 +202,18 @@ def ep_comm_time_s(
     ops = comm.ep_all_to_alls_per_moe_layer(s, recomputed_share(model, s))
     exposed = (ops["forward"] + ops["recompute"] + ops["backward"]) * one
     beside = (s.shared_expert_overlap > 0) & (s.ep > 1)
-    if shared_forward_s is not None and bool(np.any(beside)):
-        up_s, down_s = shared_forward_s
+    if shared_s is not None and bool(np.any(beside)):
         u = lk.comm_sm_fraction
-        pair = hidden_cost_s(one, up_s, u) + hidden_cost_s(one, down_s, u)  # per forward pass
-        forward_passes = (ops["forward"] + ops["recompute"]) / 2.0
-        exposed = np.asarray(
-            np.where(beside, exposed - forward_passes * (2.0 * one - pair), exposed)
-        )
+
+        def pair(up: str, down: str) -> FloatArray:
+            """One pass's two all-to-alls beside the shared experts' two pieces."""
+            return hidden_cost_s(one, shared_s[up], u) + hidden_cost_s(one, shared_s[down], u)
+
+        forward = pair("moe_shared_up_forward", "moe_shared_down_forward")
+        backward = pair("moe_shared_up_backward", "moe_shared_down_backward")
+        passes = (ops["forward"] + ops["recompute"]) / 2.0
+        hid = passes * forward + ops["backward"] / 2.0 * backward
+        exposed = np.asarray(np.where(beside, hid, exposed))
     merged = ep_merged_share(s)
     hidden = hidden_cost_s(exposed, layer_compute_s, lk.comm_sm_fraction)
     return np.asarray((1.0 - merged) * exposed + merged * hidden)
@@ -354,9 +362,13 @@ def expert_tp_comm_time_s(model: Model, lk: Links, s: StrategyArrays, shape: Sha
     between the all-to-all and the grouped GEMMs (`dispatch_postprocess`,
     `combine_preprocess`), which need their result, so none of them is hidden. The group is
     expert_tp consecutive ranks (`layout.megatron_shapes` `etp`)."""
-    gather = group_collective_s(lk, shape, comm.expert_tp_message_bytes(model, s), gather_only=True)
+    message = comm.expert_tp_message_bytes(model, s)
+    gather = group_collective_s(lk, shape, message, gather_only=True)
+    # the combine's reduce-scatter, in FP32 with an FP32 router
+    ratio = comm.expert_tp_combine_byte_ratio(s)
+    scatter = group_collective_s(lk, shape, message * ratio, gather_only=True)
     ops = comm.expert_tp_ops_per_moe_layer(s, recomputed_share(model, s))
-    return np.asarray((ops["forward"] + ops["recompute"] + ops["backward"]) * 2.0 * gather)
+    return np.asarray((ops["forward"] + ops["recompute"] + ops["backward"]) * (gather + scatter))
 
 
 def hidden_cost_s(comm_s: FloatArray, compute_s: FloatArray, u: FloatArray | float) -> FloatArray:

@@ -52,7 +52,13 @@ from railplan.perf.comm_time import (
     tp_comm_times,
 )
 from railplan.perf.compute import fp8_peak_tflops, memory_time_s
-from railplan.perf.layer_time import layer_times, logits_times, per_shape, shape_classes
+from railplan.perf.layer_time import (
+    SHARED_PIECES,
+    layer_times,
+    logits_times,
+    per_shape,
+    shape_classes,
+)
 from railplan.perf.layout import Shape, megatron_shapes
 from railplan.specs import Model, Network, System
 from railplan.specs.arrays import (
@@ -469,7 +475,7 @@ def layer_costs(
             s,
             groups["ep"],
             lt["forward"] + lt["backward"] + lt["recompute"],
-            (lt["moe_shared_up_forward"], lt["moe_shared_down_forward"]),
+            {k: lt[k] for k in SHARED_PIECES},
         )
         if model.moe_layers
         else 0.0
@@ -500,7 +506,7 @@ def moe_layer_slopes(
     moe_compute = (
         lt["forward"] + lt["backward"] + lt["recompute"] + (1.0 - share) * (compute + recompute)
     )
-    shared = (lt["moe_shared_up_forward"], lt["moe_shared_down_forward"])
+    shared = {k: lt[k] for k in SHARED_PIECES}
     ep_moe = ep_comm_time_s(model, lk, s, groups["ep"], moe_compute, shared)
     return {
         "compute": np.asarray(compute),

@@ -229,6 +229,8 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
         per_moe = {
             "moe_shared_up_forward": delta["shared_up_forward"],
             "moe_shared_down_forward": delta["shared_down_forward"],
+            "moe_shared_up_backward": delta["shared_up_backward"],
+            "moe_shared_down_backward": delta["shared_down_backward"],
             "moe_forward": np.asarray(delta["forward"]),
             "moe_backward": np.asarray(delta["backward"]),
             "moe_recompute": np.asarray(
@@ -253,15 +255,17 @@ def layer_times(model: Model, system: System, s: StrategyArrays) -> dict[str, Fl
     } | {k: np.asarray(v) for k, v in per_moe.items()}
 
 
-#: `layer_times`' slopes in the MoE share: what one MoE layer adds over a dense one, by pass;
-#: and an MoE layer's shared experts' forward in the two pieces `shared_expert_overlap` hides
-MOE_DELTA_KEYS = (
-    "moe_forward",
-    "moe_backward",
-    "moe_recompute",
+#: an MoE layer's shared experts' passes in the pieces `shared_expert_overlap` runs beside the
+#: all-to-alls (`comm_time.ep_comm_time_s`)
+SHARED_PIECES = (
     "moe_shared_up_forward",
     "moe_shared_down_forward",
+    "moe_shared_up_backward",
+    "moe_shared_down_backward",
 )
+#: `layer_times`' slopes in the MoE share: what one MoE layer adds over a dense one, by pass;
+#: and its `SHARED_PIECES`
+MOE_DELTA_KEYS = ("moe_forward", "moe_backward", "moe_recompute", *SHARED_PIECES)
 
 
 def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, FloatArray]:
@@ -331,12 +335,20 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
         return memory_time_s(gpu, act["forward"], 1.0, fwd_eff)
 
     shared_fprop = sum(expert_fprop[len(routed) :], np.zeros(()))
-    # the shared experts' forward in its two pieces: up projection and activation, down
-    # projection (`shared_expert_overlap` runs them beside the dispatch and the combine)
-    shared_up, shared_down = (
-        expert_fprop[len(routed) :] if model.shared_experts else (np.zeros(()), np.zeros(()))
-    )
-    shared_act = activation_forward_s(b * model.seq * shared_width) if model.shared_experts else 0.0
+    # the shared experts' passes in two pieces each: up projection and activation, down
+    # projection (`shared_expert_overlap` runs them beside the dispatch and the combine, and
+    # their gradients beside those all-to-alls' gradients)
+    zero = np.zeros(())
+    shared_up, shared_down = expert_fprop[len(routed) :] if model.shared_experts else (zero, zero)
+    shared_act = shared_act_b = shared_up_b = shared_down_b = zero
+    if model.shared_experts:
+        shared_act = activation_forward_s(b * model.seq * shared_width)
+        act = elementwise.activation_function_bytes(model, b * model.seq * shared_width / t / s.cp)
+        bwd_eff = gpu.elementwise_backward_efficiency
+        shared_act_b = memory_time_s(gpu, act["backward"], 1.0, bwd_eff)
+        up, down = shared
+        shared_up_b = sum((linear_time_s(gpu, h, s) for h in up.backward()), zero)
+        shared_down_b = sum((linear_time_s(gpu, h, s) for h in down.backward()), zero)
     return {
         "forward": ef + rf - df + ew_f + perm_f,
         "backward": eb + rb - db + ew_b + perm_b,
@@ -345,6 +357,8 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
         "shared_forward": np.asarray(shared_fprop + shared_act),
         "shared_up_forward": np.asarray(shared_up + shared_act),
         "shared_down_forward": np.asarray(shared_down),
+        "shared_up_backward": np.asarray(shared_up_b + shared_act_b),
+        "shared_down_backward": np.asarray(shared_down_b),
     }
 
 

@@ -173,8 +173,12 @@ def kind_volumes(model: Model, s: StrategyArrays) -> dict[str, float]:
         # the same per dense layer and per MoE layer (each stage takes its own mix)
         "tp_dense": tp_bytes(0.0),
         "tp_moe": tp_bytes(1.0) if model.moe_layers else 0.0,
-        # the routed experts' all-gather / reduce-scatter pairs on the expert_tp group
-        "etp": m * 2.0 * expert_all_reduces * float(comm.expert_tp_message_bytes(model, s)),
+        # the routed experts' all-gather / reduce-scatter pairs on the expert_tp group (the
+        # reduce-scatter in FP32 with an FP32 router)
+        "etp": m
+        * (1.0 + float(comm.expert_tp_combine_byte_ratio(s)))
+        * expert_all_reduces
+        * float(comm.expert_tp_message_bytes(model, s)),
         "ep": m * a2a_bf16 * float(comm.ep_pair_bytes(model, s)),
         # DeepEP-style dispatch: all-to-alls × one copy of the GPU's tokens (`deepep_pair_bytes`
         # gives each edge's multiple of it)

@@ -33,7 +33,14 @@ from __future__ import annotations
 import numpy as np
 
 from railplan.specs import Model
-from railplan.specs.arrays import FP8, FULL, FloatArray, StrategyArrays, recomputes
+from railplan.specs.arrays import (
+    FP8,
+    FULL,
+    ROUTER_FP32,
+    FloatArray,
+    StrategyArrays,
+    recomputes,
+)
 from railplan.workload.memory import (
     dense_stage_params,
     expert_stage_params,
@@ -131,6 +138,14 @@ def expert_tp_message_bytes(model: Model, s: StrategyArrays) -> FloatArray:
     group's b·s/cp tokens), h bf16 values each (`token_dispatcher.py` `dispatch_postprocess`)."""
     slots = model.top_k * slot_factor(model, s.ep) * s.etp / s.tp
     return np.asarray(tp_message_bytes(model, s) * slots)
+
+
+def expert_tp_combine_byte_ratio(s: StrategyArrays) -> FloatArray:
+    """Bytes of the routed experts' combine-side reduce-scatter (and of its gradient's
+    all-gather) over a BF16 one: 2 with an FP32 router, whose dtype it takes
+    (`token_dispatcher.py` `combine_preprocess`, core_v0.12.1: "the precision of TP
+    reduce_scatter should be the same as the router_dtype"), else 1."""
+    return np.asarray(np.where(s.router_dtype == ROUTER_FP32, 2.0, 1.0))
 
 
 def expert_tp_ops_per_moe_layer(
