@@ -154,7 +154,8 @@ def test_moe_layer_activations_by_hand(precision: str, input_bytes: float) -> No
     per token, the dense layers keep 10·h + 4h (Q and context) + 4h (K, V) + 4·ffn, the expert
     layers the same with each routed slot's 4·expert_ffn instead of the MLP's, plus the routed
     copy of the token the first grouped GEMM saves (input_bytes·h per slot); FP8 saves the
-    GEMM inputs in 1 byte (docs/model.md)."""
+    GEMM inputs in 1 byte (docs/model.md), but not the router's: the BF16 gate keeps the MLP
+    input in 2 bytes in an expert layer (1 byte more than the dense layer's FP8 slot)."""
     m = load_model("moe-1.3b")
     s = from_strategies(Strategy(global_batch=8, micro_batch=2, dp=8, ep=8, precision=precision))
     h, ffn, tokens = m.hidden, m.ffn_, m.seq * 2
@@ -163,7 +164,8 @@ def test_moe_layer_activations_by_hand(precision: str, input_bytes: float) -> No
     assert m.top_k == 1 and m.drop_tokens and m.moe_layers * 2 == m.layers
     common = (10 - 2 * fp8) * h + 2 * (h + h + h) + (2 - fp8) * h
     dense = common + (4 - fp8) * ffn
-    expert = common + (4 - fp8) * m.expert_ffn_ * capacity + capacity * input_bytes * h
+    router = fp8 * h  # the gate's BF16 input over the FP8 slot `common` counts
+    expert = common + (4 - fp8) * m.expert_ffn_ * capacity + capacity * input_bytes * h + router
     softmax_stats = 4.0 * m.heads
     want = tokens * ((dense + expert) / 2 + softmax_stats)
     assert float(layer_activation_bytes(m, s)) == pytest.approx(want)

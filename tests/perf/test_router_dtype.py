@@ -26,19 +26,21 @@ def _bytes(model_name: str, **kw: object) -> float:
 
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
 def test_fp32_copies_by_hand(precision: str) -> None:
-    """Per MoE layer and micro-batch (tp 1): with shared experts, the FP32 input copy (4 bytes
-    per hidden element of every token) and the FP32 weight copy (4 bytes per router weight);
-    without shared experts the BF16 MLP input is no longer kept (the router saved that very
-    tensor): 4 bytes less what that slot held (2 in BF16, 1 in FP8)."""
+    """Per MoE layer and micro-batch (tp 1): the FP32 input copy (4 bytes per hidden element of
+    every token) and the FP32 weight copy (4 bytes per router weight), in place of the BF16
+    router's saved input (the norm's output, 2 bytes) where nothing else keeps that: without
+    shared experts, or with FP8 ones (which keep their own FP8 copy); BF16 shared experts keep
+    the BF16 input themselves."""
     tokens = 2 * V3.seq
     v3_share = V3.moe_layers / V3.layers
     added = _bytes("deepseek-v3", router_dtype="fp32", precision=precision) - _bytes(
         "deepseek-v3", precision=precision
     )
     weight = 4.0 * V3.experts * V3.hidden
-    assert added == pytest.approx(v3_share * (tokens * 4.0 * V3.hidden + weight))
+    freed = 2.0 if precision == "fp8" else 0.0
+    assert added == pytest.approx(v3_share * (tokens * (4.0 - freed) * V3.hidden + weight))
 
-    slot = 1.0 if precision == "fp8" else 2.0
+    slot = 2.0  # the BF16 router's input, in FP8 runs too
     tokens = 2 * MIXTRAL.seq
     added = _bytes("mixtral-8x7b", router_dtype="fp32", precision=precision) - _bytes(
         "mixtral-8x7b", precision=precision

@@ -33,13 +33,15 @@ def _bytes(**kw: object) -> float:
 @pytest.mark.parametrize("router", ["bf16", "fp32"])
 def test_gathered_input_by_hand(precision: str, router: str) -> None:
     """tp 2 with sequence parallelism: the shared experts' first GEMM keeps the whole
-    sequence's input (2 bytes per hidden element, 1 in FP8) instead of sharing the shard; with
-    an FP32 router nothing keeps the BF16 shard then (2/tp, 1/tp in FP8, less)."""
+    sequence's input (2 bytes per hidden element, its FP8 cast 1) instead of the shard it kept
+    (2/tp, 1/tp): unless a BF16 router keeps that BF16 shard as its own input anyway, the
+    shard's bytes are freed."""
     kw: dict[str, object] = {"tp": 2, "dp": 16, "ep": 16, "sequence_parallel": True}
     kw |= {"precision": precision, "router_dtype": router}
     added = _bytes(shared_expert_overlap=True, **kw) - _bytes(**kw)
     width = 1.0 if precision == "fp8" else 2.0
-    shard = width / 2 if router == "fp32" else 0.0
+    router_keeps_it = router == "bf16" and precision == "bf16"
+    shard = 0.0 if router_keeps_it else width / 2
     share = V3.moe_layers / V3.layers
     assert added == pytest.approx(share * V3.seq * V3.hidden * (width - shard))
 

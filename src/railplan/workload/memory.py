@@ -152,22 +152,29 @@ def layer_activation_bytes(
         # `whole` below divides the replicated tensors by tp with sequence parallelism
         routed_copies = np.where(s.sequence_parallel > 0, routed_copies * s.etp, routed_copies)
         replicated = replicated + routed_copies
-        # An FP32 router (`router_dtype` fp32) saves, for its backward, FP32 copies of its
-        # input (4 bytes per hidden element of the GPU's tokens, kept like the MLP input; a
-        # recomputed norm does not free it) and of its weight (experts × hidden, whole on every
-        # rank). Shared experts overlapped with the all-to-alls (`shared_expert_overlap`) under
-        # sequence parallelism all-gather their input themselves and their first GEMM keeps
-        # that whole-sequence copy (tp shards; one byte per element in FP8) where otherwise
-        # it keeps the shard. The BF16 MLP input (the shard) is then kept by a BF16 router alone
-        # (its saved input is that very tensor): with an FP32 router and no shared experts,
-        # or overlapped ones, that slot of `replicated` is freed.
+        # What an MoE layer keeps of its MLP input (the pre-MLP norm's BF16 output, a shard
+        # with sequence parallelism), in place of the dense layer's slot that `replicated`
+        # counts ((2 − fp8) bytes, less what a recomputed norm frees): Megatron-Core's router
+        # and shared experts each save their own input for the backward pass.
+        # - The router: a BF16 one (`router_dtype` bf16) saves the norm's output itself (2
+        #   bytes, in FP8 runs too: the gate is no FP8 GEMM), which a recomputed norm frees; an
+        #   FP32 one an FP32 copy (4 bytes, which it does not free), and a copy of its weight
+        #   (experts × hidden, whole on every rank, per micro-batch: `router_weight` below).
+        # - The shared experts' first GEMM: in BF16 the norm's output itself (the router's very
+        #   tensor, when that is BF16), in FP8 its own FP8 cast (1 byte); overlapped with the
+        #   all-to-alls (`shared_expert_overlap`) under sequence parallelism, the whole
+        #   sequence it gathered itself (tp shards, in BF16 or its FP8 cast).
         fp32_router = (s.router_dtype == ROUTER_FP32).astype(np.float64)
+        frees = recomputes(s, "layernorm").astype(np.float64)
         gathers = (s.shared_expert_overlap > 0) & (s.sequence_parallel > 0) & (s.tp > 1)
-        overlapped = gathers.astype(np.float64) if model.shared_experts else 0.0
-        shard_free = fp32_router * (overlapped if model.shared_experts else 1.0)
-        mlp_input = (2.0 - fp8) - 2.0 * (1.0 - fp8) * recomputes(s, "layernorm")
-        moe_input = 4.0 * fp32_router + overlapped * (2.0 - fp8) * t - shard_free * mlp_input
-        replicated = replicated + block * share * moe_input * sbh
+        shared_on = 1.0 if model.shared_experts else 0.0
+        overlapped = gathers.astype(np.float64) * shared_on
+        # the BF16 shard is kept by a BF16 router, or by BF16 shared experts on their own input
+        shard_kept = np.maximum(1.0 - fp32_router, shared_on * (1.0 - overlapped) * (1.0 - fp8))
+        shared_copy = shared_on * np.where(overlapped > 0, (2.0 - fp8) * t, fp8)
+        kept = 4.0 * fp32_router + shard_kept * 2.0 * (1.0 - frees) + shared_copy
+        slot = (2.0 - fp8) - 2.0 * (1.0 - fp8) * frees
+        replicated = replicated + block * share * (kept - slot) * sbh
         # per micro-batch, not per token; times cp since the stage's activations are divided by it
         router_weight = block * share * fp32_router * 4.0 * model.experts * h * s.cp
     if model.mla:
