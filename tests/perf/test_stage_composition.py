@@ -238,3 +238,31 @@ def test_the_pace_is_the_slowest_middle_rank_when_moe_layers_cost_less(
     assert len(set(counts[1:8])) > 1  # the middle ranks differ
     assert got == pytest.approx(max(forced))
     assert max(forced) > min(forced)
+
+
+def test_interleaved_ranks_count_the_moe_layers_of_their_own_chunks() -> None:
+    """moe-1.3b (24 layers, MoE every other one: layers 1, 3, 5, …), pp 4 with two chunks of 3
+    layers per rank: rank 0 runs layers 0-2 and 12-14 (MoE 1 and 13), rank 1 layers 3-5 and
+    15-17 (3, 5, 15, 17), as Megatron-Core's virtual stages lay them out (chunk j of rank r is
+    virtual stage j·pp + r); counted as one run each rank would hold 3. The heavy and light
+    middle stages follow, and the table path agrees."""
+    model = load_model("moe-1.3b")
+
+    def one(pp: int, v: int) -> Strategy:
+        return Strategy(pp=pp, dp=8, ep=8, interleave=v, global_batch=64)
+
+    s = from_strategies(one(4, 2))
+    assert moe_layers_by_stage(model, s) == [2, 4, 2, 4]
+    assert moe_layers_by_stage(model, from_strategies(one(4, 1))) == [3, 3, 3, 3]
+    st = stage_layers(model, s)
+    assert float(st["heavy_moe"]) == 4 and int(st["heavy_rank"]) == 1
+    assert float(st["light_moe"]) == 2 and int(st["light_rank"]) == 2
+    assert float(st["first_moe"]) == 2 and float(st["last_moe"]) == 4
+    # five chunks of 12 layers per rank, the first two of 3 and three of 2: rank 0 runs 0-2,
+    # 6-8, 12-13, 16-17, 20-21 (MoE 1, 7, 13, 17, 21), rank 1 the rest
+    assert moe_layers_by_stage(model, from_strategies(one(2, 5))) == [5, 7]
+    # the same through the table path (more than 64 strategies)
+    many = from_strategies([one(4, 2), one(4, 1), one(2, 5)] * 30)
+    table = stage_layers(model, many)
+    assert [float(table["first_moe"][i]) for i in range(3)] == [2.0, 3.0, 5.0]
+    assert [float(table["last_moe"][i]) for i in range(3)] == [4.0, 3.0, 7.0]

@@ -466,26 +466,32 @@ def stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     the MoE layers of the first, middle and last stage and the middle stages with the most and
     the fewest of them (`first_moe`, `middle_moe`, `last_moe`, `heavy`, `heavy_moe`,
     `heavy_rank`, `light`, `light_moe`, `light_rank`: `_stage_moe_layers`)."""
+    # the MoE layers of an interleaved rank follow its chunks (`_chunk_starts`); a dense
+    # model's layout does not depend on them
+    chunks = s.interleave if model.moe_layers else np.ones_like(s.interleave)
     cols = np.broadcast_arrays(
-        np.asarray(s.pp), s.first_stage_layers, s.last_stage_layers, s.pipeline_schedule
+        np.asarray(s.pp), s.first_stage_layers, s.last_stage_layers, s.pipeline_schedule, chunks
     )
-    if cols[0].size > 64 and model.layers < 1 << 15:
+    if cols[0].size > 64 and model.layers < 1 << 14:
         # Many strategies, few stage split rules: each distinct (pp, first and last stage
-        # layers, schedule) laid out once, then looked up (the search asks for the same few
-        # in every chunk: remembered, emptied when full).
-        # One integer per rule (the stage layers below 2^15, the schedule code below 16).
-        pp, first, last, code = (np.asarray(c, dtype=np.int64) for c in cols)
-        rule = ((pp << 15 | first) << 15 | last) << 4 | code
+        # layers, schedule, chunks) laid out once, then looked up (the search asks for the same
+        # few in every chunk: remembered, emptied when full). One integer per rule (pp below
+        # 2^14, the stage layers and chunks below 2^15, the schedule code below 16; a pp or
+        # chunk count beyond the model's layers is invalid, its layout any).
+        mask = (1 << 15) - 1
+        pp, first, last, code, v = (np.asarray(c, dtype=np.int64) for c in cols)
+        pp, v = np.minimum(pp, (1 << 14) - 1), np.minimum(v, mask)
+        rule = (((pp << 15 | v) << 15 | first) << 15 | last) << 4 | code
         distinct, inverse = np.unique(rule.ravel(), return_inverse=True)
         key = (model, distinct.tobytes())
         table = _STAGE_TABLES.get(key)
         if table is None:
             if len(_STAGE_TABLES) >= _STAGE_TABLES_MAX:
                 _STAGE_TABLES.clear()
-            mask = (1 << 15) - 1
             sub = replace(
                 s,
-                pp=distinct >> 34,
+                pp=distinct >> 49,
+                interleave=distinct >> 34 & mask,
                 first_stage_layers=distinct >> 19 & mask,
                 last_stage_layers=distinct >> 4 & mask,
                 pipeline_schedule=distinct & 15,
@@ -560,27 +566,66 @@ def _rank_moe_counts(
     def between(a: IntArray, b: IntArray) -> IntArray:
         return np.asarray(moe_layers_before(model, b) - moe_layers_before(model, a))
 
+    if np.size(pp) == 0:
+        return
     dual = np.asarray(s.pipeline_schedule == DUALPIPEV)
     head = np.where((pp == 1) | dual, 0, pp - 1)
     mtp = model.mtp_layers
+    # a rank past the model's layers holds none: no valid strategy has one
+    ranks = range(min(int(np.max(pp)), model.layers + model.mtp_layers))
+    counts = [np.asarray(layers_of_stage(model, s, r)) for r in ranks]
+    owns = [np.where(r == head, n - mtp, n) for r, n in zip(ranks, counts, strict=True)]
+    # Interleaved (Megatron's virtual stages, not DualPipeV): rank r's own layers in v chunks,
+    # chunk j of each rank in round j, the rounds one after another (`chunk_starts`).
+    v = np.where(dual, 1, np.maximum(np.asarray(s.interleave), 1))
+    starts = _chunk_starts(owns, pp, v) if bool(np.any(v > 1)) else None
     start = np.zeros(np.shape(pp), dtype=np.int64)  # contiguous stages: where rank r starts
     front_end = np.zeros_like(start)  # DualPipeV: the front chunks so far end here, and
     back_start = np.full_like(start, model.layers)  # the back chunks so far start here
-    if np.size(pp) == 0:
-        return
-    # a rank past the model's layers holds none: no valid strategy has one
-    for r in range(min(int(np.max(pp)), model.layers + model.mtp_layers)):
+    for r, n, own in zip(ranks, counts, owns, strict=True):
         here = r < pp
-        n = np.asarray(layers_of_stage(model, s, r))
-        own = np.where(r == head, n - mtp, n)
         front = (own + 1) // 2
         back = own - front
         dual_moe = between(front_end, front_end + front) + between(back_start - back, back_start)
-        count = np.where(dual, dual_moe, between(start, start + own)) + np.where(r == head, mtp, 0)
+        run = between(start, start + own)
+        if starts is not None:
+            chunked = sum(
+                (between(c, c + _chunk_size(own, v, j)) for j, c in enumerate(starts[r])),
+                np.zeros_like(run),
+            )
+            run = np.where(v > 1, chunked, run)
+        count = np.where(dual, dual_moe, run) + np.where(r == head, mtp, 0)
         yield r, n, np.where(here, count, 0).astype(np.float64)
         start = start + np.where(here, own, 0)
         front_end = front_end + np.where(here, front, 0)
         back_start = back_start - np.where(here, back, 0)
+
+
+def _chunk_size(own: IntArray, v: IntArray, j: int) -> IntArray:
+    """Layers of chunk j of a rank holding `own` in v chunks (the first ones take the extra
+    layers where v does not divide them; 0 for j ≥ v)."""
+    return np.asarray(np.where(j < v, own // v + (j < own % v), 0))
+
+
+def _chunk_starts(owns: list[IntArray], pp: IntArray, v: IntArray) -> list[list[IntArray]]:
+    """The first layer of chunk j of each rank r, [r][j], in Megatron-Core's interleaved
+    layout (`get_transformer_layer_offset`, core_v0.12.1: chunk j of rank r is virtual stage
+    j·pp + r, so round j holds every rank's chunk j in rank order, after rounds 0 … j − 1)."""
+    ranks = len(owns)
+    rounds = int(np.max(v))
+    sizes = [
+        [np.where(r < pp, _chunk_size(owns[r], v, j), 0) for j in range(rounds)]
+        for r in range(ranks)
+    ]
+    out: list[list[IntArray]] = [[] for _ in range(ranks)]
+    round_start = np.zeros(np.shape(pp), dtype=np.int64)
+    for j in range(rounds):
+        at = round_start
+        for r in range(ranks):
+            out[r].append(np.asarray(at))
+            at = at + sizes[r][j]
+        round_start = at
+    return out
 
 
 def moe_layers_by_stage(model: Model, s: StrategyArrays) -> list[int]:
@@ -598,9 +643,9 @@ def _stage_moe_layers(model: Model, s: StrategyArrays, pp: IntArray) -> dict[str
     ranks; the lowest rank on a tie, which holds the most layers and micro-batches; none with
     pp ≤ 2: an MoE layer may cost more than a dense one or, where it skips the MLP's
     tensor-parallel collectives, less), walking the ranks from where each one's layers
-    start. A stage's layers are contiguous (with interleaving too: the
-    chunks of a rank are counted as one run, an approximation where a chunk is shorter than the
-    leading dense layers); with DualPipeV (deepseek-ai/DualPipe `dualpipev.py`) rank r runs
+    start. A stage's layers are contiguous; interleaved, each of its chunks is
+    (`_chunk_starts`: Megatron-Core's virtual stages); with DualPipeV (deepseek-ai/DualPipe
+    `dualpipev.py`) rank r runs
     chunk r of the front half and chunk 2·pp − 1 − r of the back half, its layers taken half
     from each (the front chunk the larger). The multi-token prediction layers sit on the stage
     with the LM head (`stage_layer_counts`) and are MoE layers where the model has any
