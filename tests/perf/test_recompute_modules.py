@@ -41,8 +41,8 @@ def test_each_module_drops_its_tensors_by_hand(precision: str) -> None:
     layernorm drops the two norm outputs (2 + 2 bytes per hidden element in BF16; in FP8 only
     an expert layer's pre-MLP one, which its BF16 router saved: the GEMMs keep FP8 copies);
     moe_act the experts' activation output (2 bytes per expert_ffn element in BF16); mlp the
-    dense layers' MLP activations; moe the expert layers' slots and routed inputs (and, in
-    FP8, the router's BF16 input beyond the FP8 slot: the block keeps only its input)."""
+    dense layers' MLP activations; moe the expert layers' slots and routed inputs (the block
+    keeps its input, the norm's BF16 output, which the BF16 router kept anyway)."""
     fp8 = precision == "fp8"
     tokens = MOE.seq * 2
     h, f, fe = MOE.hidden, MOE.ffn_, MOE.expert_ffn_
@@ -52,7 +52,7 @@ def test_each_module_drops_its_tensors_by_hand(precision: str) -> None:
         "layernorm": 0.5 * 2.0 * h if fp8 else 4.0 * h,
         "moe_act": 0.0 if fp8 else 0.5 * slots * 2.0 * fe,
         "mlp": 0.5 * (4.0 - fp8) * f,
-        "moe": 0.5 * (slots * ((4.0 - fp8) * fe + (2.0 - fp8) * h) + fp8 * h),
+        "moe": 0.5 * slots * ((4.0 - fp8) * fe + (2.0 - fp8) * h),
     }
     for module, per_token in drops.items():
         got = base - _bytes("moe-1.3b", ("core_attn", module), precision=precision)

@@ -163,3 +163,26 @@ def test_fp32_router_reduce_scatters_the_combine_in_fp32() -> None:
     assert times["bf16"] == pytest.approx(2 * 2 * gather)  # forward and backward pairs
     assert times["fp32"] == pytest.approx(2 * (gather + scatter))
     assert volumes["fp32"] == pytest.approx(1.5 * volumes["bf16"]) and volumes["bf16"] > 0
+
+
+def test_fp8_recomputed_moe_block_and_shared_experts_keep_the_bf16_input() -> None:
+    """FP8, DeepSeek-V3 at tp 1 (per token of an MoE layer): the MoE block recomputed keeps
+    only its checkpoint's input, the norm's BF16 output (2 bytes per hidden element), which a
+    recomputed norm also frees (Megatron-Core's discard resizes that very storage); the shared
+    experts recomputed drop their FP8 copy of it (1 byte) beside their activations."""
+    tokens = 2 * V3.seq
+    share = V3.moe_layers / V3.layers
+
+    def per_token(*modules: str) -> float:
+        kw = {"recompute": "selective", "recompute_modules": ("core_attn", *modules)}
+        return _bytes("deepseek-v3", precision="fp8", **kw) / tokens
+
+    norm = per_token() - per_token("layernorm")  # FP8: only the router's BF16 input
+    assert norm == pytest.approx(share * 2.0 * V3.hidden)
+    # with the block recomputed, the norm frees that input too
+    block = per_token("moe") - per_token("moe", "layernorm")
+    assert block == pytest.approx(share * 2.0 * V3.hidden)
+    shared = per_token() - per_token("shared_experts")
+    # their SwiGLU activations, 6 bytes per element less the FP8 input of the down projection
+    activations = (6.0 - 1.0) * V3.shared_experts * V3.expert_ffn_
+    assert shared == pytest.approx(share * (activations + 1.0 * V3.hidden))

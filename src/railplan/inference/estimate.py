@@ -199,11 +199,16 @@ def check_tokens(
     i = check_int("input_tokens", input_tokens, 1, MAX_TOKENS)
     o = check_int("output_tokens", output_tokens, 1, MAX_TOKENS)
     if model is not None and model.context_tokens is not None and i + o > model.context_tokens:
+        room = model.context_tokens - o
+        fix = (
+            f"the prompt may be at most {room:,} tokens with {o:,} output"
+            if room >= 1
+            else f"the output alone needs fewer than {model.context_tokens:,} tokens"
+        )
         raise RailplanError(
             "input_tokens",
             f"{i:,} prompt + {o:,} output tokens exceed {model.name}'s context of "
-            f"{model.context_tokens:,} tokens (its `context_tokens`); the prompt may be at "
-            f"most {max(model.context_tokens - o, 0):,} tokens with {o:,} output",
+            f"{model.context_tokens:,} tokens (its `context_tokens`); {fix}",
         )
     return i, o
 

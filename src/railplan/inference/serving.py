@@ -231,6 +231,10 @@ def serve(
     the fewest in flight (`simulate` with `replicas`; `requests` per rank, requests × ranks in
     all; None: `default_requests`, or with `min_duration_s` enough for that many seconds of
     arrivals if more, `duration_requests`)."""
+    # `estimate` builds on this module: imported where used
+    from railplan.inference.estimate import check_tokens
+
+    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens, dep.model)
     groups = replica_count(dep, arrival_rate)
     limit = batch_limit(dep, input_tokens + output_tokens, batch)
     # one instance (its ep ranks, stepping together), or every one

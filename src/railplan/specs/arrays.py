@@ -480,7 +480,8 @@ def stage_layers(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
         # chunk count beyond the model's layers is invalid, its layout any).
         mask = (1 << 15) - 1
         pp, first, last, code, v = (np.asarray(c, dtype=np.int64) for c in cols)
-        pp, v = np.minimum(pp, (1 << 14) - 1), np.minimum(v, mask)
+        pp = np.minimum(pp, (1 << 14) - 1)
+        v, first, last = (np.minimum(x, mask) for x in (v, first, last))
         rule = (((pp << 15 | v) << 15 | first) << 15 | last) << 4 | code
         distinct, inverse = np.unique(rule.ravel(), return_inverse=True)
         key = (model, distinct.tobytes())
@@ -576,8 +577,9 @@ def _rank_moe_counts(
     counts = [np.asarray(layers_of_stage(model, s, r)) for r in ranks]
     owns = [np.where(r == head, n - mtp, n) for r, n in zip(ranks, counts, strict=True)]
     # Interleaved (Megatron's virtual stages, not DualPipeV): rank r's own layers in v chunks,
-    # chunk j of each rank in round j, the rounds one after another (`chunk_starts`).
-    v = np.where(dual, 1, np.maximum(np.asarray(s.interleave), 1))
+    # chunk j of each rank in round j, the rounds one after another (`chunk_starts`); more
+    # chunks than layers (invalid) lay out as one layer per chunk
+    v = np.where(dual, 1, np.clip(np.asarray(s.interleave), 1, model.layers))
     starts = _chunk_starts(owns, pp, v) if bool(np.any(v > 1)) else None
     start = np.zeros(np.shape(pp), dtype=np.int64)  # contiguous stages: where rank r starts
     front_end = np.zeros_like(start)  # DualPipeV: the front chunks so far end here, and

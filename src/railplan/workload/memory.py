@@ -163,18 +163,25 @@ def layer_activation_bytes(
         # - The shared experts' first GEMM: in BF16 the norm's output itself (the router's very
         #   tensor, when that is BF16), in FP8 its own FP8 cast (1 byte); overlapped with the
         #   all-to-alls (`shared_expert_overlap`) under sequence parallelism, the whole
-        #   sequence it gathered itself (tp shards, in BF16 or its FP8 cast).
+        #   sequence it gathered itself (tp shards, in BF16 or its FP8 cast); recomputed
+        #   (`shared_experts`), only its checkpoint's input, the norm's output.
+        # - A recomputed MoE block (`moe`) keeps only its checkpoint's input, the norm's output.
         fp32_router = (s.router_dtype == ROUTER_FP32).astype(np.float64)
         frees = recomputes(s, "layernorm").astype(np.float64)
         gathers = (s.shared_expert_overlap > 0) & (s.sequence_parallel > 0) & (s.tp > 1)
         shared_on = 1.0 if model.shared_experts else 0.0
         overlapped = gathers.astype(np.float64) * shared_on
-        # the BF16 shard is kept by a BF16 router, or by BF16 shared experts on their own input
-        shard_kept = np.maximum(1.0 - fp32_router, shared_on * (1.0 - overlapped) * (1.0 - fp8))
-        shared_copy = shared_on * np.where(overlapped > 0, (2.0 - fp8) * t, fp8)
+        rerun_shared = recomputes(s, "shared_experts").astype(np.float64)
+        # the BF16 shard is kept by a BF16 router, or by shared experts on their own input
+        # (BF16, or recomputed)
+        own_input = np.maximum(1.0 - fp8, rerun_shared)
+        shard_kept = np.maximum(1.0 - fp32_router, shared_on * (1.0 - overlapped) * own_input)
+        fp8_copy = fp8 * (1.0 - rerun_shared)
+        shared_copy = shared_on * np.where(overlapped > 0, (2.0 - fp8) * t, fp8_copy)
         kept = 4.0 * fp32_router + shard_kept * 2.0 * (1.0 - frees) + shared_copy
         slot = (2.0 - fp8) - 2.0 * (1.0 - fp8) * frees
-        replicated = replicated + block * share * (kept - slot) * sbh
+        kept = block * kept + (1.0 - block) * 2.0 * (1.0 - frees)
+        replicated = replicated + share * (kept - slot) * sbh
         # per micro-batch, not per token; times cp since the stage's activations are divided by it
         router_weight = block * share * fp32_router * 4.0 * model.experts * h * s.cp
     if model.mla:
