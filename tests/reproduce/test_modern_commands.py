@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from railplan.reproduce.modern_validation import HELDOUT_FILE, modern_commands, modern_rows
+from railplan.reproduce.moe_training_validation import moe_commands
+from railplan.reproduce.moe_training_validation import rows as moe_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,8 +50,22 @@ def test_validate_commands_cli(cli) -> None:
     assert r.stdout.count(models + "modern/") == 32
     assert r.stdout.count(models + "heldout/") == 54
     rows = cli.json("validate", "--commands")
-    every = modern_commands() + modern_commands(HELDOUT_FILE)
+    every = modern_commands() + modern_commands(HELDOUT_FILE) + moe_commands()
     assert [row["id"] for row in rows] == [c["id"] for c in every]
+    assert r.stdout.count("railplan estimate --model deepseek-v3 ") == 5
+
+
+def test_moe_commands_reproduce_the_predictions(cli) -> None:
+    """The held-out MoE rows: `validate --commands` prints each one's command, which gives the
+    prediction `validate` reports (its table and JSON `moe_runs`)."""
+    predicted = {r.id: r.estimate.iteration_s for r in moe_rows()}
+    commands = moe_commands()
+    assert len(commands) == len(predicted) == 5
+    for c in commands:
+        out = cli.json(*shlex.split(c["command"])[1:])
+        assert out["iteration_s"] == pytest.approx(predicted[c["id"]], rel=1e-12), c["id"]
+    v = cli.json("validate")
+    assert {r["id"]: r["predicted_s"] for r in v["moe_runs"]["rows"]} == pytest.approx(predicted)
 
 
 def test_unstated_knobs_take_the_fastest_fitting_value() -> None:

@@ -238,10 +238,11 @@ def validate(
     """Predict published runs (2021-22 Megatron-LM, 2023-24 stacks, and 2025 stacks held out);
     print predicted vs measured and the errors."""
     from railplan.reproduce.modern_validation import HELDOUT_FILE, modern_commands
+    from railplan.reproduce.moe_training_validation import moe_commands
     from railplan.reproduce.validation import validate as run
 
     if commands:
-        rows = modern_commands() + modern_commands(HELDOUT_FILE)
+        rows = modern_commands() + modern_commands(HELDOUT_FILE) + moe_commands()
         if as_json:
             print_json([{k: r[k] for k in ("id", "source", "command")} for r in rows])
             return
@@ -273,6 +274,8 @@ def validate(
     _error_lines(console, "modern runs", [*m["by_source"].items(), ("all", m["all"])])
     console.print(_rows_table(v, _HELDOUT))
     _error_lines(console, "held out", [*h["by_group"].items(), ("all", h["all"])])
+    console.print(_rows_table(v, _MOE))
+    _error_lines(console, "held out MoE", [("all", v["moe_runs"]["all"])])
     c = v["calculon_korthikanti"]
     console.print(
         f"Calculon on the Korthikanti rows: mean {c['mean_abs_pct']} %, max {c['max_abs_pct']} %"
@@ -350,6 +353,15 @@ _HELDOUT = (
     "and GB200, "
     "data/validation/dgxc2025_runs.csv): seconds per iteration; never fitted",
     ("heldout_runs", "rows"),
+    _MODERN[2],
+    1,
+)
+
+
+_MOE = (
+    "Held out (MoE training: dgxc-benchmarking's NeMo 25.04.01 DeepSeek-V3 runs on H100 and "
+    "GB200, data/validation/moe_training_runs.csv): seconds per iteration; never fitted",
+    ("moe_runs", "rows"),
     _MODERN[2],
     1,
 )

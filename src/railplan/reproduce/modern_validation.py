@@ -270,7 +270,7 @@ def _by(rows: list[ModernRow], key: Callable[[ModernRow], str]) -> dict[str, dic
     return {k: _error_summary(v) for k, v in groups.items()}
 
 
-def _rows_summary(rows: list[ModernRow]) -> dict[str, Any]:
+def rows_summary(rows: list[ModernRow]) -> dict[str, Any]:
     """Each row (predicted iteration time vs measured) and the mean/max |error| of them all."""
     out = [
         {
@@ -292,7 +292,7 @@ def modern_summary(rows: list[ModernRow] | None = None) -> dict[str, Any]:
     """Modern rows (predicted iteration time vs measured) and mean/max |error| per source
     (dgxc, meg, mosaic) and over all rows, beside the goal (MODERN_GOAL_*)."""
     rows = modern_rows() if rows is None else rows
-    summary = _rows_summary(rows)
+    summary = rows_summary(rows)
     return {
         "rows": summary["rows"],
         "by_source": _by(rows, lambda r: r.source),
@@ -314,7 +314,7 @@ def heldout_summary() -> dict[str, Any]:
     def group(r: ModernRow) -> str:
         return f"{r.estimate.system.gpu.name} {r.estimate.strategy.precision}"
 
-    return _rows_summary(rows) | {"by_group": _by(rows, group)}
+    return rows_summary(rows) | {"by_group": _by(rows, group)}
 
 
 MODERN_MODELS_DIR = "modern"  # one model file per distinct model of modern_runs.csv

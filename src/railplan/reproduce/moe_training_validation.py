@@ -18,14 +18,19 @@ every expert then receives exactly its share, as the catalog's dropless routing 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from railplan.perf.estimate import estimate
-from railplan.reproduce.modern_validation import ModernRow, launcher_system
+from railplan.reproduce.modern_validation import ModernRow, launcher_system, rows_summary
 from railplan.reproduce.validation import read_rows
 from railplan.specs import Network, Strategy, System
 from railplan.specs.catalog import load_model
 
 DATA = "moe_training_runs.csv"
+SOURCE = (
+    "NVIDIA dgxc-benchmarking, NeMo 25.04.01, DeepSeek-V3 BF16 "
+    "(data/validation/moe_training_runs.csv)"
+)
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,21 @@ def command(r: dict[str, str]) -> str:
         "--overlap-dp --overlap-tp --no-tp-comm-overlap --ep-dispatch alltoall --cross-entropy te "
         "--router-dtype fp32 --shared-expert-overlap"
     )
+
+
+def moe_summary() -> dict[str, Any]:
+    """The held-out MoE training rows as `modern_validation.heldout_summary` gives the dense
+    ones (each row predicted, mean/max |error|), and the command that predicts each."""
+    runs = rows()
+    summary = rows_summary(list(runs))
+    for row, run in zip(summary["rows"], runs, strict=True):
+        row["command"] = run.command
+    return summary
+
+
+def moe_commands() -> list[dict[str, str]]:
+    """Per held-out MoE row: its id, source and the command that predicts it (no estimate)."""
+    return [{"id": r["id"], "source": SOURCE, "command": command(r)} for r in read_rows(DATA)]
 
 
 def rows() -> list[MoeRun]:

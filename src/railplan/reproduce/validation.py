@@ -251,9 +251,11 @@ def cross_paper_rows(
 
 def validate() -> dict[str, Any]:
     """Every row with its error, and the summary per source and overall; the modern runs
-    (`railplan.reproduce.modern_validation`) as a third table, and the held-out runs of 2025
-    stacks as a fourth."""
+    (`railplan.reproduce.modern_validation`) as a third table, the held-out runs of 2025
+    stacks as a fourth, and the held-out MoE training runs (`moe_training_validation`) as a
+    fifth."""
     from railplan.reproduce.modern_validation import heldout_summary, modern_summary
+    from railplan.reproduce.moe_training_validation import moe_summary
 
     k_rows, n_rows = korthikanti_rows(), narayanan_rows()
     rows = k_rows + n_rows
@@ -272,6 +274,7 @@ def validate() -> dict[str, Any]:
         "goal": {"mean_abs_pct": GOAL_MEAN_PCT, "max_abs_pct": GOAL_MAX_PCT},
         "modern_runs": modern_summary(),
         "heldout_runs": heldout_summary(),
+        "moe_runs": moe_summary(),
         "calculon_korthikanti": {
             "mean_abs_pct": CALCULON_KORTHIKANTI[0],
             "max_abs_pct": CALCULON_KORTHIKANTI[1],
