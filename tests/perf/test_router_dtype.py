@@ -186,3 +186,26 @@ def test_fp8_recomputed_moe_block_and_shared_experts_keep_the_bf16_input() -> No
     # their SwiGLU activations, 6 bytes per element less the FP8 input of the down projection
     activations = (6.0 - 1.0) * V3.shared_experts * V3.expert_ffn_
     assert shared == pytest.approx(share * (activations + 1.0 * V3.hidden))
+
+
+def test_the_fp32_combine_is_the_alltoall_dispatchers_only() -> None:
+    """The FP32 reduce-scatter is the alltoall dispatcher's (its `combine_preprocess`); no
+    source states it for DeepEP's flex dispatcher, which keeps BF16 bytes."""
+    from railplan.workload import comm
+
+    base: dict[str, object] = {"tp": 2, "dp": 4, "ep": 4, "global_batch": 8}
+    ratios = {
+        (dispatch, dtype): float(
+            comm.expert_tp_combine_byte_ratio(
+                from_strategies(Strategy(**base, ep_dispatch=dispatch, router_dtype=dtype))  # type: ignore[arg-type]
+            )
+        )
+        for dispatch in ("alltoall", "deepep")
+        for dtype in ("bf16", "fp32")
+    }
+    assert ratios == {
+        ("alltoall", "bf16"): 1.0,
+        ("alltoall", "fp32"): 2.0,
+        ("deepep", "bf16"): 1.0,
+        ("deepep", "fp32"): 1.0,
+    }

@@ -178,3 +178,32 @@ def test_cli_shared_expert_overlap(cli) -> None:  # type: ignore[no-untyped-def]
         assert bad.exit_code == 2, command
         message = str(bad.exception)
         assert message.startswith("shared_expert_overlap:") and len(message.splitlines()) == 1
+
+
+def test_refused_where_it_changes_nothing_and_searched_where_it_does(cli) -> None:  # type: ignore[no-untyped-def]
+    """With ep 1 and no sequence-parallel tp > 1 there is no all-to-all to run beside and no
+    input to gather: estimate refuses the flag there; search applies it where it changes
+    anything (its best strategy is what estimate gives)."""
+    s = Strategy(**(BASE | {"ep": 1, "shared_expert_overlap": True}))  # type: ignore[arg-type]
+    with pytest.raises(RailplanError, match=r"^shared_expert_overlap: .*changes nothing"):
+        estimate(V3, "dgx-h100", s, Network())
+    args = ("--model", "deepseek-v3", "--gpus", "2048", "--global-batch", "4096")
+    args += ("--tp", "2", "--pp", "16", "--shared-expert-overlap", "--top", "1")
+    found = cli.json("search", *args)
+    best = found["best"]["strategy"]
+    assert best["shared_expert_overlap"] is (best["ep"] > 1 or best["sequence_parallel"])
+    command = [
+        "estimate", "--model", "deepseek-v3", "--gpus", "2048",
+        "--global-batch", "4096", "--tp", str(best["tp"]), "--pp", str(best["pp"]),
+        "--ep", str(best["ep"]), "--dp", str(best["dp"]), "--cp", str(best["cp"]),
+        "--micro-batch", str(best["micro_batch"]), "--interleave", str(best["interleave"]),
+        "--recompute", best["recompute"], "--zero", str(best["zero"]),
+        "--first-stage-layers", str(best["first_stage_layers"]),
+        "--last-stage-layers", str(best["last_stage_layers"]),
+        "--sequence-parallel" if best["sequence_parallel"] else "--no-sequence-parallel",
+        "--expert-tp", str(best["expert_tp"]),
+    ]  # fmt: skip
+    if best["shared_expert_overlap"]:
+        command.append("--shared-expert-overlap")
+    again = cli.json(*command)
+    assert again["iteration_s"] == pytest.approx(found["best"]["iteration_s"], rel=1e-12)

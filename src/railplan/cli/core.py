@@ -229,14 +229,15 @@ def validate(
         bool,
         typer.Option(
             "--commands",
-            help="print, per modern and held-out run, the railplan estimate command that "
+            help="print, per modern and held-out run (MoE ones too), the railplan estimate "
+            "command that "
             "predicts it (every software knob spelled out; the model files are shipped with "
             "railplan, the paths work from any directory)",
         ),
     ] = False,
 ) -> None:
-    """Predict published runs (2021-22 Megatron-LM, 2023-24 stacks, and 2025 stacks held out);
-    print predicted vs measured and the errors."""
+    """Predict published runs (2021-22 Megatron-LM, 2023-24 stacks, and held out: 2025 stacks
+    and MoE training); print predicted vs measured and the errors."""
     from railplan.reproduce.modern_validation import HELDOUT_FILE, modern_commands
     from railplan.reproduce.moe_training_validation import moe_commands
     from railplan.reproduce.validation import validate as run
@@ -275,7 +276,8 @@ def validate(
     console.print(_rows_table(v, _HELDOUT))
     _error_lines(console, "held out", [*h["by_group"].items(), ("all", h["all"])])
     console.print(_rows_table(v, _MOE))
-    _error_lines(console, "held out MoE", [("all", v["moe_runs"]["all"])])
+    moe = v["moe_runs"]
+    _error_lines(console, "held out MoE", [*moe["by_group"].items(), ("all", moe["all"])])
     c = v["calculon_korthikanti"]
     console.print(
         f"Calculon on the Korthikanti rows: mean {c['mean_abs_pct']} %, max {c['max_abs_pct']} %"

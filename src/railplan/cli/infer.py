@@ -668,7 +668,7 @@ def infer_search(
         found, lambda r: str(r["best"]["network"]), lambda r: r["best"]["tokens_per_s_per_gpu"]
     )
     top: dict[str, Any] | None = best["best"] | {"hb_domain": best["hb_domain"]} if best else None
-    out = {"best": top, "by_hb_domain": results}
+    out: dict[str, Any] = {"best": top, "by_hb_domain": results}
     loaded_top = _best_under_load(results) if under_load else None
     if loaded_top is not None:
         loaded_top["load_check_command"] = _load_check_command(
@@ -683,6 +683,9 @@ def infer_search(
         top["load_check_command"] = _load_check_command(
             model, system, top, speculative_tokens, acceptance, custom_all_reduce
         )
+    notes = _context_notes(m, input_tokens, output_tokens)
+    if notes:
+        out["notes"] = notes
     if as_json:
         print_json(out)
         return
@@ -733,6 +736,8 @@ def infer_search(
             )
             for note in loaded_top.get("notes", []):
                 Console().print(f"[yellow]note:[/yellow] {note}", soft_wrap=True)
+    for note in notes:
+        Console().print(f"[yellow]note:[/yellow] {note}", soft_wrap=True)
 
 
 def _best_under_load(results: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -65,6 +65,8 @@ from railplan.specs.arrays import (
     module_bits,
     overlap_ep_allowed,
     resolve_expert_tp,
+    shared_expert_overlap_changes,
+    shared_expert_overlap_rules,
     stage_layer_counts,
     validity,
 )
@@ -622,7 +624,7 @@ def _where_allowed(s: StrategyArrays) -> StrategyArrays:
     on the pipelined candidates; `p2p_scatter_gather` on the pipelined
     tp > 1 candidates without sequence parallelism (elsewhere it changes nothing); `overlap_ep`
     where Megatron-Core allows it (ep > 1, interleaving when pp > 1, no full recompute), off
-    elsewhere."""
+    elsewhere; `shared_expert_overlap` where it changes anything."""
     if bool(np.any(s.dualpipev)):
         s = replace(s, pipeline_schedule=np.asarray(s.dualpipev & dualpipev_allowed(s), np.int64))
     if bool(np.any(s.fp8_param_gather)):  # the FP8 candidates only
@@ -643,6 +645,9 @@ def _where_allowed(s: StrategyArrays) -> StrategyArrays:
     if bool(np.any(s.p2p_scatter_gather)):  # pipelined tp > 1 candidates without SP only
         on = (s.p2p_scatter_gather > 0) & (s.sequence_parallel == 0) & (s.pp > 1) & (s.tp > 1)
         s = replace(s, p2p_scatter_gather=np.asarray(on, dtype=np.int64))
+    if bool(np.any(s.shared_expert_overlap)):  # where it changes anything
+        on = (s.shared_expert_overlap > 0) & shared_expert_overlap_changes(s)
+        s = replace(s, shared_expert_overlap=np.asarray(on, dtype=np.int64))
     if not bool(np.any(s.overlap_ep)):
         return s
     on = (s.overlap_ep > 0) & overlap_ep_allowed(s)
@@ -835,10 +840,16 @@ def check_modules(model: Model, space: SearchSpace) -> None:
         router_dtype=space.router_dtype,
         shared_expert_overlap=space.shared_expert_overlap,
     )
-    checked = ("recompute_modules", "ep_dispatch", "router_dtype", "shared_expert_overlap")
-    for name, ok, rule in validity(model, from_strategies(one)):
-        if name in checked and not bool(np.all(ok)):
+    arrays = from_strategies(one)
+    for name, ok, rule in validity(model, arrays):
+        if name in ("recompute_modules", "ep_dispatch", "router_dtype") and not bool(np.all(ok)):
             raise RailplanError(name, rule)
+    # what the model and the space's other choices allow (where it changes anything, the
+    # search applies it: `_where_allowed`)
+    if space.shared_expert_overlap:
+        for ok, rule in shared_expert_overlap_rules(model, arrays):
+            if not bool(np.all(ok)):
+                raise RailplanError("shared_expert_overlap", rule)
     if model.experts <= 1 and space.ep is not None and max(space.ep) > 1:
         raise RailplanError("ep", f"ep > 1 needs an MoE model (experts > 1); {model.name} is dense")
 

@@ -42,7 +42,13 @@ import numpy as np
 from railplan.errors import RailplanError
 from railplan.inference.dispatch import FirstFn, Run, StepFn, least_busy
 from railplan.inference.engine import Deployment
-from railplan.inference.estimate import InferenceResult, check_decoding, check_tokens, infer
+from railplan.inference.estimate import (
+    InferenceResult,
+    check_context,
+    check_decoding,
+    check_tokens,
+    infer,
+)
 from railplan.inference.search import (
     choice_result,
     disaggregated_choices,
@@ -219,8 +225,9 @@ def serve_disaggregated(
     docstring); `batch`: sequences per decode rank (None: the most the KV cache holds);
     `requests` per decode rank (None: `serving.run_requests`, with `min_duration_s` seconds
     of arrivals at least), within what one simulation takes in all."""
-    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens, dep.model)
+    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
     check_decoding(output_tokens)
+    check_context(dep.model, input_tokens, output_tokens)
     p = check_split(dep, prefill_instances)
     dec_ranks = (dep.replicas - p) * dep.ep
     limit = batch_limit(dep, input_tokens + output_tokens, batch)

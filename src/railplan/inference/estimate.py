@@ -198,7 +198,15 @@ def check_tokens(
     spec states its context (`Model.context_tokens`), within it (one-line errors)."""
     i = check_int("input_tokens", input_tokens, 1, MAX_TOKENS)
     o = check_int("output_tokens", output_tokens, 1, MAX_TOKENS)
-    if model is not None and model.context_tokens is not None and i + o > model.context_tokens:
+    if model is not None:
+        check_context(model, i, o)
+    return i, o
+
+
+def check_context(model: Model, i: int, o: int) -> None:
+    """A one-line error where `i` prompt and `o` output tokens exceed the context the model
+    serves (`Model.context_tokens`; nothing to check where the spec does not state it)."""
+    if model.context_tokens is not None and i + o > model.context_tokens:
         room = model.context_tokens - o
         fix = (
             f"the prompt may be at most {room:,} tokens with {o:,} output"
@@ -210,7 +218,6 @@ def check_tokens(
             f"{i:,} prompt + {o:,} output tokens exceed {model.name}'s context of "
             f"{model.context_tokens:,} tokens (its `context_tokens`); {fix}",
         )
-    return i, o
 
 
 def check_decoding(output_tokens: int) -> None:
@@ -239,8 +246,9 @@ def infer(
     """Steady-state serving of `dep` with `batch` sequences per tp × pp group (None: the largest
     that fits, at most DEFAULT_MAX_BATCH); `chunked`: with chunked prefill (`steady_times`),
     at most the batch its step budget sustains (`chunked_batch_limit`)."""
-    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens, dep.model)
+    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
     check_decoding(output_tokens)
+    check_context(dep.model, input_tokens, output_tokens)
     seq = input_tokens + output_tokens
     most = dep.max_batch(seq)
     given = batch is not None

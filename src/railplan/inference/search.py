@@ -41,6 +41,7 @@ from railplan.inference.engine import (
 from railplan.inference.estimate import (
     DEFAULT_MAX_BATCH,
     InferenceResult,
+    check_context,
     check_decoding,
     check_tokens,
     decode_steps,
@@ -382,8 +383,9 @@ def candidates(
 ) -> list[Choice]:
     """Every configuration evaluated (see the module docstring)."""
     model = load_model(model)
-    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens, model)
+    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
     check_decoding(output_tokens)  # TPOT needs a decoded token
+    check_context(model, input_tokens, output_tokens)
     out: list[Choice] = []
     for dep in deployments(model, system, network, gpus, precision, speculative, custom_all_reduce):
         b = batches(dep.max_batch(input_tokens + output_tokens))
@@ -460,8 +462,9 @@ def search(
     `min_duration_s` of arrivals long, None: `loaded.MIN_DURATION_S`), telling `progress`
     what it simulates."""
     model = load_model(model)
-    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens, model)
+    input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
     check_decoding(output_tokens)
+    check_context(model, input_tokens, output_tokens)
     ttft_slo_s = SLO.check("ttft_slo", ttft_slo_s)
     tpot_slo_s = SLO.check("tpot_slo", tpot_slo_s)
     gpus = check_int("gpus", gpus, 1, MAX_SEARCH_GPUS)

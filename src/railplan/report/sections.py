@@ -582,23 +582,30 @@ def _traffic_step(inp: ReportInputs, done: dict[str, Any]) -> dict[str, Any]:
 
 def serving(inp: ReportInputs) -> dict[str, Any]:
     """Serving the model on the same GPUs (docs/inference.md): the best configuration on each
-    network under MLPerf's server limits, for the example request; fp8 where the GPU has it."""
+    network under MLPerf's server limits, for the example request (its prompt shortened to fit
+    a model that serves a shorter context, `Model.context_tokens`); fp8 where the GPU has
+    it."""
     from railplan.inference import search as inf
 
     precision = "fp8" if inp.system.gpu.fp8_tflops else "bf16"
     pool = min(inp.gpus, inf.MAX_SEARCH_GPUS)  # a serving fleet, not the data centre
+    output = inf.EXAMPLE_OUTPUT_TOKENS
+    prompt = inf.EXAMPLE_INPUT_TOKENS
+    if inp.model.context_tokens is not None:
+        output = min(output, max(2, inp.model.context_tokens - 1))
+        prompt = max(1, min(prompt, inp.model.context_tokens - output))
     r = inf.search(
         inp.model,
         inp.system,
         pool,
         precision,
-        inf.EXAMPLE_INPUT_TOKENS,
-        inf.EXAMPLE_OUTPUT_TOKENS,
+        prompt,
+        output,
         inf.MLPERF_SERVER_TTFT_S,
         inf.MLPERF_SERVER_TPOT_S,
     )
     limits = {"ttft_s": inf.MLPERF_SERVER_TTFT_S, "tpot_s": inf.MLPERF_SERVER_TPOT_S}
-    tokens = {"input": inf.EXAMPLE_INPUT_TOKENS, "output": inf.EXAMPLE_OUTPUT_TOKENS}
+    tokens = {"input": prompt, "output": output}
     return r | {"precision": precision, "limits": limits, "tokens": tokens}
 
 

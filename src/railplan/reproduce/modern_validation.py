@@ -262,7 +262,7 @@ def _error_summary(errors: list[float]) -> dict[str, Any]:
     }
 
 
-def _by(rows: list[ModernRow], key: Callable[[ModernRow], str]) -> dict[str, dict[str, Any]]:
+def summary_by(rows: list[ModernRow], key: Callable[[ModernRow], str]) -> dict[str, dict[str, Any]]:
     """`_error_summary` of the rows of each `key`, in the rows' order."""
     groups: dict[str, list[float]] = {}
     for r in rows:
@@ -295,7 +295,7 @@ def modern_summary(rows: list[ModernRow] | None = None) -> dict[str, Any]:
     summary = rows_summary(rows)
     return {
         "rows": summary["rows"],
-        "by_source": _by(rows, lambda r: r.source),
+        "by_source": summary_by(rows, lambda r: r.source),
         "all": summary["all"],
         "goal": {
             "mean_abs_pct": MODERN_GOAL_MEAN_PCT,
@@ -314,7 +314,7 @@ def heldout_summary() -> dict[str, Any]:
     def group(r: ModernRow) -> str:
         return f"{r.estimate.system.gpu.name} {r.estimate.strategy.precision}"
 
-    return rows_summary(rows) | {"by_group": _by(rows, group)}
+    return rows_summary(rows) | {"by_group": summary_by(rows, group)}
 
 
 MODERN_MODELS_DIR = "modern"  # one model file per distinct model of modern_runs.csv

@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from railplan.perf.estimate import estimate
-from railplan.reproduce.modern_validation import ModernRow, launcher_system, rows_summary
+from railplan.reproduce.modern_validation import (
+    ModernRow,
+    launcher_system,
+    rows_summary,
+    summary_by,
+)
 from railplan.reproduce.validation import read_rows
 from railplan.specs import Network, Strategy, System
 from railplan.specs.catalog import load_model
@@ -101,12 +106,13 @@ def command(r: dict[str, str]) -> str:
 
 def moe_summary() -> dict[str, Any]:
     """The held-out MoE training rows as `modern_validation.heldout_summary` gives the dense
-    ones (each row predicted, mean/max |error|), and the command that predicts each."""
+    ones (each row predicted, mean/max |error| over all and per GPU, `by_group`), and the
+    command that predicts each."""
     runs = rows()
     summary = rows_summary(list(runs))
     for row, run in zip(summary["rows"], runs, strict=True):
         row["command"] = run.command
-    return summary
+    return summary | {"by_group": summary_by(list(runs), lambda r: r.estimate.system.gpu.name)}
 
 
 def moe_commands() -> list[dict[str, str]]:

@@ -775,6 +775,12 @@ def shared_expert_overlap_rules(model: Model, s: StrategyArrays) -> list[tuple[B
     ]
 
 
+def shared_expert_overlap_changes(s: StrategyArrays) -> BoolArray:
+    """Where `shared_expert_overlap` changes anything: all-to-alls to run beside (ep > 1), or
+    a sequence-parallel input its shared experts gather themselves (tp > 1)."""
+    return np.asarray((s.ep > 1) | ((s.tp > 1) & (s.sequence_parallel > 0)))
+
+
 def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]]:
     """Structural validity rules, vectorized. Every rule is one allowed-values statement."""
     per_replica = s.global_batch // np.maximum(s.dp, 1)
@@ -920,6 +926,12 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
         *(
             ("shared_expert_overlap", (s.shared_expert_overlap == 0) | ok, rule)
             for ok, rule in shared_expert_overlap_rules(model, s)
+        ),
+        (
+            "shared_expert_overlap",
+            (s.shared_expert_overlap == 0) | shared_expert_overlap_changes(s),
+            "shared_expert_overlap changes nothing with ep 1 and no sequence-parallel tp > 1 "
+            "(no all-to-all to run beside, no input to gather)",
         ),
         (
             "zero_shard",

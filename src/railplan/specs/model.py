@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Self
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveInt, StrictInt, model_validator
 
 from railplan.specs.base import Range, Spec
 
@@ -36,10 +36,11 @@ class Model(Spec):
     gated_mlp: bool = False
     vocab: PositiveInt = 51200
     seq: PositiveInt = 2048
-    context_tokens: PositiveInt | None = Field(
+    context_tokens: Annotated[StrictInt, Range(3, 1 << 30)] | None = Field(
         default=None,
         description="the longest context (prompt + answer) the released model serves: its "
-        "config's max_position_embeddings; None: not stated (`seq` is the training length)",
+        "config's max_position_embeddings; None: not stated (`seq` is the training length); "
+        "at least 3 (a prompt token and two output tokens)",
     )
     tied_embeddings: bool = True
     dropout: bool = Field(
@@ -113,6 +114,12 @@ class Model(Spec):
             raise ValueError("route_groups groups must hold at least top_k experts")
         if self.first_dense_layers >= self.layers and self.experts > 1:
             raise ValueError(f"first_dense_layers must be below layers ({self.layers})")
+        if self.experts > 1 and not self.moe_layers:
+            raise ValueError(
+                f"moe_layer_interval ({self.moe_layer_interval}) must leave an MoE layer among "
+                f"the {self.layers - self.first_dense_layers} layers after first_dense_layers "
+                "(experts > 1 with no MoE layer: give experts 1 for a dense model)"
+            )
         mla = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
         if any(x is not None for x in mla) and any(x is None for x in mla):
             raise ValueError(

@@ -34,6 +34,7 @@ import numpy as np
 
 from railplan.specs import Model
 from railplan.specs.arrays import (
+    EP_DEEPEP,
     FP8,
     FULL,
     ROUTER_FP32,
@@ -144,8 +145,10 @@ def expert_tp_combine_byte_ratio(s: StrategyArrays) -> FloatArray:
     """Bytes of the routed experts' combine-side reduce-scatter (and of its gradient's
     all-gather) over a BF16 one: 2 with an FP32 router, whose dtype it takes
     (`token_dispatcher.py` `combine_preprocess`, core_v0.12.1: "the precision of TP
-    reduce_scatter should be the same as the router_dtype"), else 1."""
-    return np.asarray(np.where(s.router_dtype == ROUTER_FP32, 2.0, 1.0))
+    reduce_scatter should be the same as the router_dtype"), else 1 (and with DeepEP's flex
+    dispatcher, for which no source states it)."""
+    fp32 = (s.router_dtype == ROUTER_FP32) & (s.ep_dispatch != EP_DEEPEP)
+    return np.asarray(np.where(fp32, 2.0, 1.0))
 
 
 def expert_tp_ops_per_moe_layer(
