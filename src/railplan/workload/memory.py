@@ -166,22 +166,33 @@ def layer_activation_bytes(
         #   sequence it gathered itself (tp shards, in BF16 or its FP8 cast); recomputed
         #   (`shared_experts`), only its checkpoint's input, the norm's output.
         # - A recomputed MoE block (`moe`) keeps only its checkpoint's input, the norm's output.
+        # (the search's hot path: terms constant over the strategies skipped where zero)
         fp32_router = (s.router_dtype == ROUTER_FP32).astype(np.float64)
-        frees = recomputes(s, "layernorm").astype(np.float64)
-        gathers = (s.shared_expert_overlap > 0) & (s.sequence_parallel > 0) & (s.tp > 1)
-        shared_on = 1.0 if model.shared_experts else 0.0
-        overlapped = gathers.astype(np.float64) * shared_on
-        rerun_shared = recomputes(s, "shared_experts").astype(np.float64)
-        # the BF16 shard is kept by a BF16 router, or by shared experts on their own input
-        # (BF16, or recomputed)
-        own_input = np.maximum(1.0 - fp8, rerun_shared)
-        shard_kept = np.maximum(1.0 - fp32_router, shared_on * (1.0 - overlapped) * own_input)
-        fp8_copy = fp8 * (1.0 - rerun_shared)
-        shared_copy = shared_on * np.where(overlapped > 0, (2.0 - fp8) * t, fp8_copy)
-        kept = 4.0 * fp32_router + shard_kept * 2.0 * (1.0 - frees) + shared_copy
-        slot = (2.0 - fp8) - 2.0 * (1.0 - fp8) * frees
-        kept = block * kept + (1.0 - block) * 2.0 * (1.0 - frees)
-        replicated = replicated + share * (kept - slot) * sbh
+        any_fp32, any_fp8 = bool(np.any(fp32_router)), bool(np.any(fp8))
+        overlapped: FloatArray | float = 0.0
+        if model.shared_experts and bool(np.any(s.shared_expert_overlap)):
+            gathers = (s.shared_expert_overlap > 0) & (s.sequence_parallel > 0) & (s.tp > 1)
+            overlapped = gathers.astype(np.float64)
+        if any_fp32 or any_fp8 or bool(np.any(overlapped)):
+            frees = recomputes(s, "layernorm").astype(np.float64)
+            kept_shard = 2.0 * (1.0 - frees)  # the norm's BF16 output, if anything keeps it
+            shard_kept: FloatArray | float = 1.0
+            shared_copy: FloatArray | float = 0.0
+            if model.shared_experts:
+                rerun_shared = recomputes(s, "shared_experts").astype(np.float64)
+                # the BF16 shard is kept by a BF16 router, or by shared experts on their own
+                # input (BF16, or recomputed)
+                own_input = np.maximum(1.0 - fp8, rerun_shared)
+                if any_fp32:
+                    shard_kept = np.maximum(1.0 - fp32_router, (1.0 - overlapped) * own_input)
+                fp8_copy = fp8 * (1.0 - rerun_shared)
+                shared_copy = np.where(overlapped > 0, (2.0 - fp8) * t, fp8_copy)
+            elif any_fp32:
+                shard_kept = 1.0 - fp32_router
+            kept = 4.0 * fp32_router + shard_kept * kept_shard + shared_copy
+            slot = (2.0 - fp8) - 2.0 * (1.0 - fp8) * frees
+            kept = block * kept + (1.0 - block) * kept_shard
+            replicated = replicated + share * (kept - slot) * sbh
         # per micro-batch, not per token; times cp since the stage's activations are divided by it
         router_weight = block * share * fp32_router * 4.0 * model.experts * h * s.cp
     if model.mla:
