@@ -647,11 +647,11 @@ def _stage_moe_layers(model: Model, s: StrategyArrays, pp: IntArray) -> dict[str
     tensor-parallel collectives, less), walking the ranks from where each one's layers
     start. A stage's layers are contiguous; interleaved, each of its chunks is
     (`_chunk_starts`: Megatron-Core's virtual stages); with DualPipeV (deepseek-ai/DualPipe
-    `dualpipev.py`) rank r runs
-    chunk r of the front half and chunk 2·pp − 1 − r of the back half, its layers taken half
-    from each (the front chunk the larger). The multi-token prediction layers sit on the stage
-    with the LM head (`stage_layer_counts`) and are MoE layers where the model has any
-    (Megatron-Core builds them with the decoder's last layer spec, `get_gpt_mtp_block_spec`)."""
+    `dualpipev.py`) rank r runs chunk r of the front half and chunk 2·pp − 1 − r of the back
+    half, its layers taken half from each (the front chunk the larger). The multi-token
+    prediction layers sit on the stage with the LM head (`stage_layer_counts`) and are MoE
+    layers where the model has any (Megatron-Core builds them with the decoder's last layer
+    spec, `get_gpt_mtp_block_spec`)."""
     zero = np.zeros(np.shape(pp))
     if not model.moe_layers:
         return {
@@ -754,11 +754,11 @@ def overlap_ep_allowed(s: StrategyArrays) -> BoolArray:
     return np.asarray(allowed)
 
 
-# Each rule: (field named in the error, predicate of validity, what is allowed).
 def shared_expert_overlap_rules(model: Model, s: StrategyArrays) -> list[tuple[BoolArray, str]]:
-    """What `shared_expert_overlap` needs, as Megatron-Core asserts it (`transformer_config.py`):
-    shared experts, the alltoall dispatcher (core_v0.12.1), neither `overlap_ep` nor the
-    `shared_experts` recompute module."""
+    """What `shared_expert_overlap` needs: the alltoall dispatcher (Megatron-Core core_v0.12.1
+    `transformer_config.py` asserts it), neither `overlap_ep` nor the `shared_experts`
+    recompute module (later versions, core_v0.19.0, assert both), and shared experts (without
+    them Megatron-Core ignores the flag: railplan's rule, it would change nothing)."""
     every = np.ones_like(s.tp, dtype=bool)
     return [
         (
@@ -781,6 +781,7 @@ def shared_expert_overlap_changes(s: StrategyArrays) -> BoolArray:
     return np.asarray((s.ep > 1) | ((s.tp > 1) & (s.sequence_parallel > 0)))
 
 
+# Each rule: (field named in the error, predicate of validity, what is allowed).
 def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]]:
     """Structural validity rules, vectorized. Every rule is one allowed-values statement."""
     per_replica = s.global_batch // np.maximum(s.dp, 1)
@@ -920,7 +921,7 @@ def validity(model: Model, s: StrategyArrays) -> list[tuple[str, BoolArray, str]
         ),
         (
             "router_dtype",
-            (s.router_dtype == 0) | (model.moe_layers > 0),
+            (s.router_dtype != ROUTER_FP32) | (model.moe_layers > 0),
             f"router_dtype fp32 needs an MoE model ({model.name} has no router)",
         ),
         *(
