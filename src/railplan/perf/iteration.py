@@ -348,7 +348,7 @@ def pipeline(
         )
         crit_logits = np.where(last_is_slowest, last_logits, 0.0)
         if any_dualpipev:  # the head is rank 0's
-            first_is_slowest = ~last_is_slowest & (t_first >= t_middle)
+            first_is_slowest = ~last_is_slowest & first_over_middle
             on_first = np.where(first_is_slowest, t_logits, 0.0)
             crit_logits = np.where(dualpipev, on_first, crit_logits)
         return pace, n_crit, crit_logits, ex_crit

@@ -284,18 +284,24 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
     shared_width = model.shared_experts * model.expert_ffn_
     shared = local(mlp_gemms(model, b, t, shared_width), s) if model.shared_experts else []
     experts = routed + shared
+    zero = np.zeros(())
+    # each GEMM's forward, and its backward pair (input gradient, weight gradient)
     expert_fprop = [linear_time_s(gpu, g, s) for g in experts]
+    expert_bprop = [[linear_time_s(gpu, h, s) for h in g.backward()] for g in experts]
 
-    def fwd_bwd(gs: list[Gemm], fprop: list[FloatArray]) -> tuple[FloatArray, ...]:
-        f = sum(fprop, np.zeros(()))
-        pairs = [[linear_time_s(gpu, h, s) for h in g.backward()] for g in gs]
-        bw = sum((t_s for pair in pairs for t_s in pair), np.zeros(()))
-        wg = sum((pair[1] for pair in pairs), np.zeros(()))
+    def fwd_bwd(
+        gs: list[Gemm], fprop: list[FloatArray], bprop: list[list[FloatArray]]
+    ) -> tuple[FloatArray, ...]:
+        f = sum(fprop, zero)
+        bw = sum((t_s for pair in bprop for t_s in pair), zero)
+        wg = sum((pair[1] for pair in bprop), zero)
         c = fp8_cast_times_s(gpu, gs, s)
         return np.asarray(f + c["forward"]), np.asarray(bw + c["backward"]), np.asarray(wg)
 
-    ef, eb, ew = fwd_bwd(experts, expert_fprop)
-    df, db, dw = fwd_bwd(dense, [linear_time_s(gpu, g, s) for g in dense])
+    ef, eb, ew = fwd_bwd(experts, expert_fprop, expert_bprop)
+    dense_fprop = [linear_time_s(gpu, g, s) for g in dense]
+    dense_bprop = [[linear_time_s(gpu, h, s) for h in g.backward()] for g in dense]
+    df, db, dw = fwd_bwd(dense, dense_fprop, dense_bprop)
     # the router sees the rank's tokens: s/cp, and /tp, since an MoE layer with tp > 1 runs
     # sequence-parallel (`specs.arrays` validity) and routes its s/tp shard
     (router,) = local([router_gemm(model, b)], s)
@@ -310,7 +316,8 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
         return np.asarray(np.where(fp32_router, gemm_time_s(gpu, g, tf32=True), bf16))
 
     rf = router_time_s(router)
-    rb = sum((router_time_s(h) for h in router.backward()), np.zeros(()))
+    router_bprop = [router_time_s(h) for h in router.backward()]  # input, weight gradients
+    rb = sum(router_bprop, zero)
     routed_slots = b * model.seq * model.top_k * routing.slot_factor(model, s.ep)
     slots = routed_slots + b * model.seq * model.shared_experts
     extra = elementwise.activation_function_bytes(
@@ -334,27 +341,23 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
         act = elementwise.activation_function_bytes(model, elements / t / s.cp)
         return memory_time_s(gpu, act["forward"], 1.0, fwd_eff)
 
-    shared_fprop = sum(expert_fprop[len(routed) :], np.zeros(()))
     # the shared experts' passes in two pieces each: up projection and activation, down
     # projection (`shared_expert_overlap` runs them beside the dispatch and the combine, and
     # their gradients beside those all-to-alls' gradients)
-    zero = np.zeros(())
-    shared_up, shared_down = expert_fprop[len(routed) :] if model.shared_experts else (zero, zero)
-    shared_act = shared_act_b = shared_up_b = shared_down_b = zero
+    shared_up = shared_down = shared_act = shared_act_b = shared_up_b = shared_down_b = zero
     if model.shared_experts:
+        shared_up, shared_down = expert_fprop[len(routed) :]
+        shared_up_b, shared_down_b = (sum(pair, zero) for pair in expert_bprop[len(routed) :])
         shared_act = activation_forward_s(b * model.seq * shared_width)
         act = elementwise.activation_function_bytes(model, b * model.seq * shared_width / t / s.cp)
         bwd_eff = gpu.elementwise_backward_efficiency
         shared_act_b = memory_time_s(gpu, act["backward"], 1.0, bwd_eff)
-        up, down = shared
-        shared_up_b = sum((linear_time_s(gpu, h, s) for h in up.backward()), zero)
-        shared_down_b = sum((linear_time_s(gpu, h, s) for h in down.backward()), zero)
     return {
         "forward": ef + rf - df + ew_f + perm_f,
         "backward": eb + rb - db + ew_b + perm_b,
-        "wgrad": ew + router_time_s(router.backward()[1]) - dw,
+        "wgrad": ew + router_bprop[1] - dw,
         "activation_forward": activation_forward_s(routed_slots * model.expert_ffn_),
-        "shared_forward": np.asarray(shared_fprop + shared_act),
+        "shared_forward": np.asarray(shared_up + shared_down + shared_act),
         "shared_up_forward": np.asarray(shared_up + shared_act),
         "shared_down_forward": np.asarray(shared_down),
         "shared_up_backward": np.asarray(shared_up_b + shared_act_b),

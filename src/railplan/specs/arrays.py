@@ -59,6 +59,13 @@ EP_DEEPEP = EP_DISPATCH_CODES["deepep"]
 ROUTER_FP32 = ROUTER_DTYPE_CODES["fp32"]
 
 
+def head_rank(pp: IntArray, dualpipev: BoolArray | bool) -> IntArray:
+    """The pipeline rank holding the LM head and the multi-token prediction layers: the last,
+    or rank 0 with pp = 1 or DualPipeV (its V's last stage)."""
+    pp = np.asarray(pp)
+    return np.asarray(np.where((pp <= 1) | np.asarray(dualpipev), 0, pp - 1))
+
+
 def resolve_expert_tp(expert_tp: IntArray, tp: IntArray) -> IntArray:
     """The routed experts' tensor-parallel degree: `expert_tp`, or tp where it is 0 (as
     Megatron-Core defaults --expert-tensor-parallel-size to tp)."""
@@ -130,6 +137,11 @@ class StrategyArrays:
     def dualpipev(self) -> BoolArray:
         """Where the schedule is DualPipeV (`pipeline_schedule`)."""
         return np.asarray(self.pipeline_schedule == DUALPIPEV)
+
+    @property
+    def head_rank(self) -> IntArray:
+        """The pipeline rank with the LM head (`head_rank`)."""
+        return head_rank(self.pp, self.dualpipev)
 
     def warmup_chunks(self, rank: int | IntArray) -> FloatArray:
         """Chunk forwards pipeline rank `rank` runs before its first backward, as Megatron-Core
@@ -448,8 +460,7 @@ def stage_layer_counts(
     out = np.where(i == 0, first, np.where(i == pp - 1, last, middle))
     out = np.where(pp == 1, model.layers, out)
     if model.mtp_layers:
-        head = np.where(dualpipev, 0, pp - 1)
-        out = out + np.where(i == head, model.mtp_layers, 0)
+        out = out + np.where(i == head_rank(pp, dualpipev), model.mtp_layers, 0)
     return np.asarray(out, dtype=np.int64)
 
 
@@ -570,7 +581,7 @@ def _rank_moe_counts(
     if np.size(pp) == 0:
         return
     dual = np.asarray(s.pipeline_schedule == DUALPIPEV)
-    head = np.where((pp == 1) | dual, 0, pp - 1)
+    head = head_rank(pp, dual)
     mtp = model.mtp_layers
     # a rank past the model's layers holds none: no valid strategy has one
     ranks = range(min(int(np.max(pp)), model.layers + model.mtp_layers))

@@ -295,8 +295,8 @@ def traffic(
     ]
     # each stage's own MoE layers (`moe_layers_by_stage`), as the time counts them
     moe_counts = moe_layers_by_stage(model, s)
-    tp_keys = [(n, c, False) for (n, _, _), c in zip(only_layers, moe_counts, strict=True)]
-    for (n, c, _), rows in _per_stage(p.groups("tp"), p.dp * p.cp, tp_keys):
+    tp_keys = [(n, c) for (n, _, _), c in zip(only_layers, moe_counts, strict=True)]
+    for (n, c), rows in _per_stage(p.groups("tp"), p.dp * p.cp, tp_keys):
         tp_bytes = (n - c) * vol["tp_dense"] + c * vol["tp_moe"]
         pieces.append(("tp", _scale(collective_edges(rows, k), tp_bytes)))
     if p.cp > 1:
@@ -323,18 +323,18 @@ def traffic(
         ep_groups, edp_groups, etp_groups = expert_groups(p, ep, etp)
         # each stage's own MoE layers (the leading dense layers on the first stage, an MoE
         # multi-token prediction layer on the head's: `moe_layers_by_stage`), as the time
-        moe_keys = [(c, False, False) for c in moe_counts]
+        # counts them
         if etp > 1:
-            for (c, _, _), rows in _per_stage(etp_groups, p.tp * p.dp * p.cp // etp, moe_keys):
+            for c, rows in _per_stage(etp_groups, p.tp * p.dp * p.cp // etp, moe_counts):
                 pieces.append(("tp", _scale(collective_edges(rows, k), vol["etp"] * c)))
-        for (c, _, _), rows in _per_stage(edp_groups, ep * etp, moe_keys):
+        for c, rows in _per_stage(edp_groups, ep * etp, moe_counts):
             # the expert parameters of c MoE layers: those of c / share average layers
             b = dp_stage_bytes(model, s, c / moe_share, False)
             reduction(rows, b["expert"], b["expert_replica"])
         if ep > 1:
             # uniform all-to-alls among the ep ranks of each MoE layer of the stage: the
             # logical demand src → dst (forwarding is the timing's concern, SYSTEM.md 3)
-            ep_stages = _per_stage(ep_groups, p.tp * p.dp * p.cp // ep, moe_keys)
+            ep_stages = _per_stage(ep_groups, p.tp * p.dp * p.cp // ep, moe_counts)
             dedup = [
                 deduplicated_all_to_all_edges(rows, k) if strategy.ep_dispatch == "deepep" else None
                 for _, rows in ep_stages
@@ -342,7 +342,7 @@ def traffic(
             # DeepEP-style edges only where every group has x members in each of y domains
             regular = len({None if d is None else d[2:] for d in dedup}) == 1
             as_plain = False  # some stage's DeepEP dispatch laid out as a plain all-to-all
-            for ((c, _, _), rows), parts in zip(ep_stages, dedup, strict=True):
+            for (c, rows), parts in zip(ep_stages, dedup, strict=True):
                 scale = float(c)
                 if parts is None or not regular:
                     pieces.append(("ep", _scale(all_to_all_edges(rows), vol["ep"] * scale)))

@@ -350,17 +350,16 @@ def rail_aligned(
     dims = DIMS if cp == 1 else CP_DIMS
     first = MEGATRON_ORDER if cp == 1 else CP_DIMS
     orders = [first] + [o for o in itertools.permutations(dims) if tuple(o) != first]
-    best: tuple[tuple[int, int], Placement] | None = None
+    best: tuple[tuple[int, ...], Placement] | None = None
     for order in orders:
         p = place(tp, pp, dp, hb_domain, tuple(order), cp)
         edges = pattern(p, interleave, embedding)
         if sum(int(np.count_nonzero(cross_rail(e.src, e.dst, hb_domain))) for e in edges.values()):
             continue
-        between = tuple(
+        rank = tuple(
             int(np.count_nonzero(edges[k].src // hb_domain != edges[k].dst // hb_domain))
             for k in ("tp", "cp")
         )
-        rank = (between[0], between[1])
         if best is None or rank < best[0]:
             best = (rank, p)
     if best is not None and (best[0][0] == 0 or tp > hb_domain):

@@ -306,7 +306,7 @@ def stage_activation_bytes(
     if bool(np.any(s.deferred_wgrad_micro_batches > 0)):
         deferred = deferred_wgrad_bytes(model, s)
     single = s.pp <= 1
-    head_first = single | dualpipev if any_dualpipev else single
+    head_first = s.head_rank == 0
 
     def head(key: str) -> FloatArray:
         return np.asarray(np.maximum(logits, rerun[key]) + deferred)
@@ -362,8 +362,7 @@ def dense_stage_params(
     `layers`: the stage's layers (default: the fullest stage's), `moe` of them MoE layers
     (default their moe_layers/layers share); `ends`: the stage's own vocabulary and MTP
     parameters (`end_params`) instead of both ends' (`embedding`)."""
-    layers = stage_layers(model, s)["max"] if layers is None else layers
-    moe = layers * model.moe_layers / model.layers if moe is None else moe
+    layers, moe = _stage_counts(model, s, layers, moe)
     # an MoE layer swaps its dense MLP for the router and the shared experts
     moe_extra = (
         model.hidden * model.experts
@@ -375,6 +374,15 @@ def dense_stage_params(
         end = end_params(model, s)
         ends = np.maximum(end["first"], end["last"]) * embedding
     return np.asarray((own + ends) / s.tp, dtype=np.float64)
+
+
+def _stage_counts(
+    model: Model, s: StrategyArrays, layers: FloatArray | None, moe: FloatArray | None
+) -> tuple[FloatArray, FloatArray]:
+    """A stage's layers (default: the fullest stage's) and its MoE layers (default: their
+    moe_layers/layers share)."""
+    layers = stage_layers(model, s)["max"] if layers is None else layers
+    return layers, model.moe_layers / model.layers * layers if moe is None else moe
 
 
 def end_params(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
@@ -389,10 +397,10 @@ def end_params(model: Model, s: StrategyArrays) -> dict[str, FloatArray]:
     mtp = float(mtp_head_params(model))
     both = vh * (1.0 + untied) + mtp
     last = vh * (1.0 + (untied if model.mtp_layers else 0.0)) + mtp
-    head_first = (s.pp <= 1) | s.dualpipev
+    head = s.head_rank
     return dict.fromkeys(STAGE_KEYS, np.zeros(np.shape(s.pp))) | {
-        "first": np.asarray(np.where(head_first, both, vh)),
-        "last": np.asarray(np.where(s.pp <= 1, both, np.where(s.dualpipev, 0.0, last))),
+        "first": np.asarray(np.where(head == 0, both, vh)),
+        "last": np.asarray(np.where(s.pp <= 1, both, np.where(head == s.pp - 1, last, 0.0))),
     }
 
 
@@ -414,11 +422,8 @@ def expert_stage_params(
     """Expert parameters one GPU holds: its stage's MoE layers × experts/ep experts, split over
     the expert tensor-parallel ranks (`StrategyArrays.etp`, tp by default) (`moe`, or a
     moe_layers/layers share of the stage's `layers`; default: the fullest stage's)."""
-    layers = stage_layers(model, s)["max"] if layers is None else layers
-    moe_layers = model.moe_layers / model.layers * layers if moe is None else moe
-    return np.asarray(
-        moe_layers * (model.experts / s.ep) * model.expert_params() / s.etp, dtype=np.float64
-    )
+    _, moe = _stage_counts(model, s, layers, moe)
+    return np.asarray(moe * (model.experts / s.ep) * model.expert_params() / s.etp, np.float64)
 
 
 def stage_params(model: Model, s: StrategyArrays) -> FloatArray:
@@ -440,8 +445,7 @@ def gemm_stage_params(
     the LM head (counted where `dense_stage_params` counts that stage's head parameters);
     `moe`: the stage's MoE layers (default their moe_layers/layers share)."""
     h = model.hidden
-    layers = stage_layers(model, s)["max"] if layers is None else layers
-    moe = layers * model.moe_layers / model.layers if moe is None else moe
+    layers, moe = _stage_counts(model, s, layers, moe)
     expert_mlp = model.mlp_matrices * h * model.expert_ffn_
     dense = (
         layers * model.attention_params()
@@ -534,9 +538,10 @@ def memory(model: Model, s: StrategyArrays) -> Memory:
     st = stage_layers(model, s)
     acts = stage_activation_bytes(model, s, st)
     ends = end_params(model, s)
+    head = s.head_rank
     has_head = dict.fromkeys(STAGE_KEYS, np.zeros(np.shape(s.pp), dtype=bool)) | {
-        "first": (s.pp <= 1) | s.dualpipev,
-        "last": (s.pp <= 1) | ~s.dualpipev,
+        "first": head == 0,
+        "last": head == s.pp - 1,
     }
     parts: dict[str, list[FloatArray]] = {k: [] for k in ("weights", "grads", "opt", "acts")}
     ranks = stage_ranks(st, s)
