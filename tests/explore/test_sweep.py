@@ -708,3 +708,109 @@ def test_strategy_columns_account_for_every_gpu(tmp_path: Path) -> None:
     old.write_text("key,model\nabc,gpt-1.7b\n")
     with pytest.raises(RailplanError, match="was written with other columns"):
         run_sweep(spec(), old, workers=1, progress=False)
+
+
+# ---- the search's settings as sweep fields -------------------------------------------------
+
+
+def test_search_fields_fix_and_vary_the_search(tmp_path: Path) -> None:
+    """precision and tp as grid fields: each point's best is what `search` finds with the same
+    settings; the fixed tp is the best's tp (one column)."""
+    from railplan.explore.search import SearchSpace, search
+    from railplan.specs import Job, load_model
+    from railplan.specs.build import build_network, build_system
+
+    base = {"model": "llama-3-8b", "gpus": 16, "global_batch": 32, "system": "dgx-h100"}
+    sw = SweepSpec.build(base=base, vary={"precision": ["bf16", "fp8"], "tp": [1, 2]})
+    result = run_sweep(sw, tmp_path / "p.csv", workers=1, progress=False)
+    assert [(r["precision"], r["tp"]) for r in result.rows] == [
+        ("bf16", 1),
+        ("bf16", 2),
+        ("fp8", 1),
+        ("fp8", 2),
+    ]
+    system = build_system("dgx-h100", None, None, None, None)
+    job = Job(load_model("llama-3-8b"), system, build_network("rail-optimized", None), 16, 32)
+    for row in result.rows:
+        space = SearchSpace(precision=(row["precision"],), tp=(row["tp"],))
+        best = search(job, space, top=1).best
+        assert best is not None
+        assert row["iteration_s"] == pytest.approx(best.iteration_s, rel=1e-12)
+        assert best.strategy.tp == row["tp"]
+        assert ("FP8" in row["strategy"]) == (row["precision"] == "fp8")
+    fp8 = {r["tp"]: r["iteration_s"] for r in result.rows if r["precision"] == "fp8"}
+    bf16 = {r["tp"]: r["iteration_s"] for r in result.rows if r["precision"] == "bf16"}
+    assert all(fp8[tp] < bf16[tp] for tp in (1, 2))  # H100's FP8 GEMMs
+
+
+def test_search_fields_in_a_spec_file_and_in_the_key(tmp_path: Path) -> None:
+    """A spec file fixes search settings at its top level (YAML types); a point that sets one
+    is keyed by it, one that does not keeps the key it had before these fields existed."""
+    from railplan.explore.sweep import point_key
+
+    f = tmp_path / "s.yaml"
+    f.write_text(
+        "model: mixtral-8x7b\ngpus: 64\nglobal_batch: 256\nsystem: dgx-h100\n"
+        "ep_dispatch: deepep\noverlap_dp: false\nvary:\n  network: [rail-optimized, rail-only]\n"
+    )
+    pts = SweepSpec.build(base={}, vary={}, spec_file=f).points()
+    assert [(p["ep_dispatch"], p["overlap_dp"]) for p in pts] == [("deepep", False)] * 2
+    key = json.loads(point_key(pts[0], (1,)))
+    assert key["ep_dispatch"] == "deepep" and key["overlap_dp"] is False
+    plain = json.loads(
+        point_key(SweepSpec.build(base=BASE, vary={"hb_domain": [8]}).points()[0], (1,))
+    )
+    assert not set(plain) & {"precision", "tp", "ep_dispatch", "overlap_dp"}
+
+
+@pytest.mark.parametrize(
+    ("vary", "field", "says"),
+    [
+        ("precision=bf16,fp16", "precision", "must be one of bf16, fp8"),
+        ("router_dtype=fp32", "router_dtype", "needs an MoE model"),
+        ("fp8_param_gather=true", "fp8_param_gather", "needs fp8"),
+        ("ep=1,8", "ep", "needs an MoE model"),
+        ("tp=0", "tp", "positive"),
+        ("pipeline_schedule=zb", "pipeline_schedule", "1f1b, dualpipev"),
+        ("overlap_ep=maybe", "overlap_ep", "true or false"),
+    ],
+)
+def test_bad_search_fields_fail_before_anything_runs(
+    vary: str,
+    field: str,
+    says: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import railplan.explore.sweep
+
+    def never(*args: object) -> None:
+        raise AssertionError("a point was computed")
+
+    monkeypatch.setattr(railplan.explore.sweep, "evaluate_point", never)
+    out = tmp_path / "v.csv"
+    code, err = run_main([*SWEEP, "--output", str(out), "--vary", vary], monkeypatch, capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: {field}: ") and says in err, err
+    assert not out.exists()
+
+
+def test_a_log_of_the_previous_version_is_resumed(tmp_path: Path) -> None:
+    """A log written before the search fields existed (its header without them) keeps its
+    finished rows: they are reused, and the file is rewritten with today's columns."""
+    from railplan.explore.sweep_log import COLUMNS, PREVIOUS_COLUMNS
+
+    out = tmp_path / "old.csv"
+    first = run_sweep(spec(hb_domain=[2, 8]), out, workers=1, progress=False)
+    rows = read_rows(out)
+    with out.open("w", newline="") as fh:  # the same rows under the previous header
+        writer = csv.DictWriter(fh, PREVIOUS_COLUMNS, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    again = run_sweep(spec(hb_domain=[2, 8, 4]), out, workers=1, progress=False)
+    assert (again.computed, again.skipped) == (1, 2)
+    assert out.read_text().partition("\n")[0] == ",".join(COLUMNS)
+    assert [r["iteration_s"] for r in again.rows if r["hb_domain"] != 4] == [
+        r["iteration_s"] for r in first.rows
+    ]

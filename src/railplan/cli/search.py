@@ -343,7 +343,9 @@ def sweep(
         list[str] | None,
         typer.Option(
             help="FIELD=v1,v2,...; repeat with other fields for a grid (e.g. hb_domain=8,256);"
-            " a field given twice is an error"
+            " a field given twice is an error. Fields: the spec's (model, system, network,"
+            " gpus, global_batch, hb_domain, nic_gbps, ...) and the search's settings, one per"
+            " point (precision, ep_dispatch, pipeline_schedule, tp, ep, ...: docs/search.md)"
         ),
     ] = None,
     spec: Annotated[
@@ -372,7 +374,8 @@ def sweep(
         ),
     ] = False,
 ) -> None:
-    """Search the best strategy at every point of a grid over spec fields; resumable.
+    """Search the best strategy at every point of a grid over spec fields and search settings;
+    resumable.
 
     Every value is checked before anything runs; exits 1 if points failed with an error.
     Run the same command again to compute the missing and failed points."""

@@ -1,4 +1,5 @@
-"""Design-space sweeps: a grid over spec fields, each point a strategy search (best strategy).
+"""Design-space sweeps: a grid over spec fields and search settings, each point a strategy search
+(best strategy).
 
 Every value of the grid is checked before any point runs. Results go to a CSV file (its
 directory must exist), one line per finished point, appended and flushed as soon as the point
@@ -46,7 +47,7 @@ from railplan.explore.sweep_log import (
     read_rows,
     write_parquet,
 )
-from railplan.explore.sweep_spec import FIELDS, KEY_WHEN_SET, SweepSpec
+from railplan.explore.sweep_spec import FIELDS, KEY_WHEN_SET, SweepSpec, search_space
 from railplan.fileio import check_target
 
 
@@ -85,7 +86,7 @@ def _empty_row(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, Any]:
     """A point's row before its results: its fields and key, every result column None."""
     row: dict[str, Any] = {k: point.get(k) for k in FIELDS}
     row["key"] = point_key(point, zero)
-    row.update({c: None for c in RESULT_COLUMNS})
+    row.update({c: None for c in RESULT_COLUMNS if c not in row})  # a fixed tp stays
     return row
 
 
@@ -93,7 +94,7 @@ def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, An
     """Search the best strategy for one point. When no strategy is valid or none fits, the
     row says so in `error` and is a finished answer; any exception raised on the way gives a
     row with only `error` set, which a resumed sweep computes again (see `is_done`)."""
-    from railplan.explore.search import SearchSpace, search
+    from railplan.explore.search import search
     from railplan.specs import Job, load_model
     from railplan.specs.build import build_network, build_system
 
@@ -110,7 +111,7 @@ def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, An
         )
         net = build_network(point["network"], point.get("oversubscription"), point.get("sharp"))
         job = Job(m, sy, net, int(point["gpus"]), int(point["global_batch"]))
-        r = search(job, SearchSpace(zero=zero), top=1)
+        r = search(job, search_space(point, zero), top=1)
     except RailplanError as err:
         row["error"] = str(err)
         return row

@@ -16,7 +16,7 @@ from typing import Any
 
 from railplan.errors import RailplanError
 from railplan.explore.pool import INHERITED_FDS
-from railplan.explore.sweep_spec import FIELDS
+from railplan.explore.sweep_spec import FIELDS, SEARCH_FIELDS
 from railplan.fileio import atomic_write, check_target, show_path
 
 CANDIDATE_COLUMNS = ("iteration_s", "mfu", "hfu", "memory_gib_per_gpu")
@@ -45,7 +45,12 @@ RESULT_COLUMNS = (
 )
 
 
-COLUMNS = ("key", *FIELDS, *RESULT_COLUMNS)
+COLUMNS = tuple(dict.fromkeys(("key", *FIELDS, *RESULT_COLUMNS)))
+"""A row's columns: tp, pp, cp and ep are fields a point may fix and the best strategy's
+values (one column each: where fixed, the best has that value)."""
+PREVIOUS_COLUMNS = ("key", *(f for f in FIELDS if f not in SEARCH_FIELDS), *RESULT_COLUMNS)
+"""The columns of a log written before a sweep had search fields: read, and rewritten with
+today's (their rows' keys leave the unset search fields out, so they are reused)."""
 
 
 def _csv_line(row: dict[str, Any]) -> str:
@@ -97,13 +102,15 @@ def prepare_log(path: Path) -> set[str]:
     check_target(path, "output")
     header = ",".join(COLUMNS) + "\n"
     text = _read_log(path)
-    if text and not text.startswith(header):
+    older = text.startswith(",".join(PREVIOUS_COLUMNS) + "\n")
+    if text and not text.startswith(header) and not older:
         other = text.startswith("key,")  # a sweep CSV with other columns: another version's
         why = "was written with other columns" if other else "is not a railplan sweep CSV"
         raise RailplanError("output", f"{path} exists but {why}; choose another file")
     rows = _rows(text)
     done = [r for r in rows if is_done(r)]
-    if len(done) < len(rows) or not text.endswith("\n"):
+    # a log of the previous version is rewritten with today's columns (new fields empty)
+    if older or len(done) < len(rows) or not text.endswith("\n"):
 
         def write(tmp: Path) -> None:
             tmp.write_text(header + "".join(_csv_line(r) for r in done))

@@ -8,11 +8,14 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from railplan.errors import RailplanError
 from railplan.fileio import load_yaml
 from railplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, check_int
+
+if TYPE_CHECKING:
+    from railplan.explore.search import SearchSpace
 
 
 def switch(text: str) -> bool:
@@ -42,8 +45,36 @@ FIELDS: dict[str, Callable[[str], Any]] = {
     "nvls": switch,
     "sharp": switch,
 }
-#: fields a point's key names only when set
-KEY_WHEN_SET: tuple[str, ...] = ("nvls", "sharp")
+# The search's settings a sweep can fix or vary (`SearchSpace` fields, as `railplan search`
+# takes them; one value per point: `precision=bf16,fp8` gives a bf16 and an fp8 point), and the
+# parallel degrees a point can fix (`tp=8`: the search tries only tp 8 there). Unset, the
+# search's defaults hold.
+SEARCH_FIELDS: dict[str, Callable[[str], Any]] = {
+    "tp": int,
+    "pp": int,
+    "cp": int,
+    "ep": int,
+    "precision": str,
+    "attention": str,
+    "cross_entropy": str,
+    "optimizer_state": str,
+    "grad_reduce_bytes": int,
+    "overlap_dp": switch,
+    "ep_dispatch": str,
+    "router_dtype": str,
+    "shared_expert_overlap": switch,
+    "overlap_ep": switch,
+    "fp8_param_gather": switch,
+    "fp8_dispatch": switch,
+    "pipeline_schedule": str,
+    "microbatch_groups": switch,
+    "defer_embedding_wgrad": switch,
+}
+FIELDS.update(SEARCH_FIELDS)
+#: fields a point's key names only when set (sweeps started before they existed resume)
+KEY_WHEN_SET: tuple[str, ...] = ("nvls", "sharp", *SEARCH_FIELDS)
+# the search fields that fix a list of values in `SearchSpace` (one value here)
+_SPACE_LISTS = ("tp", "pp", "cp", "ep", "precision")
 
 
 DEFAULTS: dict[str, Any] = {"system": "dgx-a100", "network": "rail-optimized"}
@@ -100,6 +131,21 @@ _KIND_TEXT: dict[Callable[[str], Any], str] = {
 
 
 SPEC_KEYS = (*FIELDS, "vary", "zero")
+
+
+def search_space(point: dict[str, Any], zero: tuple[int, ...]) -> SearchSpace:
+    """The `SearchSpace` of one point: the ZeRO stages and the search fields it sets (a
+    one-line error names a bad value, as `railplan search` does)."""
+    from railplan.explore.search import SearchSpace  # numpy: loaded when a sweep runs
+    from railplan.specs import PRECISION_CODES
+
+    settings = {k: point[k] for k in SEARCH_FIELDS if point.get(k) is not None}
+    if settings.get("precision", "bf16") not in PRECISION_CODES:  # one per point here
+        raise RailplanError("precision", "must be one of " + ", ".join(PRECISION_CODES))
+    for k in _SPACE_LISTS:
+        if k in settings:
+            settings[k] = (settings[k],)
+    return SearchSpace(zero=zero, **settings)
 
 
 def _check_field(name: Any, where: str) -> str:
@@ -214,11 +260,10 @@ class SweepSpec:
         self._check_points()
 
     def _check_points(self) -> None:
-        from railplan.explore.search import SearchSpace
+        from railplan.explore.search import check_modules
         from railplan.specs import load_model
         from railplan.specs.build import build_network, build_system
 
-        SearchSpace(zero=self.zero)
         points = self.points()
 
         def distinct(*names: str) -> list[tuple[Any, ...]]:
@@ -227,8 +272,11 @@ class SweepSpec:
         for name, high in (("gpus", MAX_GPUS), ("global_batch", MAX_GLOBAL_BATCH)):
             for (value,) in distinct(name):
                 check_int(name, value, 1, high)
-        for (model,) in distinct("model"):
-            load_model(model)
+        models = {model: load_model(model) for (model,) in distinct("model")}
+        for model, *settings in distinct("model", *SEARCH_FIELDS):
+            # the space alone, then against the model (router_dtype fp32 needs an MoE model)
+            space = search_space(dict(zip(SEARCH_FIELDS, settings, strict=True)), self.zero)
+            check_modules(models[model], space)
         for system in distinct("system", "hb_domain", "hb_tbps", "nic_gbps", "nics_per_gpu"):
             build_system(*system)
         for network in distinct("network", "oversubscription"):
