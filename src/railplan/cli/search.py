@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -257,10 +258,17 @@ def search(
     with search_progress() as on_progress:
         r = run(Job(m, sy, net, gpus, global_batch), space, top=top, on_progress=on_progress)
     r.require_best()
+    # the best as the `estimate` command that shows it in full (breakdown, memory, layout)
+    args = ["--model", model, "--system", system, "--gpus", str(gpus), *hardware.flags()]
+    if gpu_memory_gib is not None:
+        args += ["--gpu-memory-gib", f"{gpu_memory_gib:g}"]
+    assert r.best is not None  # require_best
+    command = shlex.join(["railplan", "estimate", *args, *r.best.strategy.estimate_flags()])
     if as_json:
-        print_json(r.to_dict())
+        print_json(r.to_dict() | {"estimate_command": command})
         return
     _print_search(r)
+    Console().print(f"the best in full: {command}", markup=False, soft_wrap=True)
 
 
 # Searches of more configurations than this (about 2 s) show a progress bar on a terminal.

@@ -390,6 +390,29 @@ class Strategy(Spec):
             rc += f"[{self.recompute_num_layers} per chunk]"
         return " ".join([f"{head} rc={rc}", *(e for e in extra if e)])
 
+    def estimate_flags(self) -> list[str]:
+        """The `railplan estimate` options that give this strategy: its degrees, micro-batch
+        and batch, then every field that differs from its default (a field's option is its name
+        with dashes, `--name`/`--no-name` for a switch; recompute modules comma-separated,
+        given only with selective recompute, where they take effect)."""
+        always = ("tp", "pp", "dp", "cp", "ep", "interleave", "micro_batch", "global_batch")
+        default = Strategy(global_batch=self.global_batch)
+        flags: list[str] = []
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if name not in always and value == getattr(default, name):
+                continue
+            if name == "recompute_modules" and self.recompute != "selective":
+                continue
+            option = name.replace("_", "-")
+            if isinstance(value, bool):
+                flags.append(f"--{option}" if value else f"--no-{option}")
+            elif isinstance(value, tuple):
+                flags += [f"--{option}", ",".join(value)]
+            else:
+                flags += [f"--{option}", str(value)]
+        return flags
+
     @property
     def micro_batches(self) -> int:
         """Micro-batches per pipeline per iteration."""
