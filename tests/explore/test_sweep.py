@@ -814,3 +814,53 @@ def test_a_log_of_the_previous_version_is_resumed(tmp_path: Path) -> None:
     assert [r["iteration_s"] for r in again.rows if r["hb_domain"] != 4] == [
         r["iteration_s"] for r in first.rows
     ]
+
+
+def test_each_row_names_the_estimate_that_gives_it(tmp_path: Path, cli: Cli) -> None:
+    """A row's `estimate_command` predicts its best: the same time and memory (an ideal
+    network's command leaves out the NIC options it refuses; overrides and switches carried)."""
+    import shlex
+
+    base = {"model": "llama-3-8b", "gpus": 16, "global_batch": 32, "system": "dgx-h100"}
+    vary = {
+        "network": ["rail-only", "ideal"],
+        "nic_gbps": [200.0],
+        "hb_domain": [4],
+        "nvls": [True],
+        "precision": ["fp8"],
+    }
+    rows = run_sweep(
+        SweepSpec.build(base=base, vary=vary), tmp_path / "e.csv", workers=1, progress=False
+    ).rows
+    over = base | {"network": "oversubscribed", "oversubscription": 2.0}
+    with pytest.raises(RailplanError, match="oversubscription: a 1-tier Clos"):  # as search
+        SweepSpec.build(base=over, vary={"nic_gbps": [100.0]})
+    over |= {"gpus": 128, "global_batch": 256}
+    result = run_sweep(
+        SweepSpec.build(base=over, vary={"nic_gbps": [100.0]}),
+        tmp_path / "o.csv",
+        workers=1,
+        progress=False,
+    )
+    result.rows[:0] = rows
+    assert [r["network"] for r in result.rows] == ["rail-only", "ideal", "oversubscribed"]
+    for row in result.rows:
+        args = shlex.split(row["estimate_command"])
+        assert args[:2] == ["railplan", "estimate"] and args.count("--global-batch") == 1
+        assert ("--nic-gbps" in args) == (row["network"] != "ideal")
+        assert ("--nvls" in args) == (row["network"] != "oversubscribed")
+        e = cli.json(*args[1:])
+        assert e["iteration_s"] == pytest.approx(row["iteration_s"], rel=1e-9)
+        assert e["memory_gib_per_gpu"] == pytest.approx(row["memory_gib_per_gpu"], rel=1e-9)
+    assert "--oversubscription 2 " in result.rows[2]["estimate_command"]
+
+
+def test_nvls_on_a_gpu_without_it_fails_before_anything_runs(tmp_path: Path) -> None:
+    with pytest.raises(RailplanError, match="nvls"):
+        run_sweep(
+            SweepSpec.build(base=BASE, vary={"nvls": [True]}),
+            tmp_path / "n.csv",
+            workers=1,
+            progress=False,
+        )
+    assert not (tmp_path / "n.csv").exists()

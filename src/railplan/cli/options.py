@@ -412,7 +412,7 @@ class HardwareOptions(OptionGroup):
         `topology` and `flowsim`; the timing model takes any ratio, not only the ones that
         split the radix into whole ports); `--radix` is refused with any other network (it
         changes nothing)."""
-        from railplan.network.topology import check_radix
+        from railplan.network.topology import DEFAULT_RADIX, check_oversubscribable
 
         if self.network != "oversubscribed":
             if self.radix is not None:
@@ -420,14 +420,12 @@ class HardwareOptions(OptionGroup):
                     "radix", "changes nothing here: it applies to --network oversubscribed"
                 )
             return
-        radix = check_radix(64 if self.radix is None else self.radix)
-        ports = max(1, round(gpus * system.nics_per_gpu))
-        if ports <= radix and self.network_spec().oversubscription != 1.0:
-            raise RailplanError(
-                "oversubscription",
-                f"a 1-tier Clos ({ports} ports ≤ radix {radix}) has no uplinks to "
-                "oversubscribe: 1, or more GPUs than one switch holds (or a smaller --radix)",
-            )
+        check_oversubscribable(
+            gpus,
+            system.nics_per_gpu,
+            self.network_spec().oversubscription,
+            DEFAULT_RADIX if self.radix is None else self.radix,
+        )
 
     def network_spec(self) -> Network:
         """The network these options name; `ideal` refuses the overrides it has no use for

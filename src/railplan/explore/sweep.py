@@ -25,11 +25,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 from collections.abc import Generator, Iterator
 from concurrent.futures import Future, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from railplan.errors import RailplanError
 from railplan.explore.pool import worker_pool
@@ -49,6 +50,9 @@ from railplan.explore.sweep_log import (
 )
 from railplan.explore.sweep_spec import FIELDS, KEY_WHEN_SET, SweepSpec, search_space
 from railplan.fileio import check_target
+
+if TYPE_CHECKING:
+    from railplan.specs.strategy import Strategy
 
 
 def point_key(point: dict[str, Any], zero: tuple[int, ...]) -> str:
@@ -133,7 +137,37 @@ def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, An
     s = r.best.strategy
     row.update({c: getattr(r.best, c) for c in CANDIDATE_COLUMNS})
     row.update({c: getattr(s, c) for c in STRATEGY_COLUMNS}, strategy=s.label())
+    row["estimate_command"] = estimate_command(point, s)
     return row
+
+
+def estimate_command(point: dict[str, Any], s: Strategy) -> str:
+    """The `railplan estimate` command that predicts a point's best strategy in full: the
+    point's job, system and network fields as `estimate` takes them (an ideal network takes
+    no NIC or SHARP option: it has no NICs), then the strategy's flags, the batch among them
+    (`Strategy.estimate_flags`)."""
+    nicless = ("nic_gbps", "nics_per_gpu", "sharp") if point.get("network") == "ideal" else ()
+    args = ["railplan", "estimate"]
+    for name in ("model", "system", "gpus", "network", *OVERRIDES):
+        value = point.get(name)
+        if value is None or value is False or name in nicless:
+            continue
+        option = "--" + name.replace("_", "-")
+        text = f"{value:g}" if isinstance(value, float) else str(value)
+        args += [option] if value is True else [option, text]
+    return shlex.join(args + s.estimate_flags())
+
+
+# the system and network fields a point may override (a switch given as `--nvls`/`--sharp`)
+OVERRIDES = (
+    "oversubscription",
+    "hb_domain",
+    "hb_tbps",
+    "nic_gbps",
+    "nics_per_gpu",
+    "nvls",
+    "sharp",
+)
 
 
 # ---- backends ------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 
 from railplan.errors import RailplanError
 from railplan.explore.pool import INHERITED_FDS
-from railplan.explore.sweep_spec import FIELDS, SEARCH_FIELDS
+from railplan.explore.sweep_spec import FIELDS
 from railplan.fileio import atomic_write, check_target, show_path
 
 CANDIDATE_COLUMNS = ("iteration_s", "mfu", "hfu", "memory_gib_per_gpu")
@@ -38,6 +38,7 @@ RESULT_COLUMNS = (
     *CANDIDATE_COLUMNS,
     *STRATEGY_COLUMNS,
     "strategy",
+    "estimate_command",
     "configurations_evaluated",
     "feasible",
     "elapsed_s",
@@ -48,9 +49,45 @@ RESULT_COLUMNS = (
 COLUMNS = tuple(dict.fromkeys(("key", *FIELDS, *RESULT_COLUMNS)))
 """A row's columns: tp, pp, cp and ep are fields a point may fix and the best strategy's
 values (one column each: where fixed, the best has that value)."""
-PREVIOUS_COLUMNS = ("key", *(f for f in FIELDS if f not in SEARCH_FIELDS), *RESULT_COLUMNS)
-"""The columns of a log written before a sweep had search fields: read, and rewritten with
-today's (their rows' keys leave the unset search fields out, so they are reused)."""
+PREVIOUS_COLUMNS = tuple(
+    [
+        "key",
+        "model",
+        "system",
+        "network",
+        "oversubscription",
+        "gpus",
+        "global_batch",
+        "hb_domain",
+        "hb_tbps",
+        "nic_gbps",
+        "nics_per_gpu",
+        "nvls",
+        "sharp",
+        "iteration_s",
+        "mfu",
+        "hfu",
+        "memory_gib_per_gpu",
+        "tp",
+        "pp",
+        "dp",
+        "cp",
+        "ep",
+        "interleave",
+        "micro_batch",
+        "recompute",
+        "sequence_parallel",
+        "zero",
+        "strategy",
+        "configurations_evaluated",
+        "feasible",
+        "elapsed_s",
+        "error",
+    ]
+)
+"""The columns of a log written before a sweep had search fields and the estimate command:
+read, and rewritten with today's (their rows' keys leave the unset search fields out, so they
+are reused)."""
 
 
 def _csv_line(row: dict[str, Any]) -> str:

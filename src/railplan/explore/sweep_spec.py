@@ -261,6 +261,7 @@ class SweepSpec:
 
     def _check_points(self) -> None:
         from railplan.explore.search import check_modules
+        from railplan.network.topology import DEFAULT_RADIX, check_oversubscribable
         from railplan.specs import load_model
         from railplan.specs.build import build_network, build_system
 
@@ -277,10 +278,27 @@ class SweepSpec:
             # the space alone, then against the model (router_dtype fp32 needs an MoE model)
             space = search_space(dict(zip(SEARCH_FIELDS, settings, strict=True)), self.zero)
             check_modules(models[model], space)
-        for system in distinct("system", "hb_domain", "hb_tbps", "nic_gbps", "nics_per_gpu"):
-            build_system(*system)
-        for network in distinct("network", "oversubscription"):
-            build_network(*network)
+        # as `sweep.evaluate_point` builds them (NVLink SHARP on an A100 is refused here)
+        for name, k, hb, nic, nics, nvls in distinct(
+            "system", "hb_domain", "hb_tbps", "nic_gbps", "nics_per_gpu", "nvls"
+        ):
+            build_system(name, k, hb, nic, nics, nvls=nvls)
+        for network, ratio, sharp in distinct("network", "oversubscription", "sharp"):
+            build_network(network, ratio, sharp)
+        # an oversubscribed job needs more NIC ports than one switch has, as `search` requires
+        for name, k, hb, nic, nics, nvls, gpus, ratio in distinct(
+            "system",
+            "hb_domain",
+            "hb_tbps",
+            "nic_gbps",
+            "nics_per_gpu",
+            "nvls",
+            "gpus",
+            "oversubscription",
+        ):
+            if ratio is not None:
+                system = build_system(name, k, hb, nic, nics, nvls=nvls)
+                check_oversubscribable(gpus, system.nics_per_gpu, ratio, DEFAULT_RADIX)
 
     @classmethod
     def build(

@@ -206,6 +206,27 @@ def check_radix(radix: int) -> int:
     return n
 
 
+def check_oversubscribable(
+    gpus: int, nics_per_gpu: float, oversubscription: float, radix: int
+) -> None:
+    """An oversubscribed network needs uplinks: the job's NIC ports must not fit one switch of
+    `radix` ports (a 1-tier Clos has no uplinks), unless the ratio is 1. The timing model takes
+    any ratio; the fabric builders (`folded_clos`) the ones that split the radix into whole
+    ports."""
+    radix = check_radix(radix)
+    ports = max(1, round(gpus * nics_per_gpu))
+    if ports <= radix and oversubscription != 1.0:
+        raise RailplanError(
+            "oversubscription",
+            f"a 1-tier Clos ({ports} ports ≤ radix {radix}) has no uplinks to "
+            "oversubscribe: 1, or more GPUs than one switch holds (or a smaller --radix)",
+        )
+
+
+DEFAULT_RADIX = 64
+"""The switch radix the fabric is taken with where none is given (`--radix`)."""
+
+
 def check_cluster(gpus: int, hb_domain: int) -> None:
     """N ≥ 1, 1 ≤ K ≤ N and K divides N."""
     check_int("gpus", gpus)
