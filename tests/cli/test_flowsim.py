@@ -69,7 +69,7 @@ def test_table(cli: Any) -> None:
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--gpus", "100"], "hb_domain"),
+        (["--gpus", "100"], "gpus: 100 is not a multiple"),
         (["--gpus", "64", "--skew", "foo"], "skew"),
         (["--gpus", "64", "--arch", "mesh"], "arch"),
         (["--gpus", "64", "--collective", "gather"], "collective"),
@@ -172,3 +172,31 @@ def test_flowsim_refuses_long_pair_by_pair_runs(cli) -> None:  # type: ignore[no
     assert f"{MAX_SIMULATED_PAIRS:,}" in str(r.exception)
     ok = cli(*args, "--gpus", "128")
     assert ok.exit_code == 0, ok.output
+
+
+@pytest.mark.parametrize(
+    ("system", "gpus", "says"),
+    [
+        ("dgx-h100", "4", "4 is not a multiple of dgx-h100's HB domain of K=8 GPUs; e.g. 8"),
+        ("dgx-h100", "60", "e.g. 56 or 64"),
+        ("dgx-gh200", "128", "K=256 GPUs; e.g. 256"),
+    ],
+)
+def test_a_job_that_is_not_whole_domains_names_gpus(
+    cli: Any, system: str, gpus: str, says: str
+) -> None:
+    """flowsim takes K from the system (no --hb-domain): the error names the job's size, the
+    one thing the user can change, with sizes that work."""
+    r = cli("flowsim", "--system", system, "--gpus", gpus)
+    assert r.exit_code == 2
+    assert str(r.exception).startswith("gpus: ") and says in str(r.exception)
+
+
+def test_a_k_that_does_not_divide_suggests_divisors_that_exist() -> None:
+    from railplan.errors import RailplanError
+    from railplan.network.topology import check_cluster
+
+    with pytest.raises(RailplanError, match=r"use a divisor, e\.g\. 6, 10, or 56 or 64 GPUs"):
+        check_cluster(60, 8)
+    with pytest.raises(RailplanError, match=r"8 does not divide gpus=61; use 56 or 64 GPUs"):
+        check_cluster(61, 8)  # a prime: no divisor but 1 and itself

@@ -232,12 +232,17 @@ def check_cluster(gpus: int, hb_domain: int) -> None:
     check_int("gpus", gpus)
     check_int("hb_domain", hb_domain, 1, gpus)
     if gpus % hb_domain:
-        divisors = [k for k in (8, 16, 32, 64, 72, 128, 256) if gpus % k == 0 and k <= gpus]
-        hint = ", ".join(map(str, divisors)) or "1"
+        common = [k for k in (8, 16, 32, 64, 72, 128, 256) if gpus % k == 0 and k <= gpus]
+        # else the divisors of gpus nearest K (1 divides everything, but says nothing)
+        near = sorted(
+            (k for k in range(2, gpus) if gpus % k == 0), key=lambda k: abs(k - hb_domain)
+        )
+        hint = ", ".join(map(str, common or sorted(near[:2])))
         raise RailplanError(
             "hb_domain",
-            f"{hb_domain} does not divide gpus={gpus}; use a divisor, e.g. {hint}, or "
-            f"{near_multiples(gpus, hb_domain)} GPUs",
+            f"{hb_domain} does not divide gpus={gpus}; "
+            + (f"use a divisor, e.g. {hint}, or " if hint else "use ")
+            + f"{near_multiples(gpus, hb_domain)} GPUs",
         )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from railplan.errors import RailplanError
+from railplan.errors import RailplanError, near_multiples
 from railplan.network.flowsim import schedules
 from railplan.network.flowsim.fabric import (
     FloatArray,
@@ -284,6 +284,12 @@ def run(
         oversubscription = DEFAULT_OVERSUBSCRIPTION
     sysm = load_system(system)
     k = int(sysm.hb_domain)
+    if gpus >= 1 and gpus % k:  # the system fixes K: the job's size is what to change
+        raise RailplanError(
+            "gpus",
+            f"{gpus:,} is not a multiple of {sysm.name}'s HB domain of K={k} GPUs; "
+            f"e.g. {near_multiples(gpus, k)}",
+        )
     nics = int(sysm.nics_per_gpu)
     if nics != sysm.nics_per_gpu:
         raise RailplanError("system", "the simulator needs a whole number of NICs per GPU")
