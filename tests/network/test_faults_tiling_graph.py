@@ -54,6 +54,29 @@ def test_fault_table_same_gpus_cut_off() -> None:
     assert not next(i for i in one_tier if i["component"] == "spine_switch")["applicable"]
 
 
+def test_one_domain_without_a_nic_network_still_loses_gpus_and_servers() -> None:
+    """One HB domain: rail-only has no switch, link or NIC port to fail, but its GPUs and
+    servers fail as rail-optimized's do (they were marked not applicable, and the Monte Carlo
+    credited rail-only with avoiding their downtime)."""
+    t = fault_table(Cluster(8, 8, 64))["architectures"]
+    for comp in ("gpu", "server"):
+        a, b = (
+            {i["component"]: i for i in t[v]["impacts"]}[comp]
+            for v in ("rail-optimized", "rail-only")
+        )
+        assert a["applicable"] and b["applicable"]
+        assert (a["gpus_cut_off"], a["gpus_moved"]) == (b["gpus_cut_off"], b["gpus_moved"])
+        assert b["bandwidth_lost_gbps"] == 0.0  # no NIC to lose
+    only = {i["component"]: i for i in t["rail-only"]["impacts"]}
+    assert not only["leaf_switch"]["applicable"] and not only["gpu_leaf_link"]["applicable"]
+    mc = monte_carlo(Cluster(8, 8, 64), trials=2000, seed=0).variants
+    # rail-only is spared the leaf switch's and the NIC links' failures only: a few percent
+    ratio = (
+        mc["rail-only"]["expected_idle_gpu_hours"] / mc["rail-optimized"]["expected_idle_gpu_hours"]
+    )
+    assert 0.85 < ratio < 1.0
+
+
 def test_monte_carlo_reproducible_and_calibrated() -> None:
     a = monte_carlo(Cluster(16384, 8, 64), trials=300, seed=7)
     b = monte_carlo(Cluster(16384, 8, 64), trials=300, seed=7)

@@ -180,10 +180,11 @@ def single_failures(c: NetworkCounts, variant: str, policy: Policy) -> list[Impa
     k = c.hb_domain
     nic = float(c.nic_gbps)
     out: list[Impact] = []
-    if c.tiers == 0:
+    if c.tiers == 0:  # no switch, link or NIC port to fail; GPUs and servers still fail
         for comp in COMPONENTS:
-            out.append(Impact(comp, variant, False, 0, 0, 0.0, 0.0, "no NIC network"))
-        return out
+            if comp not in ("gpu", "server"):
+                out.append(Impact(comp, variant, False, 0, 0, 0.0, 0.0, "no NIC network"))
+        return out + _compute_failures(c, variant, policy, nic=0.0)
     per_gpu = c.nics_per_gpu
     # GPU-to-leaf link: one NIC port
     cut = 1 if per_gpu == 1 else 0
@@ -217,7 +218,15 @@ def single_failures(c: NetworkCounts, variant: str, policy: Policy) -> list[Impa
         )
     )
     out.append(_spine_impact(c, variant, nic))
-    out.append(
+    return out + _compute_failures(c, variant, policy, nic)
+
+
+def _compute_failures(c: NetworkCounts, variant: str, policy: Policy, nic: float) -> list[Impact]:
+    """A GPU's and a server's failure: the same on every design but for the work that moves
+    (a spare swapped in where the design lets it), and the NIC bandwidth they take with them
+    (none without a NIC network)."""
+    k, per_gpu = c.hb_domain, c.nics_per_gpu
+    return [
         Impact(
             "gpu",
             variant,
@@ -225,11 +234,9 @@ def single_failures(c: NetworkCounts, variant: str, policy: Policy) -> list[Impa
             1,
             gpus_moved_per_domain(variant, 1, k, policy),
             per_gpu * nic,
-            per_gpu / c.nic_ports,
+            per_gpu / c.nic_ports if nic else 0.0,
             "idle GPU in the domain swapped in if allowed, else domain migrates or group swaps",
-        )
-    )
-    out.append(
+        ),
         Impact(
             "server",
             variant,
@@ -239,9 +246,8 @@ def single_failures(c: NetworkCounts, variant: str, policy: Policy) -> list[Impa
             k * per_gpu * nic,
             k / c.gpus,
             "HB domain lost: its job part moves to a healthy domain (§IV-C)",
-        )
-    )
-    return out
+        ),
+    ]
 
 
 def fault_table(c: Cluster, policy: Policy | None = None) -> dict[str, Any]:
