@@ -18,7 +18,7 @@ from railplan.network.faults import (
     monte_carlo,
 )
 from railplan.network.graph import build_graph, graph_summary
-from railplan.network.tiling import largest_free_rectangle, shapes, tile
+from railplan.network.tiling import _lowest_free, largest_free_rectangle, shapes, tile
 from railplan.network.topology import (
     ARCHITECTURES,
     Cluster,
@@ -140,6 +140,19 @@ def test_tiling_no_overlap(domains: int, k: int, jobs: list[int]) -> None:
     assert grid.max(initial=0) <= 1
     assert t.used_gpus + t.free_gpus == n
     assert len(t.placements) + len(t.unplaced) == len(jobs)
+    # a job is left out only where no free rectangle of its size is left anywhere
+    for j in t.unplaced:
+        assert _lowest_free(grid.astype(bool), shapes(jobs[j], k, domains)) is None, jobs[j]
+
+
+def test_a_hole_below_the_skyline_takes_a_job() -> None:
+    """A user pass: 9, 8 and 1 GPU on 4 domains of 8 left the 1-GPU job out beside a free
+    3 × 5 rectangle, and reported the layout unfragmented."""
+    t = tile(32, 8, [9, 8, 1])
+    assert not t.unplaced and t.used_gpus == 18
+    one = next(p for p in t.placements if p.gpus == 1)
+    assert (one.domain_start, one.rail_start) == (0, 3)  # the lowest, leftmost free cell
+    assert not tile(60, 4, [8, 4, 13]).unplaced
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)

@@ -8,8 +8,11 @@ K rails (columns).
 
 Placement: jobs largest first; for each job the shapes d × r = size with r ≤ K, d ≤ D are tried
 widest first (most HB-domain bandwidth per job), each at the lowest then leftmost position on a
-skyline over the rails (bottom-left skyline packing). Fragmentation = 1 - (largest free
-rectangle)/(free GPUs): 0 when the free GPUs form one rectangle.
+skyline over the rails (bottom-left skyline packing); a job no shape of which fits on the
+skyline goes to the lowest, then leftmost, free rectangle below it (a hole the skyline left),
+widest shape first, so a job is left out only where no free rectangle of its size exists.
+Fragmentation = 1 - (largest free rectangle)/(free GPUs): 0 when the free GPUs form one
+rectangle.
 """
 
 from __future__ import annotations
@@ -93,6 +96,23 @@ def largest_free_rectangle(free: np.ndarray) -> int:
     return best
 
 
+def _lowest_free(
+    used: np.ndarray, options: list[tuple[int, int]]
+) -> tuple[int, int, int, int] | None:
+    """The lowest, then leftmost, free rectangle of the first shape in `options` (d domains ×
+    r rails) that has one anywhere in the grid, as (row, rail, d, r); None if none has."""
+    rows = np.arange(used.shape[0], dtype=np.int32)[:, None]
+    # free cells from each one down to the next used one in its column
+    blocked = np.where(used, rows, np.int32(used.shape[0]))
+    down = np.minimum.accumulate(blocked[::-1], axis=0)[::-1] - rows
+    for d, r in options:
+        room = np.lib.stride_tricks.sliding_window_view(down, r, axis=1).min(axis=2) >= d
+        if room.any():
+            y, x = np.unravel_index(int(np.argmax(room)), room.shape)
+            return int(y), int(x), d, r
+    return None
+
+
 def tile(gpus: int, hb_domain: int, jobs: list[int]) -> Tiling:
     """Place ``jobs`` (GPU counts) as domain × rail rectangles on a rail-only cluster."""
     check_cluster(gpus, hb_domain)
@@ -121,11 +141,13 @@ def tile(gpus: int, hb_domain: int, jobs: list[int]) -> Tiling:
             if y + d <= domains:
                 best = (y, x, d, r)
                 break
+        if best is None:  # no room on the skyline: a hole below it may hold the job
+            best = _lowest_free(grid, shapes(size, hb_domain, domains))
         if best is None:
             unplaced.append(idx)
             continue
         y, x, d, r = best
-        skyline[x : x + r] = y + d
+        skyline[x : x + r] = np.maximum(skyline[x : x + r], y + d)
         grid[y : y + d, x : x + r] = True
         placed.append(Placement(idx, size, y, y + d, x, x + r))
     used = int(grid.sum())
