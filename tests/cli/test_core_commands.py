@@ -277,6 +277,7 @@ def test_mfu_above_100_percent_is_explained(cli, tmp_path) -> None:  # type: ign
     assert cli.json(*args)["mfu"] > 1.0
     r = cli(*args)
     assert r.exit_code == 0 and "MFU above 100" in r.stdout
+    assert "MFU above 100 %" in [w["warning"] for w in cli.json(*args)["warnings"]]
 
 
 def test_an_mfu_beyond_the_published_runs_is_flagged(cli) -> None:  # type: ignore[no-untyped-def]
@@ -285,12 +286,21 @@ def test_an_mfu_beyond_the_published_runs_is_flagged(cli) -> None:  # type: igno
     args += ["--tp", "8", "--pp", "8", "--global-batch", "6144", "--sequence-parallel"]
     r = cli(*args)
     assert r.exit_code == 0 and "beyond published runs" in r.stdout
+    # --json says so too (it said nothing)
+    (w,) = cli.json(*args)["warnings"]
+    assert w["warning"] == "beyond published runs" and "best 64.2%" in w["text"]
     # the README's first command (a measured H100 run, 50.8 %) is not flagged
     readme = ["estimate", "--model", "gpt-3-175b", "--system", "dgx-h100", "--gpus", "128"]
     readme += ["--tp", "4", "--pp", "8", "--interleave", "12", "--global-batch", "256"]
     readme += ["--sequence-parallel", "--zero", "1", "--grad-reduce-bytes", "2"]
     r = cli(*readme, "--cross-entropy", "unfused")
     assert r.exit_code == 0 and "beyond published runs" not in r.stdout
+    assert cli.json(*readme, "--cross-entropy", "unfused")["warnings"] == []
+    partial = cli.json(*readme[:5], "--gpus", "100", "--global-batch", "100")["warnings"]
+    assert [w["warning"] for w in partial] == [
+        "dp groups: uneven or cross-rail over HB domains",
+        "partial HB domain",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -155,18 +155,56 @@ def estimate(
     )
     e = run(m, sy, strat, net, gpus=t.gpus)
     if as_json:
-        print_json(e.to_dict())
+        warnings = [{"warning": w, "text": text} for w, text in _warnings(e, sy, strat, t.gpus)]
+        print_json(e.to_dict() | {"warnings": warnings})
         return
     Console().print(_estimate_table(e, m, sy, net, strat, t.gpus))
+
+
+def _warnings(e: Estimate, sy: System, strat: Strategy, gpus: int) -> list[tuple[str, str]]:
+    """What the estimate's table warns about, and `--json` lists under `warnings`: groups that
+    straddle HB domains, an MFU beyond the published runs of its GPU or above 100 %, a partial
+    HB domain."""
+    from railplan.reproduce.modern_validation import extrapolation
+
+    out = []
+    for kind in e.straddling_groups():
+        g = e.group_layout[kind]
+        out.append(
+            (
+                f"{kind} groups: uneven or cross-rail over HB domains",
+                f"fewest {g['fewest_per_domain']} of {g['members']} in a domain, "
+                f"up to {g['domains']} domains" + (", cross-rail" if g["cross_rail"] else ""),
+            )
+        )
+    beyond = extrapolation(sy.gpu.name, strat.precision, e.mfu)
+    if beyond:
+        out.append(("beyond published runs", beyond))
+    if e.mfu > 1.0:
+        out.append(
+            (
+                "MFU above 100 %",
+                "MFU counts the full s² attention products (Megatron's convention), which a "
+                "causal kernel does half of: at long sequences the count exceeds what ran",
+            )
+        )
+    if gpus % sy.hb_domain:
+        out.append(
+            (
+                "partial HB domain",
+                f"{gpus:,} is not a multiple of K={sy.hb_domain}; whole domains: "
+                f"{near_multiples(gpus, sy.hb_domain)} GPUs, or --hb-domain N for N GPUs of "
+                "each domain" + (" (NeMo's GB200 jobs: 64 of 72)" if sy.hb_domain == 72 else ""),
+            )
+        )
+    return out
 
 
 def _estimate_table(
     e: Estimate, m: Model, sy: System, net: Network, strat: Strategy, gpus: int
 ) -> Table:
     """The table `railplan estimate` prints: time, MFU/HFU, memory, the time's breakdown and
-    warnings about groups that straddle HB domains, and about an MFU beyond the published
-    runs of its GPU."""
-    from railplan.reproduce.modern_validation import extrapolation
+    its warnings (`_warnings`)."""
 
     rows = [
         ("iteration time", f"{e.iteration_s:.3f} s"),
@@ -187,35 +225,7 @@ def _estimate_table(
     rows += [
         (f"time: {k}", f"{v:.3f} s ({v / e.iteration_s:.1%})") for k, v in e.breakdown_s.items()
     ]
-    for kind in e.straddling_groups():
-        g = e.group_layout[kind]
-        rows.append(
-            (
-                f"[yellow]{kind} groups: uneven or cross-rail over HB domains[/yellow]",
-                f"fewest {g['fewest_per_domain']} of {g['members']} in a domain, "
-                f"up to {g['domains']} domains" + (", cross-rail" if g["cross_rail"] else ""),
-            )
-        )
-    beyond = extrapolation(sy.gpu.name, strat.precision, e.mfu)
-    if beyond:
-        rows.append(("[yellow]beyond published runs[/yellow]", beyond))
-    if e.mfu > 1.0:
-        rows.append(
-            (
-                "[yellow]MFU above 100 %[/yellow]",
-                "MFU counts the full s² attention products (Megatron's convention), which a "
-                "causal kernel does half of: at long sequences the count exceeds what ran",
-            )
-        )
-    if gpus % sy.hb_domain:
-        rows.append(
-            (
-                "[yellow]partial HB domain[/yellow]",
-                f"{gpus:,} is not a multiple of K={sy.hb_domain}; whole domains: "
-                f"{near_multiples(gpus, sy.hb_domain)} GPUs, or --hb-domain N for N GPUs of "
-                "each domain" + (" (NeMo's GB200 jobs: 64 of 72)" if sy.hb_domain == 72 else ""),
-            )
-        )
+    rows += [(f"[yellow]{w}[/yellow]", text) for w, text in _warnings(e, sy, strat, gpus)]
     return quantity_table(
         f"{m.name} on {gpus} × {sy.gpu.name} ({sy.name}, K={sy.hb_domain}, "
         f"{net.architecture}; {strat.attention} attention, {strat.precision})",
