@@ -60,6 +60,8 @@ def test_cost_is_the_comparison(report_data: dict[str, Any]) -> None:
     html = cost_section(report_data, {"fig-cost": ""})
     assert "rail-only + OCS" in html and "OCS units" in html
     assert f"{ocs['ocs_units']:,}" in html
+    # the system's speed beside the one priced (it read "400 Gbps" for a 200 Gbps system)
+    assert "200 Gbps NICs counted and priced as 400 Gbps" in html
 
 
 def test_sensitivity_points(report_data: dict[str, Any]) -> None:

@@ -63,7 +63,13 @@ def cost_section(r: dict[str, Any], figs: dict[str, str]) -> str:
         )
     return (
         f"<p>{i['gpus']:,} GPUs, K={i['hb_domain']}, switch radix {i['radix']}, "
-        f"{i['nic_gbps']} Gbps, {i['nics_per_gpu']} NIC per GPU, price book "
+        + (
+            f"{i['nic_gbps']} Gbps"
+            if c["system_nic_gbps"] == i["nic_gbps"]
+            else f"{c['system_nic_gbps']:g} Gbps NICs counted and priced as {i['nic_gbps']} Gbps "
+            "(the note below)"
+        )
+        + f", {i['nics_per_gpu']} NIC per GPU, price book "
         f"<code>{esc(i['price_book'])}</code>. Rail-optimized: one minimal-tier full-bisection "
         "Clos over all GPUs; rail-only: one Clos per rail (no spine joining the rails).</p>"
         + note

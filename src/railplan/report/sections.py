@@ -271,7 +271,11 @@ def cost(inp: ReportInputs) -> dict[str, Any]:
             f"the same switch and transceiver counts are priced at its {speed} Gbps figures "
             "(give --price-book FILE with your speed)"
         )
-    return c.to_dict() | {"priced_at_gbps": speed, "note": note}
+    return c.to_dict() | {
+        "priced_at_gbps": speed,
+        "system_nic_gbps": inp.system.nic_gbps,
+        "note": note,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
