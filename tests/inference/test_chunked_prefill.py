@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 
 from railplan.inference.dispatch import least_busy
 from railplan.inference.engine import Deployment, StepLoad, stage_parts, step_time_s
-from railplan.inference.estimate import chunked_batch_limit, infer, steady_load
+from railplan.inference.estimate import (
+    chunked_batch_limit,
+    infer,
+    steady_load,
+    whole_prompt_batch_limit,
+)
 from railplan.inference.serving import serve, simulate
 from railplan.specs import Network
 from railplan.specs.catalog import load_model, load_system
@@ -144,7 +149,13 @@ def test_the_budget_caps_the_steady_batch() -> None:
     dep = Deployment(load_model("llama-3-8b"), load_system("dgx-h100"), Network(), 1, 1)
     assert chunked_batch_limit(dep, 1024, 256) == 1638
     assert infer(dep, 9000, 1024, 256, chunked=True).batch == 1638
-    assert infer(dep, 9000, 1024, 256).batch == 9000  # whole prompts: the batch asked for
+    # whole prompts: the engine of 9,000 sequences has a budget of 8,192, or 1,024 + 9,000
+    # for one prompt beside a full batch (`serving.step_budget`): 10,024 tokens; eight whole
+    # prompts a step leave room for 10,024 − 8,192 = 1,832 running sequences, which start
+    # 1,832/256 = 7.2 prompts a step (more prompts leave room for fewer sequences)
+    assert whole_prompt_batch_limit(dep, 1024, 256, 9000) == 1832
+    assert infer(dep, 9000, 1024, 256).batch == 1832
+    assert infer(dep, 1000, 1024, 256).batch == 1000  # within the budget: the batch asked for
 
 
 def test_prompts_of_different_lengths_cost_their_own_attention() -> None:
@@ -255,3 +266,20 @@ def test_short_prompts_beside_a_long_chunk_neither_speed_it_up_nor_wait_for_it()
     crowded = ttft([1] * 7 + [32_000])
     assert crowded[-1] >= alone * 0.999
     assert crowded[:7].max() < 0.25
+
+
+def test_the_steady_state_is_what_the_load_simulation_sustains() -> None:
+    """Whole prompts of 2,048 tokens beside a batch of 128-token answers: the 8,192-token step
+    budget holds three whole prompts beside 384 sequences, short of the 484 the KV cache holds.
+    The steady state runs that batch, and the load simulation, overloaded, serves what it says
+    (the steady state claimed the KV cache's batch, which no engine with that budget reaches;
+    a user pass found infer-search's printed load check overloaded at 90 % of its capacity)."""
+    from railplan.inference.estimate import default_batch
+    from railplan.inference.serving import serve
+
+    dep = Deployment(load_model("llama-3-8b"), load_system("dgx-h100"), Network(), 1, 1)
+    r = infer(dep, None, 2048, 128)
+    assert r.batch == 384 < r.max_batch == 484
+    assert r.batch == whole_prompt_batch_limit(dep, 2048, 128, default_batch(r.max_batch))
+    over = serve(dep, 1.2 * r.tokens_per_s / 128, 2048, 128, requests=4000)
+    assert over.tokens_per_s_per_gpu == pytest.approx(r.tokens_per_s_per_gpu, rel=0.03)

@@ -51,11 +51,12 @@ def test_drafts_never_help_a_sequence_with_one_token_to_decode(drafts: int) -> N
     m = load_model("deepseek-v3")
     base = Deployment(m, "hgx-h800", None, gpus=32, tp=1, ep=32)
     spec = Deployment(m, "hgx-h800", None, gpus=32, tp=1, ep=32, speculative_tokens=drafts)
-    plain, drafted = infer(base, 64, 1024, 2), infer(spec, 64, 1024, 2)
-    # the step, timed apart from infer: 64 running sequences, half of them new each step (a
+    plain, drafted = infer(base, 8, 1024, 2), infer(spec, 8, 1024, 2)
+    assert drafted.batch == 8  # 4 prompts a step: within the 8,192-token step budget
+    # the step, timed apart from infer: 8 running sequences, half of them new each step (a
     # sequence lives two steps: its prompt's and one decode step)
     load = StepLoad(
-        decode=64.0, context_tokens=64 * 1025.5, prefill_tokens=32 * 1024.0, prefill_seqs=32.0
+        decode=8.0, context_tokens=8 * 1025.5, prefill_tokens=4 * 1024.0, prefill_seqs=4.0
     )
     step = step_time_s(spec, load)[0]
     assert drafted.tpot_s == pytest.approx(step)  # one whole step for the one decoded token

@@ -196,7 +196,7 @@ def infer(
     from railplan.inference.estimate import default_batch
     from railplan.inference.estimate import infer as run
     from railplan.inference.search import MLPERF_SERVER_TPOT_S, MLPERF_SERVER_TTFT_S, SLO
-    from railplan.inference.serving import MAX_NUM_TOKENS, serve
+    from railplan.inference.serving import MAX_NUM_TOKENS, serve, step_budget
     from railplan.specs.build import choice
     from railplan.specs.catalog import load_model
 
@@ -315,6 +315,14 @@ def infer(
             f"{r.batch:,} running sequences at these lengths (a step carries the prompts of "
             f"the sequences that start beside the running ones' tokens): the steady state runs "
             f"{r.batch:,}, not {asked:,}"
+        )
+    elif not r.prefill_gpus and r.batch < asked:
+        budget = step_budget(input_tokens, asked * dep.verified_tokens)
+        notes.append(
+            f"the engine's {budget:,}-token step budget sustains {r.batch:,} running sequences "
+            f"at these lengths (a step admits whole prompts, as many as fit beside the running "
+            f"ones' tokens, and the steady state starts one for each that finishes): it runs "
+            f"{r.batch:,}, not {asked:,} (--chunked-prefill splits prompts instead)"
         )
     budgets = {s.step_budget_tokens for s in sweep} - {MAX_NUM_TOKENS}
     if highest is not None:  # the --max-rate run's budget too

@@ -129,7 +129,7 @@ def infer_disaggregated(
     instances prefilling (`search.disaggregated_choices` at the batch `infer` takes: the most
     that fits, or `batch`), as `infer-search` reports a disaggregated choice."""
     p = check_split(dep, prefill_instances)
-    r = infer(dep, batch, input_tokens, output_tokens)
+    r = infer(dep, batch, input_tokens, output_tokens, prompts=False)
     (c,) = disaggregated_choices(dep, np.asarray([r.batch]), r.input_tokens, r.output_tokens, p)
     return choice_result(dep, c, r.input_tokens, r.output_tokens, r)
 

@@ -15,6 +15,7 @@ its prompt rides in the next step. Queueing under Poisson load is `railplan.infe
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -30,7 +31,7 @@ from railplan.inference.engine import (
     step_time_s,
     step_times,
 )
-from railplan.inference.serving import MAX_NUM_TOKENS
+from railplan.inference.serving import MAX_NUM_TOKENS, step_budget
 from railplan.limits import MAX_GLOBAL_BATCH, MAX_TOKENS, check_int
 from railplan.records import Record
 from railplan.specs import Model
@@ -191,6 +192,32 @@ def chunked_batch_limit(dep: Deployment, input_tokens: int, output_tokens: int) 
     return max(1, int(MAX_NUM_TOKENS // per_sequence))
 
 
+def whole_prompt_batch_limit(
+    dep: Deployment,
+    input_tokens: int,
+    output_tokens: int,
+    engine_batch: int,
+    max_num_tokens: int | None = None,
+) -> int:
+    """The most running sequences a step budget sustains when prompts run whole (no chunked
+    prefill), as the load simulation's engine of `engine_batch` sequences runs them: its budget
+    T is `max_num_tokens` (None: `serving.step_budget`, MAX_NUM_TOKENS or room for one prompt
+    beside a full batch's tokens, as `serving.serve` sets it), a step admits whole prompts
+    only, k of them beside the B·v tokens of the running sequences where k·I + B·v ≤ T (v:
+    the tokens a running sequence puts through a step), and the steady state starts B/(1 + d)
+    per step (`steady_load`). So B ≤ k·(1 + d) for some such k; where T holds no prompt
+    beside the batch, one prompt a step (B ≤ 1 + d) is what the engine can still do."""
+    d = decode_steps(output_tokens, dep.tokens_per_step)
+    v = dep.verified_tokens
+    budget = (
+        step_budget(input_tokens, engine_batch * v) if max_num_tokens is None else max_num_tokens
+    )
+    k = np.arange(1, max(budget // input_tokens, 1) + 1, dtype=np.float64)
+    room = np.floor((budget - k * input_tokens) / v)  # running sequences beside k prompts
+    most = np.minimum(np.floor(k * (1.0 + d)), room)
+    return int(min(engine_batch, max(float(np.max(most)), math.floor(1.0 + d), 1.0)))
+
+
 def check_tokens(
     input_tokens: int, output_tokens: int, model: Model | None = None
 ) -> tuple[int, int]:
@@ -242,10 +269,15 @@ def infer(
     input_tokens: int,
     output_tokens: int,
     chunked: bool = False,
+    max_num_tokens: int | None = None,
+    prompts: bool = True,
 ) -> InferenceResult:
     """Steady-state serving of `dep` with `batch` sequences per tp × pp group (None: the largest
-    that fits, at most DEFAULT_MAX_BATCH); `chunked`: with chunked prefill (`steady_times`),
-    at most the batch its step budget sustains (`chunked_batch_limit`)."""
+    that fits, at most DEFAULT_MAX_BATCH), at most the batch the step budget sustains: with
+    `chunked` prefill (`steady_times`) `chunked_batch_limit`, with prompts whole
+    `whole_prompt_batch_limit` at the engine's `max_num_tokens` (None: the load simulation's
+    default). `prompts` False: the batch of an engine that runs no prompts (a disaggregated
+    deployment's decode instances), which no step budget bounds."""
     input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)
     check_decoding(output_tokens)
     check_context(dep.model, input_tokens, output_tokens)
@@ -253,8 +285,11 @@ def infer(
     most = dep.max_batch(seq)
     given = batch is not None
     batch = check_int("batch", batch, 1, MAX_GLOBAL_BATCH) if given else default_batch(most)
-    if chunked:  # the step budget, not only the KV cache, bounds what runs
+    # the step budget, not only the KV cache, bounds what runs
+    if chunked:
         batch = min(batch, chunked_batch_limit(dep, input_tokens, output_tokens))
+    elif prompts:
+        batch = whole_prompt_batch_limit(dep, input_tokens, output_tokens, batch, max_num_tokens)
     ttft_a, tpot_a, parts_a = steady_times(dep, batch, input_tokens, output_tokens, chunked)
     ttft, tpot = float(ttft_a), float(tpot_a)
     parts = {k: float(v) for k, v in parts_a.items()}

@@ -49,6 +49,7 @@ from railplan.inference.estimate import (
     steady_load,
     steady_times,
     steady_tokens_per_s,
+    whole_prompt_batch_limit,
 )
 from railplan.inference.serving import MAX_PREFILL_TOKENS
 from railplan.inference.traffic import configuration_traffic
@@ -390,7 +391,11 @@ def candidates(
     for dep in deployments(model, system, network, gpus, precision, speculative, custom_all_reduce):
         b = batches(dep.max_batch(input_tokens + output_tokens))
         if b.size:
-            out += _aggregated(dep, b, input_tokens, output_tokens)
+            # an aggregated engine of batch b runs what its step budget sustains (prompts whole)
+            run = np.unique(
+                [whole_prompt_batch_limit(dep, input_tokens, output_tokens, int(x)) for x in b]
+            )
+            out += _aggregated(dep, run, input_tokens, output_tokens)
             out += disaggregated_choices(dep, b, input_tokens, output_tokens)
     return out
 
@@ -574,7 +579,9 @@ def choice_result(
     split); for a disaggregated choice the step and its breakdown are the decode instances'
     (no prompts), whose time the TPOT is."""
     r = replace(
-        steady if steady is not None else infer(dep, c.batch, input_tokens, output_tokens),
+        steady
+        if steady is not None
+        else infer(dep, c.batch, input_tokens, output_tokens, prompts=c.mode != "disaggregated"),
         ttft_s=c.ttft_s,
         tpot_s=c.tpot_s,
         tokens_per_s_per_gpu=c.tokens_per_s_per_gpu,

@@ -75,13 +75,18 @@ def _deployment(r: dict[str, str]) -> Deployment:
     )
 
 
+def _budget(r: dict[str, str]) -> int:
+    """A row's engine step budget: its stated `max_num_tokens`, else MAX_NUM_TOKENS."""
+    return int(r["max_num_tokens"]) if r.get("max_num_tokens") else MAX_NUM_TOKENS
+
+
 def _server_run(
     r: dict[str, str], dep: Deployment, requests: int = 4000
 ) -> Callable[[float], ServingResult]:
     """A server row's load simulation at a given rate: its batch, lengths, step budget, its
     run's queries per replica (else `requests`) and dispatch."""
     b, i, o = int(r["batch"]), int(r["input_tokens"]), int(r["output_tokens"])
-    budget = int(r["max_num_tokens"]) if r.get("max_num_tokens") else MAX_NUM_TOKENS
+    budget = _budget(r)
     if r.get("queries"):  # the run's queries per replica
         requests = round(int(r["queries"]) / dep.replicas)
     lengths = data_set_lengths(r["lengths"], o) if r.get("lengths") else None
@@ -113,7 +118,7 @@ def rows(requests: int = 4000) -> list[dict[str, Any]]:
         goal = float(r["goal_pct"]) if r["goal_pct"] else None
         found: list[tuple[str, float, float, float | None]] = []
         if r["scenario"] == "offline":
-            pred = infer(dep, b, i, o).tokens_per_s_per_gpu
+            pred = infer(dep, b, i, o, max_num_tokens=_budget(r)).tokens_per_s_per_gpu
             found.append(("tokens/s per GPU", float(r["tokens_per_s_per_gpu"]), pred, goal))
         elif r["scenario"] == "server":
             rate = float(r["tokens_per_s_per_gpu"]) * dep.gpus / o
@@ -165,7 +170,7 @@ def server_rate_rows() -> list[dict[str, Any]]:
         dep = _deployment(r)
         b, i, o = int(r["batch"]), int(r["input_tokens"]), int(r["output_tokens"])
         run = _server_run(r, dep)
-        capacity = infer(dep, b, i, o).tokens_per_s / o
+        capacity = infer(dep, b, i, o, max_num_tokens=_budget(r)).tokens_per_s / o
         hit, runs = highest_rate(
             run,
             lambda s: within(s, MLPERF_LLAMA2_TTFT_P99_S, MLPERF_LLAMA2_TPOT_P99_S),
@@ -381,7 +386,7 @@ def trtllm_rows(ids: Collection[str] | None = None) -> list[dict[str, Any]]:
         last_s = float(np.max(run.ttft_s + run.tpot_s * (o - 1)))
         predicted = n * o / last_s
         measured = float(r["tokens_per_s"])
-        steady = infer(dep, batch, i, o).tokens_per_s_per_gpu * tp
+        steady = infer(dep, batch, i, o, max_num_tokens=budget).tokens_per_s_per_gpu * tp
         out.append(
             {
                 "id": r["id"],
