@@ -768,7 +768,7 @@ def test_search_fields_in_a_spec_file_and_in_the_key(tmp_path: Path) -> None:
     [
         ("precision=bf16,fp16", "precision", "must be one of bf16, fp8"),
         ("router_dtype=fp32", "router_dtype", "needs an MoE model"),
-        ("fp8_param_gather=true", "fp8_param_gather", "needs fp8"),
+        ("fp8_param_gather=true", "fp8_param_gather", "needs precision fp8"),
         ("ep=1,8", "ep", "needs an MoE model"),
         ("tp=0", "tp", "positive"),
         ("pipeline_schedule=zb", "pipeline_schedule", "1f1b, dualpipev"),
@@ -864,3 +864,32 @@ def test_nvls_on_a_gpu_without_it_fails_before_anything_runs(tmp_path: Path) -> 
             progress=False,
         )
     assert not (tmp_path / "n.csv").exists()
+
+
+def test_nvls_off_on_a_system_that_has_it_on_is_in_the_command(tmp_path: Path, cli: Cli) -> None:
+    """A system file with NVLink SHARP on, swept with nvls=false: the row's estimate command
+    turns it off (`--no-nvls`; without it estimate kept the system's NVLS and another time)."""
+    import shlex
+
+    import yaml
+
+    from railplan.specs import load_system
+
+    system = tmp_path / "nvls.yaml"
+    data = load_system("dgx-h100").model_dump(mode="json", exclude_none=True) | {"nvls": True}
+    data["name"] = "dgx-h100-nvls"
+    system.write_text(yaml.safe_dump(data))
+    base = {"model": "gpt-1.7b", "gpus": 8, "global_batch": 32, "system": str(system)}
+    sw = SweepSpec.build(base=base, vary={"nvls": [False, True], "tp": [1], "pp": [1]}, zero=(0,))
+    rows = run_sweep(sw, tmp_path / "v.csv", workers=1, progress=False).rows
+    off, on = rows
+    assert off["iteration_s"] != on["iteration_s"]  # the DP all-reduce with and without NVLS
+    for row, flag in ((off, "--no-nvls"), (on, "--nvls")):
+        args = shlex.split(row["estimate_command"])
+        assert flag in args
+        assert cli.json(*args[1:])["iteration_s"] == pytest.approx(row["iteration_s"], rel=1e-9)
+
+
+def test_fp8_on_a_gpu_without_it_fails_before_anything_runs(tmp_path: Path) -> None:
+    with pytest.raises(RailplanError, match="precision: fp8 needs a GPU with fp8 tensor cores"):
+        SweepSpec.build(base=BASE, vary={"precision": ["bf16", "fp8"]})  # dgx-a100

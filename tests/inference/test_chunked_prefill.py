@@ -149,12 +149,24 @@ def test_the_budget_caps_the_steady_batch() -> None:
     dep = Deployment(load_model("llama-3-8b"), load_system("dgx-h100"), Network(), 1, 1)
     assert chunked_batch_limit(dep, 1024, 256) == 1638
     assert infer(dep, 9000, 1024, 256, chunked=True).batch == 1638
-    # whole prompts: the engine of 9,000 sequences has a budget of 8,192, or 1,024 + 9,000
-    # for one prompt beside a full batch (`serving.step_budget`): 10,024 tokens; eight whole
-    # prompts a step leave room for 10,024 − 8,192 = 1,832 running sequences, which start
-    # 1,832/256 = 7.2 prompts a step (more prompts leave room for fewer sequences)
-    assert whole_prompt_batch_limit(dep, 1024, 256, 9000) == 1832
-    assert infer(dep, 9000, 1024, 256).batch == 1832
+    # whole prompts: with the budget of the batch it runs (`serving.step_budget`: 8,192 tokens,
+    # or 1,024 + B for one prompt beside B sequences), six whole prompts a step leave room for
+    # 8,192 − 6,144 = 2,048 running sequences, and start 6 × 256 = 1,536 of them; seven leave
+    # room for 1,024. More than 1,536 would need the budget of a larger engine, which one
+    # prompt a step (B ≤ 256) does not use.
+    assert whole_prompt_batch_limit(dep, 1024, 256, 9000) == 1536
+    assert infer(dep, 9000, 1024, 256).batch == 1536
+    assert not infer(dep, 9000, 1024, 256).fits  # the batch asked for does not fit
+    assert infer(dep, 1536, 1024, 256).batch == 1536  # given back, it runs as is
+    # a fixed budget that holds no prompt beside a running sequence: one at a time
+    assert whole_prompt_batch_limit(dep, 1024, 256, 9000, max_num_tokens=1024) == 1
+    # the closed form against every k, huge batches included (it was an array of k's)
+    for i, o, b in ((1, 2, 10**9), (700, 3, 50_000), (8_000, 64, 300), (9_000, 9, 7)):
+        c = 1 + (o - 1)
+        brute = max(
+            [min(k * c, (8192 - k * i) // 1) for k in range(1, 8192 // i + 1)] + [c], default=c
+        )
+        assert whole_prompt_batch_limit(dep, i, o, b) == max(1, min(b, brute))
     assert infer(dep, 1000, 1024, 256).batch == 1000  # within the budget: the batch asked for
 
 

@@ -18,7 +18,13 @@ from railplan.network.faults import (
     monte_carlo,
 )
 from railplan.network.graph import build_graph, graph_summary
-from railplan.network.tiling import _lowest_free, largest_free_rectangle, shapes, tile
+from railplan.network.tiling import (
+    _lowest_free,
+    largest_free_rectangle,
+    shapes,
+    tile,
+    window_min,
+)
 from railplan.network.topology import (
     ARCHITECTURES,
     Cluster,
@@ -143,6 +149,18 @@ def test_tiling_no_overlap(domains: int, k: int, jobs: list[int]) -> None:
     # a job is left out only where no free rectangle of its size is left anywhere
     for j in t.unplaced:
         assert _lowest_free(grid.astype(bool), shapes(jobs[j], k, domains)) is None, jobs[j]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    cells=st.lists(st.integers(0, 9), min_size=1, max_size=60),
+    r=st.integers(1, 60),
+)
+def test_window_min_is_the_sliding_minimum(cells: list[int], r: int) -> None:
+    a = np.array([cells, cells[::-1]])
+    r = min(r, a.shape[1])
+    ref = np.lib.stride_tricks.sliding_window_view(a, r, axis=1).min(axis=2)
+    assert (window_min(a, r) == ref).all()
 
 
 def test_a_hole_below_the_skyline_takes_a_job() -> None:

@@ -238,11 +238,11 @@ def infer(
         )
     _check_figures(plot, heatmap, rates)
     sy = hardware.system(system)  # refuses --nvls where the GPU has no NVLink SHARP
-    if hardware.nvls:
+    if hardware.nvls is not None:
         raise RailplanError(
             "nvls",
             "serving takes NVLink SHARP wherever the GPU has it, as NCCL does by default: "
-            "--nvls changes nothing for infer",
+            f"--{'' if hardware.nvls else 'no-'}nvls changes nothing for infer",
         )
     m = load_model(model)
     hardware.check_fabric(sy, gpus)
@@ -317,7 +317,7 @@ def infer(
             f"{r.batch:,}, not {asked:,}"
         )
     elif not r.prefill_gpus and r.batch < asked:
-        budget = step_budget(input_tokens, asked * dep.verified_tokens)
+        budget = step_budget(input_tokens, r.batch * dep.verified_tokens)
         notes.append(
             f"the engine's {budget:,}-token step budget sustains {r.batch:,} running sequences "
             f"at these lengths (a step admits whole prompts, as many as fit beside the running "

@@ -33,9 +33,12 @@ HbTbpsOpt = Annotated[
 ]
 NicGbpsOpt = Annotated[float | None, typer.Option(help="override NIC Gbps per direction (1-1e5)")]
 NvlsOpt = Annotated[
-    bool,
+    bool | None,
     typer.Option(
-        "--nvls", help="all-reduces inside the HB domain use NVLink SHARP (NVSwitch 3 and later)"
+        "--nvls/--no-nvls",
+        help="all-reduces inside the HB domain use NVLink SHARP (NVSwitch 3 and later), or "
+        "not; default: the system's own setting",
+        show_default=False,
     ),
 ]
 SharpOpt = Annotated[
@@ -375,13 +378,13 @@ class HardwareOptions(OptionGroup):
     hb_tbps: HbTbpsOpt = None
     nic_gbps: NicGbpsOpt = None
     nics_per_gpu: NicsPerGpuOpt = None
-    nvls: NvlsOpt = False
+    nvls: NvlsOpt = None
     sharp: SharpOpt = False
     radix: FabricRadixOpt = None
 
     def system(self, name: str, gpu_memory_gib: float | None = None) -> System:
-        """The catalog system `name` with these overrides (`--nvls` turns NVLink SHARP on; off,
-        the system's own setting holds)."""
+        """The catalog system `name` with these overrides (`--nvls`/`--no-nvls` turn NVLink
+        SHARP on or off; neither, the system's own setting holds)."""
         from railplan.specs.build import build_system
 
         return build_system(
@@ -391,18 +394,22 @@ class HardwareOptions(OptionGroup):
             self.nic_gbps,
             self.nics_per_gpu,
             gpu_memory_gib,
-            nvls=True if self.nvls else None,
+            nvls=self.nvls,
         )
 
     def flags(self) -> list[str]:
         """These options as given on a command line (the network always; an override only
         where set): what another command needs to see the same network."""
+        from railplan.specs.strategy import option_text
+
         out = ["--network", self.network]
         for name in ("oversubscription", "hb_domain", "hb_tbps", "nic_gbps", "nics_per_gpu"):
             value = getattr(self, name)
             if value is not None:
-                out += ["--" + name.replace("_", "-"), f"{value:g}"]
-        out += [flag for flag, on in (("--nvls", self.nvls), ("--sharp", self.sharp)) if on]
+                out += ["--" + name.replace("_", "-"), option_text(value)]
+        if self.nvls is not None:
+            out.append("--nvls" if self.nvls else "--no-nvls")
+        out += ["--sharp"] if self.sharp else []
         return out + ([] if self.radix is None else ["--radix", str(self.radix)])
 
     def check_fabric(self, system: System, gpus: int) -> None:

@@ -220,6 +220,7 @@ def search(
     from railplan.explore.search import search as run
     from railplan.explore.sweep_spec import int_list
     from railplan.specs import Job, load_model
+    from railplan.specs.strategy import option_text
 
     m = load_model(model)
     sy = hardware.system(system, gpu_memory_gib)
@@ -261,7 +262,7 @@ def search(
     # the best as the `estimate` command that shows it in full (breakdown, memory, layout)
     args = ["--model", model, "--system", system, "--gpus", str(gpus), *hardware.flags()]
     if gpu_memory_gib is not None:
-        args += ["--gpu-memory-gib", f"{gpu_memory_gib:g}"]
+        args += ["--gpu-memory-gib", option_text(gpu_memory_gib)]
     assert r.best is not None  # require_best
     command = shlex.join(["railplan", "estimate", *args, *r.best.strategy.estimate_flags()])
     if as_json:

@@ -30,7 +30,7 @@ from collections.abc import Generator, Iterator
 from concurrent.futures import Future, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from railplan.errors import RailplanError
 from railplan.explore.pool import worker_pool
@@ -50,9 +50,7 @@ from railplan.explore.sweep_log import (
 )
 from railplan.explore.sweep_spec import FIELDS, KEY_WHEN_SET, SweepSpec, search_space
 from railplan.fileio import check_target
-
-if TYPE_CHECKING:
-    from railplan.specs.strategy import Strategy
+from railplan.specs.strategy import Strategy, option_text
 
 
 def point_key(point: dict[str, Any], zero: tuple[int, ...]) -> str:
@@ -150,11 +148,13 @@ def estimate_command(point: dict[str, Any], s: Strategy) -> str:
     args = ["railplan", "estimate"]
     for name in ("model", "system", "gpus", "network", *OVERRIDES):
         value = point.get(name)
-        if value is None or value is False or name in nicless:
-            continue
+        if value is None or (name == "sharp" and value is False) or name in nicless:
+            continue  # (no SHARP is every network's default; NVLS off may not be a system's)
         option = "--" + name.replace("_", "-")
-        text = f"{value:g}" if isinstance(value, float) else str(value)
-        args += [option] if value is True else [option, text]
+        if isinstance(value, bool):
+            args.append(option if value else "--no-" + option[2:])
+        else:
+            args += [option, option_text(value)]
     return shlex.join(args + s.estimate_flags())
 
 

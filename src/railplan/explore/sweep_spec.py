@@ -140,8 +140,12 @@ def search_space(point: dict[str, Any], zero: tuple[int, ...]) -> SearchSpace:
     from railplan.specs import PRECISION_CODES
 
     settings = {k: point[k] for k in SEARCH_FIELDS if point.get(k) is not None}
-    if settings.get("precision", "bf16") not in PRECISION_CODES:  # one per point here
+    precision = settings.get("precision", "bf16")
+    if precision not in PRECISION_CODES:  # one per point here
         raise RailplanError("precision", "must be one of " + ", ".join(PRECISION_CODES))
+    if precision != "fp8":  # FP8's own settings apply to its points, as search applies them
+        settings.pop("fp8_param_gather", None)  # to its FP8 candidates
+        settings.pop("fp8_dispatch", None)
     for k in _SPACE_LISTS:
         if k in settings:
             settings[k] = (settings[k],)
@@ -262,6 +266,7 @@ class SweepSpec:
     def _check_points(self) -> None:
         from railplan.explore.search import check_modules
         from railplan.network.topology import DEFAULT_RADIX, check_oversubscribable
+        from railplan.perf.compute import fp8_peak_tflops
         from railplan.specs import load_model
         from railplan.specs.build import build_network, build_system
 
@@ -273,16 +278,21 @@ class SweepSpec:
         for name, high in (("gpus", MAX_GPUS), ("global_batch", MAX_GLOBAL_BATCH)):
             for (value,) in distinct(name):
                 check_int(name, value, 1, high)
+        for name in ("fp8_param_gather", "fp8_dispatch"):  # FP8 settings with no FP8 point
+            if any(p[name] for p in points) and not any(p["precision"] == "fp8" for p in points):
+                raise RailplanError(name, "needs precision fp8 at some point of the grid")
         models = {model: load_model(model) for (model,) in distinct("model")}
         for model, *settings in distinct("model", *SEARCH_FIELDS):
             # the space alone, then against the model (router_dtype fp32 needs an MoE model)
             space = search_space(dict(zip(SEARCH_FIELDS, settings, strict=True)), self.zero)
             check_modules(models[model], space)
         # as `sweep.evaluate_point` builds them (NVLink SHARP on an A100 is refused here)
-        for name, k, hb, nic, nics, nvls in distinct(
-            "system", "hb_domain", "hb_tbps", "nic_gbps", "nics_per_gpu", "nvls"
+        for name, k, hb, nic, nics, nvls, precision in distinct(
+            "system", "hb_domain", "hb_tbps", "nic_gbps", "nics_per_gpu", "nvls", "precision"
         ):
-            build_system(name, k, hb, nic, nics, nvls=nvls)
+            system = build_system(name, k, hb, nic, nics, nvls=nvls)
+            if precision == "fp8":  # as search refuses it on a GPU without fp8 tensor cores
+                fp8_peak_tflops(system.gpu)
         for network, ratio, sharp in distinct("network", "oversubscription", "sharp"):
             build_network(network, ratio, sharp)
         # an oversubscribed job needs more NIC ports than one switch has, as `search` requires
@@ -298,7 +308,9 @@ class SweepSpec:
         ):
             if ratio is not None:
                 system = build_system(name, k, hb, nic, nics, nvls=nvls)
-                check_oversubscribable(gpus, system.nics_per_gpu, ratio, DEFAULT_RADIX)
+                check_oversubscribable(
+                    gpus, system.nics_per_gpu, ratio, DEFAULT_RADIX, radix_option=False
+                )
 
     @classmethod
     def build(

@@ -222,7 +222,8 @@ def serve_disaggregated(
     min_duration_s: float = 0.0,
 ) -> ServingResult:
     """`dep` run disaggregated under Poisson arrivals at `arrival_rate` requests/s (module
-    docstring); `batch`: sequences per decode rank (None: the most the KV cache holds);
+    docstring); `batch`: sequences per decode rank (None: the most the KV cache holds, at most
+    DEFAULT_MAX_BATCH);
     `requests` per decode rank (None: `serving.run_requests`, with `min_duration_s` seconds
     of arrivals at least), within what one simulation takes in all."""
     input_tokens, output_tokens = check_tokens(input_tokens, output_tokens)

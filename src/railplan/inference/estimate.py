@@ -31,15 +31,11 @@ from railplan.inference.engine import (
     step_time_s,
     step_times,
 )
-from railplan.inference.serving import MAX_NUM_TOKENS, step_budget
+from railplan.inference.serving import DEFAULT_MAX_BATCH, MAX_NUM_TOKENS
 from railplan.limits import MAX_GLOBAL_BATCH, MAX_TOKENS, check_int
 from railplan.records import Record
 from railplan.specs import Model
 from railplan.specs.arrays import FloatArray
-
-#: the default ceiling of the batch when none is given: TensorRT-LLM's max_batch_size default
-#: (2048, trtllm-build --max_batch_size) — the engines of NVIDIA's MLPerf runs set 806-2048
-DEFAULT_MAX_BATCH = 2048
 
 
 @dataclass(frozen=True)
@@ -199,23 +195,29 @@ def whole_prompt_batch_limit(
     engine_batch: int,
     max_num_tokens: int | None = None,
 ) -> int:
-    """The most running sequences a step budget sustains when prompts run whole (no chunked
-    prefill), as the load simulation's engine of `engine_batch` sequences runs them: its budget
-    T is `max_num_tokens` (None: `serving.step_budget`, MAX_NUM_TOKENS or room for one prompt
-    beside a full batch's tokens, as `serving.serve` sets it), a step admits whole prompts
-    only, k of them beside the B·v tokens of the running sequences where k·I + B·v ≤ T (v:
-    the tokens a running sequence puts through a step), and the steady state starts B/(1 + d)
-    per step (`steady_load`). So B ≤ k·(1 + d) for some such k; where T holds no prompt
-    beside the batch, one prompt a step (B ≤ 1 + d) is what the engine can still do."""
-    d = decode_steps(output_tokens, dep.tokens_per_step)
+    """The most running sequences, at most `engine_batch`, a step budget sustains when prompts
+    run whole (no chunked prefill), as the load simulation's engine admits them
+    (`dispatch.admit`): a step takes whole prompts only, k of them beside the B·v tokens of the
+    running sequences where k·I + B·v ≤ T (v: the tokens a running sequence puts through a
+    step), and the steady state starts B/(1 + d) a step (`steady_load`), so B ≤ k·(1 + d) for
+    some such k. T is `max_num_tokens`; None: the simulation's default for an engine of B
+    sequences (`serving.step_budget`: MAX_NUM_TOKENS, or room for one prompt beside the batch's
+    tokens), under which one prompt a step (B ≤ 1 + d) always fits. Taking the budget of the
+    batch it returns makes the rule its own fixed point: that batch given back runs as is (and
+    a simulation of an engine of more sequences has at least that budget). Where no prompt fits
+    beside a running sequence, the engine admits one only when empty: one sequence."""
+    c = 1.0 + decode_steps(output_tokens, dep.tokens_per_step)  # steps a sequence lives
     v = dep.verified_tokens
-    budget = (
-        step_budget(input_tokens, engine_batch * v) if max_num_tokens is None else max_num_tokens
-    )
-    k = np.arange(1, max(budget // input_tokens, 1) + 1, dtype=np.float64)
-    room = np.floor((budget - k * input_tokens) / v)  # running sequences beside k prompts
-    most = np.minimum(np.floor(k * (1.0 + d)), room)
-    return int(min(engine_batch, max(float(np.max(most)), math.floor(1.0 + d), 1.0)))
+    fixed = MAX_NUM_TOKENS if max_num_tokens is None else max_num_tokens
+    most = 0.0
+    if input_tokens <= fixed:  # the best k is next to where k·c meets (T − k·I)/v
+        crossing = fixed / (input_tokens + c * v)
+        for k in {max(1, math.floor(crossing)), max(1, math.ceil(crossing))}:
+            if k * input_tokens <= fixed:
+                most = max(most, min(math.floor(k * c), math.floor((fixed - k * input_tokens) / v)))
+    if max_num_tokens is None:  # a budget raised for one prompt beside the batch
+        most = max(most, math.floor(c))
+    return int(max(1, min(engine_batch, most)))
 
 
 def check_tokens(
@@ -285,6 +287,7 @@ def infer(
     most = dep.max_batch(seq)
     given = batch is not None
     batch = check_int("batch", batch, 1, MAX_GLOBAL_BATCH) if given else default_batch(most)
+    fits = batch <= most  # the batch asked for (the budget may run fewer)
     # the step budget, not only the KV cache, bounds what runs
     if chunked:
         batch = min(batch, chunked_batch_limit(dep, input_tokens, output_tokens))
@@ -322,7 +325,7 @@ def infer(
         kv_cache_gib_per_gpu=kv / kvcache.GIB,
         kv_capacity_gib_per_gpu=max(cap, 0.0) / kvcache.GIB,
         max_batch=most,
-        fits=batch <= most,
+        fits=fits,
         breakdown_s=parts,
         chunked_prefill=chunked,
     )

@@ -39,7 +39,6 @@ from railplan.inference.engine import (
     tp_splits_heads,
 )
 from railplan.inference.estimate import (
-    DEFAULT_MAX_BATCH,
     InferenceResult,
     check_context,
     check_decoding,
@@ -51,7 +50,7 @@ from railplan.inference.estimate import (
     steady_tokens_per_s,
     whole_prompt_batch_limit,
 )
-from railplan.inference.serving import MAX_PREFILL_TOKENS
+from railplan.inference.serving import DEFAULT_MAX_BATCH, MAX_PREFILL_TOKENS
 from railplan.inference.traffic import configuration_traffic
 from railplan.limits import check_int
 from railplan.records import Record

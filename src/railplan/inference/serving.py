@@ -54,6 +54,9 @@ from railplan.specs.arrays import FloatArray, IntArray
 #: max_num_tokens default (8192), and vLLM's max_num_batched_tokens for its API server on GPUs of
 #: 70 GiB or more other than the A100 (`EngineArgs.get_batch_defaults`)
 MAX_NUM_TOKENS = 8192
+#: the default ceiling of the batch when none is given: TensorRT-LLM's max_batch_size default
+#: (2048, trtllm-build --max_batch_size) — the engines of NVIDIA's MLPerf runs set 806-2048
+DEFAULT_MAX_BATCH = 2048
 #: prompt tokens one prefill-only step carries (disaggregated prefill instances): the same budget
 MAX_PREFILL_TOKENS = MAX_NUM_TOKENS
 #: requests simulated per rate and replica by default: at least this many, and at least
@@ -362,9 +365,9 @@ def replica_count(dep: Deployment, arrival_rate: float) -> int:
 
 def batch_limit(dep: Deployment, tokens_per_sequence: int, batch: int | None) -> int:
     """The engine's max batch: what the KV cache holds at `tokens_per_sequence`, or `batch`
-    if smaller."""
+    if smaller; None: at most DEFAULT_MAX_BATCH, as `infer`'s steady state takes it."""
     most = dep.max_batch(tokens_per_sequence)
-    return most if batch is None else min(batch, most)
+    return min(most, DEFAULT_MAX_BATCH) if batch is None else min(batch, most)
 
 
 T = TypeVar("T")

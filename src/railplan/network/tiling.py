@@ -96,17 +96,33 @@ def largest_free_rectangle(free: np.ndarray) -> int:
     return best
 
 
+def free_runs(used: np.ndarray) -> np.ndarray:
+    """Per cell, the free cells from it down its column to the next used one (0 if used)."""
+    rows = np.arange(used.shape[0], dtype=np.int32)[:, None]
+    blocked = np.where(used, rows, np.int32(used.shape[0]))
+    return np.asarray(np.minimum.accumulate(blocked[::-1], axis=0)[::-1] - rows)
+
+
+def window_min(a: np.ndarray, r: int) -> np.ndarray:
+    """Per row, the minimum over each window of `r` consecutive columns (K − r + 1 of them), by
+    doubling: O(rows · K · log r) whatever r."""
+    span, out = 1, a
+    while 2 * span <= r:  # out[:, x] = min of a[:, x : x + 2·span]
+        out = np.minimum(out[:, :-span], out[:, span:])
+        span *= 2
+    # two windows of `span` cover one of r (span ≤ r < 2·span)
+    return np.asarray(np.minimum(out[:, : a.shape[1] - r + 1], out[:, r - span :]))
+
+
 def _lowest_free(
-    used: np.ndarray, options: list[tuple[int, int]]
+    used: np.ndarray, options: list[tuple[int, int]], runs: np.ndarray | None = None
 ) -> tuple[int, int, int, int] | None:
     """The lowest, then leftmost, free rectangle of the first shape in `options` (d domains ×
-    r rails) that has one anywhere in the grid, as (row, rail, d, r); None if none has."""
-    rows = np.arange(used.shape[0], dtype=np.int32)[:, None]
-    # free cells from each one down to the next used one in its column
-    blocked = np.where(used, rows, np.int32(used.shape[0]))
-    down = np.minimum.accumulate(blocked[::-1], axis=0)[::-1] - rows
+    r rails) that has one anywhere in the grid, as (row, rail, d, r); None if none has.
+    `runs`: `free_runs(used)`, if already at hand."""
+    down = free_runs(used) if runs is None else runs
     for d, r in options:
-        room = np.lib.stride_tricks.sliding_window_view(down, r, axis=1).min(axis=2) >= d
+        room = window_min(down, r) >= d
         if room.any():
             y, x = np.unravel_index(int(np.argmax(room)), room.shape)
             return int(y), int(x), d, r
@@ -129,6 +145,7 @@ def tile(gpus: int, hb_domain: int, jobs: list[int]) -> Tiling:
     grid = np.zeros((domains, hb_domain), dtype=bool)
     placed: list[Placement] = []
     unplaced: list[int] = []
+    free, runs = gpus, None  # free GPUs; the grid's free runs while it is unchanged
     order = sorted(range(len(jobs)), key=lambda i: (-jobs[i], i))
     for idx in order:
         size = jobs[idx]
@@ -141,8 +158,10 @@ def tile(gpus: int, hb_domain: int, jobs: list[int]) -> Tiling:
             if y + d <= domains:
                 best = (y, x, d, r)
                 break
-        if best is None:  # no room on the skyline: a hole below it may hold the job
-            best = _lowest_free(grid, shapes(size, hb_domain, domains))
+        if best is None and size <= free:  # no room on the skyline: a hole below it may
+            if runs is None:  # (computed again only once the grid has changed)
+                runs = free_runs(grid)
+            best = _lowest_free(grid, shapes(size, hb_domain, domains), runs)
         if best is None:
             unplaced.append(idx)
             continue
@@ -150,8 +169,8 @@ def tile(gpus: int, hb_domain: int, jobs: list[int]) -> Tiling:
         skyline[x : x + r] = np.maximum(skyline[x : x + r], y + d)
         grid[y : y + d, x : x + r] = True
         placed.append(Placement(idx, size, y, y + d, x, x + r))
+        free, runs = free - size, None
     used = int(grid.sum())
-    free = gpus - used
     largest = largest_free_rectangle(~grid) if free else 0
     frag = 0.0 if free == 0 else 1.0 - largest / free
     return Tiling(

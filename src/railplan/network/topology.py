@@ -207,19 +207,20 @@ def check_radix(radix: int) -> int:
 
 
 def check_oversubscribable(
-    gpus: int, nics_per_gpu: float, oversubscription: float, radix: int
+    gpus: int, nics_per_gpu: float, oversubscription: float, radix: int, radix_option: bool = True
 ) -> None:
     """An oversubscribed network needs uplinks: the job's NIC ports must not fit one switch of
     `radix` ports (a 1-tier Clos has no uplinks), unless the ratio is 1. The timing model takes
     any ratio; the fabric builders (`folded_clos`) the ones that split the radix into whole
-    ports."""
+    ports. `radix_option`: the caller takes `--radix` (the error suggests a smaller one)."""
     radix = check_radix(radix)
     ports = max(1, round(gpus * nics_per_gpu))
     if ports <= radix and oversubscription != 1.0:
         raise RailplanError(
             "oversubscription",
             f"a 1-tier Clos ({ports} ports ≤ radix {radix}) has no uplinks to "
-            "oversubscribe: 1, or more GPUs than one switch holds (or a smaller --radix)",
+            "oversubscribe: 1, or more GPUs than one switch holds"
+            + (" (or a smaller --radix)" if radix_option else ""),
         )
 
 
@@ -233,11 +234,12 @@ def check_cluster(gpus: int, hb_domain: int) -> None:
     check_int("hb_domain", hb_domain, 1, gpus)
     if gpus % hb_domain:
         common = [k for k in (8, 16, 32, 64, 72, 128, 256) if gpus % k == 0 and k <= gpus]
-        # else the divisors of gpus nearest K (1 divides everything, but says nothing)
-        near = sorted(
-            (k for k in range(2, gpus) if gpus % k == 0), key=lambda k: abs(k - hb_domain)
-        )
-        hint = ", ".join(map(str, common or sorted(near[:2])))
+        # else the divisors of gpus nearest K either side (1 divides everything, but says
+        # nothing), looked for within a factor of 64 of K
+        down = range(hb_domain - 1, max(1, hb_domain // 64), -1)
+        up = range(hb_domain + 1, min(gpus, 64 * hb_domain))
+        near = [next((k for k in side if gpus % k == 0), 0) for side in (down, up)]
+        hint = ", ".join(map(str, common or [k for k in near if k]))
         raise RailplanError(
             "hb_domain",
             f"{hb_domain} does not divide gpus={gpus}; "

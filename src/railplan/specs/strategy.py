@@ -410,13 +410,21 @@ class Strategy(Spec):
             elif isinstance(value, tuple):
                 flags += [f"--{option}", ",".join(value)]
             else:
-                flags += [f"--{option}", str(value)]
+                flags += [f"--{option}", option_text(value)]
         return flags
 
     @property
     def micro_batches(self) -> int:
         """Micro-batches per pipeline per iteration."""
         return self.global_batch // (self.dp * self.micro_batch)
+
+
+def option_text(value: object) -> str:
+    """A value as a command-line option takes it back unchanged: a whole number as an integer
+    (`--hb-domain 1048576`, not 1.04858e+06), any other number in full (`repr`), text as is."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def strategy_label(data: dict[str, Any] | None, none: str = "no strategy fits") -> str:
