@@ -799,13 +799,15 @@ def test_bad_search_fields_fail_before_anything_runs(
 def test_a_log_of_the_previous_version_is_resumed(tmp_path: Path) -> None:
     """A log written before the search fields existed (its header without them) keeps its
     finished rows: they are reused, and the file is rewritten with today's columns."""
-    from railplan.explore.sweep_log import COLUMNS, PREVIOUS_COLUMNS
+    from railplan.explore.sweep_log import COLUMNS, PREVIOUS_HEADER
 
     out = tmp_path / "old.csv"
     first = run_sweep(spec(hb_domain=[2, 8]), out, workers=1, progress=False)
     rows = read_rows(out)
     with out.open("w", newline="") as fh:  # the same rows under the previous header
-        writer = csv.DictWriter(fh, PREVIOUS_COLUMNS, extrasaction="ignore", lineterminator="\n")
+        writer = csv.DictWriter(
+            fh, PREVIOUS_HEADER.split(","), extrasaction="ignore", lineterminator="\n"
+        )
         writer.writeheader()
         writer.writerows(rows)
     again = run_sweep(spec(hb_domain=[2, 8, 4]), out, workers=1, progress=False)

@@ -49,43 +49,13 @@ RESULT_COLUMNS = (
 COLUMNS = tuple(dict.fromkeys(("key", *FIELDS, *RESULT_COLUMNS)))
 """A row's columns: tp, pp, cp and ep are fields a point may fix and the best strategy's
 values (one column each: where fixed, the best has that value)."""
-PREVIOUS_COLUMNS = tuple(
-    [
-        "key",
-        "model",
-        "system",
-        "network",
-        "oversubscription",
-        "gpus",
-        "global_batch",
-        "hb_domain",
-        "hb_tbps",
-        "nic_gbps",
-        "nics_per_gpu",
-        "nvls",
-        "sharp",
-        "iteration_s",
-        "mfu",
-        "hfu",
-        "memory_gib_per_gpu",
-        "tp",
-        "pp",
-        "dp",
-        "cp",
-        "ep",
-        "interleave",
-        "micro_batch",
-        "recompute",
-        "sequence_parallel",
-        "zero",
-        "strategy",
-        "configurations_evaluated",
-        "feasible",
-        "elapsed_s",
-        "error",
-    ]
+PREVIOUS_HEADER = (
+    "key,model,system,network,oversubscription,gpus,global_batch,hb_domain,hb_tbps,nic_gbps,"
+    "nics_per_gpu,nvls,sharp,iteration_s,mfu,hfu,memory_gib_per_gpu,tp,pp,dp,cp,ep,interleave,"
+    "micro_batch,recompute,sequence_parallel,zero,strategy,configurations_evaluated,feasible,"
+    "elapsed_s,error"
 )
-"""The columns of a log written before a sweep had search fields and the estimate command:
+"""The header of a log written before a sweep had search fields and the estimate command:
 read, and rewritten with today's (their rows' keys leave the unset search fields out, so they
 are reused)."""
 
@@ -139,7 +109,7 @@ def prepare_log(path: Path) -> set[str]:
     check_target(path, "output")
     header = ",".join(COLUMNS) + "\n"
     text = _read_log(path)
-    older = text.startswith(",".join(PREVIOUS_COLUMNS) + "\n")
+    older = text.startswith(PREVIOUS_HEADER + "\n")
     if text and not text.startswith(header) and not older:
         other = text.startswith("key,")  # a sweep CSV with other columns: another version's
         why = "was written with other columns" if other else "is not a railplan sweep CSV"

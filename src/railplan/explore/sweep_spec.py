@@ -286,31 +286,23 @@ class SweepSpec:
             # the space alone, then against the model (router_dtype fp32 needs an MoE model)
             space = search_space(dict(zip(SEARCH_FIELDS, settings, strict=True)), self.zero)
             check_modules(models[model], space)
-        # as `sweep.evaluate_point` builds them (NVLink SHARP on an A100 is refused here)
-        for name, k, hb, nic, nics, nvls, precision in distinct(
-            "system", "hb_domain", "hb_tbps", "nic_gbps", "nics_per_gpu", "nvls", "precision"
-        ):
-            system = build_system(name, k, hb, nic, nics, nvls=nvls)
-            if precision == "fp8":  # as search refuses it on a GPU without fp8 tensor cores
-                fp8_peak_tflops(system.gpu)
+        # the systems and networks as `sweep.evaluate_point` builds them (NVLink SHARP on an
+        # A100 is refused here), and what search refuses of them: fp8 on a GPU without fp8
+        # tensor cores, an oversubscribed job whose NIC ports fit one switch
+        held = ("system", "hb_domain", "hb_tbps", "nic_gbps", "nics_per_gpu", "nvls")
+        systems = {
+            (name, k, hb, nic, nics, nvls): build_system(name, k, hb, nic, nics, nvls=nvls)
+            for name, k, hb, nic, nics, nvls in distinct(*held)
+        }
+        for *key, precision in distinct(*held, "precision"):
+            if precision == "fp8":
+                fp8_peak_tflops(systems[tuple(key)].gpu)
         for network, ratio, sharp in distinct("network", "oversubscription", "sharp"):
             build_network(network, ratio, sharp)
-        # an oversubscribed job needs more NIC ports than one switch has, as `search` requires
-        for name, k, hb, nic, nics, nvls, gpus, ratio in distinct(
-            "system",
-            "hb_domain",
-            "hb_tbps",
-            "nic_gbps",
-            "nics_per_gpu",
-            "nvls",
-            "gpus",
-            "oversubscription",
-        ):
+        for *key, gpus, ratio in distinct(*held, "gpus", "oversubscription"):
             if ratio is not None:
-                system = build_system(name, k, hb, nic, nics, nvls=nvls)
-                check_oversubscribable(
-                    gpus, system.nics_per_gpu, ratio, DEFAULT_RADIX, radix_option=False
-                )
+                nics = systems[tuple(key)].nics_per_gpu
+                check_oversubscribable(gpus, nics, ratio, DEFAULT_RADIX, radix_option=False)
 
     @classmethod
     def build(
