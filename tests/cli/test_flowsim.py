@@ -200,3 +200,12 @@ def test_a_k_that_does_not_divide_suggests_divisors_that_exist() -> None:
         check_cluster(60, 8)
     with pytest.raises(RailplanError, match=r"8 does not divide gpus=61; use 56 or 64 GPUs"):
         check_cluster(61, 8)  # a prime: no divisor but 1 and itself
+
+
+def test_the_divisor_hint_for_a_large_k_on_a_prime_size() -> None:
+    from railplan.errors import RailplanError
+    from railplan.network.topology import check_cluster
+
+    # a prime number of GPUs has no divisor to suggest (the hint ran over every integer to K·64)
+    with pytest.raises(RailplanError, match=r"use 980,000,000 or 1,000,000,000 GPUs"):
+        check_cluster(999_999_937, 20_000_000)

@@ -325,3 +325,13 @@ def test_infer_chunked_prefill(cli: Cli) -> None:
     assert chunked["breakdown_s"] != whole["breakdown_s"]  # steps with a chunk, not a prompt
     text = cli(*args, "--chunked-prefill").output
     assert "chunked prefill" in text and "step budget" not in text
+
+
+def test_the_simulated_engine_without_a_batch_stops_at_the_default_max_batch(cli: Cli) -> None:
+    """Without --batch the load simulation's engine holds at most DEFAULT_MAX_BATCH (2,048)
+    sequences, as the steady state's, and `serving_max_batch` says so (it said what the KV cache
+    holds, 4,120 here)."""
+    args = ["infer", "--model", "llama-3.1-8b", "--system", "dgx-h100", "--gpus", "1"]
+    args += ["--input-tokens", "128", "--output-tokens", "128", "--arrival-rate", "50"]
+    out = cli.json(*args, "--requests", "300")
+    assert out["max_batch"] > 2048 and out["serving_max_batch"] == 2048 == out["batch"]

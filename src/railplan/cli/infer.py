@@ -196,7 +196,7 @@ def infer(
     from railplan.inference.estimate import default_batch
     from railplan.inference.estimate import infer as run
     from railplan.inference.search import MLPERF_SERVER_TPOT_S, MLPERF_SERVER_TTFT_S, SLO
-    from railplan.inference.serving import MAX_NUM_TOKENS, serve, step_budget
+    from railplan.inference.serving import MAX_NUM_TOKENS, batch_limit, serve, step_budget
     from railplan.specs.build import choice
     from railplan.specs.catalog import load_model
 
@@ -347,7 +347,7 @@ def infer(
     if sweep or max_rate:
         out["dispatch"] = dispatch
         # the simulated engine admits no more sequences than its KV cache holds
-        out["serving_max_batch"] = min(batch, r.max_batch) if batch is not None else r.max_batch
+        out["serving_max_batch"] = batch_limit(dep, input_tokens + output_tokens, batch)
     if traffic or heatmap is not None:
         _decode_step(dep, r, out, traffic, heatmap)
     ratio = f"{r.prefill_gpus}:{gpus - r.prefill_gpus}" if r.prefill_gpus else ""
@@ -851,6 +851,8 @@ def _load_check_command(
     the rate found, over the requests that run took."""
     import shlex
 
+    from railplan.specs.strategy import option_text
+
     load = best.get("load")
     rate = (
         load["arrival_rate"]
@@ -870,7 +872,7 @@ def _load_check_command(
         f"--input-tokens {best['input_tokens']} --output-tokens {best['output_tokens']}",
         f"--prefill-gpus {best['prefill_gpus']}" if best["prefill_gpus"] else "",
         f"--speculative-tokens {speculative_tokens}" if speculative_tokens else "",
-        f"--acceptance {acceptance:g}" if acceptance is not None else "",
+        f"--acceptance {option_text(acceptance)}" if acceptance is not None else "",
         "" if custom_all_reduce else "--no-custom-all-reduce",
         f"--arrival-rate {rate!r}" if load else f"--arrival-rate {rate:.4g}",
         f"--requests {load['requests']}" if load else "",

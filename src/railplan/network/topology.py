@@ -234,11 +234,12 @@ def check_cluster(gpus: int, hb_domain: int) -> None:
     check_int("hb_domain", hb_domain, 1, gpus)
     if gpus % hb_domain:
         common = [k for k in (8, 16, 32, 64, 72, 128, 256) if gpus % k == 0 and k <= gpus]
-        # else the divisors of gpus nearest K either side (1 divides everything, but says
-        # nothing), looked for within a factor of 64 of K
-        down = range(hb_domain - 1, max(1, hb_domain // 64), -1)
-        up = range(hb_domain + 1, min(gpus, 64 * hb_domain))
-        near = [next((k for k in side if gpus % k == 0), 0) for side in (down, up)]
+        # else the divisors of gpus nearest K either side (1 and gpus divide it, but say
+        # nothing): by trial division up to √gpus
+        small = [k for k in range(2, math.isqrt(gpus) + 1) if gpus % k == 0]
+        divisors = sorted({*small, *(gpus // k for k in small)} - {gpus})
+        near = [max((k for k in divisors if k < hb_domain), default=0)]
+        near.append(min((k for k in divisors if k > hb_domain), default=0))
         hint = ", ".join(map(str, common or [k for k in near if k]))
         raise RailplanError(
             "hb_domain",
