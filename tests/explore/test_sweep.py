@@ -885,3 +885,18 @@ def test_nvls_off_on_a_system_that_has_it_on_is_in_the_command(tmp_path: Path, c
 def test_fp8_on_a_gpu_without_it_fails_before_anything_runs(tmp_path: Path) -> None:
     with pytest.raises(RailplanError, match="precision: fp8 needs a GPU with fp8 tensor cores"):
         SweepSpec.build(base=BASE, vary={"precision": ["bf16", "fp8"]})  # dgx-a100
+
+
+def test_fp8_settings_make_no_points_at_another_precision() -> None:
+    """fp8_param_gather true/false × bf16/fp8: the bf16 point once (the setting means nothing
+    there, and is left empty), the fp8 point with each value."""
+    base = {"model": "llama-3-8b", "gpus": 16, "global_batch": 32, "system": "dgx-h100"}
+    vary = {"precision": ["bf16", "fp8"], "fp8_param_gather": [False, True]}
+    pts = SweepSpec.build(base=base, vary=vary).points()
+    assert [(p["precision"], p["fp8_param_gather"]) for p in pts] == [
+        ("bf16", None),
+        ("fp8", False),
+        ("fp8", True),
+    ]
+    with pytest.raises(RailplanError, match=r"^fp8_param_gather: needs precision fp8"):
+        SweepSpec.build(base=base | {"fp8_param_gather": True}, vary={"precision": ["bf16"]})

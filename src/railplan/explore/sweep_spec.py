@@ -73,6 +73,8 @@ SEARCH_FIELDS: dict[str, Callable[[str], Any]] = {
 FIELDS.update(SEARCH_FIELDS)
 #: fields a point's key names only when set (sweeps started before they existed resume)
 KEY_WHEN_SET: tuple[str, ...] = ("nvls", "sharp", *SEARCH_FIELDS)
+# the search fields that apply to FP8 points only (as search applies them to FP8 candidates)
+FP8_FIELDS = ("fp8_param_gather", "fp8_dispatch")
 # the search fields that fix a list of values in `SearchSpace` (one value here)
 _SPACE_LISTS = ("tp", "pp", "cp", "ep", "precision")
 
@@ -143,9 +145,6 @@ def search_space(point: dict[str, Any], zero: tuple[int, ...]) -> SearchSpace:
     precision = settings.get("precision", "bf16")
     if precision not in PRECISION_CODES:  # one per point here
         raise RailplanError("precision", "must be one of " + ", ".join(PRECISION_CODES))
-    if precision != "fp8":  # FP8's own settings apply to its points, as search applies them
-        settings.pop("fp8_param_gather", None)  # to its FP8 candidates
-        settings.pop("fp8_dispatch", None)
     for k in _SPACE_LISTS:
         if k in settings:
             settings[k] = (settings[k],)
@@ -278,8 +277,9 @@ class SweepSpec:
         for name, high in (("gpus", MAX_GPUS), ("global_batch", MAX_GLOBAL_BATCH)):
             for (value,) in distinct(name):
                 check_int(name, value, 1, high)
-        for name in ("fp8_param_gather", "fp8_dispatch"):  # FP8 settings with no FP8 point
-            if any(p[name] for p in points) and not any(p["precision"] == "fp8" for p in points):
+        for name in FP8_FIELDS:  # an FP8 setting given where no point runs FP8
+            given = [self.base.get(name), *self.vary.get(name, [])]
+            if any(given) and not any(p["precision"] == "fp8" for p in points):
                 raise RailplanError(name, "needs precision fp8 at some point of the grid")
         models = {model: load_model(model) for (model,) in distinct("model")}
         for model, *settings in distinct("model", *SEARCH_FIELDS):
@@ -341,9 +341,12 @@ class SweepSpec:
         """Every grid point: base fields overridden by one combination of the varied ones
         (a value listed twice gives one point)."""
         names = list(self.vary)
-        out = []
+        out: dict[tuple[Any, ...], dict[str, Any]] = {}
         for combo in itertools.product(*(dict.fromkeys(self.vary[n]) for n in names)):
             p = {k: v for k, v in self.base.items() if k not in names}
             p.update(zip(names, combo, strict=True))
-            out.append({k: p.get(k) for k in FIELDS})
-        return out
+            if p.get("precision") != "fp8":  # FP8's own settings: nothing at another precision
+                p.update(dict.fromkeys(FP8_FIELDS))  # (one point, not one per value)
+            point = {k: p.get(k) for k in FIELDS}
+            out.setdefault(tuple(point.values()), point)
+        return list(out.values())
