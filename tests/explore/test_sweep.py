@@ -900,3 +900,16 @@ def test_fp8_settings_make_no_points_at_another_precision() -> None:
     ]
     with pytest.raises(RailplanError, match=r"^fp8_param_gather: needs precision fp8"):
         SweepSpec.build(base=base | {"fp8_param_gather": True}, vary={"precision": ["bf16"]})
+
+
+def test_a_degree_no_strategy_takes_is_named_in_its_row(tmp_path: Path) -> None:
+    """ep 3 on Mixtral (8 experts): the point is an answer, as one with no valid strategy is,
+    and its error names ep and the values that work, as search's refusal does (it named
+    tp·cp·pp·dp = gpus and the heads, not the experts)."""
+    base = {"model": "mixtral-8x7b", "gpus": 64, "global_batch": 256, "system": "dgx-h100"}
+    sw = SweepSpec.build(base=base, vary={"ep": [3]})
+    (row,) = run_sweep(sw, tmp_path / "e.csv", workers=1, progress=False).rows
+    assert row["configurations_evaluated"] == 0 and row["strategy"] is None
+    assert row["error"] == (
+        "ep: 3 gives no valid strategy for 64 GPUs and global batch 256; allowed values: 1, 2, 4, 8"
+    )

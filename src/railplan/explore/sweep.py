@@ -96,7 +96,7 @@ def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, An
     """Search the best strategy for one point. When no strategy is valid or none fits, the
     row says so in `error` and is a finished answer; any exception raised on the way gives a
     row with only `error` set, which a resumed sweep computes again (see `is_done`)."""
-    from railplan.explore.search import search
+    from railplan.explore.search import fixed_culprit, search
     from railplan.specs import Job, load_model
     from railplan.specs.build import build_network, build_system
 
@@ -113,7 +113,8 @@ def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, An
         )
         net = build_network(point["network"], point.get("oversubscription"), point.get("sharp"))
         job = Job(m, sy, net, int(point["gpus"]), int(point["global_batch"]))
-        r = search(job, search_space(point, zero), top=1)
+        space = search_space(point, zero)
+        r = search(job, space, top=1)
     except RailplanError as err:
         row["error"] = str(err)
         return row
@@ -126,8 +127,12 @@ def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, An
         elapsed_s=r.elapsed_s,
     )
     if r.best is None:
+        # a degree the point fixes that no strategy takes is named, as search names it
+        culprit = fixed_culprit(job, space) if r.configurations_evaluated == 0 else None
         row["error"] = (
-            "no valid strategy (tp·cp·pp·dp = gpus, dp | batch, tp | heads, pp ≤ layers)"
+            f"{culprit[0]}: {culprit[1]}"
+            if culprit
+            else "no valid strategy (tp·cp·pp·dp = gpus, dp | batch, tp | heads, pp ≤ layers)"
             if r.configurations_evaluated == 0
             else "no valid strategy fits in memory"
         )
