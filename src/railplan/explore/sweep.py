@@ -127,15 +127,15 @@ def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, An
         elapsed_s=r.elapsed_s,
     )
     if r.best is None:
-        # a degree the point fixes that no strategy takes is named, as search names it
-        culprit = fixed_culprit(job, space) if r.configurations_evaluated == 0 else None
-        row["error"] = (
-            f"{culprit[0]}: {culprit[1]}"
-            if culprit
-            else "no valid strategy (tp·cp·pp·dp = gpus, dp | batch, tp | heads, pp ≤ layers)"
-            if r.configurations_evaluated == 0
-            else "no valid strategy fits in memory"
-        )
+        row["error"] = "no valid strategy fits in memory"
+        if r.configurations_evaluated == 0:
+            # a degree the point fixes that no strategy takes is named, as search names it
+            culprit = fixed_culprit(job, space)
+            row["error"] = (
+                f"{culprit[0]}: {culprit[1]}"
+                if culprit
+                else "no valid strategy (tp·cp·pp·dp = gpus, dp | batch, tp | heads, pp ≤ layers)"
+            )
         return row
     s = r.best.strategy
     row.update({c: getattr(r.best, c) for c in CANDIDATE_COLUMNS})

@@ -339,7 +339,8 @@ class SweepSpec:
 
     def points(self) -> list[dict[str, Any]]:
         """Every grid point: base fields overridden by one combination of the varied ones
-        (a value listed twice gives one point)."""
+        (a value listed twice gives one point; FP8_FIELDS are left empty at any precision but
+        fp8, so such points are one point whatever their value)."""
         names = list(self.vary)
         out: dict[tuple[Any, ...], dict[str, Any]] = {}
         for combo in itertools.product(*(dict.fromkeys(self.vary[n]) for n in names)):
