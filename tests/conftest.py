@@ -34,3 +34,17 @@ class Cli:
 @pytest.fixture()
 def cli() -> Cli:
     return Cli()
+
+
+def unstated_context_model(
+    directory: Any, hidden: int, layers: int, heads: int, ffn: int, vocab: int, seq: int
+) -> str:
+    """A dense GQA (8 KV heads, gated MLP) model file that does not state the context it serves
+    (`Model.context_tokens`), in `directory`; its path."""
+    spec = directory / "model.yaml"
+    spec.write_text(
+        f"name: unstated\nhidden: {hidden}\nlayers: {layers}\nheads: {heads}\nkv_heads: 8\n"
+        f"ffn_hidden: {ffn}\ngated_mlp: true\nvocab: {vocab}\nseq: {seq}\n"
+        "tied_embeddings: false\n"
+    )
+    return str(spec)

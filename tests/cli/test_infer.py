@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import Cli
+from tests.conftest import Cli, unstated_context_model
 
 INFER_KEYS = {
     "ttft_s",
@@ -47,13 +47,8 @@ def test_a_context_beyond_the_models_is_refused(cli: Cli) -> None:
 def test_a_context_beyond_an_unstated_one_is_noted(cli: Cli, tmp_path: Path) -> None:
     # a model file that does not state its context: a prompt beyond its training sequence is
     # costed with a note saying so
-    spec = tmp_path / "model.yaml"
-    spec.write_text(
-        "name: unstated\nhidden: 8192\nlayers: 80\nheads: 64\nkv_heads: 8\n"
-        "ffn_hidden: 28672\ngated_mlp: true\nvocab: 32000\nseq: 4096\n"
-        "tied_embeddings: false\n"
-    )
-    args = ("infer", "--model", str(spec), "--tp", "2")
+    spec = unstated_context_model(tmp_path, 8192, 80, 64, 28672, 32000, 4096)
+    args = ("infer", "--model", spec, "--tp", "2")
     inside = cli.json(*args, "--input-tokens", "222", "--output-tokens", "219")
     beyond = cli.json(*args, "--input-tokens", "4000", "--output-tokens", "200")
     assert "notes" not in inside

@@ -16,7 +16,7 @@ from railplan.inference.engine import Deployment
 from railplan.inference.estimate import infer
 from railplan.report.sections import serving
 from railplan.specs import Model
-from tests.conftest import Cli
+from tests.conftest import Cli, unstated_context_model
 
 
 def test_the_report_serves_a_request_that_fits_a_short_context() -> None:
@@ -62,13 +62,8 @@ def test_experts_without_an_moe_layer_are_refused() -> None:
 
 
 def test_infer_search_notes_a_length_beyond_an_unstated_context(cli: Cli, tmp_path: Path) -> None:
-    spec = tmp_path / "model.yaml"
-    spec.write_text(
-        "name: unstated\nhidden: 4096\nlayers: 32\nheads: 32\nkv_heads: 8\n"
-        "ffn_hidden: 14336\ngated_mlp: true\nvocab: 128256\nseq: 2048\n"
-        "tied_embeddings: false\n"
-    )
-    args = ("infer-search", "--model", str(spec), "--gpus", "2")
+    spec = unstated_context_model(tmp_path, 4096, 32, 32, 14336, 128256, 2048)
+    args = ("infer-search", "--model", spec, "--gpus", "2")
     beyond = cli.json(*args, "--input-tokens", "2048", "--output-tokens", "256")
     (note,) = beyond["notes"]
     assert "2,048 prompt + 256 output tokens exceed" in note

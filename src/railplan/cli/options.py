@@ -397,21 +397,6 @@ class HardwareOptions(OptionGroup):
             nvls=self.nvls,
         )
 
-    def flags(self) -> list[str]:
-        """These options as given on a command line (the network always; an override only
-        where set): what another command needs to see the same network."""
-        from railplan.specs.strategy import option_text
-
-        out = ["--network", self.network]
-        for name in ("oversubscription", "hb_domain", "hb_tbps", "nic_gbps", "nics_per_gpu"):
-            value = getattr(self, name)
-            if value is not None:
-                out += ["--" + name.replace("_", "-"), option_text(value)]
-        if self.nvls is not None:
-            out.append("--nvls" if self.nvls else "--no-nvls")
-        out += ["--sharp"] if self.sharp else []
-        return out + ([] if self.radix is None else ["--radix", str(self.radix)])
-
     def check_fabric(self, system: System, gpus: int) -> None:
         """With `oversubscribed`, a one-line error where the job's NIC ports fit one switch
         of the radix (`--radix`, 64 as the fabric builders take it): a 1-tier Clos has no

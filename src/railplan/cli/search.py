@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -220,7 +219,7 @@ def search(
     from railplan.explore.search import search as run
     from railplan.explore.sweep_spec import int_list
     from railplan.specs import Job, load_model
-    from railplan.specs.strategy import option_text
+    from railplan.specs.build import HARDWARE_OPTIONS, estimate_command
 
     m = load_model(model)
     sy = hardware.system(system, gpu_memory_gib)
@@ -258,13 +257,10 @@ def search(
     )
     with search_progress() as on_progress:
         r = run(Job(m, sy, net, gpus, global_batch), space, top=top, on_progress=on_progress)
-    r.require_best()
     # the best as the `estimate` command that shows it in full (breakdown, memory, layout)
-    args = ["--model", model, "--system", system, "--gpus", str(gpus), *hardware.flags()]
-    if gpu_memory_gib is not None:
-        args += ["--gpu-memory-gib", option_text(gpu_memory_gib)]
-    assert r.best is not None  # require_best
-    command = shlex.join(["railplan", "estimate", *args, *r.best.strategy.estimate_flags()])
+    best = r.require_best().strategy
+    given = {k: getattr(hardware, k) for k in HARDWARE_OPTIONS if hasattr(hardware, k)}
+    command = estimate_command(model, system, gpus, best, **given, gpu_memory_gib=gpu_memory_gib)
     if as_json:
         print_json(r.to_dict() | {"estimate_command": command})
         return

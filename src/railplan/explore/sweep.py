@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shlex
 from collections.abc import Generator, Iterator
 from concurrent.futures import Future, as_completed
 from dataclasses import dataclass, field
@@ -50,7 +49,7 @@ from railplan.explore.sweep_log import (
 )
 from railplan.explore.sweep_spec import FIELDS, KEY_WHEN_SET, SweepSpec, search_space
 from railplan.fileio import check_target
-from railplan.specs.strategy import Strategy, option_text
+from railplan.specs.build import HARDWARE_OPTIONS, estimate_command
 
 
 def point_key(point: dict[str, Any], zero: tuple[int, ...]) -> str:
@@ -140,39 +139,14 @@ def evaluate_point(point: dict[str, Any], zero: tuple[int, ...]) -> dict[str, An
     s = r.best.strategy
     row.update({c: getattr(r.best, c) for c in CANDIDATE_COLUMNS})
     row.update({c: getattr(s, c) for c in STRATEGY_COLUMNS}, strategy=s.label())
-    row["estimate_command"] = estimate_command(point, s)
+    row["estimate_command"] = estimate_command(
+        point["model"],
+        point["system"],
+        int(point["gpus"]),
+        s,
+        **{k: point.get(k) for k in HARDWARE_OPTIONS},
+    )
     return row
-
-
-def estimate_command(point: dict[str, Any], s: Strategy) -> str:
-    """The `railplan estimate` command that predicts a point's best strategy in full: the
-    point's job, system and network fields as `estimate` takes them (an ideal network takes
-    no NIC or SHARP option: it has no NICs), then the strategy's flags, the batch among them
-    (`Strategy.estimate_flags`)."""
-    nicless = ("nic_gbps", "nics_per_gpu", "sharp") if point.get("network") == "ideal" else ()
-    args = ["railplan", "estimate"]
-    for name in ("model", "system", "gpus", "network", *OVERRIDES):
-        value = point.get(name)
-        if value is None or (name == "sharp" and value is False) or name in nicless:
-            continue  # (no SHARP is every network's default; NVLS off may not be a system's)
-        option = "--" + name.replace("_", "-")
-        if isinstance(value, bool):
-            args.append(option if value else "--no-" + option[2:])
-        else:
-            args += [option, option_text(value)]
-    return shlex.join(args + s.estimate_flags())
-
-
-# the system and network fields a point may override (a switch given as `--nvls`/`--sharp`)
-OVERRIDES = (
-    "oversubscription",
-    "hb_domain",
-    "hb_tbps",
-    "nic_gbps",
-    "nics_per_gpu",
-    "nvls",
-    "sharp",
-)
 
 
 # ---- backends ------------------------------------------------------------------------------

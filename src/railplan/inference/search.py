@@ -390,10 +390,10 @@ def candidates(
     for dep in deployments(model, system, network, gpus, precision, speculative, custom_all_reduce):
         b = batches(dep.max_batch(input_tokens + output_tokens))
         if b.size:
-            # an aggregated engine of batch b runs what its step budget sustains (prompts whole)
-            run = np.unique(
-                [whole_prompt_batch_limit(dep, input_tokens, output_tokens, int(x)) for x in b]
-            )
+            # an aggregated engine of batch b runs what its step budget sustains (prompts whole):
+            # at most a batch the limit finds whatever the engine (its fixed point)
+            cap = whole_prompt_batch_limit(dep, input_tokens, output_tokens, int(b[-1]))
+            run = np.unique(np.minimum(b, cap))
             out += _aggregated(dep, run, input_tokens, output_tokens)
             out += disaggregated_choices(dep, b, input_tokens, output_tokens)
     return out

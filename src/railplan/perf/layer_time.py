@@ -337,9 +337,14 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
     perm_f = memory_time_s(gpu, perm["forward"], perm["forward_kernels"], fwd_eff)
     perm_b = memory_time_s(gpu, perm["backward"], perm["backward_kernels"], fwd_eff)
 
-    def activation_forward_s(elements: FloatArray) -> FloatArray:
+    def activation_s(elements: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """The activation kernel over `elements` of the micro-batch: (forward, backward)."""
         act = elementwise.activation_function_bytes(model, elements / t / s.cp)
-        return memory_time_s(gpu, act["forward"], 1.0, fwd_eff)
+        bwd_eff = gpu.elementwise_backward_efficiency
+        return (
+            memory_time_s(gpu, act["forward"], 1.0, fwd_eff),
+            memory_time_s(gpu, act["backward"], 1.0, bwd_eff),
+        )
 
     # the shared experts' passes in two pieces each: up projection and activation, down
     # projection (`shared_expert_overlap` runs them beside the dispatch and the combine, and
@@ -348,15 +353,12 @@ def moe_mlp_delta(model: Model, system: System, s: StrategyArrays) -> dict[str, 
     if model.shared_experts:
         shared_up, shared_down = expert_fprop[len(routed) :]
         shared_up_b, shared_down_b = (sum(pair, zero) for pair in expert_bprop[len(routed) :])
-        shared_act = activation_forward_s(b * model.seq * shared_width)
-        act = elementwise.activation_function_bytes(model, b * model.seq * shared_width / t / s.cp)
-        bwd_eff = gpu.elementwise_backward_efficiency
-        shared_act_b = memory_time_s(gpu, act["backward"], 1.0, bwd_eff)
+        shared_act, shared_act_b = activation_s(b * model.seq * shared_width)
     return {
         "forward": ef + rf - df + ew_f + perm_f,
         "backward": eb + rb - db + ew_b + perm_b,
         "wgrad": ew + router_bprop[1] - dw,
-        "activation_forward": activation_forward_s(routed_slots * model.expert_ffn_),
+        "activation_forward": activation_s(routed_slots * model.expert_ffn_)[0],
         "shared_forward": np.asarray(shared_up + shared_down + shared_act),
         "shared_up_forward": np.asarray(shared_up + shared_act),
         "shared_down_forward": np.asarray(shared_down),

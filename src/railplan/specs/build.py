@@ -81,3 +81,42 @@ def build_strategy(**kwargs: Any) -> Strategy:
         if isinstance(err, pydantic.ValidationError):
             raise from_validation_error(err, "strategy") from None
         raise
+
+
+#: the system and network options of `railplan estimate`, in the order a command gives them
+HARDWARE_OPTIONS = (
+    "network",
+    "oversubscription",
+    "hb_domain",
+    "hb_tbps",
+    "nic_gbps",
+    "nics_per_gpu",
+    "nvls",
+    "sharp",
+    "radix",
+    "gpu_memory_gib",
+)
+
+
+def estimate_command(model: str, system: str, gpus: int, s: Strategy, **given: Any) -> str:
+    """The `railplan estimate` command that predicts strategy `s` of a job: the model and
+    system as named, the system's and network's options `given` (HARDWARE_OPTIONS; None: not
+    given; nvls False is `--no-nvls`, the system's own setting may be on; sharp False, every
+    network's default, is left out; an ideal network takes no NIC option), then the
+    strategy's flags, the batch among them (`Strategy.estimate_flags`)."""
+    import shlex
+
+    from railplan.specs.strategy import option_text
+
+    nicless = ("nic_gbps", "nics_per_gpu", "sharp") if given.get("network") == "ideal" else ()
+    args = ["railplan", "estimate", "--model", model, "--system", system, "--gpus", str(gpus)]
+    for name in HARDWARE_OPTIONS:
+        value = given.get(name)
+        if value is None or (name == "sharp" and value is False) or name in nicless:
+            continue
+        option = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            args.append(option if value else "--no-" + option[2:])
+        else:
+            args += [option, option_text(value)]
+    return shlex.join(args + s.estimate_flags())
